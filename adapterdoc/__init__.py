@@ -1,0 +1,3 @@
+"""adapterdoc: a doctor and converter for LoRA adapter checkpoints."""
+
+__version__ = "0.1.0"

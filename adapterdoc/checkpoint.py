@@ -1,0 +1,271 @@
+"""Open any input as a checkpoint, header only: a .safetensors file, a PEFT adapter directory, a sharded
+checkpoint directory, or a repo id in the local Hugging Face cache. ``.bin`` adapters are read with
+``torch.load(weights_only=True)`` and only when torch is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.adapter import ADAPTER_CONFIG, AdapterConfig
+from adapterdoc.errors import (
+    ConfigError,
+    HeaderError,
+    InputNotFoundError,
+    MissingExtraError,
+    UnsupportedInputError,
+)
+from adapterdoc.st.header import Header, TensorInfo, read_header
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_BIN = "adapter_model.bin"
+_REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
+
+TORCH_TO_ST = {
+    "torch.bool": "BOOL",
+    "torch.uint8": "U8",
+    "torch.int8": "I8",
+    "torch.int16": "I16",
+    "torch.uint16": "U16",
+    "torch.float16": "F16",
+    "torch.bfloat16": "BF16",
+    "torch.int32": "I32",
+    "torch.uint32": "U32",
+    "torch.float32": "F32",
+    "torch.complex64": "C64",
+    "torch.float64": "F64",
+    "torch.int64": "I64",
+    "torch.uint64": "U64",
+    "torch.float8_e5m2": "F8_E5M2",
+    "torch.float8_e4m3fn": "F8_E4M3",
+    "torch.float8_e8m0fnu": "F8_E8M0",
+    "torch.float8_e4m3fnuz": "F8_E4M3FNUZ",
+    "torch.float8_e5m2fnuz": "F8_E5M2FNUZ",
+}
+
+
+@dataclass
+class Checkpoint:
+    """An opened input: its weight files' headers and, for adapters, the adapter config."""
+
+    spec: str
+    """What the user passed."""
+    kind: str
+    """``file``, ``adapter`` or ``sharded``."""
+    root: str
+    """The directory (adapter / sharded / cache snapshot) or the file itself."""
+    headers: list[Header] = field(default_factory=list)
+    """One per safetensors file, in shard order (empty for a .bin adapter)."""
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    tensor_file: dict[str, str] = field(default_factory=dict)
+    """Tensor name → the file holding it."""
+    adapter_config: AdapterConfig | None = None
+    weights_path: str | None = None
+    """The adapter's weights file (adapter kind) or the single file (file kind)."""
+    weights_format: str = "safetensors"
+    index_path: str | None = None
+    repo_id: str | None = None
+    extra_in_shards: list[tuple[str, str]] = field(default_factory=list)
+    """(file, tensor) pairs present in a shard but not named by the index."""
+
+    @property
+    def is_adapter(self) -> bool:
+        return self.adapter_config is not None or self.kind == "adapter"
+
+    @property
+    def metadata(self) -> dict[str, str] | None:
+        return self.headers[0].metadata if len(self.headers) == 1 else None
+
+
+def open_checkpoint(spec: str | os.PathLike[str], *, read_bin: bool = True) -> Checkpoint:
+    """Open ``spec`` (path or ``org/name[@revision]``) header-only; raise an :class:`AdapterdocError` if unusable."""
+    s = os.fspath(spec)
+    if os.path.lexists(s):
+        return _open_path(s, s, read_bin=read_bin)
+    m = _REPO_ID.match(s)
+    if m and not s.startswith((".", "/")):
+        snapshot = resolve_cached_repo(m["repo"], m["rev"])
+        ckpt = _open_path(snapshot, s, read_bin=read_bin)
+        ckpt.repo_id = m["repo"]
+        return ckpt
+    raise InputNotFoundError(s, "no such file or directory")
+
+
+def resolve_cached_repo(repo_id: str, revision: str | None) -> str:
+    """The snapshot folder of ``repo_id`` in the local Hugging Face cache; never touches the network."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    what = f"{repo_id}@{revision}" if revision else repo_id
+    try:
+        return snapshot_download(repo_id, revision=revision, local_files_only=True)
+    except (LocalEntryNotFoundError, FileNotFoundError):
+        raise InputNotFoundError(
+            what, "not a local path and not in the Hugging Face cache (adapterdoc never downloads)"
+        ) from None
+    except HFValidationError as e:
+        raise UnsupportedInputError(what, f"not a valid repo id: {e}") from None
+    except OSError as e:
+        raise InputNotFoundError(what, f"cannot read the Hugging Face cache: {e}") from None
+
+
+def _open_path(path: str, spec: str, *, read_bin: bool) -> Checkpoint:
+    if os.path.islink(path) and not os.path.exists(path):
+        raise InputNotFoundError(spec, "is a broken symlink")
+    if os.path.isdir(path):
+        if path.endswith(".safetensors"):
+            raise UnsupportedInputError(spec, "is a directory named like a safetensors file")
+        return _open_dir(path, spec, read_bin=read_bin)
+    if path.endswith(".bin"):
+        return _open_bin_file(path, spec)
+    if path.endswith(".json"):
+        raise UnsupportedInputError(spec, "is a JSON file; pass the directory that holds it")
+    header = read_header(path)
+    return _single(spec, "file", path, header, weights_path=path)
+
+
+def _single(spec: str, kind: str, root: str, header: Header, *, weights_path: str) -> Checkpoint:
+    return Checkpoint(
+        spec=spec,
+        kind=kind,
+        root=root,
+        headers=[header],
+        tensors=dict(header.tensors),
+        tensor_file={name: header.path for name in header.tensors},
+        weights_path=weights_path,
+    )
+
+
+def _open_dir(path: str, spec: str, *, read_bin: bool) -> Checkpoint:
+    cfg_path = os.path.join(path, ADAPTER_CONFIG)
+    st_path = os.path.join(path, ADAPTER_WEIGHTS)
+    bin_path = os.path.join(path, ADAPTER_BIN)
+    if os.path.lexists(cfg_path):
+        config = AdapterConfig.load(cfg_path)
+        if os.path.lexists(st_path):
+            ckpt = _single(spec, "adapter", path, read_header(st_path), weights_path=st_path)
+        elif os.path.lexists(bin_path):
+            ckpt = _open_bin_file(bin_path, spec, read=read_bin)
+            ckpt.kind, ckpt.root = "adapter", path
+        else:
+            raise InputNotFoundError(
+                spec, f"has {ADAPTER_CONFIG} but neither {ADAPTER_WEIGHTS} nor {ADAPTER_BIN}"
+            )
+        ckpt.adapter_config = config
+        return ckpt
+    indexes = sorted(f for f in os.listdir(path) if f.endswith(".safetensors.index.json"))
+    if indexes:
+        if len(indexes) > 1 and "model.safetensors.index.json" not in indexes:
+            raise UnsupportedInputError(
+                spec, f"has several shard indexes ({', '.join(indexes)}); pass one file"
+            )
+        index = "model.safetensors.index.json" if len(indexes) > 1 else indexes[0]
+        return _open_sharded(path, os.path.join(path, index), spec)
+    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    if os.path.lexists(st_path):
+        return _single(spec, "adapter", path, read_header(st_path), weights_path=st_path)
+    if len(files) == 1:
+        fp = os.path.join(path, files[0])
+        return _single(spec, "file", path, read_header(fp), weights_path=fp)
+    if files:
+        raise UnsupportedInputError(
+            spec, f"has {len(files)} .safetensors files but no *.safetensors.index.json"
+        )
+    if os.path.lexists(bin_path):
+        raise ConfigError(spec, f"has {ADAPTER_BIN} but no {ADAPTER_CONFIG}")
+    raise UnsupportedInputError(spec, f"holds no {ADAPTER_CONFIG}, shard index or .safetensors file")
+
+
+def _load_index(index_path: str) -> dict[str, str]:
+    try:
+        with open(index_path, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ConfigError(index_path, f"invalid shard index: {e}") from None
+    wm = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        raise ConfigError(index_path, "invalid shard index: `weight_map` must map tensor names to file names")
+    return wm
+
+
+def safe_shard_name(index_path: str, name: str) -> str:
+    """Refuse absolute paths and ``..`` in a shard file name; return the file's path inside the folder."""
+    parts = re.split(r"[/\\]", name)
+    if (
+        not name
+        or os.path.isabs(name)
+        or name.startswith(("/", "\\"))
+        or ".." in parts
+        or re.match(r"^[A-Za-z]:", name)
+    ):
+        raise ConfigError(index_path, f"shard file name {name!r} points outside the checkpoint folder")
+    return os.path.join(os.path.dirname(index_path), *[p for p in parts if p not in ("", ".")])
+
+
+def _open_sharded(path: str, index_path: str, spec: str) -> Checkpoint:
+    weight_map = _load_index(index_path)
+    files: dict[str, list[str]] = {}
+    for tensor, shard in weight_map.items():
+        files.setdefault(safe_shard_name(index_path, shard), []).append(tensor)
+    ckpt = Checkpoint(spec=spec, kind="sharded", root=path, index_path=index_path)
+    for shard_path, names in files.items():
+        if not os.path.exists(shard_path):
+            raise InputNotFoundError(
+                shard_path, f"shard named by {os.path.basename(index_path)} does not exist"
+            )
+        header = read_header(shard_path)
+        ckpt.headers.append(header)
+        for name in names:
+            info = header.tensors.get(name)
+            if info is None:
+                raise HeaderError(
+                    shard_path, "the index names this tensor but the shard does not hold it", key=name
+                )
+            ckpt.tensors[name] = info
+            ckpt.tensor_file[name] = shard_path
+        listed = set(names)
+        ckpt.extra_in_shards.extend((shard_path, t) for t in header.tensors if t not in listed)
+    return ckpt
+
+
+def _open_bin_file(path: str, spec: str, *, read: bool = True) -> Checkpoint:
+    ckpt = Checkpoint(spec=spec, kind="file", root=path, weights_path=path, weights_format="bin")
+    if read:
+        for name, (dtype, shape) in describe_bin(path).items():
+            ckpt.tensors[name] = TensorInfo(name, dtype, shape, 0, 0)
+            ckpt.tensor_file[name] = path
+    return ckpt
+
+
+def load_bin(path: str) -> dict[str, Any]:
+    """Load a pickled state dict with ``torch.load(weights_only=True)``; nothing else is ever unpickled."""
+    try:
+        import torch
+    except ImportError:
+        raise MissingExtraError(path, "torch") from None
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=False)
+    except Exception as e:  # the unpickler raises many types; all mean "cannot use this file"
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UnsupportedInputError(path, f"refused by torch.load(weights_only=True): {reason}") from None
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
+    ):
+        raise UnsupportedInputError(path, "is not a state dict of named tensors")
+    return obj
+
+
+def describe_bin(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Name → (safetensors dtype, shape) for a ``.bin`` state dict."""
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for name, t in load_bin(path).items():
+        dtype = TORCH_TO_ST.get(str(t.dtype))
+        if dtype is None:
+            raise UnsupportedInputError(path, f"dtype {t.dtype} has no safetensors equivalent", key=name)
+        out[name] = (dtype, tuple(t.shape))
+    return out

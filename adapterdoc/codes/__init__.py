@@ -1,0 +1,60 @@
+"""The catalogue of finding codes: one module per area, each a list of :class:`Code` entries.
+
+AD1xx format, AD2xx keys and layouts, AD3xx weights, AD4xx serving profiles, AD5xx merge,
+AD6xx training, AD7xx round trips. Codes are stable once released.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+AREAS = ("format", "keys", "weights", "serving", "merge", "training", "roundtrip")
+
+
+@dataclass(frozen=True)
+class Code:
+    """One finding code and its explanation (``adapterdoc explain``)."""
+
+    code: str
+    name: str
+    """kebab-case; names the problem, not the fix."""
+    severity: str
+    summary: str
+    """What the finding means."""
+    why: str
+    """Why it matters: the real failure it prevents."""
+    example: str
+    instead: str
+    """What to do instead."""
+    since: str = "0.1.0"
+
+
+_CATALOGUE: dict[str, Code] | None = None
+
+
+def catalogue() -> dict[str, Code]:
+    """Every code, from every area module that exists."""
+    global _CATALOGUE
+    if _CATALOGUE is None:
+        out: dict[str, Code] = {}
+        for area in AREAS:
+            try:
+                mod = importlib.import_module(f"adapterdoc.codes.{area}")
+            except ModuleNotFoundError as e:
+                if e.name != f"adapterdoc.codes.{area}":
+                    raise
+                continue
+            for c in mod.CODES:
+                if c.code in out:
+                    raise RuntimeError(f"duplicate finding code {c.code}")
+                out[c.code] = c
+        _CATALOGUE = dict(sorted(out.items()))
+    return _CATALOGUE
+
+
+def get_code(code: str) -> Code:
+    try:
+        return catalogue()[code.upper()]
+    except KeyError:
+        raise KeyError(f"unknown finding code {code!r}") from None

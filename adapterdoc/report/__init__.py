@@ -1,0 +1,1 @@
+"""Findings, reports and their renderers (text, json, junit, github)."""

@@ -1,0 +1,1 @@
+"""safetensors without tensors: header reading and validation, header rewrites, atomic writes."""

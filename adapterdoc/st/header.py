@@ -1,0 +1,333 @@
+"""Read and validate a safetensors header with the standard library only (no tensor data is read).
+
+The rules follow the reference reader (safetensors 0.8, see shared/SAFETENSORS.md) with one deliberate
+difference: duplicate tensor names are rejected (the spec forbids them; the reference keeps the last).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.errors import HeaderError
+
+MAX_HEADER_SIZE = 100_000_000
+"""Largest header length the reference reader accepts (inclusive)."""
+
+METADATA_KEY = "__metadata__"
+
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
+"""Every dtype the reference reader knows (case-sensitive), with its size in bits."""
+
+_U64_MAX = 2**64 - 1
+_JSON_WS = " \t\n\r"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor entry of a safetensors header."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    """Start offset, relative to the data section."""
+    end: int
+    """End offset (exclusive), relative to the data section."""
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass
+class Header:
+    """A validated safetensors header."""
+
+    path: str
+    file_size: int
+    header_len: int
+    """N, the length of the JSON header in bytes (including any padding)."""
+    metadata: dict[str, str] | None
+    tensors: dict[str, TensorInfo]
+    """Tensors in the order the header lists them."""
+    data_start: int = field(init=False)
+    """Absolute file offset of the data section (8 + N)."""
+
+    def __post_init__(self) -> None:
+        self.data_start = 8 + self.header_len
+
+    @property
+    def data_bytes(self) -> int:
+        return self.file_size - self.data_start
+
+
+def _fail(path: str, reason: str, key: str | None = None) -> HeaderError:
+    return HeaderError(path, reason, key=key)
+
+
+def read_header(path: str | os.PathLike[str]) -> Header:
+    """Read and validate the header of the safetensors file at ``path``.
+
+    Reads 8 bytes, checks the announced length against the limit and the file size, then reads exactly
+    the header. Raises :class:`HeaderError` (with the path and a precise reason) on any violation.
+    """
+    spath = os.fspath(path)
+    try:
+        with open(spath, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not _is_regular(st.st_mode):
+                raise _fail(spath, "not a regular file")
+            size = st.st_size
+            prefix = f.read(8)
+            n = _check_length(spath, prefix, size)
+            raw = f.read(n)
+    except IsADirectoryError:
+        raise _fail(spath, "is a directory, not a safetensors file") from None
+    except HeaderError:
+        raise
+    except OSError as e:
+        raise _fail(spath, f"cannot read: {e.strerror or e}") from e
+    if len(raw) != n:
+        raise _fail(spath, f"file shrank while reading: header of {n} bytes announced, {len(raw)} read")
+    return parse_header(spath, raw, size)
+
+
+def _is_regular(mode: int) -> bool:
+    import stat
+
+    return stat.S_ISREG(mode)
+
+
+def _check_length(path: str, prefix: bytes, size: int) -> int:
+    if len(prefix) < 8:
+        raise _fail(path, f"header too small: file is {size} bytes, a safetensors file starts with 8")
+    (n,) = struct.unpack("<Q", prefix)
+    if n > MAX_HEADER_SIZE:
+        raise _fail(path, f"header too large: {n} bytes announced, the limit is {MAX_HEADER_SIZE}")
+    if n + 8 > size:
+        raise _fail(
+            path, f"invalid header length: {n} bytes announced but the file has {size - 8} after the prefix"
+        )
+    return n
+
+
+def parse_header(path: str, raw: bytes, file_size: int) -> Header:
+    """Validate the JSON header bytes ``raw`` of a file of ``file_size`` bytes."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _fail(path, f"invalid UTF-8 in header at byte {e.start}") from None
+    if text.startswith("\ufeff"):
+        raise _fail(path, "invalid JSON in header: starts with a byte order mark")
+    obj = _load_json(path, text)
+    metadata, entries = _split_entries(path, obj)
+    tensors = _build_tensors(path, entries)
+    _check_offsets(path, tensors, file_size - 8 - len(raw))
+    return Header(path=path, file_size=file_size, header_len=len(raw), metadata=metadata, tensors=tensors)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
+    """Parse the header; the top level is returned as ordered (key, value) pairs so duplicates stay visible."""
+    stripped = text.strip(_JSON_WS)
+    if not stripped.startswith("{"):
+        kind = "empty" if not stripped else "not a JSON object"
+        raise _fail(path, f"invalid JSON in header: {kind}")
+    top: list[tuple[str, Any]] | None = None
+
+    def hook(pairs: list[tuple[str, Any]]) -> Any:
+        nonlocal top
+        top = pairs  # the outermost object is the last one completed
+        return _PairsDict(pairs)
+
+    try:
+        json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:
+        raise _fail(path, f"invalid JSON in header: {_json_reason(e)}") from None
+    assert top is not None
+    return top
+
+
+def _json_reason(e: BaseException) -> str:
+    if isinstance(e, json.JSONDecodeError):
+        return f"{e.msg} at char {e.pos}"
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    return str(e)
+
+
+class _PairsDict(dict):  # type: ignore[type-arg]
+    """A dict that remembers its raw (key, value) pairs, so nested duplicates can be detected."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
+
+
+def _split_entries(
+    path: str, pairs: list[tuple[str, Any]]
+) -> tuple[dict[str, str] | None, list[tuple[str, Any]]]:
+    metadata: dict[str, str] | None = None
+    seen_metadata = False
+    seen: set[str] = set()
+    entries: list[tuple[str, Any]] = []
+    for key, value in pairs:
+        if key == METADATA_KEY:
+            if seen_metadata:
+                raise _fail(path, "invalid JSON in header: duplicate field `__metadata__`")
+            seen_metadata = True
+            metadata = _check_metadata(path, value)
+            continue
+        if key in seen:
+            raise _fail(
+                path, "duplicate tensor name (the format forbids it; other readers keep the last)", key
+            )
+        seen.add(key)
+        entries.append((key, value))
+    return metadata, entries
+
+
+def _check_metadata(path: str, value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _fail(path, f"invalid `__metadata__`: expected an object of strings, got {_kind(value)}")
+    pairs = value.pairs if isinstance(value, _PairsDict) else list(value.items())
+    out: dict[str, str] = {}
+    for k, v in pairs:
+        if not isinstance(v, str):
+            raise _fail(path, f"invalid `__metadata__`: value of `{k}` is {_kind(v)}, expected a string")
+        out[k] = v  # duplicate metadata keys: last wins, as in the reference
+    return out
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int):
+        return "an integer"
+    if isinstance(v, float):
+        return "a float"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "a list"
+    return "an object"
+
+
+def _is_uint(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _U64_MAX
+
+
+def _build_tensors(path: str, entries: list[tuple[str, Any]]) -> dict[str, TensorInfo]:
+    tensors: dict[str, TensorInfo] = {}
+    for name, entry in entries:
+        if not isinstance(entry, dict):
+            raise _fail(path, f"invalid tensor entry: expected an object, got {_kind(entry)}", name)
+        if isinstance(entry, _PairsDict) and len(entry.pairs) != len(entry):
+            raise _fail(path, "invalid tensor entry: duplicate field", name)
+        for fld in ("dtype", "shape", "data_offsets"):
+            if fld not in entry:
+                raise _fail(path, f"invalid tensor entry: missing field `{fld}`", name)
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str):
+            raise _fail(path, f"invalid dtype: expected a string, got {_kind(dtype)}", name)
+        if dtype not in DTYPE_BITS:
+            raise _fail(path, f"unknown dtype {dtype!r} (dtypes are case-sensitive)", name)
+        if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+            raise _fail(path, "invalid shape: expected a list of non-negative integers", name)
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_uint(o) for o in offsets):
+            raise _fail(path, "invalid data_offsets: expected [begin, end] of non-negative integers", name)
+        tensors[name] = TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
+    return tensors
+
+
+def _check_offsets(path: str, tensors: dict[str, TensorInfo], data_bytes: int) -> None:
+    position = 0
+    for info in sorted(tensors.values(), key=lambda t: (t.begin, t.end)):
+        if info.begin != position:
+            what = "a hole before" if info.begin > position else "overlapping offsets for"
+            raise _fail(
+                path,
+                f"invalid offset: {what} this tensor (starts at {info.begin}, expected {position})",
+                info.name,
+            )
+        if info.end < info.begin:
+            raise _fail(path, f"invalid offset: end {info.end} is before begin {info.begin}", info.name)
+        nbits = DTYPE_BITS[info.dtype]
+        numel = 1
+        for d in info.shape:
+            numel *= d
+            if numel > _U64_MAX:
+                raise _fail(path, "overflow computing the byte size from shape and dtype", info.name)
+        bits = numel * nbits
+        if bits > _U64_MAX:
+            raise _fail(path, "overflow computing the byte size from shape and dtype", info.name)
+        if bits % 8:
+            raise _fail(
+                path, f"shape {list(info.shape)} of {info.dtype} does not end on a byte boundary", info.name
+            )
+        if info.end - info.begin != bits // 8:
+            raise _fail(
+                path,
+                f"invalid shape, dtype or offsets: {list(info.shape)} {info.dtype} needs {bits // 8} bytes, "
+                f"offsets span {info.end - info.begin}",
+                info.name,
+            )
+        position = info.end
+    if position != data_bytes:
+        if position < data_bytes:
+            raise _fail(path, f"file not fully covered: {data_bytes - position} bytes after the last tensor")
+        raise _fail(path, f"file truncated: tensors need {position} data bytes, the file has {data_bytes}")
+
+
+def serialize_header(
+    metadata: dict[str, str] | None, tensors: list[TensorInfo] | dict[str, TensorInfo]
+) -> bytes:
+    """Compact JSON for a header, ``__metadata__`` first, tensors in the given order (no padding)."""
+    items = tensors.values() if isinstance(tensors, dict) else tensors
+    obj: dict[str, Any] = {}
+    if metadata is not None:
+        obj[METADATA_KEY] = metadata
+    for t in items:
+        obj[t.name] = {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": [t.begin, t.end]}
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
