@@ -71,6 +71,8 @@ class Checkpoint:
     repo_id: str | None = None
     extra_in_shards: list[tuple[str, str]] = field(default_factory=list)
     """(file, tensor) pairs present in a shard but not named by the index."""
+    bytes_received: int = 0
+    """For ``hf://`` inputs: bytes fetched over HTTP (headers only)."""
 
     @property
     def is_adapter(self) -> bool:
@@ -84,6 +86,10 @@ class Checkpoint:
 def open_checkpoint(spec: str | os.PathLike[str], *, read_bin: bool = True) -> Checkpoint:
     """Open ``spec`` (path or ``org/name[@revision]``) header-only; raise an :class:`AdapterdocError` if unusable."""
     s = os.fspath(spec)
+    if s.startswith("hf://"):
+        from adapterdoc.remote import open_remote
+
+        return open_remote(s)
     if os.path.lexists(s):
         return _open_path(s, s, read_bin=read_bin)
     m = _REPO_ID.match(s)

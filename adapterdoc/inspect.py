@@ -90,6 +90,8 @@ class InspectReport:
     lora: LoraSummary | None
     findings: list[Finding] = field(default_factory=list)
     weights_format: str = "safetensors"
+    bytes_received: int | None = None
+    """For ``hf://`` inputs: bytes fetched over HTTP (headers only)."""
 
     @property
     def ok(self) -> bool:
@@ -116,6 +118,8 @@ class InspectReport:
             },
             lora=asdict(self.lora) if self.lora else None,
         )
+        if self.bytes_received is not None:
+            d["bytes_received"] = self.bytes_received
         if self.lora:
             d["lora"]["ranks"] = {str(k): v for k, v in self.lora.ranks.items()}
         return d
@@ -161,6 +165,7 @@ def inspect_checkpoint(ckpt: Checkpoint) -> InspectReport:
         lora=lora,
         findings=sort_findings(findings),
         weights_format=ckpt.weights_format,
+        bytes_received=ckpt.bytes_received if ckpt.spec.startswith("hf://") else None,
     )
 
 
