@@ -94,7 +94,10 @@ def test_remote_single_file_reads_only_the_header(hub: _Hub, cli: Any) -> None:
     assert hub.served < header_len + 200_000  # the first range is capped at 100 kB, plus the 1-byte probes
     assert hub.served < len(data) / 50
     assert out["bytes_received"] == hub.served
-    assert set(hub.auth) == {"Bearer hf_test_token_not_real"}  # HF_TOKEN honoured
+    # HF_TOKEN is sent on every file request. (huggingface_hub 2.4 itself may also fetch /api/agent-harnesses once a
+    # day, without auth, to build its user agent: that request is the library's, not ours.)
+    ours = [a for r, a in zip(hub.requests, hub.auth) if "/resolve/" in r]
+    assert ours and set(ours) == {"Bearer hf_test_token_not_real"}
 
 
 def test_remote_sharded_and_adapter(hub: _Hub, cli: Any) -> None:
