@@ -89,6 +89,11 @@ _FUSED_EXPERTS = r"\.mlp\.experts(\.base_layer)?$"
 _MOE = r"\.mlp\.(experts|shared_expert)(\.|$)"
 _VL_LM = r"^model\.language_model\.layers\.\d+\."
 _TEXT_LM = r"^model\.layers\.\d+\."
+_QWEN35_MARK = r"\.(linear_attn|mlp\.shared_expert)\."
+"""Gated DeltaNet or a shared expert: what tells Qwen3.5-MoE from the Omni thinker / Qwen3-MoE."""
+_VL_DECODER = r"^model\.language_model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
+_TEXT_DECODER = r"^model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
+_BERT_LEAF = r"\.(Wqkv|Wi|Wo)$"
 
 LAYOUTS: dict[str, Layout] = {}
 
@@ -131,7 +136,7 @@ _register(
         model_class="Qwen3_5MoeForConditionalGeneration",
         model_type="qwen3_5_moe",
         description="Qwen3.5 / Qwen3.6 MoE vision-language, fused experts (model.language_model.*)",
-        requires=(_VL_LM, _MOE),
+        requires=(_VL_LM, _MOE, _QWEN35_MARK),
         forbids=(r"^thinker\.",),
         signals=(
             (_LINEAR_ATTN, "Gated-DeltaNet linear-attention modules"),
@@ -150,7 +155,7 @@ _register(
         model_class="Qwen3_5MoeForCausalLM",
         model_type="qwen3_5_moe_text",
         description="Qwen3.5 MoE, text-only class (model.layers.*)",
-        requires=(_TEXT_LM, _MOE),
+        requires=(_TEXT_LM, _MOE, _QWEN35_MARK),
         signals=(
             (_LINEAR_ATTN, "Gated-DeltaNet linear-attention modules"),
             (r"\.mlp\.shared_expert\.", "shared-expert MLP (Qwen3.5-MoE)"),
@@ -212,7 +217,7 @@ _register(
         model_class="Mistral3ForConditionalGeneration",
         model_type="mistral3",
         description="Ministral 3 vision-language (Mistral3 + Pixtral tower, model.language_model.*)",
-        requires=(_VL_LM,),
+        requires=(_VL_DECODER,),
         forbids=(_LINEAR_ATTN, _MOE, r"^thinker\."),
         signals=(
             (r"^model\.vision_tower\.", "Pixtral vision_tower modules"),
@@ -229,8 +234,8 @@ _register(
         model_class="Ministral3ForCausalLM",
         model_type="ministral3",
         description="Ministral 3 text-only class (model.layers.*); a generic decoder layout",
-        requires=(_TEXT_LM,),
-        forbids=(_LINEAR_ATTN, _MOE, r"^visual\."),
+        requires=(_TEXT_DECODER,),
+        forbids=(_LINEAR_ATTN, _MOE, r"^visual\.", _BERT_LEAF),
         lora_leaves=_ATTN + _MLP,
         remaps={"mistral3_vl": (ADD_LANGUAGE_MODEL,)},
     ),
