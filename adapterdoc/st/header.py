@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,12 @@ DTYPE_BITS: dict[str, int] = {
 
 _U64_MAX = 2**64 - 1
 _JSON_WS = " \t\n\r"
+_MAX_DEPTH = 128
+"""serde_json's nesting limit: the reference refuses a header with 128 nested arrays/objects."""
+_F64_MAX = 1.7976931348623157e308
+_ODD_JSON = re.compile(r"\\u[dD][89a-fA-F]|-0(?![.\deE])")
+"""Cheap pre-scan for the rare spellings Python's json reads differently from serde_json:
+surrogate escapes (a lone one is refused by the reference) and ``-0`` (a float there, an int here)."""
 
 
 @dataclass(frozen=True)
@@ -177,12 +184,57 @@ def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
         top = pairs  # the outermost object is the last one completed
         return _PairsDict(pairs)
 
+    odd = _ODD_JSON.search(text) is not None
     try:
-        json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant)
+        json.loads(
+            text,
+            object_pairs_hook=hook,
+            parse_constant=_reject_constant,
+            parse_int=_parse_int if odd else None,
+        )
     except (ValueError, RecursionError) as e:
         raise _fail(path, f"invalid JSON in header: {_json_reason(e)}") from None
     assert top is not None
+    if odd:
+        _check_surrogates(path, top)
     return top
+
+
+def _parse_int(s: str) -> Any:
+    if s == "-0":
+        return -0.0  # serde_json reads `-0` as a float, which no shape or offset accepts
+    return int(s)
+
+
+def _check_surrogates(path: str, pairs: list[tuple[str, Any]]) -> None:
+    """Refuse a lone surrogate escape (``"\\ud800"``) anywhere, as the reference does."""
+    stack: list[Any] = [pairs]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _fail(path, "invalid JSON in header: lone surrogate in a \\u escape") from None
+        elif isinstance(v, _PairsDict):
+            stack.append(v.pairs)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+
+
+def _check_ignored(path: str, name: str, value: Any) -> None:
+    """Extra fields of a tensor entry are ignored by the reference but must still be JSON it can read:
+    nesting below serde_json's limit and numbers within f64 range."""
+    stack: list[tuple[Any, int]] = [(value, 3)]  # top object, entry object, this value
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (dict, list)):
+            if depth >= _MAX_DEPTH:
+                raise _fail(path, f"invalid JSON in header: nested {_MAX_DEPTH} levels deep", name)
+            children = v.values() if isinstance(v, dict) else v
+            stack.extend((c, depth + 1) for c in children)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > _F64_MAX:
+            raise _fail(path, "invalid JSON in header: number out of range", name)
 
 
 def _json_reason(e: BaseException) -> str:
@@ -268,6 +320,10 @@ def _build_tensors(path: str, entries: list[tuple[str, Any]]) -> dict[str, Tenso
         for fld in ("dtype", "shape", "data_offsets"):
             if fld not in entry:
                 raise _fail(path, f"invalid tensor entry: missing field `{fld}`", name)
+        if len(entry) > 3:
+            for fld, extra in entry.items():
+                if fld not in ("dtype", "shape", "data_offsets"):
+                    _check_ignored(path, name, extra)
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
         if not isinstance(dtype, str):
             raise _fail(path, f"invalid dtype: expected a string, got {_kind(dtype)}", name)
