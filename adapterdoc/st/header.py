@@ -114,6 +114,9 @@ def read_header(path: str | os.PathLike[str]) -> Header:
     """
     spath = os.fspath(path)
     try:
+        pre = os.stat(spath)
+        if not _is_regular(pre.st_mode) and not os.path.isdir(spath):
+            raise _fail(spath, "not a regular file")  # checked before open(): opening a FIFO blocks
         with open(spath, "rb") as f:
             st = os.fstat(f.fileno())
             if not _is_regular(st.st_mode):
