@@ -185,7 +185,9 @@ def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
     def hook(pairs: list[tuple[str, Any]]) -> Any:
         nonlocal top
         top = pairs  # the outermost object is the last one completed
-        return _PairsDict(pairs)
+        d = dict(pairs)
+        # Only objects with a repeated key keep their raw pairs (cheap for the common, duplicate-free case).
+        return d if len(d) == len(pairs) else _PairsDict(pairs)
 
     odd = _ODD_JSON.search(text) is not None
     try:
@@ -221,6 +223,8 @@ def _check_surrogates(path: str, pairs: list[tuple[str, Any]]) -> None:
                 raise _fail(path, "invalid JSON in header: lone surrogate in a \\u escape") from None
         elif isinstance(v, _PairsDict):
             stack.append(v.pairs)
+        elif isinstance(v, dict):
+            stack.extend(v.items())
         elif isinstance(v, (list, tuple)):
             stack.extend(v)
 
@@ -313,9 +317,23 @@ def _is_uint(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _U64_MAX
 
 
+def _uint_list(values: list[Any]) -> bool:
+    for v in values:
+        if type(v) is not int or v < 0 or v > _U64_MAX:
+            return _all_uint_slow(values)
+    return True
+
+
+def _all_uint_slow(values: list[Any]) -> bool:
+    return all(_is_uint(v) for v in values)
+
+
 def _build_tensors(path: str, entries: list[tuple[str, Any]]) -> dict[str, TensorInfo]:
     tensors: dict[str, TensorInfo] = {}
     for name, entry in entries:
+        if isinstance(entry, list) and len(entry) == 3:
+            # serde (the reference) also reads the entry struct from a [dtype, shape, data_offsets] list
+            entry = dict(zip(("dtype", "shape", "data_offsets"), entry))
         if not isinstance(entry, dict):
             raise _fail(path, f"invalid tensor entry: expected an object, got {_kind(entry)}", name)
         if isinstance(entry, _PairsDict) and len(entry.pairs) != len(entry):
@@ -332,9 +350,9 @@ def _build_tensors(path: str, entries: list[tuple[str, Any]]) -> dict[str, Tenso
             raise _fail(path, f"invalid dtype: expected a string, got {_kind(dtype)}", name)
         if dtype not in DTYPE_BITS:
             raise _fail(path, f"unknown dtype {dtype!r} (dtypes are case-sensitive)", name)
-        if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
+        if type(shape) is not list or not _uint_list(shape):
             raise _fail(path, "invalid shape: expected a list of non-negative integers", name)
-        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_uint(o) for o in offsets):
+        if type(offsets) is not list or len(offsets) != 2 or not _uint_list(offsets):
             raise _fail(path, "invalid data_offsets: expected [begin, end] of non-negative integers", name)
         tensors[name] = TensorInfo(name, dtype, tuple(shape), offsets[0], offsets[1])
     return tensors
