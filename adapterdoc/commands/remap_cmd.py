@@ -1,0 +1,107 @@
+"""`adapterdoc remap ADAPTER (--vl | --to LAYOUT | --rule 'REGEX=>REPLACEMENT' ...) [--out DIR] [--dry-run] [--json]`."""
+
+from __future__ import annotations
+
+import click
+
+from adapterdoc.commands._common import emit, handle_errors, is_quiet
+from adapterdoc.layouts import LAYOUTS
+
+_LAYOUT = click.Choice(sorted(LAYOUTS), case_sensitive=True)
+
+
+def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    from adapterdoc.remap import parse_rule
+
+    for text in value:
+        try:
+            parse_rule(text)
+        except ValueError as e:
+            raise click.BadParameter(str(e), ctx=ctx, param=param) from None
+    return value
+
+
+@click.command("remap")
+@click.argument("adapter")
+@click.option(
+    "--vl", is_flag=True, help="Strip the first `.language_model.` from every key (VL adapter → text class)."
+)
+@click.option("--to", "to_layout", type=_LAYOUT, metavar="LAYOUT", help="Move to this registry layout.")
+@click.option(
+    "--from",
+    "from_layout",
+    type=_LAYOUT,
+    metavar="LAYOUT",
+    help="The adapter's layout, when detection from its keys is ambiguous (only with --to).",
+)
+@click.option(
+    "--rule",
+    "rules",
+    multiple=True,
+    callback=_check_rules,
+    metavar="'REGEX=>REPLACEMENT'",
+    help="re.sub on the full key, first match only; repeatable, applied in order.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, dir_okay=True),
+    help="Write a complete new adapter folder here (must not exist or be empty); the input is not touched.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the mapping and the strategy; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@click.pass_context
+@handle_errors
+def command(
+    ctx: click.Context,
+    adapter: str,
+    vl: bool,
+    to_layout: str | None,
+    from_layout: str | None,
+    rules: tuple[str, ...],
+    out: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Rename an adapter's keys to another model layout and keep adapter_config.json consistent.
+
+    \b
+    Exactly one of:
+      --vl            strip `.language_model.` (Qwen3.5 / Qwen3.5-MoE / Mistral3 VL adapter onto the text class)
+      --to LAYOUT     the registry's rules from the detected layout (or --from) to LAYOUT
+      --rule R=>S     your own renames on the full key, in order
+
+    Header-only: the tensor data is never rewritten. The header is rewritten in place when the new one fits
+    (always for --vl), else the file is copied to a temp file beside it and renamed over it. A weights file
+    that is a symlink (the Hugging Face cache) is never written through: the link is replaced by a regular
+    file and the shared blob stays as it was. A .bin adapter is written as adapter_model.safetensors and the
+    .bin is kept as adapter_model.bin.bak. Refusals (collision, a key keeping `.language_model.`, no LoRA keys,
+    read-only files) exit 3 and change nothing.
+    """
+    from adapterdoc.remap import remap
+    from adapterdoc.report import render
+
+    modes = [m for m, on in (("--vl", vl), ("--to", to_layout is not None), ("--rule", bool(rules))) if on]
+    if len(modes) != 1:
+        got = " and ".join(modes) if modes else "none"
+        raise click.UsageError(
+            f"choose exactly one of --vl, --to LAYOUT, --rule 'REGEX=>REPLACEMENT' (got {got})"
+        )
+    if from_layout is not None and to_layout is None:
+        raise click.UsageError("--from LAYOUT only goes with --to LAYOUT")
+    report = remap(
+        adapter,
+        vl=vl,
+        to=to_layout,
+        source=from_layout,
+        rules=rules,
+        out=out,
+        dry_run=dry_run,
+        progress=not as_json and not is_quiet(),
+    )
+    if as_json:
+        emit(render.to_json(report.to_dict()))
+    elif not is_quiet():
+        from adapterdoc.report.remap_text import render_remap
+
+        emit(render_remap(report))
+    ctx.exit(0 if report.ok else 1)
