@@ -110,3 +110,171 @@ CODES = [
         "Remove it or rename it to what the loader expects.",
     ),
 ]
+
+# AD220-AD239: `adapterdoc verify` (adapter vs. base, with PEFT's own injection on a meta-device model).
+CODES += [
+    Code(
+        "AD220",
+        "missing-lora-keys",
+        "error",
+        "PEFT would create LoRA weights on the base that the adapter file does not provide.",
+        'PEFT only warns ("Found missing adapter keys while loading the checkpoint") and keeps those weights at their '
+        "initialisation: `lora_B` stays zero, so the modules do nothing. When every key is missing the server answers "
+        "with the base model.",
+        "`base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight` expected, not in the file",
+        "Remap the adapter to the base's layout (see the hint), or verify against the base it was trained on.",
+    ),
+    Code(
+        "AD221",
+        "unexpected-adapter-keys",
+        "error",
+        "Adapter tensors that match no weight of the base with PEFT's injection applied.",
+        "`PeftModel.load_adapter` and `from_pretrained` drop them without any warning; vLLM compares only the last "
+        "name component and drops them too. The trained weights never reach the model.",
+        "`base_model.model.model.language_model.layers.0.self_attn.q_proj.lora_A.weight` on a text-only base",
+        "Remap the adapter to the base's layout (see the hint), or check that `--base` is the model it was trained on.",
+    ),
+    Code(
+        "AD222",
+        "lora-shape-mismatch",
+        "error",
+        "A LoRA tensor's shape differs from what PEFT builds on this base (rank, in or out features).",
+        "PEFT's load stops with a size-mismatch error; a wrong in/out feature count means the adapter belongs to a "
+        "different model size, a wrong rank means `r`/`rank_pattern` disagree with the tensors.",
+        "q_proj.lora_A.weight is [8, 4096], PEFT builds [8, 2048]",
+        "Verify against the right base size; fix `r`/`rank_pattern` to match the tensors.",
+    ),
+    Code(
+        "AD223",
+        "layout-move",
+        "error",
+        "The key mismatch is a known layout move: the adapter was saved on a neighbouring model class.",
+        "A VL adapter on a text-only base (or the reverse), an Omni full-wrapper adapter on the thinker, an MLM adapter "
+        "on the bare encoder, pre-4.52 VL names, keys without `base_model.model.`, a non-default adapter name: each "
+        "loads with nothing applied, and each is fixed by a rename of the keys.",
+        "qwen3_5_vl adapter on a qwen3_5_text base: all 50 keys match after stripping `.language_model.`",
+        "Run the `adapterdoc remap ...` command in the hint (header-only, in place, atomic), then verify again.",
+    ),
+    Code(
+        "AD224",
+        "key-on-untargeted-module",
+        "error",
+        "Adapter tensors sit on base modules that the adapter's own config does not target (or excludes).",
+        "PEFT injects LoRA only where `target_modules`/`target_parameters` point (minus `exclude_modules`), so these "
+        "tensors are dropped on load without a warning.",
+        '`...mlp.down_proj.lora_A.weight` with target_modules ["q_proj", "v_proj"]',
+        "Add the modules to `target_modules` (or remove them from `exclude_modules`) if they were trained; otherwise "
+        "remove the stray tensors.",
+    ),
+    Code(
+        "AD225",
+        "peft-config-rewrite",
+        "info",
+        "PEFT rewrites this adapter's LoRA config for this model type before injecting it.",
+        "For fused-expert models (Qwen3-MoE, Qwen3-Omni, Mixtral in transformers 5) PEFT moves expert projections from "
+        "`target_modules` to `target_parameters` and doubles rank/alpha on fused `gate_up_proj`; dense MLP layers then "
+        "get no LoRA. The expected keys here follow the rewritten config, as PEFT's load does.",
+        "target_modules [q,k,v,o,gate,up,down]_proj → [q,k,v,o]_proj + target_parameters {gate_up_proj, down_proj}",
+        "Nothing to do if intended; save adapters with the rewritten config so what the file says is what loads.",
+    ),
+    Code(
+        "AD226",
+        "targets-match-nothing",
+        "error",
+        "PEFT refuses to inject this adapter's config into the base: no module matches `target_modules`.",
+        "`PeftModel.from_pretrained` raises (or, for some configs, wraps nothing), so the adapter cannot be loaded on "
+        "this base at all.",
+        'target_modules ["Wqkv", "Wo"] on a decoder base',
+        "Check that `--base` is the model family the adapter was trained on.",
+    ),
+    Code(
+        "AD227",
+        "targets-reach-tower",
+        "warning",
+        "On this base, the adapter's targets select modules in a vision/audio tower, projector, talker or MTP head.",
+        "Tower LoRA is dropped by vLLM and by text-only serving; for Qwen3-Omni the talker must never get LoRA. A "
+        "retrain with this config would spend rank on modules that are never served.",
+        "target_modules all-linear reaching `model.visual.blocks.0.attn.qkv`",
+        "Add an `exclude_modules` regex covering the towers, e.g. "
+        "`(^|.*\\.)(visual|vision_tower|multi_modal_projector|audio_tower|talker|code2wav|mtp)(\\..*|$)`.",
+    ),
+    Code(
+        "AD228",
+        "pattern-matches-nothing",
+        "warning",
+        "A `rank_pattern` or `alpha_pattern` key matches no module the adapter targets on this base.",
+        "The pattern has no effect: those modules use the default `r`/`lora_alpha`, so the scaling differs from what "
+        "the config's author intended (and, for rank, the tensor shapes will not match).",
+        '"rank_pattern": {"model.layers.0.attn.q_proj": 16} on a model whose modules are named `self_attn`',
+        "Fix the pattern to name the module as it appears in the model (PEFT matches `(.*\\.)?(KEY)$`).",
+    ),
+    Code(
+        "AD229",
+        "lora-scaling",
+        "info",
+        "The scaling LoRA applies: `lora_alpha / r` (or `lora_alpha / sqrt(r)` with rsLoRA), per pattern.",
+        "Scaling multiplies the whole delta; an alpha copied from another run, or rsLoRA turned on or off between "
+        "training and serving, changes the adapter's effect without any error.",
+        "scaling 2 (alpha 16 / r 8)",
+        "Check that it matches the training run.",
+    ),
+    Code(
+        "AD230",
+        "dora-adapter",
+        "info",
+        "The adapter uses DoRA (weight-decomposed LoRA, `lora_magnitude_vector` tensors).",
+        "DoRA needs the base weight norms at load time and is not supported by every server (vLLM refuses it); merging "
+        "is the portable way to serve it.",
+        '"use_dora": true',
+        "Serve with PEFT, or merge the adapter into the base (`adapterdoc merge`).",
+    ),
+    Code(
+        "AD231",
+        "adapter-config-inferred",
+        "warning",
+        "The input has no adapter_config.json; the LoRA config used for the check was inferred from the tensors.",
+        "PEFT and vLLM both need adapter_config.json to load an adapter; the inferred target list and ranks are a "
+        "best guess (leaf names, most common rank), so scaling and targeting could differ from the training run.",
+        "verify model.safetensors --base ...",
+        "Ship the adapter as a directory with the adapter_config.json the trainer wrote.",
+    ),
+    Code(
+        "AD232",
+        "loaded-no-lora-modules",
+        "error",
+        "After a real PEFT load (`--load`) the model holds no LoRA modules.",
+        "The seed trainer's first post-load assertion: a warm-start that ends with zero LoRA modules trains or serves "
+        "the plain base model.",
+        "0 modules named `...lora_A.<adapter>` after PeftModel.load_adapter",
+        "Check `target_modules` against the base's module names (see the other findings).",
+    ),
+    Code(
+        "AD233",
+        "loaded-key-mismatch",
+        "error",
+        "A real PEFT load (`--load`) reported missing or unexpected LoRA keys.",
+        "The seed trainer's second post-load assertion: PEFT injects modules from the config before loading weights, "
+        "so a non-zero module count does not prove that any saved weight was used; only the load result does.",
+        "load_adapter(...).missing_keys lists 56 `...lora_A.adapterdoc.weight` keys",
+        "Remap the adapter to the base's layout; the key findings name the move.",
+    ),
+    Code(
+        "AD234",
+        "loaded-output-unchanged",
+        "error",
+        "With the adapter loaded (`--load`), the model's output on a fixed probe input equals the base model's.",
+        "The seed trainer's third post-load assertion, and the only one independent of PEFT's bookkeeping: an adapter "
+        "that changes nothing is a silent no-op (zero lora_B, keys that matched nothing, a disabled adapter).",
+        "max |logits(adapter) - logits(base)| = 0.0 on 8 probe tokens",
+        "See the zero-lora_B and key findings; re-export the trained adapter.",
+    ),
+    Code(
+        "AD235",
+        "load-check",
+        "info",
+        "Summary of the real PEFT load (`--load`): LoRA modules present, keys matched, and how much the probe output moved.",
+        "It is the end-to-end confirmation of what the header-level checks predict.",
+        "56 LoRA modules, 0 missing, 0 unexpected, max |Δ logits| 0.031",
+        "Nothing to do.",
+    ),
+]

@@ -1,0 +1,190 @@
+"""AD4xx: serving-profile findings (``verify --profile vllm``): vLLM's adapter rules as its own source states them.
+
+Every rule here describes :data:`VLLM_VERSION`; the messages say so, because vLLM changes these rules between releases.
+"""
+
+from adapterdoc.codes import Code
+
+VLLM_VERSION = "0.33.0"
+"""The vLLM release whose source (``vllm/lora/peft_helper.py``, ``lora_model.py``, ``utils.py``, ``config/lora.py``)
+these rules were read from."""
+
+VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+VLLM_DEFAULT_MAX_LORA_RANK = 16
+
+_V = f"Describes vLLM {VLLM_VERSION}."
+
+CODES = [
+    Code(
+        "AD401",
+        "vllm-missing-config-field",
+        "error",
+        "adapter_config.json lacks a field vLLM requires: `r`, `lora_alpha` or `target_modules`. " + _V,
+        'vLLM\'s PEFTHelper refuses the adapter at load time ("Missing required configuration fields"); PEFT itself '
+        "fills in defaults, so the adapter works in training code and fails only on the server.",
+        'adapter_config.json without "lora_alpha"',
+        "Write the missing fields explicitly (PEFT's `save_pretrained` always does).",
+    ),
+    Code(
+        "AD402",
+        "vllm-dora-unsupported",
+        "error",
+        "The adapter uses DoRA (`use_dora`, or `lora_magnitude_vector` tensors). " + _V,
+        'vLLM refuses it ("vLLM does not yet support DoRA."): the request that names the adapter fails.',
+        '"use_dora": true',
+        "Retrain without DoRA for vLLM, or merge the adapter into the base weights (`adapterdoc merge`) and serve "
+        "the merged model.",
+    ),
+    Code(
+        "AD403",
+        "vllm-modules-to-save",
+        "error",
+        "`modules_to_save` names modules other than `classifier`/`score`. " + _V,
+        'vLLM only supports `modules_to_save` being None or ["classifier", "score"] (classification heads); any '
+        "other whole-module weights (an `lm_head`, `embed_tokens`) make it refuse the adapter.",
+        '"modules_to_save": ["lm_head"]',
+        "Train without `modules_to_save` (LoRA on the module instead), or merge the adapter and serve the merged model.",
+    ),
+    Code(
+        "AD404",
+        "vllm-lora-bias",
+        "error",
+        "The adapter trains LoRA biases (`lora_bias: true`, `lora_B.bias` tensors). " + _V,
+        "vLLM refuses `lora_bias`; the tensors are also not an accepted LoRA weight name.",
+        '"lora_bias": true',
+        "Retrain with `lora_bias=False`, or merge the adapter.",
+    ),
+    Code(
+        "AD405",
+        "vllm-init-changes-base",
+        "error",
+        "`init_lora_weights` is a method that changes the base weights (PiSSA, OLoRA, CorDA, LoftQ). " + _V,
+        "Such adapters are only correct on the modified base they were initialised from; vLLM serves them on the "
+        "original base and refuses these init methods (only gaussian, eva, orthogonal, mica, lora_ga and booleans pass).",
+        '"init_lora_weights": "pissa_niter_4"',
+        "Convert the adapter to a plain LoRA against the original base (PEFT's `path_initial_model_for_weight_conversion` "
+        "when saving), or serve the merged model.",
+    ),
+    Code(
+        "AD406",
+        "vllm-alora",
+        "error",
+        "The adapter is an activated LoRA (`alora_invocation_tokens`). " + _V,
+        "vLLM refuses aLoRA adapters in its standard LoRA path.",
+        '"alora_invocation_tokens": [128000, 9125]',
+        "Serve it with a server that supports aLoRA, or retrain as a plain LoRA.",
+    ),
+    Code(
+        "AD407",
+        "vllm-layer-replication",
+        "error",
+        "The adapter uses `layer_replication`. " + _V,
+        "vLLM refuses it: the served model's layer stack would differ from the one the adapter was trained on.",
+        '"layer_replication": [[0, 4], [2, 5]]',
+        "Retrain without layer replication.",
+    ),
+    Code(
+        "AD408",
+        "vllm-bdlora",
+        "error",
+        "The adapter uses block-diagonal LoRA (`use_bdlora`). " + _V,
+        "vLLM refuses BD-LoRA adapters.",
+        '"use_bdlora": true',
+        "Retrain without BD-LoRA, or merge the adapter.",
+    ),
+    Code(
+        "AD409",
+        "vllm-qalora",
+        "error",
+        "The adapter uses QA-LoRA (`use_qalora`). " + _V,
+        "vLLM refuses QA-LoRA adapters.",
+        '"use_qalora": true',
+        "Retrain without QA-LoRA, or merge the adapter.",
+    ),
+    Code(
+        "AD410",
+        "vllm-bias-unsupported",
+        "error",
+        '`bias` is not "none": the adapter trains base-layer biases. ' + _V,
+        'vLLM refuses it ("Adapter bias is not supported.").',
+        '"bias": "lora_only"',
+        'Retrain with `bias="none"`, or merge the adapter.',
+    ),
+    Code(
+        "AD411",
+        "vllm-rank-above-limit",
+        "error",
+        "The adapter's largest rank (`r` and every `rank_pattern` value) exceeds the server's `--max-lora-rank`. "
+        + _V,
+        'vLLM refuses the adapter when it is loaded ("LoRA rank N is greater than max_lora_rank M"); the default '
+        "limit is 16, so a rank-32 or rank-64 adapter fails on a server started without `--max-lora-rank`.",
+        '"r": 64 on a server with the default --max-lora-rank 16',
+        "Start the server with `--max-lora-rank` at least the adapter's rank (one of 1, 8, 16, 32, 64, 128, 256, 320, "
+        "512) and pass the same value to `adapterdoc verify --max-lora-rank`, or retrain with a smaller rank.",
+    ),
+    Code(
+        "AD412",
+        "vllm-unsupported-tensor",
+        "error",
+        "A tensor name is not one vLLM accepts (`lora_A.weight`, `lora_B.weight`, `lora_embedding_A/B`, or the "
+        "`score`/`classifier` weights of classification models). " + _V,
+        'vLLM refuses the adapter ("<name> is unsupported LoRA weight").',
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector",
+        "Remove the tensor or retrain without the feature that produced it (DoRA, lora_bias, modules_to_save).",
+    ),
+    Code(
+        "AD413",
+        "vllm-unexpected-module",
+        "error",
+        "A LoRA module's last name component is not one the served model supports for LoRA. " + _V,
+        "vLLM compares only the leaf name against the model's LoRA modules (expanded through its packed modules, e.g. "
+        'qkv_proj → q/k/v_proj) and refuses the whole adapter ("While loading ..., expected target modules in ... but '
+        'received ...").',
+        "a LoRA on `model.layers.0.linear_attn.conv1d`",
+        "Train with `target_modules` limited to the language model's linear layers.",
+    ),
+    Code(
+        "AD414",
+        "vllm-tower-lora-dropped",
+        "error",
+        "LoRA modules sit on a vision/audio tower or a multimodal projector. " + _V,
+        'vLLM applies LoRA to the language model only ("vLLM currently only supports adding LoRA to language model") '
+        "unless the server enables tower/connector LoRA: those modules are dropped and the served adapter is not the "
+        "trained one.",
+        "base_model.model.model.visual.blocks.0.attn.qkv.lora_A.weight",
+        "Train with the towers excluded (`exclude_modules` regex), or enable tower LoRA on the server if it supports it.",
+    ),
+    Code(
+        "AD415",
+        "vllm-path-not-served",
+        "error",
+        "Adapter module paths do not exist in the model as vLLM serves it (text-only vs vision-language naming). "
+        + _V,
+        "vLLM checks only the last name component, so an adapter saved on the VL class and served text-only (or the "
+        "reverse) passes its check and is then silently not applied: the server answers with the base model. This is "
+        "the failure users report most.",
+        "`model.language_model.layers.0.self_attn.q_proj` on a model served as Qwen3_5ForCausalLM (`model.layers.*`)",
+        "Remap the adapter to the served layout (the finding's hint has the exact `adapterdoc remap` command), or "
+        "serve the model class the adapter was trained on; set `--served-as` to what the server runs.",
+    ),
+    Code(
+        "AD416",
+        "vllm-served-as",
+        "info",
+        "Which model class the vLLM profile assumed the server runs (text-only or vision-language), and why. "
+        + _V,
+        "The full-path check depends on it; when it is inferred from the base config, say it explicitly with "
+        "`--served-as` if the server runs something else (e.g. a text-only architecture override).",
+        "served as vl: the base is Qwen3_5ForConditionalGeneration",
+        "Pass `--served-as text|vl` to match the server.",
+    ),
+    Code(
+        "AD417",
+        "vllm-invalid-rank",
+        "error",
+        "`r` or a `rank_pattern` value is not a positive integer. " + _V,
+        "vLLM refuses the adapter at once; PEFT may have accepted the config in training code.",
+        '"rank_pattern": {"q_proj": 0}',
+        "Fix the config: every rank must be a positive integer that matches the tensors.",
+    ),
+]
