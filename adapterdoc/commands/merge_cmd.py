@@ -1,0 +1,87 @@
+"""`adapterdoc merge ADAPTER --base BASE_DIR --out OUT_DIR [--dtype ...] [--force] [--json]`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from adapterdoc.commands._common import emit, handle_errors, is_quiet
+
+
+@click.command("merge")
+@click.argument("adapter")
+@click.option(
+    "--base", "base", required=True, help="The base model folder (config.json + safetensors shards)."
+)
+@click.option("--out", "out", required=True, help="Folder to write the merged checkpoint to.")
+@click.option(
+    "--dtype",
+    type=click.Choice(["auto", "bfloat16", "float16", "float32"]),
+    default="auto",
+    show_default=True,
+    help="dtype of floating-point weights in the output (auto keeps each base tensor's).",
+)
+@click.option("--force", is_flag=True, help="Replace a non-empty --out.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@click.pass_context
+@handle_errors
+def command(
+    ctx: click.Context, adapter: str, base: str, out: str, dtype: str, force: bool, as_json: bool
+) -> None:
+    """Merge a LoRA adapter into its base checkpoint, streaming one tensor at a time."""
+    from adapterdoc.merge import merge
+    from adapterdoc.report import render
+
+    with _progress(enabled=not is_quiet()) as progress:
+        report = merge(adapter, base, out, dtype=dtype, force=force, progress=progress)
+    if as_json:
+        emit(render.to_json(report.to_dict()))
+    elif not is_quiet():
+        from adapterdoc.report.merge_text import render_merge
+
+        emit(render_merge(report))
+    ctx.exit(0 if report.ok else 1)
+
+
+class _progress:
+    """A rich progress bar by bytes on stderr, only when stderr is a terminal."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.enabled:
+            return None
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        self.bar = Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("merging", total=None)
+
+        def update(done: int, total: int) -> None:
+            self.bar.update(self.task, completed=done, total=total)
+
+        return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

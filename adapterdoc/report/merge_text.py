@@ -1,0 +1,53 @@
+"""Human rendering of a :class:`~adapterdoc.merge.MergeReport`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from adapterdoc.report.findings import sort_findings
+from adapterdoc.report.render import capture_console, findings_table
+
+if TYPE_CHECKING:
+    from adapterdoc.merge import MergeReport
+
+_SAMPLE = 8
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def render_merge(report: MergeReport) -> str:
+    console, buf = capture_console()
+    console.print(
+        f"[bold]merge[/] {report.adapter} → {report.base}"
+        + (f" ({report.model_class})" if report.model_class else "")
+    )
+    if report.out:
+        console.print(
+            f"wrote [bold]{report.out}[/]: {report.tensors:,} tensors ({report.merged_tensors:,} merged), "
+            f"{_human_bytes(report.bytes_written)}, dtype {report.dtype}, {report.seconds:.1f} s"
+        )
+    else:
+        console.print("[bold red]nothing written[/]")
+    console.print(f"applied: {len(report.applied)} module(s)")
+    for name in report.applied[:_SAMPLE]:
+        console.print(f"  • {name}")
+    if len(report.applied) > _SAMPLE:
+        console.print(f"  … and {len(report.applied) - _SAMPLE} more")
+    if report.unused:
+        console.print(f"[bold red]unused: {len(report.unused)} module(s)[/]")
+        for name in report.unused[:_SAMPLE]:
+            console.print(f"  • {name}")
+        if len(report.unused) > _SAMPLE:
+            console.print(f"  … and {len(report.unused) - _SAMPLE} more")
+    if report.findings:
+        console.print(findings_table(sort_findings(report.findings)))
+    else:
+        console.print("no findings")
+    return buf.getvalue()
