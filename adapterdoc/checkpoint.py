@@ -254,16 +254,32 @@ def load_bin(path: str) -> dict[str, Any]:
         import torch
     except ImportError:
         raise MissingExtraError(path, "torch") from None
+    import warnings
+
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=False)
+        with warnings.catch_warnings():
+            # torch's own warnings (pickle protocol, ...) would break the one-line error on stderr
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=False)
     except Exception as e:  # the unpickler raises many types; all mean "cannot use this file"
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UnsupportedInputError(path, f"refused by torch.load(weights_only=True): {reason}") from None
+        raise UnsupportedInputError(
+            path, f"refused by torch.load(weights_only=True): {_torch_reason(e)}"
+        ) from None
     if not isinstance(obj, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
     ):
         raise UnsupportedInputError(path, "is not a state dict of named tensors")
     return obj
+
+
+def _torch_reason(e: Exception) -> str:
+    """The useful part of torch.load's error (its first line advises weights_only=False, which we never do)."""
+    text = str(e).strip()
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1].split("Check the documentation", 1)[0]
+        return " ".join(text.split()) or type(e).__name__
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def describe_bin(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
