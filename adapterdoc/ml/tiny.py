@@ -55,6 +55,8 @@ def _omni_text() -> dict[str, Any]:
 
 def _omni_thinker() -> dict[str, Any]:
     return dict(
+        # Released Omni configs carry this; the thinker's 3-D position code reads it whenever an attention mask is given.
+        vision_start_token_id=151652,
         text_config=_omni_text(),
         audio_config=dict(
             d_model=32,

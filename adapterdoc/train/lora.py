@@ -1,0 +1,204 @@
+"""LoRA for the reference runs: the per-layout config from the registry, injection with a tower-leak check, and
+extraction and saving of the adapter state."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from adapterdoc.errors import AdapterdocError
+from adapterdoc.layouts import TOWER_SEGMENTS, Layout, get_layout
+
+DEFAULT_RANK = 8
+EXTRA_TOWER_SEGMENTS = ("embed_vision", "embed_audio")
+_WRAPPERS = ("module.", "_orig_mod.")
+"""Prefixes a distributed or compiled wrapper adds in front of parameter names."""
+_PEFT_ROOT = "base_model.model."
+
+
+class TowerLeakError(AdapterdocError):
+    """LoRA (or anything trainable) ended up on a vision/audio tower, projector, talker or MTP head."""
+
+
+class EmptyAdapterStateError(AdapterdocError):
+    """The gathered adapter state holds an empty tensor or no LoRA tensor at all (ZeRO-3 saved before gathering)."""
+
+
+def lora_config(
+    layout: str | Layout,
+    *,
+    r: int = DEFAULT_RANK,
+    alpha: float | None = None,
+    dropout: float = 0.0,
+    exclude: str | bool | None = True,
+) -> Any:
+    """The ``peft.LoraConfig`` the registry asks for: language-model attention/MLP leaves, fused experts through
+    ``target_parameters``, towers excluded by the layout's fullmatch regex, and ``lora_alpha = 2 r`` by default.
+
+    ``exclude=False`` drops the exclusion (only to demonstrate the leak check); a string replaces it.
+    """
+    from peft import LoraConfig
+
+    lay = get_layout(layout) if isinstance(layout, str) else layout
+    if not lay.lora_leaves and not lay.target_parameters:
+        raise AdapterdocError(lay.name, "the registry lists no LoRA targets for this layout")
+    if lay.target_parameters and dropout:
+        raise AdapterdocError(
+            lay.name,
+            f"lora_dropout={dropout} with fused experts: PEFT's parameter wrapper refuses dropout; use 0",
+        )
+    if exclude is True:
+        exclude_regex = lay.exclude_regex
+    elif exclude is False or exclude is None:
+        exclude_regex = None
+    else:
+        exclude_regex = exclude
+    return LoraConfig(
+        r=r,
+        lora_alpha=2 * r if alpha is None else alpha,
+        lora_dropout=dropout,
+        target_modules=list(lay.lora_leaves),
+        target_parameters=list(lay.target_parameters) or None,
+        exclude_modules=exclude_regex,
+        bias="none",
+    )
+
+
+def inject(model: Any, layout: str | Layout, *, seed: int = 0, config: Any = None, **kw: Any) -> Any:
+    """Wrap ``model`` with LoRA for ``layout`` (``lora_A`` initialised from ``seed``); fails on any tower leak."""
+    import torch
+    from peft import get_peft_model
+
+    lay = get_layout(layout) if isinstance(layout, str) else layout
+    cfg = config if config is not None else lora_config(lay, **kw)
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        peft_model = get_peft_model(model, cfg)
+    finally:
+        torch.random.set_rng_state(state)
+    check_no_tower_trainable(peft_model, lay)
+    return peft_model
+
+
+def tower_segments(layout: Layout) -> frozenset[str]:
+    return frozenset((*layout.towers, *TOWER_SEGMENTS, *EXTRA_TOWER_SEGMENTS))
+
+
+def trainable_tower_parameters(model: Any, layout: str | Layout) -> list[str]:
+    """Names of trainable parameters that run through a tower/projector/talker/MTP segment."""
+    lay = get_layout(layout) if isinstance(layout, str) else layout
+    segments = tower_segments(lay)
+    return [
+        name
+        for name, p in model.named_parameters()
+        if p.requires_grad and any(seg in segments for seg in name.split("."))
+    ]
+
+
+def check_no_tower_trainable(model: Any, layout: str | Layout) -> None:
+    """Raise :class:`TowerLeakError` if any tower parameter is trainable (the exclusion regex missed something)."""
+    lay = get_layout(layout) if isinstance(layout, str) else layout
+    leaked = trainable_tower_parameters(model, lay)
+    if leaked:
+        raise TowerLeakError(
+            lay.name,
+            f"{len(leaked)} tower parameter(s) are trainable, e.g. `{leaked[0]}`; "
+            f"exclude them with exclude_modules={lay.exclude_regex or 'a tower regex'!r}",
+        )
+
+
+def trainable_state(model: Any) -> dict[str, Any]:
+    """The trainable parameters by name (a process's local view of the LoRA state)."""
+    return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def strip_wrappers(name: str, *, unwrap_thinker: bool = False) -> str:
+    """Remove ``module.``/``_orig_mod.`` prefixes and, with ``unwrap_thinker``, the Omni ``thinker.`` level."""
+    changed = True
+    while changed:
+        changed = False
+        for w in _WRAPPERS:
+            if name.startswith(w):
+                name, changed = name[len(w) :], True
+    if unwrap_thinker:
+        if name.startswith(_PEFT_ROOT + "thinker."):
+            name = _PEFT_ROOT + name[len(_PEFT_ROOT + "thinker.") :]
+        elif name.startswith("thinker."):
+            name = name[len("thinker.") :]
+    return name
+
+
+def adapter_state(state: Mapping[str, Any], *, unwrap_thinker: bool = False, what: str | None = None) -> dict:
+    """The LoRA tensors of a (possibly full, possibly gathered) state dict, on the CPU, with wrappers stripped.
+
+    Refuses an empty tensor (a ZeRO-3 shard saved before gathering) and a state without any LoRA tensor:
+    both would otherwise be written as an adapter that loads and does nothing.
+    """
+    out: dict[str, Any] = {}
+    for name, tensor in state.items():
+        clean = strip_wrappers(name, unwrap_thinker=unwrap_thinker)
+        if "lora_" not in clean:
+            continue
+        if tensor.numel() == 0:
+            raise EmptyAdapterStateError(
+                what, f"the gathered LoRA tensor is empty (shape {list(tensor.shape)})", key=name
+            )
+        if clean in out:
+            raise EmptyAdapterStateError(what, "two state entries map to the same adapter key", key=clean)
+        out[clean] = tensor.detach().to("cpu", copy=True).contiguous()
+    if not out:
+        raise EmptyAdapterStateError(what, f"none of the {len(state)} state entries is a LoRA tensor")
+    return out
+
+
+def save_adapter(
+    peft_model: Any,
+    state: Mapping[str, Any],
+    out_dir: str | os.PathLike[str],
+    *,
+    base_name: str | None = None,
+) -> dict[str, Any]:
+    """Write ``adapter_model.safetensors`` and ``adapter_config.json`` atomically; returns the saved tensors.
+
+    Key conversion (dropping the adapter name) is PEFT's own ``get_peft_model_state_dict``, and the config is
+    written as ``save_pretrained`` writes it (inference mode, the base class in ``auto_mapping``).
+    """
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save as st_save
+
+    from adapterdoc.st.atomic import atomic_write_bytes
+
+    os.makedirs(out_dir, exist_ok=True)
+    saved = get_peft_model_state_dict(peft_model, state_dict=dict(state))
+    if not saved:
+        raise EmptyAdapterStateError(os.fspath(out_dir), "PEFT kept no tensor of the adapter state")
+    saved = {k: v.contiguous() for k, v in sorted(saved.items())}
+    atomic_write_bytes(
+        os.path.join(out_dir, "adapter_model.safetensors"), st_save(saved, metadata={"format": "pt"})
+    )
+    cfg = peft_model.peft_config["default"].to_dict()
+    cfg["inference_mode"] = True
+    if base_name is not None:
+        cfg["base_model_name_or_path"] = base_name
+    if cfg.get("task_type") is None:
+        base = peft_model.get_base_model()
+        cfg["auto_mapping"] = {
+            "base_model_class": type(base).__name__,
+            "parent_library": type(base).__module__,
+        }
+    atomic_write_bytes(
+        os.path.join(out_dir, "adapter_config.json"),
+        (json.dumps(cfg, indent=2, sort_keys=True, default=_jsonable) + "\n").encode(),
+    )
+    return saved
+
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    if hasattr(o, "value"):  # enums (task_type, peft_type)
+        return o.value
+    return str(o)
