@@ -1,0 +1,190 @@
+"""`adapterdoc verify ADAPTER... --base BASE`: the pre-deploy gate."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from adapterdoc.commands._common import emit, handle_errors, is_quiet
+
+FORMATS = ("text", "json", "junit", "github")
+PROFILES = ("peft", "vllm")
+SERVED_AS = ("text", "vl")
+SCANS = ("all", "lora-b", "nonzero")
+RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+TABLE_KEYS = {
+    "profile": "profile",
+    "max-lora-rank": "max_lora_rank",
+    "base": "base",
+    "served-as": "served_as",
+}
+"""``[tool.adapterdoc]`` keys (underscores accepted too) → option names."""
+
+
+@click.command("verify")
+@click.argument("adapters", nargs=-1, required=True)
+@click.option("--base", help="Model directory, config.json, cached repo id, or tiny:LAYOUT.")
+@click.option(
+    "--profile", type=click.Choice(PROFILES), help="Rules to apply: PEFT loading (default) or vLLM serving."
+)
+@click.option(
+    "--max-lora-rank",
+    type=click.Choice([str(r) for r in RANKS]),
+    help="The server's --max-lora-rank (vLLM profile; default 16).",
+)
+@click.option(
+    "--served-as", type=click.Choice(SERVED_AS), help="How vLLM serves the base (default: inferred)."
+)
+@click.option(
+    "--load", is_flag=True, help="Also load base weights + adapter with PEFT and check the outputs change."
+)
+@click.option(
+    "--scan",
+    type=click.Choice(SCANS),
+    default="all",
+    show_default=True,
+    help="Weight scan: NaN/Inf in every tensor and zeros in lora_B; lora_B only; or lora_B zeros only.",
+)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default text).")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option(
+    "--output-file", type=click.Path(dir_okay=False), help="Write the output here instead of stdout."
+)
+@click.option(
+    "--exit-zero", is_flag=True, help="Exit 0 even when findings are errors (unusable inputs still exit 3)."
+)
+@click.pass_context
+@handle_errors
+def command(
+    ctx: click.Context,
+    adapters: tuple[str, ...],
+    base: str | None,
+    profile: str | None,
+    max_lora_rank: str | None,
+    served_as: str | None,
+    load: bool,
+    scan: str,
+    fmt: str | None,
+    as_json: bool,
+    output_file: str | None,
+    exit_zero: bool,
+) -> None:
+    """Check adapters against a base before they are deployed: keys, shapes, weights, serving rules.
+
+    Defaults for --profile, --max-lora-rank, --base and --served-as come from a [tool.adapterdoc] table in the
+    nearest pyproject.toml.
+    """
+    if as_json and fmt not in (None, "json"):
+        raise click.BadParameter("--json conflicts with --format " + str(fmt), param_hint="--json")
+    fmt = "json" if as_json else (fmt or "text")
+    defaults = project_defaults()
+    base = base or defaults.get("base")
+    if not base:
+        raise click.UsageError("--base is required (or set `base` in [tool.adapterdoc] of pyproject.toml)")
+
+    from adapterdoc.verify import VerifyOptions, verify
+
+    try:
+        options = VerifyOptions(
+            profile=profile or defaults.get("profile", "peft"),
+            max_lora_rank=int(max_lora_rank or defaults.get("max_lora_rank", 16)),
+            served_as=served_as or defaults.get("served_as"),
+            load=load,
+            scan=scan,
+        )
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    run = verify(list(adapters), base, options)
+    text = _render(run, fmt)
+    if output_file:
+        from adapterdoc.st.atomic import atomic_write_bytes
+
+        atomic_write_bytes(output_file, text.encode("utf-8"))
+    elif fmt != "text" or not is_quiet():
+        emit(text)
+    for report in run.adapters:
+        if report.error:
+            click.echo(f"adapterdoc: error: {report.error}", err=True)
+    code = run.exit_code
+    ctx.exit(0 if (exit_zero and code == 1) else code)
+
+
+def _render(run: Any, fmt: str) -> str:
+    if fmt == "json":
+        from adapterdoc.report.render import to_json
+
+        return to_json(run.to_dict()) + "\n"
+    if fmt == "junit":
+        from adapterdoc.report.junit import render_junit
+
+        return render_junit(run)
+    if fmt == "github":
+        from adapterdoc.report.github import render_github
+
+        return render_github(run)
+    from adapterdoc.report.verify_text import render_verify
+
+    return render_verify(run)
+
+
+def find_pyproject(start: str | None = None) -> str | None:
+    """The nearest ``pyproject.toml`` at or above ``start`` (the working directory)."""
+    here = os.path.abspath(start or os.getcwd())
+    while True:
+        candidate = os.path.join(here, "pyproject.toml")
+        if os.path.isfile(candidate):
+            return candidate
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
+def project_defaults(start: str | None = None) -> dict[str, Any]:
+    """``[tool.adapterdoc]`` of the nearest pyproject.toml, as option names; a relative ``base`` path is taken
+    relative to that file. Unknown keys are left for other commands."""
+    path = find_pyproject(start)
+    if path is None:
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        try:
+            import tomli as tomllib
+        except ImportError:
+            return {}
+    from adapterdoc.errors import ConfigError
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(path, f"cannot read [tool.adapterdoc]: {e}") from None
+    table = data.get("tool", {}).get("adapterdoc", {})
+    if not isinstance(table, dict):
+        raise ConfigError(path, "[tool.adapterdoc] must be a table")
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = TABLE_KEYS.get(key.replace("_", "-"))
+        if name is None:
+            continue
+        out[name] = value
+    if "profile" in out and out["profile"] not in PROFILES:
+        raise ConfigError(path, f"[tool.adapterdoc] profile must be one of {', '.join(PROFILES)}")
+    if "served_as" in out and out["served_as"] not in SERVED_AS:
+        raise ConfigError(path, "[tool.adapterdoc] served-as must be text or vl")
+    if "max_lora_rank" in out and out["max_lora_rank"] not in RANKS:
+        raise ConfigError(
+            path, f"[tool.adapterdoc] max-lora-rank must be one of {', '.join(map(str, RANKS))}"
+        )
+    if "base" in out:
+        base = out["base"]
+        if not isinstance(base, str) or not base:
+            raise ConfigError(path, "[tool.adapterdoc] base must be a string")
+        rel = os.path.join(os.path.dirname(path), base)
+        if not base.startswith("tiny:") and not os.path.isabs(base) and os.path.exists(rel):
+            out["base"] = rel
+    return out
