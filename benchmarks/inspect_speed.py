@@ -1,0 +1,196 @@
+"""How fast is header-only inspection? One table for a 2 GiB safetensors file of 4096 tensors (real data).
+
+Rows: adapterdoc's header read, ``safe_open`` + keys, ``safetensors.torch.load_file`` (the anchor that reads
+everything), and the wall time of ``adapterdoc inspect --json`` in a fresh process against ``python -c pass``.
+Each operation is timed with the page cache warm and, where the kernel lets us drop this file's pages
+(``posix_fadvise(DONTNEED)``), evicted. Medians of several runs. The file lives in a temp folder and is deleted.
+
+Usage: python benchmarks/inspect_speed.py [--gib 2] [--tensors 4096] [--repeat 15] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+CHUNK = 8 << 20
+
+
+def write_file(path: Path, gib: float, n_tensors: int) -> tuple[int, int]:
+    """A valid safetensors file of ``n_tensors`` F32 LoRA-like tensors adding up to ``gib`` GiB of real bytes."""
+    per_tensor = int(gib * (1 << 30)) // n_tensors // 4 * 4
+    cols = per_tensor // 4 // 16
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    pos = 0
+    for i in range(n_tensors):
+        layer, which = divmod(i, 2)
+        name = f"base_model.model.model.layers.{layer}.self_attn.q_proj.lora_{'AB'[which]}.weight"
+        shape = [16, cols] if which == 0 else [cols, 16]
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [pos, pos + 16 * cols * 4]}
+        pos += 16 * cols * 4
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - (8 + len(text)) % 8) % 8)
+    block = os.urandom(CHUNK)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        left = pos
+        while left:
+            n = min(left, CHUNK)
+            f.write(block[:n])
+            left -= n
+        f.flush()
+        os.fsync(f.fileno())
+    return pos, len(text)
+
+
+def evict(path: Path) -> bool:
+    """Drop ``path``'s pages from the page cache (no root needed for clean pages); False if unsupported."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return True
+
+
+def timed(
+    fn: Callable[[], object], repeat: int, *, before: Callable[[], object] | None = None
+) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        if before:
+            before()
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def median_ms(xs: list[float]) -> float:
+    return statistics.median(xs) * 1000
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gib", type=float, default=2.0)
+    ap.add_argument("--tensors", type=int, default=4096)
+    ap.add_argument("--repeat", type=int, default=15, help="runs per fast operation (load_file gets fewer)")
+    ap.add_argument(
+        "--dir", default=None, help="where to put the temporary file (default: the system temp dir)"
+    )
+    args = ap.parse_args()
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from adapterdoc.st.header import read_header
+
+    tmp = Path(tempfile.mkdtemp(prefix="adapterdoc-bench-", dir=args.dir))
+    path = tmp / "big.safetensors"
+    try:
+        t0 = time.perf_counter()
+        data_bytes, header_len = write_file(path, args.gib, args.tensors)
+        write_s = time.perf_counter() - t0
+        size = path.stat().st_size
+        h = read_header(path)
+        assert len(h.tensors) == args.tensors and h.data_bytes == data_bytes
+        with safe_open(str(path), framework="pt") as f:
+            assert len(list(f.keys())) == args.tensors
+
+        def header_read() -> None:
+            read_header(path)
+
+        def safe_open_keys() -> None:
+            with safe_open(str(path), framework="pt") as f:
+                list(f.keys())
+
+        def load_all() -> None:
+            load_file(str(path))
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ADAPTERDOC_")}
+
+        def cli() -> None:
+            p = subprocess.run(
+                [sys.executable, "-m", "adapterdoc", "inspect", "--json", str(path)],
+                capture_output=True,
+                env=env,
+            )
+            assert p.returncode == 0, p.stderr
+
+        def bare_python() -> None:
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+        def import_cli() -> None:
+            subprocess.run([sys.executable, "-c", "import adapterdoc.cli"], check=True, env=env)
+
+        can_evict = evict(path)
+        fast, slow, procs = args.repeat, max(3, args.repeat // 3), max(5, args.repeat // 2)
+        rows: list[tuple[str, list[float], list[float] | None]] = []
+        for label, fn, n in (
+            ("adapterdoc header read (read_header)", header_read, fast),
+            ("safe_open + keys", safe_open_keys, fast),
+            ("safetensors.torch.load_file", load_all, slow),
+        ):
+            fn()  # warm the page cache and any lazy imports
+            warm = timed(fn, n)
+            cold = timed(fn, n, before=lambda: evict(path)) if can_evict else None
+            rows.append((label, warm, cold))
+        cli()
+        rows.append(("`python -c pass` (interpreter start)", timed(bare_python, procs), None))
+        rows.append(("`python -c 'import adapterdoc.cli'`", timed(import_cli, procs), None))
+        rows.append(("`adapterdoc inspect --json` (fresh process)", timed(cli, procs), None))
+        cold_cli = timed(cli, procs, before=lambda: evict(path)) if can_evict else None
+        rows[-1] = (rows[-1][0], rows[-1][1], cold_cli)
+
+        load_warm = median_ms(rows[2][1])
+        load_cold = median_ms(rows[2][2]) if rows[2][2] else None
+        print(
+            f"file: {size / (1 << 30):.2f} GiB, {args.tensors} tensors, header {header_len:,} bytes; "
+            f"written in {write_s:.1f} s; python {sys.version.split()[0]}; "
+            f"page-cache eviction {'available' if can_evict else 'unavailable'}"
+        )
+        print()
+        print(
+            "| operation | warm median (ms) | evicted median (ms) | load_file ÷ this (warm / evicted) | runs |"
+        )
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for label, warm, cold in rows:
+            w = median_ms(warm)
+            c = median_ms(cold) if cold else None
+            ratio = f"{load_warm / w:.0f}×" + (f" / {load_cold / c:.0f}×" if c and load_cold else "")
+            if "python" in label or "adapterdoc inspect" in label:
+                ratio = "—"
+            cs = f"{c:.1f}" if c is not None else "—"
+            print(f"| {label} | {w:.1f} | {cs} | {ratio} | {len(warm)} |")
+        start = median_ms(rows[3][1])
+        cli_ms = median_ms(rows[5][1])
+        imp = median_ms(rows[4][1])
+        print()
+        print(
+            f"CLI wall {cli_ms:.0f} ms = interpreter start {start:.0f} ms ({100 * start / cli_ms:.0f}%) "
+            f"+ importing adapterdoc.cli {imp - start:.0f} ms + inspect itself {cli_ms - imp:.0f} ms"
+        )
+        hdr = median_ms(rows[0][1])
+        print(
+            f"header read vs load_file: {load_warm / hdr:.0f}× faster warm"
+            + (f", {load_cold / median_ms(rows[0][2]):.0f}× evicted" if rows[0][2] and load_cold else "")
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
