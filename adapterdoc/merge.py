@@ -248,10 +248,14 @@ def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> _Plan:
     findings: list[Finding] = []
     applied: list[str] = []
     unused: list[str] = []
-    edits: dict[str, list[_Edit]] = {}
-    """Canonical in-memory parameter → edits in order."""
-    added: dict[str, tuple[str, str]] = {}
-    """New output tensor (untied weight) → (its in-memory parameter, the on-disk tensor it sits next to)."""
+    member_edits: dict[str, list[_Edit]] = {}
+    """In-memory parameter → its edits in order (tied parameters are separate members here)."""
+
+    def add(param: str, edit: _Edit, *, shared: bool = False) -> None:
+        # ``shared``: the edit lands in the Parameter object itself (a weight loaded into a tied tensor);
+        # otherwise only the module that owns ``param`` sees it (LoRA, a modules_to_save copy).
+        for m in (param, *(name_map.tied.get(param, ()) if shared else ())):
+            member_edits.setdefault(m, []).append(edit)
 
     def fail_unused(label: str, why: str, key: str | None = None) -> None:
         unused.append(label)
@@ -267,45 +271,29 @@ def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> _Plan:
         if not lk.wrapped:
             fail_unused(label, "lacks PEFT's `base_model.model.` prefix, so PEFT would not load it", lk.key)
             continue
-        shape = adapter.tensors[lk.key].shape
+        shape = tuple(adapter.tensors[lk.key].shape)
         if param not in name_map.param_shapes:
             fail_unused(label, "names no parameter of the base model", lk.key)
             continue
-        if tuple(shape) != tuple(name_map.param_shapes[param]):
+        if shape != tuple(name_map.param_shapes[param]):
+            want = list(name_map.param_shapes[param])
             findings.append(
                 make(
                     "AD502",
-                    f"saved weight `{label}` is {list(shape)}, the base parameter `{param}` is "
-                    f"{list(name_map.param_shapes[param])}",
+                    f"saved weight `{label}` is {list(shape)}, the base `{param}` is {want}",
                     key=lk.key,
                 )
             )
             continue
-        resolved = name_map.resolve(param)
-        if resolved is None:
+        if name_map.resolve(param) is None:
             fail_unused(label, f"targets `{param}`, which the base checkpoint does not store", lk.key)
             continue
-        canonical, _pieces = resolved
-        if canonical != param:
-            # One side of a tied pair gets its own matrix: store it and untie.
-            partner = name_map.by_param[canonical][0].disk
-            added[param] = (param, partner)
-            name_map.by_param[param] = [names.Piece(param, param)]
-            findings.append(
-                make(
-                    "AD504",
-                    f"`{param}` is tied to `{canonical}`; the adapter's saved weight unties them "
-                    "(tie_word_embeddings set to false)",
-                    key=lk.key,
-                )
-            )
-            canonical = param
-        edits.setdefault(canonical, []).append(_Edit("replace", label, {"value": lk.key}))
+        own_copy = any(lk.module == m or lk.module.endswith(f".{m}") for m in inv.modules_to_save)
+        add(param, _Edit("replace", label, {"value": lk.key}), shared=not own_copy)
         applied.append(label)
 
     # 2. LoRA modules, in the order PEFT merges them (module order of the model).
     order = {m: i for i, m in enumerate(inv.targets)}
-    absent: list[str] = []
     for module in sorted(groups, key=lambda m: (order.get(m, len(order)), m)):
         keys = groups[module]
         target = inv.targets.get(module)
@@ -329,23 +317,18 @@ def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> _Plan:
             continue
         canonical, pieces = resolved
         blocker = _blocker(target, name_map, canonical, pieces, new_edits)
-        bias_home = None
+        bias_param = target.param.rpartition(".")[0] + ".bias"
         if blocker is None and target.lora_bias:
-            bias_param = target.param.rpartition(".")[0] + ".bias"
             res = name_map.resolve(bias_param)
             if res is None or len(res[1]) != 1 or not res[1][0].whole:
                 blocker = f"it has a LoRA bias but the base stores no single `{bias_param}`"
-            else:
-                bias_home = res[0]
         if blocker:
             findings.append(make("AD503", f"`{module}`: {blocker}", key=module))
             continue
         for e in new_edits:
-            home = bias_home if e.kind == "bias" else canonical
-            assert home is not None
-            edits.setdefault(home, []).append(e)
+            add(bias_param if e.kind == "bias" else target.param, e)
         applied.append(module)
-    absent.extend(m for m in inv.targets if m not in groups)
+    absent = [m for m in inv.targets if m not in groups]
     if absent:
         findings.append(
             make(
@@ -376,24 +359,43 @@ def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> _Plan:
         if resolved is None:
             fail_unused(module, f"updates `{target.param}`, which the base checkpoint does not store", key)
             continue
-        canonical, pieces = resolved
-        if len(pieces) != 1 or not pieces[0].whole:
+        if len(resolved[1]) != 1 or not resolved[1][0].whole:
             findings.append(make("AD503", f"`{module}`: trainable tokens on a split tensor", key=module))
             continue
-        edits.setdefault(canonical, []).append(_Edit("tokens", module, {"delta": key}, target))
+        # the token layer swaps rows of the shared embedding matrix itself
+        add(target.param, _Edit("tokens", module, {"delta": key}, target), shared=True)
         applied.append(module)
     for key in strays:
-        lk = parse_key(key)
-        fail_unused(lk.module, "is a tensor kind merge does not know", key)
+        fail_unused(parse_key(key).module, "is a tensor kind merge does not know", key)
 
-    # 4. Output tensors, shard by shard, in the base's own byte order.
-    pieces_by_out: dict[str, Any] = {}
+    # 4. Edits per on-disk tensor; tied parameters that end up different get their own tensor.
     by_disk_edits: dict[str, list[_Edit]] = {}
+    pieces_by_out: dict[str, Any] = {}
+    added: dict[str, tuple[str, str]] = {}
+    """New output tensor (an untied weight) → (its in-memory parameter, the on-disk tensor it copies)."""
     for param, plist in name_map.by_param.items():
-        if param in edits:
-            for piece in plist:
-                by_disk_edits[piece.disk] = edits[param]
-                pieces_by_out[piece.disk] = piece
+        mine = member_edits.get(param, [])
+        for piece in plist:
+            pieces_by_out[piece.disk] = piece
+            if mine:
+                by_disk_edits[piece.disk] = mine
+        for other in name_map.tied.get(param, ()):
+            if name_map.by_param.get(other) or other in added:
+                continue  # stored on its own, or already split off
+            theirs = member_edits.get(other, [])
+            if [id(e) for e in theirs] == [id(e) for e in mine]:
+                continue
+            partner = plist[0].disk
+            added[other] = (other, partner)
+            pieces_by_out[other] = names.Piece(other, other)
+            findings.append(
+                make(
+                    "AD504",
+                    f"`{other}` and `{param}` share one matrix in the base, but the adapter changes them "
+                    "differently; the merged checkpoint stores both (tie_word_embeddings set to false)",
+                    key=other,
+                )
+            )
     for disk, e in by_disk_edits.items():
         info = base.tensors.get(disk)
         if info is not None and info.dtype not in _FLOAT and any(x.kind != "replace" for x in e):
@@ -402,37 +404,20 @@ def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> _Plan:
                     "AD503", f"`{disk}` is {info.dtype}; merge only updates floating-point weights", key=disk
                 )
             )
-    shards: list[tuple[str, Header, list[_Output]]] = []
     after: dict[str, list[str]] = {}
     for new, (_param, partner) in added.items():
         after.setdefault(partner, []).append(new)
+    shards: list[tuple[str, Header, list[_Output]]] = []
     for header in base.headers:
         rel = _relative_name(base, header.path)
         outs: list[_Output] = []
         for info in sorted(header.tensors.values(), key=lambda t: (t.begin, t.end)):
+            out_dtype = _out_dtype(info.dtype, dtype)
             outs.append(
-                _Output(
-                    info.name,
-                    _out_dtype(info.dtype, dtype),
-                    info.shape,
-                    info,
-                    header.path,
-                    by_disk_edits.get(info.name, []),
-                )
+                _Output(info.name, out_dtype, info.shape, info, header.path, by_disk_edits.get(info.name, []))
             )
             for new in after.get(info.name, []):
-                param = added[new][0]
-                outs.append(
-                    _Output(
-                        new,
-                        _out_dtype(info.dtype, dtype),
-                        tuple(name_map.param_shapes[param]),
-                        None,
-                        None,
-                        edits.get(param, []),
-                    )
-                )
-                pieces_by_out[new] = name_map.by_param[param][0]
+                outs.append(_Output(new, out_dtype, info.shape, info, header.path, member_edits.get(new, [])))
         shards.append((rel, header, outs))
     return _Plan(
         base=base,

@@ -42,11 +42,13 @@ CODES = [
         "AD504",
         "tied-weights-untied",
         "warning",
-        "The adapter replaces one side of tied weights (e.g. `lm_head` in `modules_to_save` while it is tied to "
-        "the input embeddings); the merged checkpoint stores both and sets `tie_word_embeddings` to false.",
-        "PEFT's merged model has two different matrices; keeping the tie would make loaders copy the embedding "
-        "over the trained head.",
-        "modules_to_save = ['lm_head'] on a model with tie_word_embeddings = true",
+        "The adapter changes one side of tied weights differently from the other (LoRA on `embed_tokens` or "
+        "`lm_head` alone, `lm_head` in `modules_to_save`); the merged checkpoint stores both matrices and sets "
+        "`tie_word_embeddings` to false.",
+        "With the tie kept, the update of one side would also land in the other and the merged model would not "
+        "compute what the adapter computed. PEFT's `merge_and_unload()` does exactly that for LoRA on a tied "
+        "embedding: it adds the update to the shared matrix, and the merged logits differ from the adapter's.",
+        "target_modules = ['embed_tokens'] on a model with tie_word_embeddings = true",
         "Nothing to do if intended; the merged folder is larger by one vocabulary-sized matrix.",
     ),
     Code(
