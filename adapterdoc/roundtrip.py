@@ -1,0 +1,427 @@
+"""`adapterdoc roundtrip`: run every move a user makes with an adapter, on copies, and prove nothing changed.
+
+Byte level (always): every remap the registry allows from the adapter's layout, there and back, must give the
+input's exact bytes; ``.safetensors`` → ``.bin`` → ``.safetensors`` must keep names, dtypes and values.
+With a base that has weights (a model folder or ``tiny:LAYOUT``): load → save → load gives identical tensors and
+outputs; the merged model's outputs equal the unmerged adapter model's; the adapter remapped to the text
+counterpart, loaded on the counterpart class holding the same base weights, gives identical outputs.
+The input is never modified: everything runs in a temp folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.adapter import ADAPTER_CONFIG
+from adapterdoc.checkpoint import ADAPTER_WEIGHTS, Checkpoint, open_checkpoint
+from adapterdoc.errors import AdapterdocError, UnsupportedInputError
+from adapterdoc.layouts import LAYOUTS, detect_layout, remap_path
+from adapterdoc.report.findings import Finding, make
+
+MERGE_RTOL = 1e-4
+"""Merged vs unmerged outputs: max |diff| ≤ MERGE_RTOL · max(1, max |output|) (float32 rounding of W + s·BA)."""
+
+
+@dataclass
+class Check:
+    """One round trip and its verdict."""
+
+    name: str
+    status: str
+    """``pass``, ``fail`` or ``skipped``."""
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class RoundtripReport:
+    input: str
+    layout: str
+    base: str | None
+    checks: list[Check] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.status == "fail" for c in self.checks) and not any(
+            f.severity == "error" for f in self.findings
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "findings": [f.to_dict() for f in self.findings],
+            "input": self.input,
+            "layout": self.layout,
+            "base": self.base,
+            "checks": [c.__dict__ for c in self.checks],
+            "passed": sum(c.status == "pass" for c in self.checks),
+            "failed": sum(c.status == "fail" for c in self.checks),
+            "skipped": sum(c.status == "skipped" for c in self.checks),
+        }
+
+
+class _Fail(Exception):
+    """A round trip that ran and found a difference."""
+
+
+def roundtrip(
+    spec: str | os.PathLike[str], base: str | None = None, *, keep: str | None = None
+) -> RoundtripReport:
+    """Run every round trip on copies of ``spec``; ``keep`` (a folder) keeps the work files for inspection."""
+    src = open_checkpoint(spec)
+    if not src.is_adapter:
+        raise UnsupportedInputError(src.spec, "is not an adapter (no adapter_config.json and no LoRA keys)")
+    from adapterdoc.adapter import parse_key
+
+    modules = {parse_key(k).module for k in src.tensors if parse_key(k).is_lora}
+    hint = src.adapter_config.base_model if src.adapter_config else None
+    layout = detect_layout(modules, hint).name
+    report = RoundtripReport(input=src.spec, layout=layout, base=base)
+    work = tempfile.mkdtemp(prefix="adapterdoc-roundtrip-", dir=keep)
+    try:
+        original = _copy_adapter(src, os.path.join(work, "original"))
+        _identity_warning(report, original)
+        _byte_roundtrips(report, original, layout, work)
+        _format_roundtrip(report, original, work)
+        if base is None:
+            report.checks.append(
+                Check(
+                    "load/save/merge/counterpart",
+                    "skipped",
+                    "no --base: the model-level round trips need base weights "
+                    "(a model folder with weights, or tiny:LAYOUT)",
+                )
+            )
+        else:
+            _model_roundtrips(report, original, layout, base, work)
+    finally:
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    for c in report.checks:
+        if c.status == "fail":
+            report.findings.append(
+                make(_CODE_FOR.get(c.name.split(":")[0], "AD701"), f"{c.name}: {c.detail}", path=report.input)
+            )
+    return report
+
+
+def _identity_warning(report: RoundtripReport, original: str) -> None:
+    """An all-zero lora_B adapter is the identity: every output comparison then passes trivially. Say so."""
+    from adapterdoc.adapter import parse_key
+    from adapterdoc.st.header import read_header
+    from adapterdoc.st.tensors import scan_tensor
+
+    weights = _weights_file(original)
+    if weights is None:
+        return
+    header = read_header(weights)
+    bs = [k for k in header.tensors if parse_key(k).is_b]
+    if bs and all(scan_tensor(header, k, finite=False, stop_at_nonzero=True).all_zero for k in bs):
+        report.findings.append(
+            make(
+                "AD706",
+                f"all {len(bs)} lora_B tensors are zero: the adapter is the identity, so the output "
+                "comparisons below cannot tell a good move from a bad one",
+                path=report.input,
+            )
+        )
+
+
+_CODE_FOR = {"remap": "AD701", "format": "AD702", "reload": "AD703", "merge": "AD704", "counterpart": "AD705"}
+
+
+def _copy_adapter(src: Checkpoint, folder: str) -> str:
+    """A private, regular-file copy of the adapter (symlinks followed, so the cache is never touched)."""
+    os.makedirs(folder)
+    if src.kind == "adapter" and os.path.isdir(src.root):
+        for name in os.listdir(src.root):
+            p = os.path.join(src.root, name)
+            if os.path.isfile(p):
+                shutil.copyfile(p, os.path.join(folder, name))
+    else:
+        assert src.weights_path is not None
+        if src.weights_format == "bin":
+            shutil.copyfile(src.weights_path, os.path.join(folder, "adapter_model.bin"))
+        else:
+            shutil.copyfile(src.weights_path, os.path.join(folder, ADAPTER_WEIGHTS))
+    return folder
+
+
+def _timed(report: RoundtripReport, name: str, fn: Callable[[], str]) -> None:
+    t = time.perf_counter()
+    try:
+        detail, status = fn(), "pass"
+    except _Fail as e:
+        detail, status = str(e), "fail"
+    except _Skip as e:
+        detail, status = str(e), "skipped"
+    except AdapterdocError as e:
+        detail, status = f"refused: {e}", "fail"
+    report.checks.append(Check(name, status, detail, round(time.perf_counter() - t, 3)))
+
+
+class _Skip(Exception):
+    pass
+
+
+def _sha(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _weights_file(folder: str) -> str | None:
+    p = os.path.join(folder, ADAPTER_WEIGHTS)
+    return p if os.path.exists(p) else None
+
+
+def reachable_layouts(layout: str) -> list[str]:
+    """Every layout the registry can move ``layout`` to (directly or chained)."""
+    if layout not in LAYOUTS:
+        return []
+    return [name for name in LAYOUTS if name != layout and remap_path(layout, name) is not None]
+
+
+def _byte_roundtrips(report: RoundtripReport, original: str, layout: str, work: str) -> None:
+    from adapterdoc.remap import remap
+
+    weights = _weights_file(original)
+    if weights is None:
+        report.checks.append(Check("remap", "skipped", "the adapter has no .safetensors weights to remap"))
+        return
+    targets = reachable_layouts(layout)
+    if not targets:
+        why = f"layout {layout!r} has no registry moves" if layout in LAYOUTS else f"layout is {layout}"
+        report.checks.append(Check("remap", "skipped", why))
+        return
+    want_w = _sha(weights)
+    want_c = _read_json(os.path.join(original, ADAPTER_CONFIG))
+    for target in targets:
+
+        def there_and_back(target: str = target) -> str:
+            folder = os.path.join(work, f"remap-{target}")
+            shutil.copytree(original, folder)
+            there = remap(folder, to=target, source=layout)
+            back = remap(folder, to=layout, source=target)
+            got = _weights_file(folder)
+            assert got is not None
+            if _sha(got) != want_w:
+                raise _Fail(f"{layout} → {target} → {layout}: weights bytes differ from the input")
+            if _read_json(os.path.join(folder, ADAPTER_CONFIG)) != want_c:
+                raise _Fail(f"{layout} → {target} → {layout}: adapter_config.json differs from the input")
+            return (
+                f"{there.renamed} keys renamed ({there.strategy}), {back.renamed} back ({back.strategy}); "
+                "weights byte-identical, config identical"
+            )
+
+        _timed(report, f"remap:{layout}→{target}→{layout}", there_and_back)
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        return None
+
+
+def _format_roundtrip(report: RoundtripReport, original: str, work: str) -> None:
+    def convert() -> str:
+        try:
+            import torch
+            from safetensors.torch import load_file
+        except ImportError:
+            raise _Skip("needs torch (the ML extra) to write a .bin") from None
+        from adapterdoc.checkpoint import load_bin
+        from adapterdoc.remap import remap
+
+        weights = _weights_file(original)
+        if weights is None:  # a .bin input: convert to safetensors and compare
+            bin_path = os.path.join(original, "adapter_model.bin")
+            ref = load_bin(bin_path)
+        else:
+            ref = load_file(weights)
+        bin_dir = os.path.join(work, "as-bin")
+        os.makedirs(bin_dir)
+        for name in os.listdir(original):
+            if name not in (ADAPTER_WEIGHTS, "adapter_model.bin"):
+                shutil.copyfile(os.path.join(original, name), os.path.join(bin_dir, name))
+        torch.save(ref, os.path.join(bin_dir, "adapter_model.bin"))
+        mid = load_bin(os.path.join(bin_dir, "adapter_model.bin"))
+        _same_tensors(ref, mid, "safetensors → .bin")
+        back_dir = os.path.join(work, "back-to-safetensors")
+        remap(
+            bin_dir, rules=["(?!)=>"], out=back_dir
+        )  # a rule that matches nothing: a pure format conversion
+        back = load_file(os.path.join(back_dir, ADAPTER_WEIGHTS))
+        _same_tensors(ref, back, ".bin → safetensors")
+        return f"{len(ref)} tensors: names, dtypes, shapes and values identical both ways"
+
+    _timed(report, "format:safetensors↔bin", convert)
+
+
+def _same_tensors(a: dict[str, Any], b: dict[str, Any], what: str) -> None:
+    import torch
+
+    if set(a) != set(b):
+        raise _Fail(f"{what}: names differ ({sorted(set(a) ^ set(b))[:3]} ...)")
+    for k in a:
+        if a[k].dtype != b[k].dtype or a[k].shape != b[k].shape or not torch.equal(a[k], b[k]):
+            raise _Fail(
+                f"{what}: `{k}` differs ({a[k].dtype}{list(a[k].shape)} vs {b[k].dtype}{list(b[k].shape)})"
+            )
+
+
+# ------------------------------------------------------------------------------------------------- model level
+
+
+def _model_roundtrips(report: RoundtripReport, original: str, layout: str, base_spec: str, work: str) -> None:
+    from adapterdoc.ml.meta import require_ml, resolve_base
+
+    require_ml(base_spec)
+    _quiet_transformers()
+    base = resolve_base(base_spec)
+    if not base.has_weights:
+        report.checks.append(
+            Check(
+                "load/save/merge/counterpart",
+                "skipped",
+                f"{base_spec} has no weights (config only): the model-level round trips need them",
+            )
+        )
+        return
+    if not os.path.exists(os.path.join(original, ADAPTER_CONFIG)):
+        report.checks.append(
+            Check(
+                "load/save/merge/counterpart",
+                "skipped",
+                "the adapter has no adapter_config.json, so PEFT cannot load it",
+            )
+        )
+        return
+    from adapterdoc.ml.load import load_base
+
+    state: dict[str, Any] = {}
+    _timed(report, "reload:load→save→load", lambda: _reload(state, base, original, work))
+    if "outputs" not in state:
+        return
+    _timed(report, "merge:merged=unmerged", lambda: _merge(state, base, original, work))
+    _timed(
+        report,
+        "counterpart:remapped on text class",
+        lambda: _counterpart(state, load_base(base), layout, original, work),
+    )
+
+
+def _quiet_transformers() -> None:
+    """No log lines or progress bars from transformers/huggingface_hub in our output."""
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    disable_progress_bars()
+
+
+def _peft_outputs(model: Any, adapter_dir: str) -> tuple[Any, Any]:
+    import warnings
+
+    import torch
+    from peft import PeftModel
+
+    from adapterdoc.ml.load import _forward, _probe_inputs
+
+    probe = _probe_inputs(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm = PeftModel.from_pretrained(model, adapter_dir, is_trainable=False)
+    pm.eval()
+    with torch.no_grad():
+        out = _forward(pm.base_model.model, probe)
+    return pm, out
+
+
+def _reload(state: dict[str, Any], base: Any, original: str, work: str) -> str:
+    import torch
+    from safetensors.torch import load_file
+
+    from adapterdoc.ml.load import load_base
+
+    pm, first = _peft_outputs(load_base(base), original)
+    saved = os.path.join(work, "resaved")
+    pm.save_pretrained(saved)
+    _, second = _peft_outputs(load_base(base), os.path.join(saved))
+    state["outputs"] = first
+    ref = _weights_file(original)
+    if ref is not None:
+        _same_tensors(load_file(ref), load_file(os.path.join(saved, ADAPTER_WEIGHTS)), "load → save")
+    diff = float((first - second).abs().max())
+    if not torch.equal(first, second):
+        raise _Fail(f"outputs after load → save → load differ by {diff:.3g}")
+    return f"tensors identical after save; outputs identical (probe output {tuple(first.shape)})"
+
+
+def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
+    from adapterdoc.merge import merge
+    from adapterdoc.ml.load import _forward, _probe_inputs, load_base
+
+    base_dir = base.root
+    if base.kind == "tiny":
+        base_dir = os.path.join(work, "tiny-base")
+        load_base(base).save_pretrained(base_dir)
+    out = os.path.join(work, "merged")
+    result = merge(original, base=base_dir, out=out)
+    if getattr(result, "unused", None):
+        raise _Fail(f"merge left {len(result.unused)} adapter module(s) unused: {result.unused[:3]}")
+    import dataclasses
+
+    import torch
+
+    from adapterdoc.ml.meta import resolve_base
+
+    merged = load_base(dataclasses.replace(resolve_base(out)))
+    with torch.no_grad():
+        got = _forward(merged, _probe_inputs(merged))
+    want = state["outputs"]
+    diff = float((got - want).abs().max())
+    bound = MERGE_RTOL * max(1.0, float(want.abs().max()))
+    if diff > bound:
+        raise _Fail(
+            f"merged outputs differ from the unmerged adapter model's by {diff:.3g} (bound {bound:.3g})"
+        )
+    return f"max |merged − unmerged| = {diff:.3g} ≤ {bound:.3g}"
+
+
+def _counterpart(state: dict[str, Any], base_model: Any, layout: str, original: str, work: str) -> str:
+    import torch
+
+    from adapterdoc.ml.tiny import build_counterpart
+    from adapterdoc.remap import remap
+
+    target = LAYOUTS[layout].text_counterpart if layout in LAYOUTS else None
+    if target is None:
+        raise _Skip(f"layout {layout!r} has no text counterpart in the registry")
+    folder = os.path.join(work, f"counterpart-{target}")
+    remap(original, to=target, source=layout, out=folder)
+    try:
+        other = build_counterpart(base_model, layout, target)
+    except (RuntimeError, KeyError, ValueError) as e:
+        raise _Skip(f"cannot build {target} with the base's weights: {e}") from None
+    _, got = _peft_outputs(other, folder)
+    want = state["outputs"]
+    if got.shape != want.shape:
+        raise _Fail(f"outputs have different shapes: {tuple(got.shape)} vs {tuple(want.shape)}")
+    if not torch.equal(got, want):
+        raise _Fail(f"{target} outputs differ from {layout}'s by {float((got - want).abs().max()):.3g}")
+    return f"{target} with the remapped adapter gives identical outputs"
