@@ -23,15 +23,16 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from adapterdoc.adapter import ADAPTER_CONFIG, WRAPPER, fused_expert_owner, parse_key
+from adapterdoc.adapter import ADAPTER_CONFIG, WRAPPER, LoraKey, fused_expert_owner, parse_key
 from adapterdoc.checkpoint import ADAPTER_BIN, ADAPTER_WEIGHTS, Checkpoint, load_bin, open_checkpoint
 from adapterdoc.errors import InputNotFoundError, RefusedError, UnsupportedInputError
 from adapterdoc.layouts import (
     LAYOUTS,
     STRIP_LANGUAGE_MODEL,
+    Detection,
     Rule,
     detect_layout,
     exclusion_regex,
@@ -50,6 +51,7 @@ BIN_BACKUP = ADAPTER_BIN + ".bak"
 MAPPING_SAMPLE = 1000
 """``to_dict`` lists at most this many renames (``mapping_total`` says how many there are)."""
 _WILD = "\x00"
+_INDEX = re.compile(r"\.\d+(?=\.)")
 
 
 # ---------------------------------------------------------------------------------------------------------- report
@@ -157,9 +159,8 @@ def _apply_rules(rules: Sequence[Rule], path: str) -> str:
     return path
 
 
-def _split(key: str) -> tuple[str, str, str]:
+def _split(key: str, k: LoraKey) -> tuple[str, str, str]:
     """(wrapper, module path, suffix) of a tensor name, so ``wrapper + module + suffix == key``."""
-    k = parse_key(key)
     prefix = WRAPPER if k.wrapped else ""
     rest = key[len(prefix) :]
     if not rest.startswith(k.module):
@@ -172,7 +173,7 @@ class _Move:
     """How one remap renames keys and module paths."""
 
     mode: str
-    key_fn: Callable[[str], str]
+    key_fn: Callable[[str, LoraKey], str]
     path_fn: Callable[[str], str]
     """The same move on a module path without the wrapper (used for config entries)."""
     strips_infix: bool
@@ -182,12 +183,12 @@ class _Move:
 
 
 def _vl_move() -> _Move:
-    return _Move("vl", strip_infix, STRIP_LANGUAGE_MODEL.apply, strips_infix=True)
+    return _Move("vl", lambda k, _: strip_infix(k), STRIP_LANGUAGE_MODEL.apply, strips_infix=True)
 
 
 def _layout_move(rules: Sequence[Rule], source: str, target: str) -> _Move:
-    def key_fn(key: str) -> str:
-        prefix, module, suffix = _split(key)
+    def key_fn(key: str, parsed: LoraKey) -> str:
+        prefix, module, suffix = _split(key, parsed)
         return prefix + _apply_rules(rules, module) + suffix
 
     strips = any(r == STRIP_LANGUAGE_MODEL for r in rules)
@@ -200,7 +201,7 @@ def _user_move(rules: Sequence[Rule]) -> _Move:
         new = _apply_rules(rules, WRAPPER + path)
         return new[len(WRAPPER) :] if new.startswith(WRAPPER) else path
 
-    return _Move("rule", lambda k: _apply_rules(rules, k), path_fn, strips_infix=False)
+    return _Move("rule", lambda k, _: _apply_rules(rules, k), path_fn, strips_infix=False)
 
 
 # -------------------------------------------------------------------------------------------------------- planning
@@ -278,7 +279,7 @@ def _plan(
 
     if vl:
         move = _vl_move()
-        detection = detect_layout(modules, hint)  # shown to the user only; --vl decides from the keys alone
+        detection = _detect(modules, hint)  # shown to the user only; --vl decides from the keys alone
         if detection.name in LAYOUTS:
             move.source = detection.name
             move.target = LAYOUTS[detection.name].text_counterpart
@@ -287,7 +288,7 @@ def _plan(
     else:
         move = _user_move(user_rules)
 
-    mapping = _mapping(weights, keys, move)
+    mapping = _mapping(weights, keys, parsed, move)
     report = RemapReport(
         input=spec,
         mode=move.mode,
@@ -311,9 +312,10 @@ def _plan(
                 plan.config_path, plan.config_bytes = cfg_path, f.read()
         return plan
 
-    module_map = _module_map(mapping)
+    new_parsed = _parse_new(mapping, dict(zip(keys, parsed)), move)
+    module_map = _module_map(mapping, dict(zip(keys, parsed)), new_parsed)
     _plan_config(plan, move, module_map, parsed)
-    report.findings = sort_findings(_tower_findings(weights, mapping, keys, move))
+    report.findings = sort_findings(_tower_findings(weights, mapping, keys, parsed, new_parsed, move))
     if ckpt.weights_format == "bin":
         report.strategy = "copy"
         report.findings = sort_findings(
@@ -329,7 +331,7 @@ def _plan(
             ]
         )
         return plan
-    header = read_header(weights)
+    header = ckpt.headers[0] if ckpt.headers else read_header(weights)
     body, n = rewrite.renamed_header(_raw_header(weights, header), mapping)
     assert n == len(mapping), (n, len(mapping))
     plan.header, plan.body = header, body
@@ -360,12 +362,18 @@ def _open(spec: str) -> Checkpoint:
     return ckpt
 
 
+def _detect(modules: list[str], hint: str | None) -> Detection:
+    """Layout detection on the distinct module shapes (layer numbers folded to 0): same verdict, O(shapes)."""
+    shapes = sorted({_INDEX.sub(".0", m) for m in modules})
+    return detect_layout(shapes, hint)
+
+
 def _resolve_layout_move(
     weights: str, modules: list[str], hint: str | None, to: str, source: str | None, notes: list[str]
 ) -> _Move:
     if to not in LAYOUTS:
         raise UnsupportedInputError(to, f"unknown layout; known: {', '.join(LAYOUTS)}")
-    detection = detect_layout(modules, hint)
+    detection = _detect(modules, hint)
     if source is None:
         if detection.name == "ambiguous":
             raise RefusedError(
@@ -395,11 +403,11 @@ def _resolve_layout_move(
     return _layout_move(rules, source, to)
 
 
-def _mapping(weights: str, keys: list[str], move: _Move) -> dict[str, str]:
+def _mapping(weights: str, keys: list[str], parsed: list[LoraKey], move: _Move) -> dict[str, str]:
     new_names: dict[str, str] = {}
     mapping: dict[str, str] = {}
-    for key in keys:
-        new = move.key_fn(key)
+    for key, info in zip(keys, parsed):
+        new = move.key_fn(key, info)
         if not new:
             raise RefusedError(weights, "the rules turn this key into an empty name", key=key)
         if new != key:
@@ -421,23 +429,45 @@ def _mapping(weights: str, keys: list[str], move: _Move) -> dict[str, str]:
     return mapping
 
 
-def _module_map(mapping: dict[str, str]) -> dict[str, str]:
+def _parse_new(mapping: dict[str, str], old_parsed: dict[str, LoraKey], move: _Move) -> dict[str, LoraKey]:
+    """The parsed new keys; for registry moves and --vl derived from the old parse (the move acts on the module)."""
+    out: dict[str, LoraKey] = {}
+    for old, new in mapping.items():
+        info = old_parsed[old]
+        cut = len(WRAPPER) * info.wrapped + len(info.module)
+        if move.mode == "to" or (move.mode == "vl" and 0 <= old.find(INFIX) < cut):
+            out[new] = replace(info, key=new, module=move.path_fn(info.module))
+        else:
+            out[new] = parse_key(new)
+    return out
+
+
+def _module_map(
+    mapping: dict[str, str], old_parsed: dict[str, LoraKey], new_parsed: dict[str, LoraKey]
+) -> dict[str, str]:
     out: dict[str, str] = {}
     for old, new in mapping.items():
-        a, b = parse_key(old), parse_key(new)
+        a, b = old_parsed[old], new_parsed[new]
         out.setdefault(a.module, b.module)
         out.setdefault(fused_expert_owner(a.module), fused_expert_owner(b.module))
     return out
 
 
-def _tower_findings(weights: str, mapping: dict[str, str], keys: list[str], move: _Move) -> list[Finding]:
+def _tower_findings(
+    weights: str,
+    mapping: dict[str, str],
+    keys: list[str],
+    parsed: list[LoraKey],
+    new_parsed: dict[str, LoraKey],
+    move: _Move,
+) -> list[Finding]:
     """LoRA left on a tower the target model does not have (always the case for --vl: text models have none)."""
     if move.mode == "rule":
         return []
     keep = set(move.target_towers)
     towers: dict[str, list[str]] = {}
-    for key in keys:
-        k = parse_key(mapping.get(key, key))
+    for key, info in zip(keys, parsed):
+        k = new_parsed[mapping[key]] if key in mapping else info
         if not k.is_lora:
             continue
         seg = tower_segment(k.module)

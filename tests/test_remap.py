@@ -469,8 +469,13 @@ def make_cache(tmp_path: Path) -> tuple[Path, Path, Path]:
     return repo, snaps[0], snaps[1]
 
 
-def test_a_symlinked_cache_blob_is_never_written_through(tmp_path: Path, cli: Any) -> None:
+def test_a_symlinked_cache_blob_is_never_written_through(
+    tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub.constants as hub_constants
+
     repo, snap, other = make_cache(tmp_path)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # read at import time
     blobs = {p.name: file_hash(p) for p in (repo / "blobs").iterdir()}
     link = snap / "adapter_model.safetensors"
     res = cli(

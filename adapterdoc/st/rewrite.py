@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 import struct
 from collections.abc import Iterator, Mapping
@@ -27,6 +28,7 @@ PROGRESS_MIN_BYTES = 256 * 1024 * 1024
 COPY_CHUNK = 8 * 1024 * 1024
 _WS = " \t\n\r"
 _DECODER = json.JSONDecoder()
+_WS_RE = re.compile(r"[ \t\n\r]*")
 
 
 @dataclass(frozen=True)
@@ -41,33 +43,33 @@ class KeySpan:
 def key_spans(text: str) -> list[KeySpan]:
     """The top-level keys of a (validated) header text with their exact positions."""
     spans: list[KeySpan] = []
-    i = _skip_ws(text, 0)
+    ws = _WS_RE.match
+    scan_string = json.decoder.scanstring  # type: ignore[attr-defined]
+    scan_value = _DECODER.scan_once
+    i = ws(text, 0).end()  # type: ignore[union-attr]
     if i >= len(text) or text[i] != "{":
         raise ValueError("header is not a JSON object")
-    i = _skip_ws(text, i + 1)
+    i = ws(text, i + 1).end()  # type: ignore[union-attr]
     if i < len(text) and text[i] == "}":
         return spans
     while True:
         if text[i] != '"':
             raise ValueError(f"expected a key at char {i}")
-        name, end = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
+        name, end = scan_string(text, i + 1)
         spans.append(KeySpan(name, i, end))
-        i = _skip_ws(text, end)
+        i = ws(text, end).end()  # type: ignore[union-attr]
         if text[i] != ":":
             raise ValueError(f"expected ':' at char {i}")
-        _, i = _DECODER.raw_decode(text, _skip_ws(text, i + 1))
-        i = _skip_ws(text, i)
+        try:
+            _, i = scan_value(text, ws(text, i + 1).end())  # type: ignore[union-attr]
+        except StopIteration as e:
+            raise ValueError(f"expected a value at char {e.value}") from None
+        i = ws(text, i).end()  # type: ignore[union-attr]
         if text[i] == "}":
             return spans
         if text[i] != ",":
             raise ValueError(f"expected ',' or '}}' at char {i}")
-        i = _skip_ws(text, i + 1)
-
-
-def _skip_ws(text: str, i: int) -> int:
-    while i < len(text) and text[i] in _WS:
-        i += 1
-    return i
+        i = ws(text, i + 1).end()  # type: ignore[union-attr]
 
 
 def renamed_header(raw: bytes, mapping: Mapping[str, str]) -> tuple[bytes, int]:
