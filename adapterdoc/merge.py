@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from adapterdoc.adapter import WRAPPER, LoraKey, parse_key
@@ -259,9 +259,7 @@ def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> _Plan:
 
     def fail_unused(label: str, why: str, key: str | None = None) -> None:
         unused.append(label)
-        findings.append(
-            make("AD501", f"`{label}` {why}", key=key or label, hint=_unused_hint(adapter, model))
-        )
+        findings.append(make("AD501", f"`{label}` {why}", key=key or label))
 
     groups, full, tokens, strays = _group_keys(adapter)
     # 1. whole weights first: PEFT loads them before it merges anything.
@@ -367,6 +365,10 @@ def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> _Plan:
         applied.append(module)
     for key in strays:
         fail_unused(parse_key(key).module, "is a tensor kind merge does not know", key)
+
+    if unused:
+        hint = _unused_hint(unused, inv.targets, model)
+        findings[:] = [replace(f, hint=hint) if f.code == "AD501" else f for f in findings]
 
     # 4. Edits per on-disk tensor; tied parameters that end up different get their own tensor.
     by_disk_edits: dict[str, list[_Edit]] = {}
@@ -515,18 +517,28 @@ def _blocker(target: Any, name_map: Any, canonical: str, pieces: list[Any], e: l
     return None
 
 
-def _unused_hint(adapter: Checkpoint, model: Any) -> str:
-    from adapterdoc.layouts import LAYOUTS, detect_layout, remap_path
+def _unused_hint(unused: list[str], targets: dict[str, Any], model: Any) -> str:
+    """Name the registry move that makes the unused modules land on modules PEFT creates, if one does."""
+    from adapterdoc.layouts import LAYOUTS, remap_path
 
-    modules = {parse_key(k).module for k in adapter.tensors}
-    det = detect_layout(modules, adapter.adapter_config.base_model if adapter.adapter_config else None)
     cls = type(model).__name__
-    base_layouts = [n for n, lay in LAYOUTS.items() if lay.model_class == cls]
-    for name in base_layouts:
-        if det.name in LAYOUTS and det.name != name and remap_path(det.name, name):
-            return (
-                f"the adapter looks like {det.name}, the base is {cls}: adapterdoc remap ADAPTER --to {name}"
-            )
+    for dst, lay in LAYOUTS.items():
+        if lay.model_class != cls:
+            continue
+        for src in LAYOUTS:
+            steps = remap_path(src, dst)
+            if not steps:
+                continue
+            moved = []
+            for m in unused:
+                for _, rules in steps:
+                    for rule in rules:
+                        m = rule.apply(m)
+                moved.append(m)
+            if moved and all(m in targets for m in moved):
+                return (
+                    f"the adapter's names fit {src}, the base is {cls}: adapterdoc remap ADAPTER --to {dst}"
+                )
     return "compare names with `adapterdoc verify ADAPTER --base BASE`"
 
 
