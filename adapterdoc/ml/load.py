@@ -41,12 +41,16 @@ def load_check(base: Any, ckpt: Any) -> LoadResult:
     import torch
     from peft import LoraConfig, PeftModel
 
+    _quiet_transformers()
     model = load_base(base)
     probe = _probe_inputs(model)
     with torch.no_grad():
         before = _forward(model, probe)
     cfg = LoraConfig.from_pretrained(ckpt.root)
     cfg.inference_mode = True
+    # Zero lora_B before loading, whatever the saved config says (init_lora_weights=False would start from random
+    # factors and PiSSA-style inits would rewrite the base): only weights that really load can move the output.
+    cfg.init_lora_weights = True
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pm = PeftModel(model, cfg, adapter_name=ADAPTER_NAME)
@@ -83,6 +87,7 @@ def load_base(base: Any) -> Any:
     from adapterdoc.ml.meta import load_config, model_class_for
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _quiet_transformers()
     config = load_config(base)
     cls = model_class_for(config, base)
     try:
@@ -93,6 +98,14 @@ def load_base(base: Any) -> Any:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UnsupportedInputError(base.spec, f"cannot load the base weights: {reason}") from None
     return model.eval()
+
+
+def _quiet_transformers() -> None:
+    """No progress bars or kernel-fallback notes on our stderr (the CLI's stderr is for errors)."""
+    from transformers.utils import logging as tlog
+
+    tlog.set_verbosity_error()
+    tlog.disable_progress_bar()
 
 
 def _probe_inputs(model: Any) -> dict[str, Any]:

@@ -18,9 +18,12 @@ def render_verify(run: VerifyRun, *, width: int | None = None) -> str:
         p for p in (b.get("model_type"), f"layout {b['layout']}" if b.get("layout") else None) if p
     )
     profile = (
-        f"vllm {run.to_dict()['vllm_version']}, max rank {o.max_lora_rank}" if o.profile == "vllm" else "peft"
+        f"vllm {run.to_dict()['vllm_version']} (max LoRA rank {o.max_lora_rank})"
+        if o.profile == "vllm"
+        else "peft"
     )
-    console.print(f"[bold]adapterdoc verify[/]  base [bold]{run.base}[/] ({about})  profile {profile}")
+    console.print(f"[bold]adapterdoc verify[/]  base [bold]{run.base}[/] ({about})")
+    console.print(f"profile {profile}")
     for report in run.adapters:
         console.print()
         _render_one(console, report)
@@ -45,11 +48,10 @@ def _render_one(console, r: VerifyReport) -> None:  # type: ignore[no-untyped-de
     cfg = r.config
     console.print(
         f"  keys: {len(r.missing)} missing · {len(r.unexpected)} unexpected · {len(r.shape_mismatch)} shape "
-        f"mismatch(es) of {cfg.get('expected_keys', 0)} expected   lora_B non-zero: {r.lora_b['nonzero']}/"
-        f"{r.lora_b['total']}   dtypes: {dt}"
+        f"mismatch(es) ({cfg.get('expected_keys', 0)} expected)"
     )
-    if r.served_as:
-        console.print(f"  served as: {r.served_as}")
+    served = f" · served as: {r.served_as}" if r.served_as else ""
+    console.print(f"  lora_B non-zero: {r.lora_b['nonzero']}/{r.lora_b['total']} · dtypes: {dt}{served}")
     if r.move:
         console.print(f"  move: {r.move['description']}")
         console.print(f"  fix:  [bold]{r.move['command']}[/]")
