@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,9 @@ class TrainSettings:
     eval_batch_size: int = 8
     unwrap_thinker: bool = False
     """Save an Omni wrapper's adapter in thinker naming (``thinker.`` dropped)."""
+    threads: int | None = 1
+    """torch intra-op threads while training (``None``: leave as is). Tiny models gain nothing from more, and on a
+    busy machine two spinning threads per op were 10-20x slower than one."""
 
 
 @dataclass
@@ -173,6 +177,22 @@ def output_head(model: Any) -> Any:
     if head is None:
         raise AdapterdocError(type(base).__name__, "has no output projection to restrict to the answer tail")
     return head
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` torch intra-op threads, then restore the previous count."""
+    import torch
+
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager
@@ -363,12 +383,10 @@ def load_head(folder: str) -> Any:
 
 
 def _accelerator(settings: TrainSettings) -> Any:
-    from accelerate import Accelerator, PartialState
-    from accelerate.utils import DistributedDataParallelKwargs
+    """Always on the CPU (gloo between processes): the reference runs must not depend on a GPU being present."""
+    from accelerate import Accelerator
 
-    multi = PartialState(cpu=True).num_processes > 1
-    handlers = [DistributedDataParallelKwargs(find_unused_parameters=True)] if multi else []
-    return Accelerator(cpu=True, gradient_accumulation_steps=settings.grad_accum, kwargs_handlers=handlers)
+    return Accelerator(cpu=True, gradient_accumulation_steps=settings.grad_accum)
 
 
 def evaluate(
@@ -403,9 +421,42 @@ def train(
     Writes ``adapter/``, ``head/`` (pooled objective), ``progress.jsonl``, ``training_metadata.json`` and
     ``RUN_REPORT.md`` into ``out_dir``.
     """
+    s = settings or TrainSettings()
+    with torch_threads(s.threads), quiet_libraries():
+        return _train(layout, out_dir, s, data, on_event)
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Silence the known, harmless library noise of these runs (kernel-fallback notices, deprecations,
+    PEFT's "no modules were excluded" on models without towers); real warnings still show."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            warnings.filterwarnings("ignore", message=".*exclude_modules.*no modules were excluded.*")
+            warnings.filterwarnings(
+                "ignore", message=".*target_(modules|parameters).*", category=RuntimeWarning
+            )
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def _train(
+    layout: str,
+    out_dir: str | os.PathLike[str],
+    s: TrainSettings,
+    data: str | os.PathLike[str],
+    on_event: OnEvent | None,
+) -> TrainResult:
     import torch
 
-    s = settings or TrainSettings()
     t0 = time.time()
     out = os.path.abspath(os.fspath(out_dir))
     acc = _accelerator(s)
@@ -498,9 +549,11 @@ def train(
         log("save_start", adapter_dir=adapter_dir)
         within = "encoder." if objective == POOLED else ""
         peft_part = {k[len(within) :]: v for k, v in _strip_all(full_state).items() if k.startswith(within)}
-        state = L.adapter_state(peft_part, unwrap_thinker=s.unwrap_thinker, what=adapter_dir)
+        state = L.adapter_state(peft_part, what=adapter_dir)
         target = unwrapped.encoder if objective == POOLED else unwrapped
-        saved = L.save_adapter(target, state, adapter_dir, base_name=f"tiny:{layout}")
+        saved = L.save_adapter(
+            target, state, adapter_dir, base_name=f"tiny:{layout}", unwrap_thinker=s.unwrap_thinker
+        )
         if head_dir:
             save_head(
                 unwrapped.head,
@@ -589,7 +642,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--full-projection", action="store_true", help="project every position (no tail cut)")
     p.add_argument("--unwrap-thinker", action="store_true")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="fail unless the launcher started exactly this many processes",
+    )
     a = p.parse_args(argv)
+    if a.processes is not None:
+        started = _world_size()
+        if started != a.processes:
+            print(
+                f"adapterdoc: error: {a.processes} processes asked, {started} started: `accelerate launch --cpu` "
+                "starts one process unless --mpirun_hostfile is given; on CPU use `accelerate launch --multi_gpu "
+                "--num_processes N` (torchrun; the loop itself pins the CPU and gloo)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 3
     settings = TrainSettings(
         steps=a.steps,
         batch_size=a.batch_size,
@@ -603,13 +673,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = train(a.layout, a.out, settings, data=a.data)
     except AdapterdocError as e:
-        print(f"adapterdoc: error: {e}", flush=True)
+        print(f"adapterdoc: error: {e}", file=sys.stderr, flush=True)
         return 3
-    if result.num_processes and _is_main():
+    if _is_main():
         print(
             json.dumps(
                 {
                     "layout": result.layout,
+                    "num_processes": result.num_processes,
                     "train_before": result.train_before.loss,
                     "train_after": result.train_after.loss,
                     "out": result.out_dir,
@@ -617,6 +688,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     return 0
+
+
+def _world_size() -> int:
+    from accelerate import PartialState
+
+    return PartialState(cpu=True).num_processes
 
 
 def _is_main() -> bool:

@@ -160,22 +160,37 @@ def save_adapter(
     out_dir: str | os.PathLike[str],
     *,
     base_name: str | None = None,
+    unwrap_thinker: bool = False,
 ) -> dict[str, Any]:
     """Write ``adapter_model.safetensors`` and ``adapter_config.json`` atomically; returns the saved tensors.
 
-    Key conversion (dropping the adapter name) is PEFT's own ``get_peft_model_state_dict``, and the config is
-    written as ``save_pretrained`` writes it (inference mode, the base class in ``auto_mapping``).
+    ``state`` is in ``peft_model``'s own naming (from :func:`adapter_state` without ``unwrap_thinker``). The adapter
+    name is dropped by PEFT's own ``get_peft_model_state_dict``; with ``unwrap_thinker`` the Omni ``thinker.`` level
+    is removed afterwards. PEFT selects entries by the model's LoRA layers and silently drops names it does not know
+    (``save_pretrained(state_dict=...)`` then writes an adapter with no tensors), so every tensor of ``state`` must
+    survive, or nothing is written. The config is written as ``save_pretrained`` writes it.
     """
     from peft import get_peft_model_state_dict
     from safetensors.torch import save as st_save
 
     from adapterdoc.st.atomic import atomic_write_bytes
 
+    what = os.fspath(out_dir)
+    lora = {k: v for k, v in state.items() if "lora_" in k}
+    kept = get_peft_model_state_dict(peft_model, state_dict=dict(lora))
+    if len(kept) != len(lora) or not kept:
+        raise EmptyAdapterStateError(
+            what,
+            f"only {len(kept)} of {len(lora)} LoRA tensors match the model's LoRA layers "
+            "(renamed before saving?); refusing to write an incomplete adapter",
+        )
+    saved = {}
+    for k, v in sorted(kept.items()):
+        name = strip_wrappers(k, unwrap_thinker=unwrap_thinker)
+        if name in saved:
+            raise EmptyAdapterStateError(what, "two tensors map to the same adapter key", key=name)
+        saved[name] = v.contiguous()
     os.makedirs(out_dir, exist_ok=True)
-    saved = get_peft_model_state_dict(peft_model, state_dict=dict(state))
-    if not saved:
-        raise EmptyAdapterStateError(os.fspath(out_dir), "PEFT kept no tensor of the adapter state")
-    saved = {k: v.contiguous() for k, v in sorted(saved.items())}
     atomic_write_bytes(
         os.path.join(out_dir, "adapter_model.safetensors"), st_save(saved, metadata={"format": "pt"})
     )
@@ -185,6 +200,8 @@ def save_adapter(
         cfg["base_model_name_or_path"] = base_name
     if cfg.get("task_type") is None:
         base = peft_model.get_base_model()
+        if unwrap_thinker and hasattr(base, "thinker"):
+            base = base.thinker
         cfg["auto_mapping"] = {
             "base_model_class": type(base).__name__,
             "parent_library": type(base).__module__,

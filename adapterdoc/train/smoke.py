@@ -507,22 +507,17 @@ def run_smoke(
             raise RefusedError(root, "exists and is not a folder")
         os.makedirs(root, exist_ok=True)
     runs: list[LayoutRun] = []
+    from adapterdoc.train.loop import quiet_libraries, torch_threads
+
     try:
-        for i, layout in enumerate(layouts):
-            emit(
-                {
-                    "event": "layout_start",
-                    "layout": layout,
-                    "index": i,
-                    "total": len(layouts),
-                    "steps": s.steps,
-                }
-            )
-            run = run_layout(layout, os.path.join(root, layout), s, on_event)
-            if tmp:
-                run.out = run.adapter_dir = None
-            runs.append(run)
-            emit({"event": "layout_done", "layout": layout, "ok": run.ok, "seconds": run.seconds})
+        with torch_threads(s.threads), quiet_libraries():
+            for i, layout in enumerate(layouts):
+                emit({"event": "layout_start", "layout": layout, "index": i, "total": len(layouts)})
+                run = run_layout(layout, os.path.join(root, layout), s, on_event)
+                if tmp:
+                    run.out = run.adapter_dir = None
+                runs.append(run)
+                emit({"event": "layout_done", "layout": layout, "ok": run.ok, "seconds": run.seconds})
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

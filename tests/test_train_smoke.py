@@ -1,0 +1,126 @@
+"""train-smoke: a reference run per layout, then the doctor checks on its output; the CLI around it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from adapterdoc.train import loop, smoke  # noqa: E402
+
+FAST = 8
+"""Steps per layout in these tests (the loss already falls after 2)."""
+
+EXPECTED = {
+    "qwen3_5_vl": ("qwen3_5_text", 50),
+    "qwen3_5_moe_vl": ("qwen3_5_moe_text", 66),
+    "qwen3_omni_thinker": ("qwen3_moe_text", 48),
+    "qwen3_omni": ("qwen3_omni_thinker", 48),
+    "mistral3_vl": ("ministral3_text", 56),
+    "modernbert_mlm": ("modernbert", 16),
+    "embeddinggemma2": ("embeddinggemma2_text", 28),
+}
+"""Layout → (text-only counterpart the remap check loads on, LoRA tensors saved)."""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    with loop.torch_threads(1), loop.quiet_libraries():
+        yield
+
+
+def test_all_means_every_vl_wrapper_and_encoder_layout() -> None:
+    assert smoke.resolve_layouts("all") == list(EXPECTED)
+    assert smoke.resolve_layouts("mistral3_vl, qwen3_5_text") == ["mistral3_vl", "qwen3_5_text"]
+    with pytest.raises(KeyError, match="qwen_vl_legacy"):
+        smoke.resolve_layouts("qwen_vl_legacy")
+
+
+@pytest.mark.parametrize("layout", list(EXPECTED))
+def test_smoke_run_per_layout(tmp_path, layout: str) -> None:
+    run = smoke.run_layout(layout, str(tmp_path / layout), loop.TrainSettings(steps=FAST))
+    assert run.error is None
+    assert [c.name for c in run.checks] == list(smoke.CHECK_NAMES)
+    failed = {c.name: c.detail for c in run.checks if c.ok is not True}
+    assert not failed, failed
+    assert run.ok and not run.findings
+    # the loss falls on the training rows (fixed seeds: base 0, LoRA 0)
+    assert run.train_loss_after < run.train_loss_before - 0.05
+    counterpart, n_keys = EXPECTED[layout]
+    assert f"-> {counterpart}:" in run.check("remap").detail
+    assert run.check("reload").value == 0.0 and run.check("remap").value == 0.0
+    assert run.check("merge").value < 1e-4
+    assert run.check("lora_b").value == n_keys // 2
+    assert (tmp_path / layout / f"adapter-{counterpart}" / "adapter_model.safetensors").is_file()
+    meta = json.loads((tmp_path / layout / "training_metadata.json").read_text())
+    assert len(meta["saved_keys"]) == n_keys
+
+
+def test_a_run_that_learns_nothing_fails_its_checks(tmp_path) -> None:
+    """lr = 0: lora_B stays zero and the loss does not move; the doctor must say so (AD603, AD606)."""
+    report = smoke.run_smoke(["mistral3_vl"], out=tmp_path, settings=loop.TrainSettings(steps=2, lr=0.0))
+    assert not report.ok
+    run = report.runs[0]
+    assert run.check("loss").ok is False and run.check("lora_b").ok is False
+    assert run.check("reload").ok is True  # a zero adapter still reloads exactly
+    assert {f.code for f in report.findings} == {"AD603", "AD606"}
+    assert all(f.severity == "error" for f in report.findings)
+
+
+def test_refuses_to_replace_a_folder_it_did_not_write(tmp_path) -> None:
+    (tmp_path / "mistral3_vl").mkdir()
+    (tmp_path / "mistral3_vl" / "precious.txt").write_text("keep me")
+    with pytest.raises(smoke.RefusedError, match="did not write"):
+        smoke.run_smoke(["mistral3_vl"], out=tmp_path, steps=1)
+    assert (tmp_path / "mistral3_vl" / "precious.txt").read_text() == "keep me"
+
+
+def test_cli_json_contract_and_rerun_into_the_same_folder(cli, tmp_path) -> None:
+    for _ in range(2):  # the second run replaces the first run's folder
+        res = cli("train-smoke", "--layout", "modernbert_mlm", "--steps", "3", "--out", tmp_path, "--json")
+        assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["ok"] is True and doc["findings"] == [] and doc["steps"] == 3
+    (row,) = doc["layouts"]
+    assert row["layout"] == "modernbert_mlm" and row["ok"] is True
+    assert row["loss_after"] < row["loss_before"]
+    assert set(row["checks"]) == set(smoke.CHECK_NAMES)
+    assert all(c["ok"] is True and c["implementation"] for c in row["checks"].values())
+    assert row["checks"]["remap"]["implementation"].startswith("adapterdoc.remap")
+    assert row["adapter"] == str(tmp_path / "modernbert_mlm" / "adapter")
+
+
+def test_cli_human_table_and_failure_exit_code(cli, tmp_path, monkeypatch) -> None:
+    res = cli("train-smoke", "--layout", "mistral3_vl", "--steps", "2")
+    assert res.exit_code == 0, res.output
+    assert "mistral3_vl" in res.stdout and "reload" in res.stdout and "1/1 layout(s) passed" in res.stdout
+    assert "outputs were temporary" in res.stdout
+    import functools
+
+    monkeypatch.setattr(loop, "TrainSettings", functools.partial(loop.TrainSettings, lr=0.0))
+    res = cli("train-smoke", "--layout", "mistral3_vl", "--steps", "2", "--json")
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    assert doc["ok"] is False and {f["code"] for f in doc["findings"]} == {"AD603", "AD606"}
+
+
+def test_cli_usage_errors(cli, tmp_path) -> None:
+    assert cli("train-smoke", "--layout", "nope").exit_code == 2
+    assert cli("train-smoke", "--steps", "0").exit_code == 2
+    f = tmp_path / "file"
+    f.write_text("x")
+    res = cli("train-smoke", "--layout", "mistral3_vl", "--out", f)
+    assert res.exit_code in (2, 3)
+
+
+def test_the_train_command_imports_no_torch() -> None:
+    code = (
+        "import sys, adapterdoc.commands.train_cmd, adapterdoc.codes.training; print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
