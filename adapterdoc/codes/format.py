@@ -4,6 +4,17 @@ from adapterdoc.codes import Code
 
 CODES = [
     Code(
+        "AD100",
+        "input-unusable",
+        "error",
+        "An input cannot be used: missing, unreadable, corrupt, unsupported, or the operation was refused to "
+        "protect data. The command exits with code 3 and changes nothing.",
+        "A gate that crashes or half-writes on bad input is worse than none; exit 3 tells CI that the input, "
+        "not the adapter's quality, is the problem.",
+        "adapterdoc: error: adapter_model.safetensors: header too large: 4294967296 bytes announced",
+        "Fix or replace the input named in the message; with --json the same text is in `error`.",
+    ),
+    Code(
         "AD101",
         "mixed-dtypes",
         "info",

@@ -39,6 +39,8 @@ def handle_errors(func: F) -> F:
         except AdapterdocError as e:
             if debug_enabled():
                 raise
+            if kwargs.get("as_json") or kwargs.get("fmt") == "json":
+                _emit_json_error(e)
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
@@ -52,6 +54,18 @@ def handle_errors(func: F) -> F:
             fail(f"internal error: {type(e).__name__}: {e} (rerun with --debug for a traceback)")
 
     return wrapper  # type: ignore[return-value]
+
+
+def _emit_json_error(e: AdapterdocError) -> None:
+    """With --json, exit 3 still prints one JSON object (``ok`` false) so a CI parser always has one."""
+    import json
+
+    finding = {"code": "AD100", "severity": "error", "message": e.reason}
+    if e.what:
+        finding["path"] = e.what
+    if e.key:
+        finding["key"] = e.key
+    click.echo(json.dumps({"ok": False, "findings": [finding], "error": str(e)}, ensure_ascii=False))
 
 
 def emit(text: str) -> None:

@@ -1,0 +1,96 @@
+"""CLI plumbing shared by every command: exit codes, one-line errors, --json on failure, --version, NO_COLOR."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from adapterdoc import __version__
+
+COMMANDS = ["inspect", "remap", "verify", "merge", "roundtrip", "train-smoke", "explain"]
+
+
+def _adapter(folder: Path) -> Path:
+    folder.mkdir()
+    key = "base_model.model.model.layers.0.self_attn.q_proj"
+    save_file(
+        {
+            f"{key}.lora_A.weight": np.ones((2, 8), np.float32),
+            f"{key}.lora_B.weight": np.ones((8, 2), np.float32),
+        },
+        folder / "adapter_model.safetensors",
+        metadata={"format": "pt"},
+    )
+    (folder / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"]})
+    )
+    return folder
+
+
+def test_version(cli: Any) -> None:
+    res = cli("--version")
+    assert res.exit_code == 0 and __version__ in res.stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str, cli: Any) -> None:
+    res = cli(command, "--help")
+    assert res.exit_code == 0 and "Usage:" in res.stdout
+
+
+def test_usage_error_is_exit_2(cli: Any) -> None:
+    assert cli("inspect").exit_code == 2
+    assert cli("no-such-command").exit_code == 2
+
+
+@pytest.mark.parametrize("command", ["inspect", "remap", "roundtrip"])
+def test_json_mode_still_prints_one_object_on_exit_3(command: str, cli: Any, tmp_path: Path) -> None:
+    args = [command, tmp_path / "missing", "--json"] + (["--vl"] if command == "remap" else [])
+    res = cli(*args)
+    assert res.exit_code == 3
+    out = json.loads(res.stdout)
+    assert out["ok"] is False and out["findings"][0]["code"] == "AD100"
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("adapterdoc: error: ")
+
+
+def test_human_output_has_no_color_when_not_a_terminal(cli: Any, tmp_path: Path) -> None:
+    res = cli("inspect", _adapter(tmp_path / "a"))
+    assert res.exit_code == 0
+    assert "\x1b[" not in res.stdout
+
+
+def test_no_color_env_in_a_real_terminal_like_run(tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path / "a")
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "adapterdoc", "inspect", str(adapter)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "\x1b[" not in proc.stdout and "qwen" not in proc.stderr
+
+
+def test_quiet_prints_nothing_but_keeps_the_exit_code(cli: Any, tmp_path: Path) -> None:
+    res = cli("--quiet", "inspect", _adapter(tmp_path / "a"))
+    assert res.exit_code == 0 and res.stdout == ""
+
+
+def test_internal_errors_are_one_line_unless_debug(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import adapterdoc.inspect as mod
+
+    def boom(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("synthetic failure")
+
+    monkeypatch.setattr(mod, "inspect", boom)
+    res = cli("inspect", _adapter(tmp_path / "a"))
+    assert res.exit_code == 3 and "internal error" in res.stderr and res.stderr.count("\n") == 1
+    with pytest.raises(RuntimeError):
+        cli("--debug", "inspect", tmp_path / "a")
