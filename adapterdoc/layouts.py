@@ -369,7 +369,7 @@ def detect_layout(module_paths: Iterable[str], hint: str | None = None) -> Detec
     ``hint`` is corroborating text (e.g. ``base_model_name_or_path``); it only breaks ties between layouts
     that match the keys equally well.
     """
-    paths = sorted(set(module_paths))
+    paths = _shapes(module_paths)
     if not paths:
         return Detection("unknown", ("no LoRA modules",))
     scored: list[tuple[int, str, list[str]]] = []
@@ -392,7 +392,8 @@ def detect_layout(module_paths: Iterable[str], hint: str | None = None) -> Detec
                 evidence.append(f"{text}: {n} module(s)")
         scored.append((score, layout.name, evidence))
     if not scored:
-        return Detection("unknown", (f"{len(paths)} module(s); no registry layout matches, e.g. {paths[0]}",))
+        total = sum(p.count for p in paths)
+        return Detection("unknown", (f"{total} module(s); no registry layout matches, e.g. {paths[0]}",))
     scored.sort(key=lambda s: -s[0])
     best = [s for s in scored if s[0] == scored[0][0]]
     if len(best) > 1 and hint:
@@ -424,9 +425,32 @@ def _hint_matches(layout: Layout, hint: str) -> bool:
     return bool(rx and re.search(rx, hint, re.IGNORECASE))
 
 
-def _count(rx: str, paths: list[str]) -> int:
+class _Shape(str):
+    """A module path with layer/expert indices replaced by ``0``, standing for ``count`` real paths."""
+
+    count: int
+
+
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
+
+
+def _shapes(module_paths: Iterable[str]) -> list[_Shape]:
+    """Collapse module paths that differ only in numeric indices: detection cost stays O(distinct shapes)."""
+    counts: dict[str, int] = {}
+    for p in set(module_paths):
+        key = _INDEX.sub("0", p)
+        counts[key] = counts.get(key, 0) + 1
+    out = []
+    for key in sorted(counts):
+        shape = _Shape(key)
+        shape.count = counts[key]
+        out.append(shape)
+    return out
+
+
+def _count(rx: str, paths: list[_Shape]) -> int:
     pattern = re.compile(rx)
-    return sum(1 for p in paths if pattern.search(p))
+    return sum(p.count for p in paths if pattern.search(p))
 
 
 def tower_segment(module_path: str) -> str | None:

@@ -7,9 +7,10 @@ import json
 import os
 import shutil
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def to_json(obj: dict[str, Any]) -> str:
@@ -34,6 +35,8 @@ def color_enabled(stream: Any = None) -> bool:
 
 def capture_console(width: int | None = None) -> tuple[Console, io.StringIO]:
     """A console writing to a buffer; colour only on a colour-capable terminal."""
+    from rich.console import Console
+
     buf = io.StringIO()
     color = color_enabled()
     console = Console(
