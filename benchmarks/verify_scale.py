@@ -1,0 +1,240 @@
+"""`verify` against full-size configs: seconds and peak memory, each case in a fresh process.
+
+Cases: transformers' default configs for Qwen3.5-MoE, Qwen3-Omni (thinker only: ``enable_audio_output=False``; the
+default talker config does not build in transformers 5.24) and Mistral3, plus a 60-layer / 512-expert Qwen3.5-MoE
+variant (the Qwen3.5-397B-A17B shape, ~397B parameters). For each, the script writes config.json and a PEFT-shaped BF16 adapter (the keys and
+shapes PEFT builds for that config; every element BF16 0.01, or holes with one non-zero element per lora_B with ``--sparse``) and runs `adapterdoc verify` in
+a child process that reports its own wall time and peak RSS (``resource.getrusage``).
+
+Anchors in the same run: the import of torch + transformers + peft alone, and PEFT's own
+``load_adapter(..., low_cpu_mem_usage=True)`` on the meta-device base (which materialises the adapter's tensors).
+
+    python benchmarks/verify_scale.py [--keep DIR] [--sparse] [--peft-anchor default|all|none]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+CASES: dict[str, dict[str, Any]] = {
+    "qwen3_5_moe (default)": {"layout": "qwen3_5_moe_vl", "r": 8},
+    "qwen3_omni thinker (default)": {"layout": "qwen3_omni", "r": 8},
+    "mistral3 (default)": {"layout": "mistral3_vl", "r": 8},
+    "qwen3_5_moe 60L x 512E (397B)": {
+        "layout": "qwen3_5_moe_vl",
+        "r": 2,
+        "text": {  # the Qwen3.5-397B-A17B shape: 60 layers, 512 experts, hidden 4096
+            "num_hidden_layers": 60,
+            "num_experts": 512,
+            "hidden_size": 4096,
+            "moe_intermediate_size": 1024,
+            "shared_expert_intermediate_size": 1024,
+            "num_attention_heads": 32,
+            "linear_num_value_heads": 64,
+        },
+    },
+}
+
+
+def make_config(layout: str, text: dict[str, Any] | None = None) -> Any:
+    import transformers as tf
+
+    if layout == "qwen3_5_moe_vl":
+        cfg = tf.Qwen3_5MoeConfig()
+        if text:
+            tc = cfg.text_config.to_dict()
+            tc.update(text)
+            if "num_hidden_layers" in text:
+                n = text["num_hidden_layers"]
+                tc["layer_types"] = [
+                    "full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(n)
+                ]
+            cfg = tf.Qwen3_5MoeConfig(text_config=tc, vision_config=cfg.vision_config.to_dict())
+    elif layout == "qwen3_omni":
+        cfg = tf.Qwen3OmniMoeConfig(enable_audio_output=False)
+    elif layout == "mistral3_vl":
+        cfg = tf.Mistral3Config()
+    else:
+        raise KeyError(layout)
+    cfg.architectures = [
+        {
+            "qwen3_5_moe_vl": "Qwen3_5MoeForConditionalGeneration",
+            "qwen3_omni": "Qwen3OmniMoeForConditionalGeneration",
+            "mistral3_vl": "Mistral3ForConditionalGeneration",
+        }[layout]
+    ]
+    return cfg
+
+
+def write_case(root: str, name: str, spec: dict[str, Any], sparse: bool = False) -> dict[str, Any]:
+    """config.json + adapter dir for one case; returns sizes."""
+    import peft
+
+    from adapterdoc.layouts import LAYOUTS
+    from adapterdoc.ml.meta import BaseSpec, build_meta_adapter
+    from adapterdoc.st.header import DTYPE_BITS, TensorInfo, serialize_header
+
+    lay = LAYOUTS[spec["layout"]]
+    slug = "".join(c if c.isalnum() else "_" for c in name).strip("_")
+    base_dir = os.path.join(root, slug, "base")
+    ad_dir = os.path.join(root, slug, "adapter")
+    os.makedirs(base_dir, exist_ok=True)
+    os.makedirs(ad_dir, exist_ok=True)
+    cfg = make_config(spec["layout"], spec.get("text"))
+    cfg.save_pretrained(base_dir)
+    raw = {
+        "peft_type": "LORA",
+        "r": spec["r"],
+        "lora_alpha": 2 * spec["r"],
+        "target_modules": list(lay.lora_leaves),
+        "target_parameters": list(lay.target_parameters) or None,
+        "exclude_modules": lay.exclude_regex,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "task_type": "CAUSAL_LM",
+    }
+    lc = peft.LoraConfig(**{k: v for k, v in raw.items() if k != "peft_type"})
+    base = BaseSpec(base_dir, "dir", root=base_dir, config_path=os.path.join(base_dir, "config.json"))
+    meta = build_meta_adapter(base, lc, config=cfg)
+    params = sum(p.numel() for n, p in meta._pm.get_base_model().named_parameters() if "lora_" not in n)
+    eff = meta._pm.peft_config["default"]
+    raw["target_modules"] = (
+        sorted(eff.target_modules) if isinstance(eff.target_modules, (set, list)) else eff.target_modules
+    )
+    raw["target_parameters"] = sorted(eff.target_parameters or []) or None
+    raw["rank_pattern"], raw["alpha_pattern"] = dict(eff.rank_pattern or {}), dict(eff.alpha_pattern or {})
+    with open(os.path.join(ad_dir, "adapter_config.json"), "w") as f:
+        json.dump(raw, f, indent=2)
+    infos: list[TensorInfo] = []
+    pos = 0
+    for key in sorted(meta.expected):
+        shape = meta.expected[key]
+        n = 1
+        for d in shape:
+            n *= d
+        size = n * DTYPE_BITS["BF16"] // 8
+        infos.append(TensorInfo(key, "BF16", tuple(shape), pos, pos + size))
+        pos += size
+    header = serialize_header({"format": "pt"}, infos)
+    header += b" " * (-(8 + len(header)) % 8)
+    path = os.path.join(ad_dir, "adapter_model.safetensors")
+    with open(path, "wb") as f:
+        f.write(len(header).to_bytes(8, "little"))
+        f.write(header)
+        if sparse:  # holes read as zeros; one non-zero element per lora_B
+            start = f.tell()
+            f.truncate(start + pos)
+            for t in infos:
+                if ".lora_B." in t.name:
+                    f.seek(start + t.begin)
+                    f.write(b"\x80\x3f")  # BF16 1.0
+        else:  # every element BF16 0.01: real pages to read, nothing zero, nothing NaN
+            chunk = b"\x24\x3c" * (4 << 20)
+            left = pos
+            while left:
+                n = min(left, len(chunk))
+                f.write(chunk[:n])
+                left -= n
+    return {"params": params, "tensors": len(infos), "bytes": pos, "base": base_dir, "adapter": ad_dir}
+
+
+CHILD = r"""
+import json, resource, sys, time, warnings
+warnings.filterwarnings("ignore")
+t0 = time.perf_counter()
+mode, a, b, c = sys.argv[1:5]
+if mode == "imports":
+    import torch, transformers, peft  # noqa
+    out = {}
+elif mode == "verify":
+    import torch, transformers, peft  # noqa
+    t1 = time.perf_counter()
+    from adapterdoc.verify import VerifyOptions, verify
+    run = verify([a], b, VerifyOptions(scan=c))
+    r = run.adapters[0]
+    out = {"verify_s": time.perf_counter() - t1, "ok": r.ok, "error": r.error, "missing": len(r.missing),
+           "unexpected": len(r.unexpected), "lora_b": r.lora_b, "codes": sorted({f.code for f in r.findings})}
+elif mode == "peft":
+    import torch, transformers, peft
+    from peft import PeftModel
+    t1 = time.perf_counter()
+    cfg = transformers.AutoConfig.from_pretrained(b)
+    cls = getattr(transformers, cfg.architectures[0])
+    with torch.device("meta"):
+        model = cls._from_config(cfg)
+    pm = PeftModel.from_pretrained(model, a, low_cpu_mem_usage=True)
+    out = {"verify_s": time.perf_counter() - t1}
+out["total_s"] = time.perf_counter() - t0
+out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def child(mode: str, a: str = "", b: str = "", c: str = "") -> dict[str, Any]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    p = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, a, b, c], capture_output=True, text=True, env=env, check=False
+    )
+    if p.returncode != 0:
+        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--keep", help="write the cases here and keep them")
+    ap.add_argument("--sparse", action="store_true", help="write adapter data as holes (fast, little disk)")
+    ap.add_argument("--peft-anchor", choices=("default", "all", "none"), default="default")
+    args = ap.parse_args()
+    root = args.keep or tempfile.mkdtemp(prefix="verify-scale-")
+    t = time.perf_counter()
+    cases = {name: write_case(root, name, spec, args.sparse) for name, spec in CASES.items()}
+    print(f"wrote {len(cases)} cases under {root} in {time.perf_counter() - t:.1f} s\n")
+    imp = child("imports")
+    print(
+        f"anchor: import torch + transformers + peft alone: {imp['total_s']:.2f} s, peak {imp['peak_mb']:.0f} MB\n"
+    )
+    head = (
+        f"| {'case':<29} | {'base params':>11} | {'tensors':>7} | {'adapter':>9} | {'mode':<21} | "
+        f"{'total s':>7} | {'verify s':>8} | {'peak MB':>7} | result |"
+    )
+    print(head)
+    print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
+    for i, (name, info) in enumerate(cases.items()):
+        rows = [("verify --scan nonzero", child("verify", info["adapter"], info["base"], "nonzero"))]
+        rows.append(("verify --scan all", child("verify", info["adapter"], info["base"], "all")))
+        if args.peft_anchor == "all" or (args.peft_anchor == "default" and i in (0, len(cases) - 1)):
+            rows.append(("PEFT load (anchor)", child("peft", info["adapter"], info["base"])))
+        for mode, res in rows:
+            if "error" in res and "total_s" not in res:
+                result = f"FAILED: {res['error'][:60]}"
+                print(
+                    f"| {name:<29} | {info['params'] / 1e9:>10.1f}B | {info['tensors']:>7} | "
+                    f"{info['bytes'] / 2**30:>6.2f}GiB | {mode:<21} | {'-':>7} | {'-':>8} | {'-':>7} | {result} |"
+                )
+                continue
+            if mode.startswith("PEFT"):
+                result = "loaded"
+            else:
+                result = "ok" if res["ok"] else "errors: " + ",".join(c for c in res["codes"] if c < "AD3")
+                result += f" (lora_B {res['lora_b']['nonzero']}/{res['lora_b']['total']})"
+            print(
+                f"| {name:<29} | {info['params'] / 1e9:>10.1f}B | {info['tensors']:>7} | "
+                f"{info['bytes'] / 2**30:>6.2f}GiB | {mode:<21} | {res['total_s']:>7.2f} | {res['verify_s']:>8.2f} | "
+                f"{res['peak_mb']:>7.0f} | {result} |"
+            )
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
