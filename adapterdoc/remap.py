@@ -23,7 +23,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from adapterdoc.adapter import ADAPTER_CONFIG, WRAPPER, LoraKey, fused_expert_owner, parse_key
@@ -182,8 +182,16 @@ class _Move:
     target_towers: tuple[str, ...] = ()
 
 
+def strip_segment(path: str) -> str:
+    """:data:`~adapterdoc.layouts.STRIP_LANGUAGE_MODEL` on a module path, as plain string operations."""
+    if path.startswith("language_model."):
+        return path[len("language_model.") :]
+    i = path.find(INFIX)
+    return path if i < 0 else path[: i + 1] + path[i + len(INFIX) :]
+
+
 def _vl_move() -> _Move:
-    return _Move("vl", lambda k, _: strip_infix(k), STRIP_LANGUAGE_MODEL.apply, strips_infix=True)
+    return _Move("vl", lambda k, _: strip_infix(k), strip_segment, strips_infix=True)
 
 
 def _layout_move(rules: Sequence[Rule], source: str, target: str) -> _Move:
@@ -436,7 +444,7 @@ def _parse_new(mapping: dict[str, str], old_parsed: dict[str, LoraKey], move: _M
         info = old_parsed[old]
         cut = len(WRAPPER) * info.wrapped + len(info.module)
         if move.mode == "to" or (move.mode == "vl" and 0 <= old.find(INFIX) < cut):
-            out[new] = replace(info, key=new, module=move.path_fn(info.module))
+            out[new] = LoraKey(new, info.wrapped, move.path_fn(info.module), info.role, info.adapter_name)
         else:
             out[new] = parse_key(new)
     return out
@@ -513,8 +521,7 @@ def _plan_config(plan: _Plan, move: _Move, module_map: dict[str, str], parsed: l
     raw = json.loads(original.decode("utf-8"))
     if not isinstance(raw, dict):
         return
-    lora_pairs = _pairs(parsed, module_map, lambda k: k.is_lora, collapse=True)
-    full_pairs = _pairs(parsed, module_map, lambda k: k.role == "full", collapse=False)
+    lora_pairs, full_pairs = _pairs(parsed, module_map)
     changes = _ConfigRewriter(move, module_map, lora_pairs, full_pairs).rewrite(raw)
     if module_map:
         _auto_mapping_note(plan.report, raw, move.target)
@@ -541,15 +548,18 @@ def _auto_mapping_note(report: RemapReport, raw: dict[str, Any], target: str | N
 
 
 def _pairs(
-    parsed: list[Any], module_map: dict[str, str], pick: Callable[[Any], bool], *, collapse: bool
-) -> list[tuple[str, str]]:
-    seen: dict[str, str] = {}
+    parsed: list[LoraKey], module_map: dict[str, str]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(old, new) module pairs: LoRA targets (fused-expert wrappers collapsed) and whole-weight modules."""
+    lora: dict[str, str] = {}
+    full: dict[str, str] = {}
     for k in parsed:
-        if not pick(k):
-            continue
-        m = fused_expert_owner(k.module) if collapse else k.module
-        seen.setdefault(m, module_map.get(m, m))
-    return sorted(seen.items())
+        if k.role == "full":
+            full.setdefault(k.module, module_map.get(k.module, k.module))
+        elif k.is_lora and k.module not in lora:
+            m = fused_expert_owner(k.module)
+            lora.setdefault(m, module_map.get(m, m))
+    return sorted(lora.items()), sorted(full.items())
 
 
 def _dump_like(raw: dict[str, Any], original: bytes) -> bytes:

@@ -26,7 +26,13 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 @click.option(
     "--vl", is_flag=True, help="Strip the first `.language_model.` from every key (VL adapter → text class)."
 )
-@click.option("--to", "to_layout", type=_LAYOUT, metavar="LAYOUT", help="Move to this registry layout.")
+@click.option(
+    "--to",
+    "to_layout",
+    type=_LAYOUT,
+    metavar="LAYOUT",
+    help=f"Move to this registry layout: {', '.join(sorted(LAYOUTS))}.",
+)
 @click.option(
     "--from",
     "from_layout",
@@ -45,6 +51,7 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 @click.option(
     "--out",
     type=click.Path(file_okay=False, dir_okay=True),
+    metavar="DIR",
     help="Write a complete new adapter folder here (must not exist or be empty); the input is not touched.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the mapping and the strategy; write nothing.")
@@ -70,7 +77,7 @@ def command(
       --to LAYOUT     the registry's rules from the detected layout (or --from) to LAYOUT
       --rule R=>S     your own renames on the full key, in order
 
-    Header-only: the tensor data is never rewritten. The header is rewritten in place when the new one fits
+    Header-only: the tensor data bytes never change. The header is rewritten in place when the new one fits
     (always for --vl), else the file is copied to a temp file beside it and renamed over it. A weights file
     that is a symlink (the Hugging Face cache) is never written through: the link is replaced by a regular
     file and the shared blob stays as it was. A .bin adapter is written as adapter_model.safetensors and the

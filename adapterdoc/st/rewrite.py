@@ -28,6 +28,7 @@ PROGRESS_MIN_BYTES = 256 * 1024 * 1024
 COPY_CHUNK = 8 * 1024 * 1024
 _WS = " \t\n\r"
 _DECODER = json.JSONDecoder()
+_encode = json.encoder.encode_basestring  # what json.dumps(s, ensure_ascii=False) uses
 _WS_RE = re.compile(r"[ \t\n\r]*")
 
 
@@ -43,33 +44,37 @@ class KeySpan:
 def key_spans(text: str) -> list[KeySpan]:
     """The top-level keys of a (validated) header text with their exact positions."""
     spans: list[KeySpan] = []
-    ws = _WS_RE.match
+    n = len(text)
+
+    def skip(i: int) -> int:  # whitespace is rare in headers: test one char before calling the regex
+        return _WS_RE.match(text, i).end() if i < n and text[i] in _WS else i  # type: ignore[union-attr]
+
     scan_string = json.decoder.scanstring  # type: ignore[attr-defined]
     scan_value = _DECODER.scan_once
-    i = ws(text, 0).end()  # type: ignore[union-attr]
-    if i >= len(text) or text[i] != "{":
+    i = skip(0)
+    if i >= n or text[i] != "{":
         raise ValueError("header is not a JSON object")
-    i = ws(text, i + 1).end()  # type: ignore[union-attr]
-    if i < len(text) and text[i] == "}":
+    i = skip(i + 1)
+    if i < n and text[i] == "}":
         return spans
     while True:
-        if text[i] != '"':
+        if i >= n or text[i] != '"':
             raise ValueError(f"expected a key at char {i}")
         name, end = scan_string(text, i + 1)
         spans.append(KeySpan(name, i, end))
-        i = ws(text, end).end()  # type: ignore[union-attr]
-        if text[i] != ":":
+        i = skip(end)
+        if i >= n or text[i] != ":":
             raise ValueError(f"expected ':' at char {i}")
         try:
-            _, i = scan_value(text, ws(text, i + 1).end())  # type: ignore[union-attr]
+            _, i = scan_value(text, skip(i + 1))
         except StopIteration as e:
             raise ValueError(f"expected a value at char {e.value}") from None
-        i = ws(text, i).end()  # type: ignore[union-attr]
-        if text[i] == "}":
+        i = skip(i)
+        if i < n and text[i] == "}":
             return spans
-        if text[i] != ",":
+        if i >= n or text[i] != ",":
             raise ValueError(f"expected ',' or '}}' at char {i}")
-        i = ws(text, i + 1).end()  # type: ignore[union-attr]
+        i = skip(i + 1)
 
 
 def renamed_header(raw: bytes, mapping: Mapping[str, str]) -> tuple[bytes, int]:
@@ -86,7 +91,7 @@ def renamed_header(raw: bytes, mapping: Mapping[str, str]) -> tuple[bytes, int]:
         if new is None or new == span.name:
             continue
         parts.append(text[pos : span.start])
-        parts.append(json.dumps(new, ensure_ascii=False))
+        parts.append(_encode(new))
         pos = span.end
         renamed += 1
     parts.append(text[pos:])
