@@ -261,8 +261,9 @@ _register(
         model_class="Qwen2_5_VLForConditionalGeneration",
         model_type="qwen2_5_vl",
         description="Qwen2.5-VL / Qwen3-VL adapters from transformers >= 4.52 (model.language_model.*, model.visual)",
-        requires=(_VL_LM, r"^model\.visual\."),
-        forbids=(_LINEAR_ATTN,),
+        requires=(_VL_DECODER,),
+        forbids=(_LINEAR_ATTN, _MOE, r"^thinker\.", r"^model\.(vision_tower|multi_modal_projector)\."),
+        signals=((r"^model\.visual\.", "Qwen-VL vision tower `model.visual` modules"),),
         lora_leaves=_ATTN + _MLP,
         towers=("visual",),
         remaps={
@@ -421,6 +422,8 @@ _FAMILY_HINTS = {
 
 
 def _hint_matches(layout: Layout, hint: str) -> bool:
+    if hint.startswith("tiny:"):  # adapters trained on adapterdoc's tiny reference models name their layout
+        return hint[len("tiny:") :] == layout.name
     rx = _FAMILY_HINTS.get(layout.family)
     return bool(rx and re.search(rx, hint, re.IGNORECASE))
 

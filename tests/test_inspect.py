@@ -48,7 +48,15 @@ def save_adapter(layout: str, out: Path, *, exclude: bool = True, **overrides: A
     cfg.update(overrides)
     model = peft.get_peft_model(build_tiny(layout, seed=0), peft.LoraConfig(**cfg))
     model.save_pretrained(str(out))
+    # name the base, as trainers do: Mistral3 and Qwen2.5-VL adapters have the same keys, the name tells them apart
+    edit_config(out, base_model_name_or_path=HUB_NAMES.get(layout, f"tiny:{layout}"))
     return out
+
+
+HUB_NAMES = {
+    "mistral3_vl": "mistralai/Ministral-3-8B-Instruct-2512",
+    "qwen_vl": "Qwen/Qwen2.5-VL-7B-Instruct",
+}
 
 
 @pytest.fixture(scope="module")

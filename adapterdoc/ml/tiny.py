@@ -79,6 +79,20 @@ def _omni_thinker() -> dict[str, Any]:
     )
 
 
+def _qwen2_5_vl() -> dict[str, Any]:
+    text = {**_DECODER, "num_hidden_layers": 2}
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
+    vision = dict(
+        depth=1,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        out_hidden_size=HIDDEN,
+        fullatt_block_indexes=[0],
+    )
+    return dict(text_config=text, vision_config=vision)
+
+
 def _ministral_text() -> dict[str, Any]:
     return {
         **_DECODER,
@@ -167,6 +181,7 @@ def tiny_config(layout: str) -> Any:
             vision_config={"model_type": "pixtral", **_pixtral()},
         ),
         "ministral3_text": lambda: tf.Ministral3Config(**_ministral_text()),
+        "qwen_vl": lambda: tf.Qwen2_5_VLConfig(**_qwen2_5_vl()),
         "modernbert_mlm": lambda: tf.ModernBertConfig(**_modernbert()),
         "modernbert": lambda: tf.ModernBertConfig(**_modernbert()),
         "embeddinggemma2": lambda: tf.EmbeddingGemma2Config(text_config=_gemma2_text()),
@@ -187,6 +202,7 @@ TINY_LAYOUTS = (
     "qwen3_moe_text",
     "mistral3_vl",
     "ministral3_text",
+    "qwen_vl",
     "modernbert_mlm",
     "modernbert",
     "embeddinggemma2",
