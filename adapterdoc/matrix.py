@@ -100,8 +100,8 @@ class LayoutBench:
         return ok, f"detected {report.layout.name}" + (f"; errors {errors}" if errors else "")
 
     def _remap(self) -> tuple[bool, str]:
-        from adapterdoc.roundtrip import RoundtripReport, _byte_roundtrips, _copy_adapter, reachable_layouts
         from adapterdoc.checkpoint import open_checkpoint
+        from adapterdoc.roundtrip import RoundtripReport, _byte_roundtrips, _copy_adapter, reachable_layouts
 
         assert self.adapter
         if not reachable_layouts(self.layout):
