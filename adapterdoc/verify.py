@@ -81,7 +81,9 @@ class VerifyReport:
     adapter: str
     path: str | None = None
     layout: str = "unknown"
-    """The adapter's layout, detected from its keys."""
+    """The adapter's layout, detected from its keys (``ambiguous`` or ``unknown`` when detection cannot tell)."""
+    layout_candidates: list[str] = field(default_factory=list)
+    """Other layouts the keys fit (all of them when ``layout`` is ``ambiguous``)."""
     base_layout: str | None = None
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
@@ -112,6 +114,7 @@ class VerifyReport:
             "error": self.error,
             "path": self.path,
             "layout": self.layout,
+            "layout_candidates": self.layout_candidates,
             "base_layout": self.base_layout,
             "missing": self.missing,
             "unexpected": self.unexpected,
@@ -194,7 +197,9 @@ class Move:
             module = rule.apply(module)
         return prefix + module + rest
 
-    def command(self, spec: str) -> str:
+    def command(self, spec: str, detected: str | None = None) -> str:
+        """The ``adapterdoc remap`` call that performs this move (``--from`` when detection would pick another
+        source layout)."""
         q = shlex.quote(spec)
         if self.kind == "wrapper":
             return f"adapterdoc remap {q} --rule '^(?!base_model\\.model\\.)=>base_model.model.'"
@@ -204,7 +209,8 @@ class Move:
             )
         if self.rules == (STRIP_LANGUAGE_MODEL,):
             return f"adapterdoc remap {q} --vl"
-        return f"adapterdoc remap {q} --to {self.target}"
+        source = f" --from {self.source}" if detected is not None and detected != self.source else ""
+        return f"adapterdoc remap {q} --to {self.target}{source}"
 
     def describe(self) -> str:
         if self.kind == "wrapper":
@@ -214,13 +220,13 @@ class Move:
         what = _MOVE_WORDS.get((self.source or "", self.target or ""), "layout move")
         return f"{what} (adapter keys use {self.source} names, the base {self.target} names)"
 
-    def to_dict(self, spec: str) -> dict[str, Any]:
+    def to_dict(self, spec: str, detected: str | None = None) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "from": self.source,
             "to": self.target,
             "description": self.describe(),
-            "command": self.command(spec),
+            "command": self.command(spec, detected),
         }
 
 
@@ -249,8 +255,9 @@ def _move_words() -> dict[tuple[str, str], str]:
 _MOVE_WORDS = _move_words()
 
 
-def candidate_moves(detected: str, keys: Iterable[LoraKey]) -> list[Move]:
-    """Every registry move (shortest chains, detected source first) plus the wrapper and adapter-name fixes."""
+def candidate_moves(preferred: Iterable[str], keys: Iterable[LoraKey]) -> list[Move]:
+    """Every registry move (shortest chains; ``preferred`` source layouts first) plus the wrapper and adapter-name
+    fixes."""
     keys = list(keys)
     moves: list[Move] = []
     if any(not k.wrapped for k in keys):
@@ -258,21 +265,13 @@ def candidate_moves(detected: str, keys: Iterable[LoraKey]) -> list[Move]:
     names = Counter(k.adapter_name for k in keys if k.adapter_name)
     if names:
         moves.append(Move("adapter-name", name=names.most_common(1)[0][0]))
-    sources = [detected] if detected in LAYOUTS else []
+    sources = [n for n in preferred if n in LAYOUTS]
     sources += [n for n in LAYOUTS if n not in sources]
-    seen: set[tuple[Rule, ...]] = set()
     for src in sources:
         for dst in LAYOUTS:
-            if dst == src:
-                continue
-            path = remap_path(src, dst)
-            if not path:
-                continue
-            rules = tuple(r for _, rs in path for r in rs)
-            if rules in seen:
-                continue
-            seen.add(rules)
-            moves.append(Move("layout", src, dst, rules))
+            path = remap_path(src, dst) if dst != src else None
+            if path:
+                moves.append(Move("layout", src, dst, tuple(r for _, rs in path for r in rs)))
     return moves
 
 
@@ -281,18 +280,26 @@ def best_move(
     keys: list[str],
     score: Callable[[list[str]], tuple[int, int]],
     current: tuple[int, int],
+    *,
+    target: str | None = None,
+    sources: Iterable[str] = (),
 ) -> Move | None:
     """The move whose renamed keys score best (``(unexpected, missing)``, lower is better); it must leave nothing
-    unexpected and do better than ``current``."""
-    best: tuple[tuple[int, int, int], Move] | None = None
+    unexpected and do better than ``current``. Ties go to moves onto ``target`` from one of ``sources`` (the
+    layouts detection names), then to shorter rule chains. Each distinct rename is scored once."""
+    prefer = list(sources)
+    scores: dict[tuple[str, tuple[Rule, ...], str | None], tuple[int, int] | None] = {}
+    best: tuple[tuple[int, ...], Move] | None = None
     for mv in moves:
-        renamed = [mv.apply(k) for k in keys]
-        if renamed == keys:
+        sig = (mv.kind, mv.rules, mv.name)
+        if sig not in scores:
+            renamed = [mv.apply(k) for k in keys]
+            scores[sig] = None if renamed == keys else score(renamed)
+        s = scores[sig]
+        if s is None or s[0] != 0 or s >= current:
             continue
-        s = score(renamed)
-        if s[0] != 0 or s >= current:
-            continue
-        rank = (s[0], s[1], len(mv.rules))
+        src_rank = prefer.index(mv.source) if mv.source in prefer else len(prefer)
+        rank = (s[0], s[1], int(target is not None and mv.target != target), src_rank, len(mv.rules))
         if best is None or rank < best[0]:
             best = (rank, mv)
     return best[1] if best else None
@@ -342,7 +349,13 @@ def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> Ver
     ckpt = open_checkpoint(spec)
     where = ckpt.root
     insp = inspect_checkpoint(ckpt)
-    report = VerifyReport(adapter=spec, path=where, layout=insp.layout.name, dtypes=dict(insp.dtypes))
+    report = VerifyReport(
+        adapter=spec,
+        path=where,
+        layout=insp.layout.name,
+        layout_candidates=list(insp.layout.candidates),
+        dtypes=dict(insp.dtypes),
+    )
     findings: list[Finding] = [_at(f, spec) for f in insp.findings if f.code != "AD205"]
     keys = [parse_key(k) for k in ckpt.tensors]
 
@@ -450,10 +463,13 @@ def _key_findings(
             return len(m.unexpected), len(m.missing)
 
         names = list(ckpt.tensors)
-        move = best_move(candidate_moves(report.layout, keys), names, score, current)
-    hint = move.command(spec) if move else None
+        preferred = [report.layout, *report.layout_candidates]
+        move = best_move(
+            candidate_moves(preferred, keys), names, score, current, target=meta.layout, sources=preferred
+        )
+    hint = move.command(spec, report.layout) if move else None
     if move:
-        report.move = move.to_dict(spec)
+        report.move = move.to_dict(spec, report.layout)
         n = len(km.unexpected) or len(km.missing)
         out.append(
             make(
@@ -818,8 +834,16 @@ def _vllm_findings(
                 return sum(1 for m in mods if not tower_segment(m) and m not in names), 0
 
             lora_keys = [k.key for k in keys if k.is_lora and not tower_segment(k.module)]
-            mv = best_move(candidate_moves(report.layout, keys), lora_keys, score, (len(absent), 0))
-            hint = mv.command(spec) if mv else None
+            preferred = [report.layout, *report.layout_candidates]
+            mv = best_move(
+                candidate_moves(preferred, keys),
+                lora_keys,
+                score,
+                (len(absent), 0),
+                target=layout,
+                sources=preferred,
+            )
+            hint = mv.command(spec, report.layout) if mv else None
             add(
                 "AD415",
                 f"{len(absent)} of {len(lm_mods)} LoRA module path(s) do not exist in the model as served "

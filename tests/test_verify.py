@@ -357,3 +357,23 @@ def test_bare_safetensors_file_infers_config(make_adapter: Any) -> None:
     report = run_one(_weights(adapter), "tiny:ministral3_text", scan="nonzero")
     assert "AD231" in codes(report, "warning")
     assert report.missing == [] and report.unexpected == []
+
+
+@pytest.mark.parametrize(("src", "dst"), COUNTERPARTS)
+def test_printed_remap_command_fixes_the_adapter(
+    src: str, dst: str, make_adapter: Any, cli: Any, tmp_path: Any
+) -> None:
+    """Run the exact command verify prints (through the real `remap`), then verify again: clean, and PEFT agrees."""
+    import shlex
+    import shutil
+
+    copy = str(tmp_path / "adapter")
+    shutil.copytree(make_adapter(src), copy)
+    before = run_one(copy, f"tiny:{dst}", scan="nonzero")
+    argv = shlex.split(before.move["command"])
+    assert argv[:3] == ["adapterdoc", "remap", copy]
+    result = cli(*argv[1:])
+    assert result.exit_code == 0, result.output
+    after = run_one(copy, f"tiny:{dst}", scan="nonzero")
+    assert (after.missing, after.unexpected, after.shape_mismatch) == ([], [], [])
+    assert after.ok, [f.to_dict() for f in after.findings if f.severity == "error"]

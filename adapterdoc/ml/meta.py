@@ -419,12 +419,15 @@ def base_layout(model: Any, injected: list[str] | None = None) -> str | None:
     hits = [n for n, lay in LAYOUTS.items() if lay.model_class == cls and lay.model_type == mt]
     if len(hits) == 1:
         return hits[0]
-    names = injected or [n for n, _ in model.named_modules() if n]
-    det = detect_layout(names)
-    if hits and det.name in hits:
+    names = [n for n, _ in model.named_modules() if n]
+    fitting = [h for h in hits if all(any(re.search(rx, n) for n in names) for rx in LAYOUTS[h].requires)]
+    if len(fitting) == 1:
+        return fitting[0]
+    det = detect_layout(injected or names)
+    if det.name in (fitting or hits):
         return det.name
-    if hits:
-        return hits[0]
+    if fitting or hits:
+        return (fitting or hits)[0]
     return det.name if det.name in LAYOUTS else None
 
 
