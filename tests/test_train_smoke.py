@@ -62,13 +62,16 @@ def test_smoke_run_per_layout(tmp_path, layout: str) -> None:
 
 
 def test_a_run_that_learns_nothing_fails_its_checks(tmp_path) -> None:
-    """lr = 0: lora_B stays zero and the loss does not move; the doctor must say so (AD603, AD606)."""
+    """lr = 0: lora_B stays zero and the loss does not move; the doctor must say so (AD603, AD606, and verify's
+    own all-zero lora_B error behind AD610)."""
     report = smoke.run_smoke(["mistral3_vl"], out=tmp_path, settings=loop.TrainSettings(steps=2, lr=0.0))
     assert not report.ok
     run = report.runs[0]
     assert run.check("loss").ok is False and run.check("lora_b").ok is False
     assert run.check("reload").ok is True  # a zero adapter still reloads exactly
-    assert {f.code for f in report.findings} == {"AD603", "AD606"}
+    assert run.check("verify").ok is False and "0 missing, 0 unexpected" in run.check("verify").detail
+    assert "error findings AD3" in run.check("verify").detail
+    assert {f.code for f in report.findings} == {"AD603", "AD606", "AD610"}
     assert all(f.severity == "error" for f in report.findings)
 
 
@@ -91,7 +94,9 @@ def test_cli_json_contract_and_rerun_into_the_same_folder(cli, tmp_path) -> None
     assert row["loss_after"] < row["loss_before"]
     assert set(row["checks"]) == set(smoke.CHECK_NAMES)
     assert all(c["ok"] is True and c["implementation"] for c in row["checks"].values())
-    assert row["checks"]["remap"]["implementation"].startswith("adapterdoc.remap")
+    impl = {k: c["implementation"] for k, c in row["checks"].items()}
+    assert impl["remap"].startswith("adapterdoc.remap") and impl["verify"] == "adapterdoc.verify"
+    assert impl["merge"].startswith("adapterdoc.merge") and impl["lora_b"].startswith("adapterdoc.verify")
     assert row["adapter"] == str(tmp_path / "modernbert_mlm" / "adapter")
 
 
@@ -106,7 +111,7 @@ def test_cli_human_table_and_failure_exit_code(cli, tmp_path, monkeypatch) -> No
     res = cli("train-smoke", "--layout", "mistral3_vl", "--steps", "2", "--json")
     assert res.exit_code == 1
     doc = json.loads(res.stdout)
-    assert doc["ok"] is False and {f["code"] for f in doc["findings"]} == {"AD603", "AD606"}
+    assert doc["ok"] is False and {f["code"] for f in doc["findings"]} == {"AD603", "AD606", "AD610"}
 
 
 def test_cli_usage_errors(cli, tmp_path) -> None:

@@ -94,4 +94,15 @@ CODES = [
         "reload: RuntimeError: size mismatch for lora_A",
         "Rerun that layout with `adapterdoc --debug train-smoke --layout NAME` for the traceback.",
     ),
+    Code(
+        "AD610",
+        "reference-adapter-fails-verify",
+        "error",
+        "`adapterdoc verify` against the tiny base the adapter was trained on reports missing, unexpected or "
+        "mis-shaped keys, or an error finding.",
+        "The adapter was trained on exactly this base, so any verify complaint is a bug in the saving code or in "
+        "verify's expectations, and the same complaint would block real adapters at the deploy gate.",
+        "verify runs/smoke/qwen3_5_vl/adapter --base tiny:qwen3_5_vl: 2 missing",
+        "Compare the saved keys with `adapterdoc verify --format json` output and fix whichever side is wrong.",
+    ),
 ]

@@ -435,7 +435,9 @@ def quiet_libraries() -> Iterator[None]:
     from transformers.utils import logging as hf_logging
 
     level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
@@ -446,6 +448,8 @@ def quiet_libraries() -> Iterator[None]:
             yield
     finally:
         hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _train(

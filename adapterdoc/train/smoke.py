@@ -33,7 +33,7 @@ SMOKE_LAYOUTS = (
 )
 """``--layout all``: every VL/wrapper layout and both encoders of the registry."""
 
-CHECK_NAMES = ("loss", "towers", "inspect", "reload", "lora_b", "remap", "merge")
+CHECK_NAMES = ("loss", "towers", "inspect", "verify", "reload", "lora_b", "remap", "merge")
 IDENTICAL = 1e-6
 """Max |Δ| for "identical" outputs (same weights, same ops: 0.0 is expected)."""
 MERGE_TOLERANCE = 1e-4
@@ -167,6 +167,8 @@ class Ctx:
     saved_layout: str
     """The layout of the saved adapter's keys (the thinker's when an Omni wrapper saved thinker naming)."""
     reference: dict[str, Any] = field(default_factory=dict)
+    verify_report: Any = None
+    """``adapterdoc.verify``'s report on the saved adapter, once the verify check ran."""
 
     @property
     def objective(self) -> str:
@@ -304,24 +306,52 @@ def check_reload(ctx: Ctx) -> CheckResult:
     return CheckResult("reload", ok, detail, "peft.PeftModel.from_pretrained", value=diff, code="AD605")
 
 
+def check_verify(ctx: Ctx) -> CheckResult:
+    """``adapterdoc.verify`` against ``tiny:LAYOUT``: every key expected, none missing or unexpected, no error."""
+    from adapterdoc.verify import verify
+
+    base = f"tiny:{ctx.saved_layout}"
+    run = verify([ctx.result.adapter_dir], base=base)
+    r = run.adapters[0]
+    ctx.verify_report = r
+    errors = sorted({f.code for f in r.findings if f.severity == "error"})
+    ok = r.ok and not (r.missing or r.unexpected or r.shape_mismatch)
+    detail = (
+        f"against {base}: {len(r.missing)} missing, {len(r.unexpected)} unexpected, "
+        f"{len(r.shape_mismatch)} shape mismatch(es)"
+    )
+    if r.error:
+        detail += f"; {r.error}"
+    if errors:
+        detail += f"; error findings {', '.join(errors)}"
+    return CheckResult("verify", ok, detail, "adapterdoc.verify", code="AD610")
+
+
 def check_lora_b(ctx: Ctx) -> CheckResult:
     """Every saved ``lora_B`` has a non-zero entry (read from the file, not from memory)."""
+    r = ctx.verify_report
+    if r is not None and r.error is None and r.lora_b.get("total"):
+        nonzero, total = r.lora_b["nonzero"], r.lora_b["total"]
+        impl = "adapterdoc.verify (lora_B scan)"
+    else:
+        nonzero, total = _scan_lora_b(os.path.join(ctx.result.adapter_dir, "adapter_model.safetensors"))
+        impl = "safetensors.safe_open"
+    ok = total > 0 and nonzero == total
+    return CheckResult(
+        "lora_b", ok, f"{nonzero}/{total} lora_B tensors non-zero", impl, value=nonzero, code="AD606"
+    )
+
+
+def _scan_lora_b(path: str) -> tuple[int, int]:
     from safetensors import safe_open
 
-    path = os.path.join(ctx.result.adapter_dir, "adapter_model.safetensors")
-    zero: list[str] = []
-    total = 0
+    nonzero = total = 0
     with safe_open(path, "pt") as f:
         for key in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
             if ".lora_B." in key or key.endswith(".lora_embedding_B"):
                 total += 1
-                if not bool(f.get_tensor(key).any()):
-                    zero.append(key)
-    ok = total > 0 and not zero
-    detail = f"{total - len(zero)}/{total} lora_B tensors non-zero" + (
-        f", e.g. zero: {zero[0]}" if zero else ""
-    )
-    return CheckResult("lora_b", ok, detail, "safetensors.safe_open", value=total - len(zero), code="AD606")
+                nonzero += bool(f.get_tensor(key).any())
+    return nonzero, total
 
 
 def check_remap(ctx: Ctx) -> CheckResult:
@@ -357,11 +387,55 @@ def check_remap(ctx: Ctx) -> CheckResult:
 
 
 def check_merge(ctx: Ctx) -> CheckResult:
-    """``merge_and_unload`` on a reloaded copy equals the unmerged trained model, to float rounding."""
-    from adapterdoc.train import loop
+    """The merged model's outputs equal the unmerged trained model's, to float rounding.
 
+    With ``adapterdoc.merge``: the tiny base is saved with ``save_pretrained`` (on-disk names, as a user's base),
+    merged by streaming into a new folder, and that folder is loaded with ``from_pretrained``. Without it, PEFT's
+    ``merge_and_unload`` on a reloaded copy.
+    """
+    try:
+        from adapterdoc.merge import merge
+    except ModuleNotFoundError as e:
+        if e.name != "adapterdoc.merge":
+            raise
+        return _merge_in_memory(ctx)
+    from adapterdoc.ml.tiny import model_class
+
+    base_dir = os.path.join(ctx.result.out_dir, "base")
+    merged_dir = os.path.join(ctx.result.out_dir, "merged")
+    _fresh_saved_base(ctx).save_pretrained(base_dir)
+    report = merge(ctx.result.adapter_dir, base_dir, merged_dir)
+    impl = "adapterdoc.merge (streamed, on disk) + from_pretrained"
+    if not report.ok or report.unused:
+        codes = ", ".join(sorted({f.code for f in report.findings if f.severity == "error"}))
+        return CheckResult(
+            "merge",
+            False,
+            f"merge refused ({codes}); {len(report.unused)} unused module(s)",
+            impl,
+            code="AD608",
+        )
+    merged = model_class(ctx.saved_layout).from_pretrained(merged_dir, dtype=_float32()).eval()
+    if ctx.saved_layout == ctx.layout and hasattr(merged, "thinker"):
+        merged.forward = merged.thinker.forward
+    return _compare_merged(ctx, merged, impl, f"{len(report.applied)} module(s) merged on disk; ")
+
+
+def _float32() -> Any:
+    import torch
+
+    return torch.float32
+
+
+def _merge_in_memory(ctx: Ctx) -> CheckResult:
     model, _ = _load_peft(_fresh_saved_base(ctx), ctx.result.adapter_dir)
     merged = model.merge_and_unload().eval()
+    return _compare_merged(ctx, merged, "peft merge_and_unload (in memory)", "")
+
+
+def _compare_merged(ctx: Ctx, merged: Any, impl: str, prefix: str) -> CheckResult:
+    from adapterdoc.train import loop
+
     head = loop.load_head(ctx.result.head_dir) if ctx.result.head_dir else None
     if ctx.objective == loop.MASKED:
         got = _outputs(merged, ctx.batch, ctx.objective)
@@ -369,11 +443,11 @@ def check_merge(ctx: Ctx) -> CheckResult:
         got = _outputs(merged, ctx.batch, ctx.objective, head=head)
     diff, scale, names = _max_diff(ctx.reference, got, ctx.batch["attention_mask"])
     leftover = sum(1 for n, _ in merged.named_parameters() if "lora_" in n)
-    ok = diff <= MERGE_TOLERANCE * max(1.0, scale) and not leftover
-    detail = f"merged vs unmerged: max |Δ{'/'.join(names)}| = {diff:.3g} (scale {scale:.3g})"
+    ok = diff <= MERGE_TOLERANCE * max(1.0, scale) and not leftover and bool(names)
+    detail = f"{prefix}merged vs unmerged: max |Δ{'/'.join(names)}| = {diff:.3g} (scale {scale:.3g})"
     if leftover:
         detail += f"; {leftover} LoRA parameter(s) left after merging"
-    return CheckResult("merge", ok, detail, "peft merge_and_unload (in memory)", value=diff, code="AD608")
+    return CheckResult("merge", ok, detail, impl, value=diff, code="AD608")
 
 
 def _fresh_saved_base(ctx: Ctx) -> Any:
@@ -391,6 +465,7 @@ CHECKS: list[Check] = [
     check_loss,
     check_towers,
     check_inspect,
+    check_verify,
     check_reload,
     check_lora_b,
     check_remap,
