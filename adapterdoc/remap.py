@@ -384,18 +384,15 @@ def _resolve_layout_move(
     detection = _detect(modules, hint)
     if source is None:
         if detection.name == "ambiguous":
-            raise RefusedError(
-                weights,
-                f"cannot tell the source layout: {', '.join(detection.candidates)} fit equally; "
-                "pass --from LAYOUT",
-            )
-        if detection.name == "unknown":
+            source = _settle_ambiguity(weights, modules, detection.candidates, to, notes)
+        elif detection.name == "unknown":
             raise RefusedError(
                 weights,
                 f"the keys match no registry layout ({'; '.join(detection.evidence)}); "
                 "pass --from LAYOUT or use --rule",
             )
-        source = detection.name
+        else:
+            source = detection.name
     elif source not in LAYOUTS:
         raise UnsupportedInputError(source, f"unknown layout; known: {', '.join(LAYOUTS)}")
     elif detection.name != source:
@@ -409,6 +406,36 @@ def _resolve_layout_move(
         notes.append("moves: " + " → ".join([source, *(s[0] for s in steps)]))
     rules = [r for _, rs in steps for r in rs]
     return _layout_move(rules, source, to)
+
+
+def _settle_ambiguity(
+    weights: str, modules: list[str], candidates: Sequence[str], to: str, notes: list[str]
+) -> str:
+    """Several layouts fit the keys: fine when only one of them moves to ``to``, or all move the same way."""
+    moves: dict[str, list[str]] = {}
+    for cand in candidates:
+        steps = remap_path(cand, to)
+        if steps is not None:
+            rules = [r for _, rs in steps for r in rs]
+            moves[cand] = [_apply_rules(rules, m) for m in modules]
+    distinct = {tuple(v) for v in moves.values()}
+    if len(distinct) == 1:
+        chosen = next(iter(moves))
+        notes.append(
+            f"the keys fit {', '.join(candidates)} equally; {chosen} is used "
+            + (
+                "(the only one with a move to " + to + ")"
+                if len(moves) == 1
+                else "(all of them move the same way)"
+            )
+        )
+        return chosen
+    raise RefusedError(
+        weights,
+        f"cannot tell the source layout: {', '.join(candidates)} fit equally"
+        + (f" and move to {to} differently" if moves else "")
+        + "; pass --from LAYOUT",
+    )
 
 
 def _mapping(weights: str, keys: list[str], parsed: list[LoraKey], move: _Move) -> dict[str, str]:

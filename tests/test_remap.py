@@ -290,6 +290,34 @@ def test_layout_moves_need_a_known_source(tmp_path: Path, cli: Any) -> None:
     refused(cli, [bert, "--to", "qwen3_5_vl"], bert, "no move from modernbert_mlm to qwen3_5_vl")
 
 
+def test_an_ambiguous_layout_is_settled_by_the_target(tmp_path: Path, cli: Any) -> None:
+    # decoder-only keys under model.language_model: Mistral3 or Qwen-VL (no base model name to tell)
+    mods = [f"model.language_model.layers.{i}.self_attn.q_proj" for i in range(2)]
+    ad = make_adapter(tmp_path / "a", mods, config=peft_config(base_model_name_or_path=None))
+    res = cli("remap", ad, "--to", "ministral3_text", "--json", "--dry-run")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["source_layout"] == "mistral3_vl" and any("equally" in n for n in out["notes"])
+    res = cli("remap", ad, "--to", "qwen_vl_legacy", "--json", "--dry-run")
+    assert res.exit_code == 0 and json.loads(res.stdout)["source_layout"] == "qwen_vl"
+
+
+def test_an_ambiguity_that_moves_differently_is_refused() -> None:
+    from adapterdoc.errors import RefusedError
+    from adapterdoc.remap import _settle_ambiguity
+
+    same = ["model.language_model.layers.0.self_attn.q_proj"]
+    notes: list[str] = []
+    assert (
+        _settle_ambiguity("f", same, ("qwen3_omni", "qwen3_omni_thinker"), "qwen3_moe_text", notes)
+        == "qwen3_omni"
+    )
+    assert "move the same way" in notes[0]
+    differ = ["thinker.model.language_model.layers.0.self_attn.q_proj"]
+    with pytest.raises(RefusedError, match="differently"):
+        _settle_ambiguity("f", differ, ("qwen3_omni", "qwen3_omni_thinker"), "qwen3_moe_text", [])
+
+
 def test_usage_errors_exit_2(tmp_path: Path, cli: Any) -> None:
     ad = make_adapter(tmp_path / "a")
     state = tree_state(ad)
