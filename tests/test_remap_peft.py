@@ -209,31 +209,9 @@ def test_full_path_target_list_moves_to_a_vl_class_with_its_towers_excluded(
 
 
 def tiny_qwen2_5_vl() -> Any:
-    import transformers as tf
+    from adapterdoc.ml.tiny import build_tiny
 
-    cfg = tf.Qwen2_5_VLConfig(
-        text_config=dict(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=1000,
-            bos_token_id=1,
-            eos_token_id=2,
-            rope_scaling={"type": "mrope", "mrope_section": [2, 2, 4]},
-        ),
-        vision_config=dict(
-            depth=1,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=2,
-            out_hidden_size=64,
-            fullatt_block_indexes=[0],
-        ),
-    )
-    torch.manual_seed(0)
-    return tf.Qwen2_5_VLForConditionalGeneration._from_config(cfg).eval()
+    return build_tiny("qwen_vl", seed=0)  # Qwen2_5_VLForConditionalGeneration, same weights every call
 
 
 def test_pre_4_52_qwen_vl_adapter_moves_to_the_current_layout(tmp_path: Path) -> None:
