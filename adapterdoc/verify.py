@@ -376,7 +376,7 @@ def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> Ver
     ]
     report.config = _config_summary(acfg, meta, inferred)
 
-    findings += _key_findings(spec, ckpt, keys, meta, km, report)
+    findings += _key_findings(spec, ckpt, keys, meta, km, report, acfg)
     findings += _config_findings(spec, acfg, meta, keys)
     findings += _weight_findings(spec, ckpt, keys, options.scan, report)
     if options.profile == "vllm":
@@ -443,7 +443,13 @@ def infer_config(ckpt: Checkpoint, keys: list[LoraKey]) -> dict[str, Any]:
 
 
 def _key_findings(
-    spec: str, ckpt: Checkpoint, keys: list[LoraKey], meta: Any, km: Any, report: VerifyReport
+    spec: str,
+    ckpt: Checkpoint,
+    keys: list[LoraKey],
+    meta: Any,
+    km: Any,
+    report: VerifyReport,
+    acfg: AdapterConfig,
 ) -> list[Finding]:
     out: list[Finding] = []
     if meta.inject_error:
@@ -502,7 +508,7 @@ def _key_findings(
             )
         )
         if not move:
-            out += _untargeted(spec, km.unexpected, meta)
+            out += _untargeted(spec, km.unexpected, meta, acfg)
     for k, got, want in km.shape_mismatch[:MAX_LISTED]:
         out.append(
             make(
@@ -515,10 +521,11 @@ def _key_findings(
     return out
 
 
-def _untargeted(spec: str, unexpected: list[str], meta: Any) -> list[Finding]:
-    """Unexpected keys on modules that exist in the base: the adapter's own config does not target them."""
+def _untargeted(spec: str, unexpected: list[str], meta: Any, acfg: AdapterConfig) -> list[Finding]:
+    """Unexpected keys on modules that exist in the base: the adapter's own config excludes them or does not
+    target them, so PEFT never puts LoRA there."""
     modules = set(meta.base_modules)
-    excl = meta.config_after.get("target_modules")
+    targets = meta.config_after.get("target_modules")
     out: list[Finding] = []
     seen: set[str] = set()
     for key in unexpected:
@@ -531,15 +538,18 @@ def _untargeted(spec: str, unexpected: list[str], meta: Any) -> list[Finding]:
         seen.add(owner)
         if len(seen) > MAX_LISTED:
             break
-        out.append(
-            make(
-                "AD224",
-                f"module exists on the base but the adapter config does not target it (target_modules: {excl})",
-                path=spec,
-                key=owner,
-            )
-        )
+        if acfg.exclude_modules and not acfg.targets(owner) and _excluded(acfg, owner):
+            why = f"the config's exclude_modules excludes it ({acfg.exclude_modules!r})"
+        else:
+            why = f"no target_modules entry selects it (target_modules: {targets})"
+        out.append(make("AD224", f"the module exists on the base but {why}", path=spec, key=owner))
     return out
+
+
+def _excluded(acfg: AdapterConfig, module: str) -> bool:
+    """Whether ``exclude_modules`` alone is what keeps ``module`` out."""
+    without = AdapterConfig({**acfg.raw, "exclude_modules": None}, acfg.path)
+    return without.targets(module)
 
 
 # --------------------------------------------------------------------------------------------- config

@@ -377,3 +377,19 @@ def test_printed_remap_command_fixes_the_adapter(
     after = run_one(copy, f"tiny:{dst}", scan="nonzero")
     assert (after.missing, after.unexpected, after.shape_mismatch) == ([], [], [])
     assert after.ok, [f.to_dict() for f in after.findings if f.severity == "error"]
+
+
+def test_keys_on_excluded_modules(make_adapter: Any, tiny_model: Any, tmp_path: Any) -> None:
+    """Tower LoRA tensors next to a config whose exclude_modules keeps PEFT off the tower: PEFT drops them without a
+    word; verify reports them as unexpected and says the exclusion is why."""
+    adapter = make_adapter("qwen3_5_vl", "clean", exclude_modules=None, target_modules=["q_proj", "qkv"])
+    cfg = json.loads(_read(os.path.join(adapter, "adapter_config.json")))
+    cfg["exclude_modules"] = LAYOUTS["qwen3_5_vl"].exclude_regex
+    (tmp_path / "adapter_config.json").write_text(json.dumps(cfg))
+    (tmp_path / "adapter_model.safetensors").write_bytes(_read(_weights(adapter)))
+    report = run_one(str(tmp_path), "tiny:qwen3_5_vl", scan="nonzero")
+    assert (report.missing, report.unexpected) == peft_oracle(tiny_model, "qwen3_5_vl", str(tmp_path))
+    assert report.unexpected and all(".visual." in k for k in report.unexpected) and not report.missing
+    excluded = [f for f in report.findings if f.code == "AD224"]
+    assert excluded and all("exclude_modules" in f.message for f in excluded)
+    assert {f.key for f in excluded} == {"model.visual.blocks.0.attn.qkv"}
