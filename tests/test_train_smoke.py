@@ -61,6 +61,19 @@ def test_smoke_run_per_layout(tmp_path, layout: str) -> None:
     assert len(meta["saved_keys"]) == n_keys
 
 
+def test_omni_wrapper_saved_in_thinker_naming_passes_every_check_as_a_thinker_adapter(tmp_path) -> None:
+    """Train the full Omni wrapper through .thinker, save the thinker's adapter (the production Omni trainer's way)."""
+    s = loop.TrainSettings(steps=4, unwrap_thinker=True)
+    run = smoke.run_layout("qwen3_omni", str(tmp_path / "omni"), s)
+    assert run.ok, {c.name: c.detail for c in run.checks if not c.ok}
+    assert run.check("inspect").detail == "detected qwen3_omni_thinker"
+    assert "qwen3_omni_thinker -> qwen3_moe_text" in run.check("remap").detail
+    cfg = json.loads((tmp_path / "omni" / "adapter" / "adapter_config.json").read_text())
+    assert cfg["auto_mapping"]["base_model_class"] == "Qwen3OmniMoeThinkerForConditionalGeneration"
+    meta = json.loads((tmp_path / "omni" / "training_metadata.json").read_text())
+    assert isinstance(meta["lora"]["target_modules"], list)
+
+
 def test_a_run_that_learns_nothing_fails_its_checks(tmp_path) -> None:
     """lr = 0: lora_B stays zero and the loss does not move; the doctor must say so (AD603, AD606, and verify's
     own all-zero lora_B error behind AD610)."""

@@ -326,7 +326,8 @@ class RunLog:
 def write_json(path: str, obj: Any) -> None:
     from adapterdoc.st.atomic import atomic_write_bytes
 
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n").encode())
+    text = json.dumps(obj, indent=2, ensure_ascii=False, default=L.jsonable)
+    atomic_write_bytes(path, (text + "\n").encode())
 
 
 def run_report(result: TrainResult) -> str:

@@ -208,12 +208,13 @@ def save_adapter(
         }
     atomic_write_bytes(
         os.path.join(out_dir, "adapter_config.json"),
-        (json.dumps(cfg, indent=2, sort_keys=True, default=_jsonable) + "\n").encode(),
+        (json.dumps(cfg, indent=2, sort_keys=True, default=jsonable) + "\n").encode(),
     )
     return saved
 
 
-def _jsonable(o: Any) -> Any:
+def jsonable(o: Any) -> Any:
+    """``json.dumps`` default for PEFT config values: sets as sorted lists, enums as their value."""
     if isinstance(o, (set, frozenset)):
         return sorted(o)
     if hasattr(o, "value"):  # enums (task_type, peft_type)
