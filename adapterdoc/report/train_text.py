@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
@@ -78,7 +79,8 @@ def _failures(report: SmokeReport) -> list[str]:
 
 
 def render_smoke(report: SmokeReport, *, verbose: bool = False) -> str:
-    console, buf = capture_console()
+    # a terminal gets its own width; a log file or pipe gets room for the whole table
+    console, buf = capture_console(None if sys.stdout.isatty() else 150)
     console.print(smoke_table(report))
     failed = [r.layout for r in report.runs if not r.ok]
     passed = len(report.runs) - len(failed)
