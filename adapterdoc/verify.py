@@ -510,10 +510,13 @@ def _key_findings(
         if not move:
             out += _untargeted(spec, km.unexpected, meta, acfg)
     for k, got, want in km.shape_mismatch[:MAX_LISTED]:
+        why = ""
+        if len(got) < len(want) or 0 in got:
+            why = " (a 1-D or empty LoRA tensor: ZeRO-3/FSDP shards saved without gathering them first)"
         out.append(
             make(
                 "AD222",
-                f"shape {list(got)} in the adapter, PEFT builds {list(want)} on {meta.model_class}",
+                f"shape {list(got)} in the adapter, PEFT builds {list(want)} on {meta.model_class}{why}",
                 path=spec,
                 key=k,
             )

@@ -393,3 +393,18 @@ def test_keys_on_excluded_modules(make_adapter: Any, tiny_model: Any, tmp_path: 
     excluded = [f for f in report.findings if f.code == "AD224"]
     assert excluded and all("exclude_modules" in f.message for f in excluded)
     assert {f.key for f in excluded} == {"model.visual.blocks.0.attn.qkv"}
+
+
+def test_ungathered_zero3_shards(make_adapter: Any, tmp_path: Any) -> None:
+    """ZeRO-3 saved without gathering: empty tensors. PEFT's load fails on the shapes; verify says why."""
+    adapter = make_adapter("ministral3_text")
+    state = load_file(_weights(adapter))
+    for k in state:
+        state[k] = torch.empty(0)
+    save_file(state, str(tmp_path / "adapter_model.safetensors"), metadata={"format": "pt"})
+    (tmp_path / "adapter_config.json").write_bytes(_read(os.path.join(adapter, "adapter_config.json")))
+    report = run_one(str(tmp_path), "tiny:ministral3_text", scan="nonzero")
+    assert len(report.shape_mismatch) == len(state)
+    mismatch = [f for f in report.findings if f.code == "AD222"]
+    assert mismatch and all("ZeRO-3" in f.message for f in mismatch)
+    assert "AD301" in codes(report, "error")  # nothing non-zero to find either
