@@ -73,7 +73,10 @@ def main() -> None:
     doc = runs[len(runs) // 2][1]
     rows = doc["layouts"]
 
-    print(f"\ntrain-smoke --layout all ({doc['steps']} steps per layout), median of {len(runs)} run(s)")
+    print(
+        f"\ntrain-smoke --layout all ({doc['steps']} steps per layout); wall: median of {len(runs)} run(s), "
+        "rows: one of them"
+    )
     print(f"{'layout':<20}{'train s':>9}{'checks s':>10}{'total s':>9}  {'loss before → after':<22}ok")
     for r in rows:
         checks = r["seconds"] - r["train_seconds"]
