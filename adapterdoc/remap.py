@@ -996,7 +996,9 @@ def _fill_out(plan: _Plan, tmp: str, *, progress: bool) -> list[str]:
     if body is None:
         body = _raw_header(plan.weights_path, header).rstrip(b" \t\n\r")
     dest = os.path.join(tmp, weights_name)
-    rewrite.rewrite_copy(plan.weights_path, dest, header, body, progress=progress)
+    # a new file gets a fresh header padded the way safetensors pads (not the old, possibly padded, length): so a
+    # move that had to grow the header (a copy) and its inverse written with --out give back the original bytes
+    rewrite.rewrite_copy(plan.weights_path, dest, header, body, keep_length=False, progress=progress)
     written.append(weights_name)
     return written
 

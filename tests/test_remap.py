@@ -469,9 +469,12 @@ def test_out_writes_a_complete_folder_and_leaves_the_input(tmp_path: Path, cli: 
     ]
     assert all(".language_model." not in k for k in read_header(out / "adapter_model.safetensors").tensors)
     assert data_hash(out / "adapter_model.safetensors") == data_hash(ad / "adapter_model.safetensors")
-    # the same bytes an in-place rewrite gives
-    remap(ad, vl=True)
-    assert file_hash(out / "adapter_model.safetensors") == file_hash(ad / "adapter_model.safetensors")
+    # a new file gets a fresh header, padded the way safetensors pads (minimal, 8-aligned), not the old length
+    fresh = read_header(out / "adapter_model.safetensors")
+    raw = (out / "adapter_model.safetensors").read_bytes()[8 : 8 + fresh.header_len]
+    assert fresh.data_start % 8 == 0 and len(raw) - len(raw.rstrip(b" ")) < 8
+    remap(ad, vl=True)  # in place keeps the old length: same keys and data, longer padding
+    assert read_header(ad / "adapter_model.safetensors").tensors.keys() == fresh.tensors.keys()
     assert any("checkpoint-10" in n for n in rep["notes"])
     assert not [n for n in os.listdir(tmp_path) if rewrite.is_temp_leftover(n)]
 
