@@ -42,7 +42,7 @@ from adapterdoc.layouts import (
 )
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.st import rewrite
-from adapterdoc.st.atomic import TEMP_PREFIX, atomic_write_bytes, slow_point, target_mode
+from adapterdoc.st.atomic import TEMP_PREFIX, atomic_write_bytes, folder_lock, slow_point, target_mode
 from adapterdoc.st.header import Header, read_header
 
 INFIX = ".language_model."
@@ -256,7 +256,14 @@ def remap(
     if dry_run:
         plan.report.notes.append("dry run: nothing was written")
         return plan.report
-    _apply(plan, out=os.fspath(out) if out is not None else None, progress=progress)
+    if out is not None:
+        _apply(plan, out=os.fspath(out), progress=progress)
+        return plan.report
+    # Writing in place: hold the folder's lock, and plan again under it, so that a second remap running at the
+    # same time sees the first one's result (and finds nothing to do, or refuses) instead of interleaving.
+    with folder_lock(os.path.dirname(os.path.abspath(plan.weights_path))):
+        plan = _plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=None)
+        _apply(plan, out=None, progress=progress)
     return plan.report
 
 

@@ -77,6 +77,36 @@ def atomic_write_with(
         fill(f)
 
 
+LOCK_WAIT_SECONDS = 60.0
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str, *, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
+    """An exclusive advisory lock (``flock``) on ``folder`` itself, so two adapterdoc writers never interleave.
+
+    Nothing is created in the folder. Waits up to ``wait`` seconds for another holder, then refuses.
+    """
+    import fcntl
+    import time
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RefusedError(
+                        folder, "another adapterdoc process is writing here; try again later"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
 def refuse_symlink_write(path: str) -> None:
     """Raise unless ``path`` is a regular file that can be written in place (not a link, writable)."""
     if os.path.islink(path):
