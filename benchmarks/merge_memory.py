@@ -1,0 +1,226 @@
+"""Peak memory and wall time of `adapterdoc merge` against PEFT's `merge_and_unload` on a synthetic base.
+
+The base is a Ministral-3-style decoder (the tiny reference config scaled up: hidden 2048, 16 heads, MLP 5632,
+vocab 32000, bfloat16) with as many layers as it takes to reach ``--gib``, saved with ``save_pretrained`` in
+sharded safetensors. The adapter is LoRA r=16 on every attention and MLP projection. Each tool runs in its own
+fresh process; peak RSS comes from ``os.wait4`` (the child's own ``ru_maxrss``), wall time from the parent.
+The parent never imports torch (``ru_maxrss`` survives ``fork``, so a
+large parent would inflate every child's figure); the base is built in a child too. Both start with the base in the page cache (read once just before each run), both end with a merged
+checkpoint on disk (the anchor: ``from_pretrained`` → ``PeftModel.from_pretrained`` → ``merge_and_unload`` →
+``save_pretrained``). A spot check compares the two outputs tensor by tensor.
+
+    python benchmarks/merge_memory.py [--gib 2.0] [--runs 1] [--workdir DIR] [--keep]
+
+Runs alternate the order of the two tools; medians are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 2048, 5632, 16, 8, 128, 32000
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+PEFT_CHILD = """
+import sys, warnings
+warnings.filterwarnings("ignore")
+import torch, transformers as tf
+from peft import PeftModel
+base, adapter, out = sys.argv[1:4]
+model = tf.AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+merged.save_pretrained(out)
+"""
+
+
+def _layers_for(gib: float) -> int:
+    per_layer = HIDDEN * HEADS * HEAD_DIM * 2 + HIDDEN * KV_HEADS * HEAD_DIM * 2 + 3 * HIDDEN * INTER
+    fixed = 2 * VOCAB * HIDDEN
+    want = gib * 2**30 / 2  # bfloat16 parameters
+    return max(1, -(-int(want - fixed) // per_layer))
+
+
+def build(workdir: str, gib: float) -> tuple[str, str, int]:
+    """Save the synthetic base and a LoRA adapter for it; return (base dir, adapter dir, base bytes)."""
+    import warnings
+
+    import torch
+    import transformers as tf
+    from peft import LoraConfig, get_peft_model
+
+    from adapterdoc.ml.tiny import tiny_config
+
+    warnings.filterwarnings("ignore")
+    cfg = tiny_config("ministral3_text")
+    for k, v in dict(
+        hidden_size=HIDDEN,
+        intermediate_size=INTER,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        vocab_size=VOCAB,
+        num_hidden_layers=_layers_for(gib),
+        tie_word_embeddings=False,
+    ).items():
+        setattr(cfg, k, v)
+    with torch.device("meta"):
+        model = tf.Ministral3ForCausalLM._from_config(cfg, dtype=torch.bfloat16)
+    model = model.to_empty(device="cpu")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+        for b in model.buffers():
+            b.zero_()
+    base = os.path.join(workdir, "base")
+    model.save_pretrained(base, max_shard_size="500MB")
+    pm = get_peft_model(model, LoraConfig(target_modules=TARGETS, r=16, lora_alpha=32))
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
+    adapter = os.path.join(workdir, "adapter")
+    pm.save_pretrained(adapter)
+    size = sum(os.path.getsize(os.path.join(base, f)) for f in os.listdir(base) if f.endswith(".safetensors"))
+    return base, adapter, size
+
+
+def _warm(folder: str) -> None:
+    for f in sorted(os.listdir(folder)):
+        if f.endswith(".safetensors"):
+            with open(os.path.join(folder, f), "rb") as fh:
+                while fh.read(64 << 20):
+                    pass
+
+
+def measure(cmd: list[str], warm: str) -> tuple[float, int]:
+    """(wall seconds, peak RSS bytes) of ``cmd`` in a fresh process."""
+    _warm(warm)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"{cmd[:4]} failed with exit code {code}:\n{err[-2000:]}")
+    return wall, usage.ru_maxrss * 1024
+
+
+def spot_check(ours: str, peft: str) -> str:
+    """Compare every tensor of the first shard of both outputs: bitwise equal, or within one bfloat16 ulp."""
+    import torch
+    from safetensors import safe_open
+
+    def shard_of(folder: str) -> dict[str, str]:
+        index = os.path.join(folder, "model.safetensors.index.json")
+        if os.path.exists(index):
+            with open(index) as f:
+                return json.load(f)["weight_map"]
+        with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
+            return dict.fromkeys(f.keys(), "model.safetensors")
+
+    a_map, b_map = shard_of(ours), shard_of(peft)
+    assert set(a_map) == set(b_map), "the two outputs hold different tensors"
+    first = sorted(set(a_map.values()))[0]
+    names = [n for n, s in a_map.items() if s == first]
+    equal = within = 0
+    worst = 0.0
+    for n in names:
+        with (
+            safe_open(os.path.join(ours, a_map[n]), "pt") as fa,
+            safe_open(os.path.join(peft, b_map[n]), "pt") as fb,
+        ):
+            a, b = fa.get_tensor(n).float(), fb.get_tensor(n).float()
+        ulp = torch.exp2(torch.floor(torch.log2(b.abs().clamp_min(2.0**-126))) - 7)
+        ratio = ((a - b).abs() / ulp).max().item()
+        worst = max(worst, ratio)
+        equal += int(torch.equal(a, b))
+        within += int(ratio <= 1.0)
+    return f"{len(names)} tensors of {first}: {equal} bitwise equal, {within} within 1 ulp (worst {worst:.2f} ulp)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gib", type=float, default=2.0, help="base size in GiB (at least 1)")
+    ap.add_argument("--runs", type=int, default=1, help="runs per tool (medians are reported)")
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.gib < 1:
+        raise SystemExit("--gib must be at least 1")
+    workdir = args.workdir or tempfile.mkdtemp(prefix="adapterdoc-merge-bench-")
+    os.makedirs(workdir, exist_ok=True)
+    if args.build_only:
+        print(json.dumps(build(workdir, args.gib)))
+        return
+    try:
+        t0 = time.perf_counter()
+        built = subprocess.run(
+            [sys.executable, __file__, "--build-only", "--gib", str(args.gib), "--workdir", workdir],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        base, adapter, size = json.loads(built.stdout.strip().splitlines()[-1])
+        n_files = len([f for f in os.listdir(base) if f.endswith(".safetensors")])
+        print(
+            f"synthetic base: {size / 2**30:.2f} GiB, {n_files} shards ({time.perf_counter() - t0:.0f} s to build)"
+        )
+        names = ["adapterdoc merge", "PEFT merge_and_unload"]
+        results: dict[str, list[tuple[float, int]]] = {n: [] for n in names}
+        outs = {name: os.path.join(workdir, f"out-{i}") for i, name in enumerate(names)}
+        cmds = {
+            names[0]: [
+                sys.executable,
+                "-m",
+                "adapterdoc",
+                "merge",
+                adapter,
+                "--base",
+                base,
+                "--out",
+                outs[names[0]],
+                "--json",
+            ],
+            names[1]: [sys.executable, "-c", PEFT_CHILD, base, adapter, outs[names[1]]],
+        }
+        for run in range(args.runs):
+            for name in names if run % 2 == 0 else names[::-1]:
+                shutil.rmtree(outs[name], ignore_errors=True)
+                results[name].append(measure(cmds[name], base))
+        anchor_wall = statistics.median(w for w, _ in results[names[1]])
+        anchor_rss = statistics.median(r for _, r in results[names[1]])
+        print()
+        print("| tool | wall time (s) | peak RSS (MiB) | RSS vs PEFT | time vs PEFT |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for name, rows in results.items():
+            wall = statistics.median(w for w, _ in rows)
+            rss = statistics.median(r for _, r in rows)
+            print(
+                f"| {name} | {wall:.1f} | {rss / 2**20:.0f} | {100 * rss / anchor_rss:.0f}% | "
+                f"{wall / anchor_wall:.2f}x |"
+            )
+        if args.runs > 1:
+            for name, rows in results.items():
+                print(f"{name}: " + ", ".join(f"{w:.1f} s / {r / 2**20:.0f} MiB" for w, r in rows))
+        print()
+        print("spot check:", spot_check(outs[names[0]], outs[names[1]]))
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"kept {workdir}")
+
+
+if __name__ == "__main__":
+    main()
