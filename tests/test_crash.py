@@ -7,6 +7,7 @@ input are untouched, and a rerun of the same command finishes the job (temp left
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
@@ -135,10 +136,8 @@ def test_killed_merge(text_adapter: Path, tmp_path: Path) -> None:
             out = tmp_path / f"merged{i}"
             pid: Any = _child_merge(text_adapter, base, out)
             time.sleep(rng.uniform(0.0, 0.25))
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             os.waitpid(pid, 0)
             if out.exists():
                 assert _tree(out) == want, f"kill {i}: a partial merge became visible"
