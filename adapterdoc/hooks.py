@@ -13,7 +13,9 @@ def adapter_dirs(paths: list[str]) -> list[str]:
     out: list[str] = []
     for p in paths:
         d = p if os.path.isdir(p) else os.path.dirname(p) or "."
-        is_adapter = os.path.basename(p) in _ADAPTER_FILES or os.path.isfile(os.path.join(d, "adapter_config.json"))
+        is_adapter = os.path.basename(p) in _ADAPTER_FILES or os.path.isfile(
+            os.path.join(d, "adapter_config.json")
+        )
         if is_adapter and d not in out:
             out.append(d)
     return out
