@@ -1,0 +1,82 @@
+"""The pre-commit hook: installed into a fresh virtual environment and run the way pre-commit runs it
+(`entry` + `args` + the changed file names), on a good adapter and on one that must fail the gate."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from adapterdoc.hooks import adapter_dirs
+
+ROOT = Path(__file__).resolve().parents[1]
+peft = pytest.importorskip("peft")
+
+
+def test_adapter_dirs_from_changed_files(tmp_path: Path) -> None:
+    a = tmp_path / "a"
+    a.mkdir()
+    (a / "adapter_config.json").write_text("{}")
+    (a / "README.md").write_text("")
+    (tmp_path / "other.txt").write_text("")
+    files = [str(a / "adapter_config.json"), str(a / "README.md"), str(tmp_path / "other.txt")]
+    assert adapter_dirs(files) == [str(a)]
+
+
+def _adapter(folder: Path, layout: str) -> Path:
+    from adapterdoc.ml.tiny import build_tiny
+    from adapterdoc.train.lora import lora_config
+
+    cfg = lora_config(layout)
+    cfg.init_lora_weights = False  # non-zero lora_B: a zero adapter would (rightly) fail the gate
+    peft.get_peft_model(build_tiny(layout), cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv (system site-packages only for torch and friends: no network) with adapterdoc installed."""
+    env_dir = tmp_path_factory.mktemp("venv") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)], check=True)
+    pip = [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps"]
+    subprocess.run([*pip, str(ROOT)], check=True, capture_output=True)
+    return env_dir
+
+
+def _hook() -> dict[str, Any]:
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    (hook,) = [h for h in hooks if h["id"] == "adapterdoc-verify"]
+    return hook
+
+
+def test_hook_definition_matches_adapter_files() -> None:
+    hook = _hook()
+    rx = re.compile(hook["files"])
+    assert rx.search("adapters/a/adapter_config.json") and rx.search("adapter_model.safetensors")
+    assert not rx.search("model.safetensors") and not rx.search("adapter_config.json.bak")
+    assert hook["pass_filenames"] is True and hook["language"] == "python"
+
+
+def test_hook_runs_from_a_fresh_venv(venv: Path, tmp_path: Path) -> None:
+    hook = _hook()
+    entry = venv / "bin" / hook["entry"]
+    assert entry.exists(), "the console script the hook names is not installed"
+    good = _adapter(tmp_path / "good", "qwen3_5_text")
+    bad = _adapter(tmp_path / "bad", "qwen3_5_vl")  # a VL adapter on a text base: must fail, with the fix
+    args = ["--base", "tiny:qwen3_5_text"]
+    files = [str(good / "adapter_config.json"), str(good / "adapter_model.safetensors")]
+    ok = subprocess.run([str(entry), *args, *files], capture_output=True, text=True, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    files.append(str(bad / "adapter_model.safetensors"))
+    fail = subprocess.run([str(entry), *args, *files], capture_output=True, text=True, cwd=tmp_path)
+    assert fail.returncode == 1, fail.stdout + fail.stderr
+    assert "adapterdoc remap" in fail.stdout and "--vl" in fail.stdout
+    nothing = subprocess.run(
+        [str(entry), *args, str(tmp_path / "unrelated.txt")], capture_output=True, cwd=tmp_path
+    )
+    assert nothing.returncode == 0
