@@ -17,14 +17,9 @@ from adapterdoc.ml.tiny import TINY_LAYOUTS  # noqa: E402
 
 
 def lora_config(layout: str, **kw: Any) -> Any:
-    lay = LAYOUTS[layout]
-    args: dict[str, Any] = dict(r=2, lora_alpha=4, target_modules=list(lay.lora_leaves))
-    if lay.exclude_regex:
-        args["exclude_modules"] = lay.exclude_regex
-    if lay.target_parameters:
-        args["target_parameters"] = list(lay.target_parameters)
-    args.update(kw)
-    return peft.LoraConfig(**args)
+    from adapterdoc.train.lora import lora_config as registry_config
+
+    return registry_config(layout, r=2, **kw)
 
 
 def adapter_modules(model: Any, layout: str) -> set[str]:
@@ -56,7 +51,7 @@ def test_exclusion_keeps_lora_off_towers(layout: str, tiny_model: Any) -> None:
     assert lora_names
     assert not [n for n in lora_names if any(f".{t}." in f".{n}" for t in towers)]
     # and the regex really is needed: without it, the towers that hold Linear leaves get LoRA
-    bare = peft.get_peft_model(tiny_model(layout), lora_config(layout, exclude_modules=None))
+    bare = peft.get_peft_model(tiny_model(layout), lora_config(layout, exclude=False))
     leaked = [
         n for n, _ in bare.named_parameters() if "lora_" in n and any(f".{t}." in f".{n}" for t in towers)
     ]

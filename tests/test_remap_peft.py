@@ -29,14 +29,11 @@ IDS = torch.randint(3, 1000, (2, 10), generator=torch.Generator().manual_seed(0)
 
 
 def lora_config(layout: str, **kw: Any) -> Any:
-    lay = LAYOUTS[layout]
-    args: dict[str, Any] = dict(r=2, lora_alpha=4, target_modules=list(lay.lora_leaves))
-    if lay.exclude_regex:
-        args["exclude_modules"] = lay.exclude_regex
-    if lay.target_parameters:
-        args["target_parameters"] = list(lay.target_parameters)
-    args.update(kw)
-    return peft.LoraConfig(**args)
+    from adapterdoc.train.lora import lora_config as registry_config
+
+    exclude = kw.pop("exclude_modules", True)
+    r, alpha = kw.pop("r", 2), kw.pop("lora_alpha", None)
+    return registry_config(layout, r=r, alpha=alpha, exclude=exclude if exclude is not None else False, **kw)
 
 
 def same_base_pair(tiny_model: Any, a: str, b: str) -> tuple[Any, Any]:

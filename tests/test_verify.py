@@ -26,16 +26,12 @@ COUNTERPARTS = [(name, lay.text_counterpart) for name, lay in LAYOUTS.items() if
 
 
 def lora_config(layout: str, **kw: Any) -> Any:
-    lay = LAYOUTS[layout]
-    args: dict[str, Any] = dict(
-        r=2, lora_alpha=4, target_modules=list(lay.lora_leaves), init_lora_weights=False
-    )
-    if lay.exclude_regex:
-        args["exclude_modules"] = lay.exclude_regex
-    if lay.target_parameters:
-        args["target_parameters"] = list(lay.target_parameters)
-    args.update(kw)
-    return peft.LoraConfig(**args)
+    from adapterdoc.train.lora import lora_config as registry_config
+
+    exclude = kw.pop("exclude_modules", True)
+    r, alpha = kw.pop("r", 2), kw.pop("lora_alpha", None)
+    kw = {"init_lora_weights": False, **kw}
+    return registry_config(layout, r=r, alpha=alpha, exclude=exclude if exclude is not None else False, **kw)
 
 
 def _weights(path: str) -> str:

@@ -14,25 +14,18 @@ import pytest
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 
-from adapterdoc.layouts import LAYOUTS  # noqa: E402
 
 pytestmark = pytest.mark.ml
 
 
 def _save_adapter(model: Any, layout: str, out: str, **kw: Any) -> str:
-    lay = LAYOUTS[layout]
-    args: dict[str, Any] = dict(
-        r=2, lora_alpha=4, target_modules=list(lay.lora_leaves), init_lora_weights=False
-    )
-    if lay.exclude_regex:
-        args["exclude_modules"] = lay.exclude_regex
-    if lay.target_parameters:
-        args["target_parameters"] = list(lay.target_parameters)
-    args.update(kw)
+    from adapterdoc.train.lora import lora_config
+
+    args = lora_config(layout, r=kw.pop("r", 2), **{"init_lora_weights": False, **kw})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.manual_seed(2)
-        peft.get_peft_model(model, peft.LoraConfig(**args)).save_pretrained(out)
+        peft.get_peft_model(model, args).save_pretrained(out)
     return out
 
 

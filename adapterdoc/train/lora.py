@@ -33,11 +33,13 @@ def lora_config(
     alpha: float | None = None,
     dropout: float = 0.0,
     exclude: str | bool | None = True,
+    **extra: Any,
 ) -> Any:
     """The ``peft.LoraConfig`` the registry asks for: language-model attention/MLP leaves, fused experts through
     ``target_parameters``, towers excluded by the layout's fullmatch regex, and ``lora_alpha = 2 r`` by default.
 
-    ``exclude=False`` drops the exclusion (only to demonstrate the leak check); a string replaces it.
+    ``exclude=False`` drops the exclusion (only to demonstrate the leak check); a string replaces it. ``extra``
+    goes to ``LoraConfig`` as is (``init_lora_weights=False`` for a non-zero ``lora_B``, ``use_dora``, ...).
     """
     from peft import LoraConfig
 
@@ -55,7 +57,7 @@ def lora_config(
         exclude_regex = None
     else:
         exclude_regex = exclude
-    return LoraConfig(
+    args: dict[str, Any] = dict(
         r=r,
         lora_alpha=2 * r if alpha is None else alpha,
         lora_dropout=dropout,
@@ -64,6 +66,8 @@ def lora_config(
         exclude_modules=exclude_regex,
         bias="none",
     )
+    args.update(extra)
+    return LoraConfig(**args)
 
 
 def inject(model: Any, layout: str | Layout, *, seed: int = 0, config: Any = None, **kw: Any) -> Any:
