@@ -23,8 +23,6 @@ from adapterdoc.errors import (
 from adapterdoc.st.header import MAX_HEADER_SIZE, Header, parse_header
 
 SCHEME = "hf://"
-FIRST_RANGE = 100_000
-"""Bytes asked for first: the size prefix and, for most adapters, the whole header."""
 _SPEC = re.compile(r"^hf://(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w.-]+))?(?:/(?P<file>.+))?$")
 
 
@@ -83,8 +81,9 @@ class _Repo:
         return bytes(self._get(filename).content)
 
     def header(self, filename: str) -> Header:
+        """The validated header of ``filename``: two range requests, the 8-byte length and then exactly the JSON."""
         label = self.label(filename)
-        first = self._get(filename, f"0-{FIRST_RANGE - 1}")
+        first = self._get(filename, "0-7")
         data = bytes(first.content)
         size = _total_size(first, len(data), label)
         if len(data) < 8:
@@ -96,7 +95,7 @@ class _Repo:
             raise HeaderError(
                 label, f"invalid header length: {n} bytes announced but the file has {size - 8}"
             )
-        raw = data[8 : 8 + n]
+        raw = data[8 : 8 + n]  # a server that ignored the range sent everything: use it
         if len(raw) < n:
             raw += bytes(self._get(filename, f"{8 + len(raw)}-{8 + n - 1}").content)
         if len(raw) != n:

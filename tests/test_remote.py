@@ -91,8 +91,7 @@ def test_remote_single_file_reads_only_the_header(hub: _Hub, cli: Any) -> None:
     out = json.loads(res.stdout)
     assert out["tensors"] == 4 and out["files"][0]["bytes"] == len(data)
     header_len = 8 + int.from_bytes(data[:8], "little")
-    assert hub.served < header_len + 200_000  # the first range is capped at 100 kB, plus the 1-byte probes
-    assert hub.served < len(data) / 50
+    assert hub.served <= header_len + 4  # exactly the header, plus the 1-byte probes for adapter/index files
     assert out["bytes_received"] == hub.served
     # HF_TOKEN is sent on every file request. (huggingface_hub 2.4 itself may also fetch /api/agent-harnesses once a
     # day, without auth, to build its user agent: that request is the library's, not ours.)
