@@ -3,7 +3,8 @@
 The base is a Ministral-3-style decoder (the tiny reference config scaled up: hidden 2048, 16 heads, MLP 5632,
 vocab 32000, bfloat16) with as many layers as it takes to reach ``--gib``, saved with ``save_pretrained`` in
 sharded safetensors. The adapter is LoRA r=16 on every attention and MLP projection. Each tool runs in its own
-fresh process; peak RSS comes from ``os.wait4`` (the child's own ``ru_maxrss``), wall time from the parent.
+fresh process; peak RSS and CPU time (user + system) come from ``os.wait4`` (the child's own rusage),
+wall time from the parent. On a shared machine wall time swings with other load; CPU time much less.
 The parent never imports torch (``ru_maxrss`` survives ``fork``, so a
 large parent would inflate every child's figure); the base is built in a child too. Both start with the base in the page cache (read once just before each run), both end with a merged
 checkpoint on disk (the anchor: ``from_pretrained`` → ``PeftModel.from_pretrained`` → ``merge_and_unload`` →
@@ -101,8 +102,8 @@ def _warm(folder: str) -> None:
                     pass
 
 
-def measure(cmd: list[str], warm: str) -> tuple[float, int]:
-    """(wall seconds, peak RSS bytes) of ``cmd`` in a fresh process."""
+def measure(cmd: list[str], warm: str) -> tuple[float, int, float]:
+    """(wall seconds, peak RSS bytes, user+system CPU seconds) of ``cmd`` in a fresh process."""
     _warm(warm)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -112,7 +113,7 @@ def measure(cmd: list[str], warm: str) -> tuple[float, int]:
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise SystemExit(f"{cmd[:4]} failed with exit code {code}:\n{err[-2000:]}")
-    return wall, usage.ru_maxrss * 1024
+    return wall, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
 def spot_check(ours: str, peft: str) -> str:
@@ -177,7 +178,7 @@ def main() -> None:
             f"synthetic base: {size / 2**30:.2f} GiB, {n_files} shards ({time.perf_counter() - t0:.0f} s to build)"
         )
         names = ["adapterdoc merge", "PEFT merge_and_unload"]
-        results: dict[str, list[tuple[float, int]]] = {n: [] for n in names}
+        results: dict[str, list[tuple[float, int, float]]] = {n: [] for n in names}
         outs = {name: os.path.join(workdir, f"out-{i}") for i, name in enumerate(names)}
         cmds = {
             names[0]: [
@@ -198,21 +199,29 @@ def main() -> None:
             for name in names if run % 2 == 0 else names[::-1]:
                 shutil.rmtree(outs[name], ignore_errors=True)
                 results[name].append(measure(cmds[name], base))
-        anchor_wall = statistics.median(w for w, _ in results[names[1]])
-        anchor_rss = statistics.median(r for _, r in results[names[1]])
+        anchor_wall = statistics.median(w for w, _, _ in results[names[1]])
+        anchor_rss = statistics.median(r for _, r, _ in results[names[1]])
+        anchor_cpu = statistics.median(c for _, _, c in results[names[1]])
         print()
-        print("| tool | wall time (s) | peak RSS (MiB) | RSS vs PEFT | time vs PEFT |")
-        print("| --- | ---: | ---: | ---: | ---: |")
+        print(
+            "| tool | wall time (s) | CPU time (s) | peak RSS (MiB) | RSS vs PEFT | wall vs PEFT | CPU vs PEFT |"
+        )
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for name, rows in results.items():
-            wall = statistics.median(w for w, _ in rows)
-            rss = statistics.median(r for _, r in rows)
+            wall = statistics.median(w for w, _, _ in rows)
+            rss = statistics.median(r for _, r, _ in rows)
+            cpu = statistics.median(c for _, _, c in rows)
             print(
-                f"| {name} | {wall:.1f} | {rss / 2**20:.0f} | {100 * rss / anchor_rss:.0f}% | "
-                f"{wall / anchor_wall:.2f}x |"
+                f"| {name} | {wall:.1f} | {cpu:.1f} | {rss / 2**20:.0f} | {100 * rss / anchor_rss:.0f}% | "
+                f"{wall / anchor_wall:.2f}x | {cpu / anchor_cpu:.2f}x |"
             )
         if args.runs > 1:
+            print()
             for name, rows in results.items():
-                print(f"{name}: " + ", ".join(f"{w:.1f} s / {r / 2**20:.0f} MiB" for w, r in rows))
+                print(
+                    f"{name}: "
+                    + ", ".join(f"{w:.1f} s wall / {c:.1f} s CPU / {r / 2**20:.0f} MiB" for w, r, c in rows)
+                )
         print()
         print("spot check:", spot_check(outs[names[0]], outs[names[1]]))
     finally:

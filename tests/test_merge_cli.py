@@ -192,3 +192,51 @@ def test_output_files_are_valid_safetensors(tmp_path, tiny_model, saved_base):
             with safe_open(os.path.join(report.out, f), "pt") as g:
                 for k in g.keys():  # noqa: SIM118
                     assert g.get_tensor(k).dtype == torch.float16
+
+
+def test_bin_adapter_merges_like_safetensors(tmp_path, tiny_model, saved_base):
+    from safetensors.torch import load_file
+
+    from adapterdoc.st.header import read_header
+
+    adapter = _adapter(tmp_path, tiny_model, target_modules=["q_proj", "embed_tokens"], r=2)
+    base = saved_base("ministral3_text")
+    ref = merge(adapter, base, tmp_path / "from_st")
+    st_path = os.path.join(adapter, "adapter_model.safetensors")
+    torch.save(load_file(st_path), os.path.join(adapter, "adapter_model.bin"))
+    os.remove(st_path)
+    got = merge(adapter, base, tmp_path / "from_bin")
+    assert got.ok and got.applied == ref.applied
+    a = read_header(os.path.join(ref.out, "model.safetensors"))
+    b = read_header(os.path.join(got.out, "model.safetensors"))
+    assert a.tensors == b.tensors
+    with open(a.path, "rb") as fa, open(b.path, "rb") as fb:
+        assert fa.read() == fb.read()
+
+
+def test_text_report_collapses_unused_modules(monkeypatch):
+    from adapterdoc.merge import MergeReport
+    from adapterdoc.report.findings import make
+    from adapterdoc.report.merge_text import render_merge
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    unused = [f"model.layers.{i}.self_attn.q_proj" for i in range(40)]
+    report = MergeReport(
+        adapter="ad",
+        base="base",
+        out=None,
+        dtype="auto",
+        applied=["model.layers.0.mlp.down_proj"],
+        unused=unused,
+        findings=[
+            make("AD501", f"`{m}` is not a module", key=m, hint="adapterdoc remap ADAPTER --to X")
+            for m in unused
+        ],
+    )
+    text = render_merge(report)
+    assert "nothing written" in text and "unused: 40 module(s)" in text and "… and 32 more" in text
+    assert "… and 37 more unused module(s)" in text
+    assert text.count("adapterdoc remap ADAPTER --to X") == 1
+    data = report.to_dict()
+    assert data["ok"] is False and data["out"] is None and len(data["findings"]) == 40
+    assert set(data) >= {"ok", "findings", "applied", "unused", "out"}
