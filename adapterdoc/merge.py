@@ -267,7 +267,7 @@ def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> _Plan:
     groups, full, tokens, strays = _group_keys(adapter)
     # 1. whole weights first: PEFT loads them before it merges anything.
     for lk in full:
-        param = names.saved_weight_param(lk.module, lk.key.rpartition(".")[2], inv.modules_to_save)
+        param = names.saved_weight_param(lk.module, lk.key.rpartition(".")[2])
         label = lk.key[len(WRAPPER) :] if lk.wrapped else lk.key
         if not lk.wrapped:
             fail_unused(label, "lacks PEFT's `base_model.model.` prefix, so PEFT would not load it", lk.key)
@@ -507,6 +507,8 @@ def _lora_edits(module: str, keys: dict[str, str], target: Any) -> list[_Edit]:
 def _blocker(target: Any, name_map: Any, canonical: str, pieces: list[Any], e: list[_Edit]) -> str | None:
     if target.kind not in ("linear", "embedding", "experts"):
         return f"LoRA on a {target.kind} layer is not supported by the streaming merge"
+    if target.variant and target.variant not in ("DoraLinearVariant", "DoraEmbeddingVariant"):
+        return f"the LoRA variant {target.variant} has its own merge rule, which the streaming merge lacks"
     if canonical in name_map.unsupported:
         return f"its weight's on-disk layout cannot be sliced ({name_map.unsupported[canonical]})"
     whole = len(pieces) == 1 and pieces[0].whole

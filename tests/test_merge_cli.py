@@ -240,3 +240,10 @@ def test_text_report_collapses_unused_modules(monkeypatch):
     data = report.to_dict()
     assert data["ok"] is False and data["out"] is None and len(data["findings"]) == 40
     assert set(data) >= {"ok", "findings", "applied", "unused", "out"}
+
+
+def test_lora_variants_with_their_own_merge_rule_are_refused(tmp_path, tiny_model, saved_base):
+    adapter = _adapter(tmp_path, tiny_model, target_modules=["q_proj"], r=2, alora_invocation_tokens=[5, 6])
+    report = merge(adapter, saved_base("ministral3_text"), tmp_path / "out")
+    assert {f.code for f in report.findings} == {"AD503"} and report.out is None
+    assert "ALoraLinearVariant" in report.findings[0].message

@@ -154,4 +154,4 @@ def test_peft_inventory_of_a_config_that_matches_nothing(saved_base):
     ],
 )
 def test_saved_weight_param(module, param, expected):
-    assert names.saved_weight_param(module, param, ["lm_head", "score"]) == expected
+    assert names.saved_weight_param(module, param) == expected

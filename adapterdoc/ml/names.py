@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -309,6 +308,8 @@ class LoraTarget:
     experts_out_in: bool = True
     """Fused experts stored ``[E, out, in]`` (PEFT swapped in/out features) rather than ``[E, in, out]``."""
     token_indices: tuple[int, ...] = ()
+    variant: str | None = None
+    """PEFT's LoRA variant class for this layer (``DoraLinearVariant``, ``ALoraLinearVariant``, ...), if any."""
 
 
 @dataclass
@@ -389,6 +390,9 @@ def _describe(path: str, mod: Any) -> LoraTarget:
         lora_bias=bool(getattr(mod, "lora_bias", {}).get("default", False)),
         fan_in_fan_out=bool(getattr(mod, "fan_in_fan_out", False)),
     )
+    variant = getattr(mod, "lora_variant", {}).get("default")
+    if variant is not None:
+        common["variant"] = type(variant).__name__
     mag = getattr(mod, "lora_magnitude_vector", None)
     if mag is not None and "default" in mag:
         common["magnitude_shape"] = _shape(mag["default"].weight)
@@ -432,7 +436,7 @@ def _describe_tokens(path: str, mod: Any) -> LoraTarget:
     )
 
 
-def saved_weight_param(module: str, param: str, modules_to_save: Iterable[str]) -> str:
+def saved_weight_param(module: str, param: str) -> str:
     """The in-memory base parameter a saved whole weight (``full`` key) loads into.
 
     ``embed_tokens.base_layer.weight`` (a saved embedding under a LoRA wrapper) → ``embed_tokens.weight``;
