@@ -179,7 +179,8 @@ def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
     if not stripped.startswith("{"):
         kind = "empty" if not stripped else "not a JSON object"
         raise _fail(path, f"invalid JSON in header: {kind}")
-    odd = _ODD_JSON.search(text) is not None
+    # substring tests first: both odd spellings need a backslash or "-0", and most headers have neither
+    odd = ("\\" in text or "-0" in text) and _ODD_JSON.search(text) is not None
     if not odd and "\\" not in text:
         fast = _load_json_fast(text)
         if fast is not None:
