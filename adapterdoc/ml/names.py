@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapterdoc.adapter import WRAPPER, AdapterConfig, fused_expert_owner
-from adapterdoc.errors import ConfigError, MissingExtraError, UnsupportedInputError
+from adapterdoc.errors import ConfigError, UnsupportedInputError
+from adapterdoc.ml.meta import require_ml
 
 
 @dataclass(frozen=True)
@@ -78,14 +79,6 @@ class NameMap:
             if self.by_param.get(alias):
                 return alias, self.by_param[alias]
         return None
-
-
-def require_ml(what: str | None = None) -> None:
-    for pkg in ("torch", "transformers", "peft"):
-        try:
-            __import__(pkg)
-        except ImportError:
-            raise MissingExtraError(what, pkg) from None
 
 
 def load_base_config(base_dir: str) -> Any:
