@@ -139,6 +139,8 @@ class VerifyRun:
     options: VerifyOptions
     adapters: list[VerifyReport]
     base_info: dict[str, Any] = field(default_factory=dict)
+    exit_zero: bool = False
+    """``--exit-zero``: error findings do not fail the run (exit 0, JSON ``ok`` true, ``passed`` false)."""
 
     @property
     def ok(self) -> bool:
@@ -152,13 +154,18 @@ class VerifyRun:
     def exit_code(self) -> int:
         if any(a.error for a in self.adapters):
             return 3
-        return 0 if self.ok else 1
+        return 0 if self.ok or self.exit_zero else 1
 
     def to_dict(self) -> dict[str, Any]:
         o = self.options
+        findings = [f.to_dict() for f in self.findings]
+        for a in self.adapters:  # an unusable adapter (exit 3) is finding AD100, as in every command's JSON
+            if a.error:
+                findings.append({"code": "AD100", "severity": "error", "message": a.error, "path": a.adapter})
         return {
-            "ok": self.ok,
-            "findings": [f.to_dict() for f in self.findings],
+            "ok": self.exit_code == 0,
+            "passed": self.ok and not any(a.error for a in self.adapters),
+            "findings": findings,
             "base": {"spec": self.base, **self.base_info},
             "profile": o.profile,
             "max_lora_rank": o.max_lora_rank if o.profile == "vllm" else None,

@@ -94,3 +94,41 @@ def test_internal_errors_are_one_line_unless_debug(
     assert res.exit_code == 3 and "internal error" in res.stderr and res.stderr.count("\n") == 1
     with pytest.raises(RuntimeError):
         cli("--debug", "inspect", tmp_path / "a")
+
+
+def test_debug_keeps_exit_3_and_the_json_object(cli: Any, tmp_path: Path) -> None:
+    res = cli("--debug", "inspect", tmp_path / "missing", "--json")
+    assert res.exit_code == 3
+    assert json.loads(res.stdout)["ok"] is False
+    assert "Traceback" in res.stderr and res.stderr.rstrip().endswith("no such file or directory")
+
+
+def test_verify_output_file_never_overwrites_an_input(cli: Any, tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    adapter = _adapter(tmp_path / "a")
+    before = {p.name: p.read_bytes() for p in adapter.iterdir()}
+    for target in (
+        adapter / "adapter_config.json",
+        adapter / "adapter_model.safetensors",
+        adapter / "report.xml",
+    ):
+        res = cli(
+            "verify", adapter, "--base", "tiny:qwen3_5_text", "--format", "junit", "--output-file", target
+        )
+        assert res.exit_code == 3 and "--output-file" in res.stderr
+    assert {p.name: p.read_bytes() for p in adapter.iterdir()} == before
+    res = cli("verify", adapter, "--base", "tiny:qwen3_5_text", "--output-file", tmp_path / "no" / "x.xml")
+    assert res.exit_code == 3 and "does not exist" in res.stderr and "internal error" not in res.stderr
+
+
+def test_verify_exit_zero_keeps_the_json_contract(cli: Any, tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    adapter = _adapter(tmp_path / "a")
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    cfg["r"] = 16  # rank mismatch: an error finding
+    (adapter / "adapter_config.json").write_text(json.dumps(cfg))
+    res = cli("verify", adapter, "--base", "tiny:qwen3_5_text", "--json")
+    assert res.exit_code == 1 and json.loads(res.stdout)["ok"] is False
+    res = cli("verify", adapter, "--base", "tiny:qwen3_5_text", "--json", "--exit-zero")
+    out = json.loads(res.stdout)
+    assert res.exit_code == 0 and out["ok"] is True and out["passed"] is False

@@ -37,13 +37,18 @@ def handle_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except AdapterdocError as e:
-            if debug_enabled():
-                raise
+            if debug_enabled():  # the traceback, then the same output and exit code as without --debug
+                import traceback
+
+                traceback.print_exc()
             if kwargs.get("as_json") or kwargs.get("fmt") == "json":
                 _emit_json_error(e)
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:
-            fail("interrupted", 130)
+            interrupted = AdapterdocError(click.get_current_context().info_name, "interrupted by the user")
+            if kwargs.get("as_json") or kwargs.get("fmt") == "json":
+                _emit_json_error(interrupted)
+            fail(str(interrupted), 130)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except MemoryError:

@@ -87,6 +87,9 @@ def command(
 
     from adapterdoc.verify import VerifyOptions, verify
 
+    if output_file:
+        _check_output_file(output_file, [*adapters, base])
+
     try:
         options = VerifyOptions(
             profile=profile or defaults.get("profile", "peft"),
@@ -98,6 +101,7 @@ def command(
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     run = verify(list(adapters), base, options)
+    run.exit_zero = exit_zero
     text = _render(run, fmt)
     if output_file:
         from adapterdoc.st.atomic import atomic_write_bytes
@@ -108,8 +112,25 @@ def command(
     for report in run.adapters:
         if report.error:
             click.echo(f"adapterdoc: error: {report.error}", err=True)
-    code = run.exit_code
-    ctx.exit(0 if (exit_zero and code == 1) else code)
+    ctx.exit(run.exit_code)
+
+
+def _check_output_file(path: str, inputs: list[str]) -> None:
+    """Refuse an --output-file that would overwrite an input (an adapter's or the base's files) or has no folder."""
+    from adapterdoc.errors import InputNotFoundError, RefusedError
+
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InputNotFoundError(path, "the folder for --output-file does not exist")
+    target = os.path.realpath(path)
+    for spec in inputs:
+        if not spec or not os.path.lexists(spec):
+            continue
+        real = os.path.realpath(spec)
+        if target == real or target.startswith(real.rstrip(os.sep) + os.sep):
+            raise RefusedError(
+                path, f"--output-file would overwrite or sit inside the input {spec}; choose another path"
+            )
 
 
 def _render(run: Any, fmt: str) -> str:
