@@ -130,7 +130,8 @@ def test_json_golden(run: VerifyRun) -> None:
     d = json.loads(text)
     assert d["ok"] is False and d["profile"] == "vllm" and d["vllm_version"] == "0.33.0"
     assert [a["adapter"] for a in d["adapters"]] == [GOOD, BAD, BROKEN]
-    assert len(d["findings"]) == 7 and all(f["path"] in (GOOD, BAD) for f in d["findings"])
+    assert len(d["findings"]) == 8 and all(f["path"] in (GOOD, BAD) for f in d["findings"][:7])
+    assert d["findings"][7]["code"] == "AD100" and d["findings"][7]["path"] == BROKEN  # the unusable adapter
 
 
 def test_junit_golden_and_parses(run: VerifyRun) -> None:
