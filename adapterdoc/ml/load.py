@@ -14,7 +14,8 @@ from typing import Any
 
 from adapterdoc.errors import UnsupportedInputError
 
-ADAPTER_NAME = "adapterdoc"
+ADAPTER_NAME = "default"
+"""The name PeftModel.from_pretrained uses, so keys saved with it (`lora_A.default.weight`) load as they do there."""
 PROBE_TOKENS = (1, 17, 42, 99, 256, 511, 7, 3)
 """Token ids of the probe input (taken modulo the vocabulary size)."""
 
