@@ -328,6 +328,17 @@ def _plan(
         return plan
 
     new_parsed = _parse_new(mapping, dict(zip(keys, parsed)), move)
+    lora_after = sum(parse_key(mapping.get(k, k)).is_lora for k in keys)
+    lora_before = sum(k.is_lora for k in parsed)
+    if lora_after < lora_before:
+        lost = next(
+            mapping[k] for k, p in zip(keys, parsed) if p.is_lora and not parse_key(mapping[k]).is_lora
+        )
+        raise RefusedError(
+            weights,
+            f"the remap would turn {lora_before - lora_after} LoRA tensor name(s) into names no loader reads as "
+            f"LoRA (e.g. `{lost}`); check the rule",
+        )
     module_map = _module_map(mapping, dict(zip(keys, parsed)), new_parsed)
     _plan_config(plan, move, module_map, parsed)
     report.findings = sort_findings(_tower_findings(weights, mapping, keys, parsed, new_parsed, move))

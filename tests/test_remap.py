@@ -694,3 +694,29 @@ def test_importing_the_cli_and_remap_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_rule_that_breaks_lora_names_is_refused(tmp_path: Path) -> None:
+    """`--rule 'weight=>'` would leave keys ending in `.lora_A.`: no loader reads those as LoRA."""
+    from click.testing import CliRunner
+
+    from adapterdoc.cli import main
+
+    folder = tmp_path / "a"
+    folder.mkdir()
+    key = "base_model.model.model.layers.0.self_attn.q_proj"
+    save_file(
+        {
+            f"{key}.lora_A.weight": np.ones((2, 8), np.float32),
+            f"{key}.lora_B.weight": np.ones((8, 2), np.float32),
+        },
+        str(folder / "adapter_model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    (folder / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "r": 2, "target_modules": ["q_proj"]})
+    )
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    res = CliRunner().invoke(main, ["remap", str(folder), "--rule", "weight=>"])
+    assert res.exit_code == 3 and "no loader reads as LoRA" in res.stderr
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
