@@ -295,15 +295,23 @@ def _format_roundtrip(report: RoundtripReport, original: str, work: str) -> None
 
 
 def _same_tensors(a: dict[str, Any], b: dict[str, Any], what: str) -> None:
-    import torch
 
     if set(a) != set(b):
         raise _Fail(f"{what}: names differ ({sorted(set(a) ^ set(b))[:3]} ...)")
     for k in a:
-        if a[k].dtype != b[k].dtype or a[k].shape != b[k].shape or not torch.equal(a[k], b[k]):
+        if a[k].dtype != b[k].dtype or a[k].shape != b[k].shape or not _bitwise_equal(a[k], b[k]):
             raise _Fail(
                 f"{what}: `{k}` differs ({a[k].dtype}{list(a[k].shape)} vs {b[k].dtype}{list(b[k].shape)})"
             )
+
+
+def _bitwise_equal(a: Any, b: Any) -> bool:
+    """Equal bit for bit (so NaN equals the same NaN, which ``torch.equal`` denies)."""
+    import torch
+
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 # ------------------------------------------------------------------------------------------------- model level
@@ -376,7 +384,6 @@ def _peft_outputs(model: Any, adapter_dir: str) -> tuple[Any, Any]:
 
 
 def _reload(state: dict[str, Any], base: Any, original: str, work: str) -> str:
-    import torch
     from safetensors.torch import load_file
 
     from adapterdoc.ml.load import load_base
@@ -390,7 +397,7 @@ def _reload(state: dict[str, Any], base: Any, original: str, work: str) -> str:
     if ref is not None:
         _same_tensors(load_file(ref), load_file(os.path.join(saved, ADAPTER_WEIGHTS)), "load → save")
     diff = float((first - second).abs().max())
-    if not torch.equal(first, second):
+    if not _bitwise_equal(first, second):
         raise _Fail(f"outputs after load → save → load differ by {diff:.3g}")
     return f"tensors identical after save; outputs identical (probe output {tuple(first.shape)})"
 
@@ -405,6 +412,9 @@ def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
         load_base(base).save_pretrained(base_dir)
     out = os.path.join(work, "merged")
     result = merge(original, base=base_dir, out=out)
+    refused = [f for f in result.findings if f.severity == "error"]
+    if refused and not result.unused:
+        raise _Fail("merge refused: " + "; ".join(f"{f.code} {f.message}" for f in refused[:2]))
     if getattr(result, "unused", None):
         raise _Fail(f"merge left {len(result.unused)} adapter module(s) unused: {result.unused[:3]}")
     import dataclasses
@@ -456,6 +466,6 @@ def _counterpart(state: dict[str, Any], base_model: Any, layout: str, original: 
             want = _forward(getattr(pm.base_model.model, inner), _probe_inputs(pm.base_model.model))
     if got.shape != want.shape:
         raise _Fail(f"outputs have different shapes: {tuple(got.shape)} vs {tuple(want.shape)}")
-    if not torch.equal(got, want):
+    if not _bitwise_equal(got, want):
         raise _Fail(f"{target} outputs differ from {layout}'s by {float((got - want).abs().max()):.3g}")
     return f"{target} with the remapped adapter gives identical outputs"
