@@ -198,6 +198,18 @@ class AdapterConfig:
         v = self.raw.get("base_model_name_or_path")
         return v if isinstance(v, str) else None
 
+    @property
+    def layout_hints(self) -> list[str]:
+        """Corroborating names for layout detection: PEFT's ``auto_mapping.base_model_class`` (the class the
+        adapter was trained on) and ``base_model_name_or_path``. Keys decide; these only break ties."""
+        hints: list[str] = []
+        mapping = self.raw.get("auto_mapping")
+        if isinstance(mapping, dict) and isinstance(mapping.get("base_model_class"), str):
+            hints.append(mapping["base_model_class"])
+        if self.base_model:
+            hints.append(self.base_model)
+        return hints
+
     def rank_for(self, module: str) -> int:
         """The rank PEFT gives ``module`` (first matching ``rank_pattern`` key wins)."""
         for key, value in self.rank_pattern.items():

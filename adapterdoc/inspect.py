@@ -9,7 +9,7 @@ from typing import Any
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, module_counts, parse_key
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
-from adapterdoc.layouts import Detection, detect_layout, tower_segment
+from adapterdoc.layouts import LAYOUTS, Detection, detect_layout, tower_segment
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.st.header import TensorInfo
 
@@ -145,10 +145,22 @@ def inspect_checkpoint(ckpt: Checkpoint) -> InspectReport:
         modules = _group_modules(ckpt.tensors, keys)
         lora = _lora_summary(ckpt.adapter_config, modules)
         findings += _adapter_findings(ckpt, keys, modules, path)
-        hint = ckpt.adapter_config.base_model if ckpt.adapter_config else None
+        hint = ckpt.adapter_config.layout_hints if ckpt.adapter_config else None
         layout = detect_layout((m for m in modules), hint)
     else:
-        layout = detect_layout(_weight_modules(ckpt.tensors))
+        archs = _architectures(ckpt)
+        layout = detect_layout(_weight_modules(ckpt.tensors), archs)
+        named = [n for n, lay in LAYOUTS.items() if lay.model_class in archs]
+        if (
+            layout.name == "unknown" and len(named) == 1
+        ):  # checkpoints store older on-disk names: trust config
+            layout = Detection(
+                named[0],
+                (
+                    f"config.json architectures names {LAYOUTS[named[0]].model_class}; "
+                    "the weights use transformers' on-disk names",
+                ),
+            )
     if is_adapter and layout.name in ("unknown", "ambiguous") and lora_keys:
         cands = f" (candidates: {', '.join(layout.candidates)})" if layout.candidates else ""
         findings.append(make("AD209", f"layout is {layout.name}{cands}", path=path))
@@ -174,6 +186,19 @@ def _file_summaries(ckpt: Checkpoint) -> list[FileSummary]:
         return [FileSummary(h.path, h.file_size, 8 + h.header_len, len(h.tensors)) for h in ckpt.headers]
     p = ckpt.weights_path or ckpt.root
     return [FileSummary(p, os.path.getsize(p), 0, len(ckpt.tensors))]
+
+
+def _architectures(ckpt: Checkpoint) -> list[str]:
+    """``architectures`` from a ``config.json`` beside the weights (a hint for layout detection, never required)."""
+    import json
+
+    folder = ckpt.root if os.path.isdir(ckpt.root) else os.path.dirname(ckpt.root)
+    try:
+        with open(os.path.join(folder, "config.json"), "rb") as f:
+            archs = json.loads(f.read()).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
 
 
 def _weight_modules(tensors: dict[str, TensorInfo]) -> list[str]:

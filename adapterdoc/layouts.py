@@ -94,6 +94,9 @@ _QWEN35_MARK = r"\.(linear_attn|mlp\.shared_expert)\."
 _VL_DECODER = r"^model\.language_model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
 _TEXT_DECODER = r"^model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
 _BERT_LEAF = r"\.(Wqkv|Wi|Wo)$"
+_VL_DECODER_OR_DELTANET = r"^model\.language_model\.layers\.\d+\.(self_attn|mlp|linear_attn)\.[^.]+$"
+_TEXT_DECODER_OR_DELTANET = r"^model\.layers\.\d+\.(self_attn|mlp|linear_attn)\.[^.]+$"
+"""Qwen3.5 adapters that skip the Gated-DeltaNet projections look like any decoder's: then only a hint tells."""
 
 LAYOUTS: dict[str, Layout] = {}
 
@@ -110,7 +113,7 @@ _register(
         model_class="Qwen3_5ForConditionalGeneration",
         model_type="qwen3_5",
         description="Qwen3.5 / Qwen3.6 dense vision-language (model.language_model.*, model.visual)",
-        requires=(_VL_LM, _LINEAR_ATTN),
+        requires=(_VL_DECODER_OR_DELTANET,),
         forbids=(_MOE, r"^thinker\."),
         signals=((r"\.linear_attn\.in_proj_qkv$", "Gated-DeltaNet in_proj_qkv (Qwen3.5 linear attention)"),),
         lora_leaves=_ATTN + _MLP + _DELTANET,
@@ -124,8 +127,9 @@ _register(
         model_class="Qwen3_5ForCausalLM",
         model_type="qwen3_5_text",
         description="Qwen3.5 dense, text-only class (model.layers.*)",
-        requires=(_TEXT_LM, _LINEAR_ATTN),
-        forbids=(_MOE,),
+        requires=(_TEXT_DECODER_OR_DELTANET,),
+        forbids=(_MOE, _BERT_LEAF),
+        signals=((_LINEAR_ATTN, "Gated-DeltaNet linear-attention modules (Qwen3.5)"),),
         lora_leaves=_ATTN + _MLP + _DELTANET,
         towers=("mtp",),
         remaps={"qwen3_5_vl": (ADD_LANGUAGE_MODEL,)},
@@ -364,11 +368,11 @@ class Detection:
     candidates: tuple[str, ...] = ()
 
 
-def detect_layout(module_paths: Iterable[str], hint: str | None = None) -> Detection:
+def detect_layout(module_paths: Iterable[str], hint: str | Iterable[str] | None = None) -> Detection:
     """Detect the layout from module paths (``base_model.model.`` already removed).
 
-    ``hint`` is corroborating text (e.g. ``base_model_name_or_path``); it only breaks ties between layouts
-    that match the keys equally well.
+    ``hint`` is corroborating text, or several, most precise first (PEFT's ``auto_mapping.base_model_class``,
+    ``base_model_name_or_path``); it only breaks ties between layouts that match the keys equally well.
     """
     paths = _shapes(module_paths)
     if not paths:
@@ -397,13 +401,13 @@ def detect_layout(module_paths: Iterable[str], hint: str | None = None) -> Detec
         return Detection("unknown", (f"{total} module(s); no registry layout matches, e.g. {paths[0]}",))
     scored.sort(key=lambda s: -s[0])
     best = [s for s in scored if s[0] == scored[0][0]]
-    if len(best) > 1 and hint:
-        by_hint = [s for s in best if _hint_matches(LAYOUTS[s[1]], hint)]
+    hints = [hint] if isinstance(hint, str) else list(hint or [])
+    for h in hints if len(best) > 1 else []:
+        by_hint = [s for s in best if _hint_matches(LAYOUTS[s[1]], h)]
         if len(by_hint) == 1:
             s = by_hint[0]
-            return Detection(
-                s[1], (*s[2], f"base_model_name_or_path {hint!r} names the {LAYOUTS[s[1]].family} family")
-            )
+            why = f"the adapter config names {h!r}, which breaks the tie with {', '.join(b[1] for b in best if b is not s)}"
+            return Detection(s[1], (*s[2], why), tuple(b[1] for b in best if b is not s))
     if len(best) > 1:
         names = tuple(s[1] for s in best)
         return Detection("ambiguous", tuple(best[0][2]), names)
@@ -424,6 +428,8 @@ _FAMILY_HINTS = {
 def _hint_matches(layout: Layout, hint: str) -> bool:
     if hint.startswith("tiny:"):  # adapters trained on adapterdoc's tiny reference models name their layout
         return hint[len("tiny:") :] == layout.name
+    if re.fullmatch(r"[A-Za-z0-9_]+For[A-Za-z]+|[A-Za-z0-9_]+Model", hint):  # a class name (auto_mapping)
+        return hint == layout.model_class
     rx = _FAMILY_HINTS.get(layout.family)
     return bool(rx and re.search(rx, hint, re.IGNORECASE))
 

@@ -289,7 +289,7 @@ def _plan(
         )
     modules = sorted({k.module for k in parsed if k.is_lora or k.role == "magnitude"})
     cfg = ckpt.adapter_config
-    hint = cfg.base_model if cfg else None
+    hint = cfg.layout_hints if cfg else None
     notes: list[str] = []
 
     if vl:
@@ -388,14 +388,19 @@ def _open(spec: str) -> Checkpoint:
     return ckpt
 
 
-def _detect(modules: list[str], hint: str | None) -> Detection:
+def _detect(modules: list[str], hint: str | list[str] | None) -> Detection:
     """Layout detection on the distinct module shapes (layer numbers folded to 0): same verdict, O(shapes)."""
     shapes = sorted({_INDEX.sub(".0", m) for m in modules})
     return detect_layout(shapes, hint)
 
 
 def _resolve_layout_move(
-    weights: str, modules: list[str], hint: str | None, to: str, source: str | None, notes: list[str]
+    weights: str,
+    modules: list[str],
+    hint: str | list[str] | None,
+    to: str,
+    source: str | None,
+    notes: list[str],
 ) -> _Move:
     if to not in LAYOUTS:
         raise UnsupportedInputError(to, f"unknown layout; known: {', '.join(LAYOUTS)}")

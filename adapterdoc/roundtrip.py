@@ -83,7 +83,7 @@ def roundtrip(
     from adapterdoc.adapter import parse_key
 
     modules = {parse_key(k).module for k in src.tensors if parse_key(k).is_lora}
-    hint = src.adapter_config.base_model if src.adapter_config else None
+    hint = src.adapter_config.layout_hints if src.adapter_config else None
     layout = detect_layout(modules, hint).name
     report = RoundtripReport(input=src.spec, layout=layout, base=base)
     work = tempfile.mkdtemp(prefix="adapterdoc-roundtrip-", dir=keep)

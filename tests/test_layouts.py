@@ -33,10 +33,12 @@ def test_detects_every_layout_from_real_peft_keys(layout: str, tiny_model: Any) 
     modules = adapter_modules(tiny_model(layout), layout)
     assert modules
     detection = detect_layout(modules)
-    if layout in ("mistral3_vl", "qwen_vl"):
-        # attention/MLP LoRA under model.language_model.* with towers excluded: the keys alone cannot tell
-        # Mistral3 from Qwen2.5-VL, and detection says so instead of guessing
+    if layout in ("mistral3_vl", "qwen_vl", "ministral3_text"):
+        # attention/MLP LoRA on a plain decoder (towers excluded): the keys alone cannot tell Mistral3 from
+        # Qwen2.5-VL (or a Qwen3.5 adapter that skipped the Gated-DeltaNet projections), and detection says so
         assert detection.name == "ambiguous" and layout in detection.candidates
+        # PEFT's auto_mapping names the class the adapter was trained on: that breaks the tie
+        assert detect_layout(modules, hint=[LAYOUTS[layout].model_class]).name == layout
         detection = detect_layout(modules, hint=f"tiny:{layout}")
     assert detection.name == layout, detection
     assert detection.evidence
@@ -86,6 +88,16 @@ def test_exclusion_regex_is_a_peft_fullmatch() -> None:
     assert re.fullmatch(rx, "talker.model.layers.0.q_proj")
     assert not re.fullmatch(rx, "model.language_model.layers.0.self_attn.q_proj")
     assert not re.fullmatch(rx, "model.visualizer.q_proj")
+
+
+def test_qwen3_5_adapter_without_deltanet_targets_is_not_called_ministral() -> None:
+    """QA found `target_modules=["q_proj", "v_proj"]` on Qwen3.5 detected as ministral3_text, breaking remap --to."""
+    modules = [f"model.layers.{i}.self_attn.{p}" for i in (3,) for p in ("q_proj", "v_proj")]
+    d = detect_layout(modules)
+    assert d.name == "ambiguous" and {"qwen3_5_text", "ministral3_text"} <= set(d.candidates)
+    assert detect_layout(modules, hint=["Qwen3_5ForCausalLM", "whatever"]).name == "qwen3_5_text"
+    vl = detect_layout([f"model.language_model.{m.removeprefix('model.')}" for m in modules])
+    assert vl.name == "ambiguous" and {"qwen3_5_vl", "mistral3_vl", "qwen_vl"} <= set(vl.candidates)
 
 
 def test_unknown_and_ambiguous_are_honest() -> None:

@@ -275,7 +275,8 @@ def test_layout_moves_need_a_known_source(tmp_path: Path, cli: Any) -> None:
     legacy = make_adapter(
         tmp_path / "l", ["model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.v_proj"]
     )
-    refused(cli, [legacy, "--to", "qwen_vl"], legacy, "no move from ministral3_text to qwen_vl")
+    # (its config names Qwen/Qwen3.5-0.8B, which settles "a plain decoder" as qwen3_5_text)
+    refused(cli, [legacy, "--to", "qwen_vl"], legacy, "no move from qwen3_5_text to qwen_vl")
     res = cli("remap", legacy, "--to", "qwen_vl", "--from", "qwen_vl_legacy", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
