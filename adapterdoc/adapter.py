@@ -129,6 +129,10 @@ class AdapterConfig:
         return cfg
 
     def _check(self) -> None:
+        if not isinstance(self.raw.get("peft_type"), str):
+            raise ConfigError(
+                self.path, "has no `peft_type` (e.g. \"LORA\"): not a PEFT adapter config, PEFT cannot load it"
+            )
         r = self.raw.get("r", 8)
         if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
             raise ConfigError(self.path, f"`r` must be a positive integer, got {r!r}")

@@ -187,6 +187,8 @@ def test_scaling_rank_alpha_patterns_and_rslora() -> None:
         b'{"r": 8, "target_modules": 3}',
         b'{"r": 8, "target_modules": "("}',
         b'{"r": NaN}',
+        b"{}",
+        b'{"peft_type": "LORA", "r": 0}',
         b"\xff\xfe",
     ],
 )
@@ -196,5 +198,5 @@ def test_bad_configs_raise_config_error(text: bytes) -> None:
 
 
 def test_unknown_fields_and_order_are_kept() -> None:
-    raw = {"zzz": 1, "r": 4, "aaa": {"x": 2}}
-    assert list(AdapterConfig.parse(json.dumps(raw).encode()).raw) == ["zzz", "r", "aaa"]
+    raw = {"zzz": 1, "peft_type": "LORA", "r": 4, "aaa": {"x": 2}}
+    assert list(AdapterConfig.parse(json.dumps(raw).encode()).raw) == ["zzz", "peft_type", "r", "aaa"]
