@@ -84,6 +84,18 @@ def parse_key(key: str) -> LoraKey:
     return LoraKey(key, wrapped, module or rest, "full")
 
 
+def peft_load_name(key: str) -> str:
+    """The name PEFT's loader reads ``key`` as with the default adapter: the ``base_model.model.`` wrapper added
+    when missing, and a ``default`` adapter name left in the key removed (``lora_A.default.weight``)."""
+    k = parse_key(key)
+    out = key
+    if k.adapter_name == "default":
+        out = re.sub(r"\.lora_magnitude_vector\.default\.weight$", ".lora_magnitude_vector", out)
+        out = re.sub(r"\.(lora_[AB])\.default\.(weight|bias)$", r".\1.\2", out)
+        out = re.sub(r"\.(lora_embedding_[AB])\.default$", r".\1", out)
+    return out if k.wrapped else WRAPPER + out
+
+
 def fused_expert_owner(module: str) -> str:
     """``...mlp.experts.base_layer`` (PEFT's nested ParamWrapper) → ``...mlp.experts``."""
     while module.endswith(".base_layer"):
@@ -131,7 +143,7 @@ class AdapterConfig:
     def _check(self) -> None:
         if not isinstance(self.raw.get("peft_type"), str):
             raise ConfigError(
-                self.path, "has no `peft_type` (e.g. \"LORA\"): not a PEFT adapter config, PEFT cannot load it"
+                self.path, 'has no `peft_type` (e.g. "LORA"): not a PEFT adapter config, PEFT cannot load it'
             )
         r = self.raw.get("r", 8)
         if not isinstance(r, int) or isinstance(r, bool) or r <= 0:

@@ -196,6 +196,24 @@ def _open_adapter(spec: str) -> Checkpoint:
         raise UnsupportedInputError(
             spec, "is not a PEFT adapter folder (adapter_config.json is needed to merge)"
         )
+    return _as_peft_reads_it(ckpt)
+
+
+def _as_peft_reads_it(ckpt: Checkpoint) -> Checkpoint:
+    """Rename keys the way PEFT's loader reads them (wrapper added, ``default`` adapter name removed), so an
+    adapter PEFT loads is one merge can merge. ``original_names`` maps back for reading a ``.bin``."""
+    from adapterdoc.adapter import peft_load_name
+
+    renamed = {peft_load_name(k): k for k in ckpt.tensors}
+    if len(renamed) != len(ckpt.tensors):
+        raise UnsupportedInputError(
+            ckpt.spec, "two tensors name the same LoRA weight once normalised as PEFT reads them"
+        )
+    if all(new == old for new, old in renamed.items()):
+        return ckpt
+    ckpt.tensors = {new: ckpt.tensors[old] for new, old in renamed.items()}
+    ckpt.tensor_file = {new: ckpt.tensor_file[old] for new, old in renamed.items()}
+    ckpt.original_names = renamed  # type: ignore[attr-defined]
     return ckpt
 
 
@@ -370,7 +388,7 @@ def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> _Plan:
         fail_unused(parse_key(key).module, "is a tensor kind merge does not know", key)
 
     if unused:
-        hint = _unused_hint(unused, inv.targets, model)
+        hint = _unused_hint(unused, inv.targets, model, adapter.spec, base.spec)
         findings[:] = [replace(f, hint=hint) if f.code == "AD501" else f for f in findings]
 
     # 4. Edits per on-disk tensor; tied parameters that end up different get their own tensor.
@@ -522,7 +540,7 @@ def _blocker(target: Any, name_map: Any, canonical: str, pieces: list[Any], e: l
     return None
 
 
-def _unused_hint(unused: list[str], targets: dict[str, Any], model: Any) -> str:
+def _unused_hint(unused: list[str], targets: dict[str, Any], model: Any, spec: str, base: str) -> str:
     """Name the registry move that makes the unused modules land on modules PEFT creates, if one does."""
     from adapterdoc.layouts import LAYOUTS, remap_path
 
@@ -541,10 +559,8 @@ def _unused_hint(unused: list[str], targets: dict[str, Any], model: Any) -> str:
                         m = rule.apply(m)
                 moved.append(m)
             if moved and all(m in targets for m in moved):
-                return (
-                    f"the adapter's names fit {src}, the base is {cls}: adapterdoc remap ADAPTER --to {dst}"
-                )
-    return "compare names with `adapterdoc verify ADAPTER --base BASE`"
+                return f"the adapter's names fit {src}, the base is {cls}: adapterdoc remap {spec} --to {dst}"
+    return f"compare names with `adapterdoc verify {spec} --base {base}`"
 
 
 def _relative_name(base: Checkpoint, shard_path: str) -> str:
@@ -639,7 +655,7 @@ class _AdapterTensors:
 
                 assert self.ckpt.weights_path is not None
                 self._bin = load_bin(self.ckpt.weights_path)
-            t = self._bin[key].float()
+            t = self._bin[getattr(self.ckpt, "original_names", {}).get(key, key)].float()
         else:
             path = self.ckpt.tensor_file[key]
             header = next(h for h in self.ckpt.headers if h.path == path)

@@ -71,7 +71,7 @@ def test_text_adapter_on_a_vl_base_points_at_remap(tmp_path, tiny_model, saved_b
     report = merge(adapter, saved_base("qwen3_5_vl"), tmp_path / "out")
     assert not report.ok and report.out is None and report.applied == []
     assert report.unused == ["model.layers.3.self_attn.q_proj"]
-    assert "adapterdoc remap ADAPTER --to qwen3_5_vl" in (report.findings[0].hint or "")
+    assert f"adapterdoc remap {adapter} --to qwen3_5_vl" in (report.findings[0].hint or "")
 
 
 def test_refuses_non_empty_out_without_force(tmp_path, tiny_model, saved_base, cli):
@@ -247,3 +247,23 @@ def test_lora_variants_with_their_own_merge_rule_are_refused(tmp_path, tiny_mode
     report = merge(adapter, saved_base("ministral3_text"), tmp_path / "out")
     assert {f.code for f in report.findings} == {"AD503"} and report.out is None
     assert "ALoraLinearVariant" in report.findings[0].message
+
+
+def test_keys_peft_loads_are_merged_as_peft_reads_them(tmp_path, tiny_model, saved_base):
+    """QA: keys without `base_model.model.`, or with the `default` adapter name, load in PEFT; merge must agree."""
+    from adapterdoc.remap import remap
+
+    adapter = _adapter(tmp_path, tiny_model, "qwen3_5_text", target_modules=["q_proj"], r=2)
+    ref = merge(adapter, saved_base("qwen3_5_text"), tmp_path / "ref")
+    assert ref.ok
+    for name, rule in (
+        ("noprefix", r"^base_model\.model\.=>"),
+        ("named", r"\.lora_([AB])\.weight$=>.lora_\1.default.weight"),
+    ):
+        variant = tmp_path / name
+        remap(adapter, rules=[rule], out=variant)
+        got = merge(variant, saved_base("qwen3_5_text"), tmp_path / f"out-{name}")
+        assert got.ok and got.applied == ref.applied and not got.unused
+        for f in os.listdir(tmp_path / "ref"):
+            if f.endswith(".safetensors"):
+                assert (tmp_path / "ref" / f).read_bytes() == (tmp_path / f"out-{name}" / f).read_bytes()
