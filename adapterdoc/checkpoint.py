@@ -86,6 +86,8 @@ class Checkpoint:
 def open_checkpoint(spec: str | os.PathLike[str], *, read_bin: bool = True) -> Checkpoint:
     """Open ``spec`` (path or ``org/name[@revision]``) header-only; raise an :class:`AdapterdocError` if unusable."""
     s = os.fspath(spec)
+    if s.startswith("~"):
+        s = os.path.expanduser(s)
     if s.startswith("hf://"):
         from adapterdoc.remote import open_remote
 

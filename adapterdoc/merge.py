@@ -156,7 +156,7 @@ def merge(
         raise UnsupportedInputError(
             None, f"--dtype must be auto or one of {', '.join(DTYPES)}, got {dtype!r}"
         )
-    aspec, bspec, ospec = os.fspath(adapter), os.fspath(base), os.fspath(out)
+    aspec, bspec, ospec = (os.path.expanduser(os.fspath(p)) for p in (adapter, base, out))
     adapter_ckpt = _open_adapter(aspec)
     base_ckpt = _open_base(bspec)
     out_path = _check_out(ospec, base_ckpt, adapter_ckpt, force=force)

@@ -251,6 +251,8 @@ def remap(
         raise ValueError("choose exactly one of vl=True, to=LAYOUT or rules=[...]")
     if source is not None and to is None:
         raise ValueError("source= only goes with to=")
+    if out is not None:
+        out = os.path.expanduser(os.fspath(out))
     plan = _plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=out)
     plan.report.dry_run = dry_run
     if dry_run:
@@ -955,6 +957,12 @@ def _write_bin_as_safetensors(plan: _Plan, folder: str, *, progress: bool) -> No
 def _write_out(plan: _Plan, out: str, *, progress: bool) -> None:
     """A complete new adapter folder at ``out``, built in a temp folder beside it and renamed into place."""
     report = plan.report
+    source_dir = os.path.realpath(
+        plan.ckpt.root if os.path.isdir(plan.ckpt.root) else os.path.dirname(plan.weights_path)
+    )
+    target = os.path.realpath(out)
+    if target == source_dir or target.startswith(source_dir + os.sep):
+        raise RefusedError(out, "is inside the input adapter folder; choose a folder outside it")
     if os.path.lexists(out):
         if not os.path.isdir(out) or os.path.islink(out):
             raise RefusedError(out, "exists and is not a folder; choose a new --out folder")

@@ -109,6 +109,11 @@ def command(
         atomic_write_bytes(output_file, text.encode("utf-8"))
     elif fmt != "text" or not is_quiet():
         emit(text)
+    else:  # --quiet: nothing but errors, one line each
+        for report in run.adapters:
+            for f in report.findings:
+                if f.severity == "error":
+                    click.echo(f"{report.adapter}: {f.code} {f.message}", err=True)
     for report in run.adapters:
         if report.error:
             click.echo(f"adapterdoc: error: {report.error}", err=True)
