@@ -132,3 +132,21 @@ def test_verify_exit_zero_keeps_the_json_contract(cli: Any, tmp_path: Path) -> N
     res = cli("verify", adapter, "--base", "tiny:qwen3_5_text", "--json", "--exit-zero")
     out = json.loads(res.stdout)
     assert res.exit_code == 0 and out["ok"] is True and out["passed"] is False
+
+
+def test_remap_out_inside_the_input_is_refused(cli: Any, tmp_path: Path) -> None:
+    adapter = _adapter(tmp_path / "a")
+    res = cli("remap", adapter, "--rule", "q_proj=>k_proj", "--out", adapter / "sub")
+    assert res.exit_code == 3 and "inside the input" in res.stderr
+    assert not (adapter / "sub").exists()
+
+
+def test_quiet_verify_prints_only_its_errors(cli: Any, tmp_path: Path) -> None:
+    pytest.importorskip("peft")
+    adapter = _adapter(tmp_path / "a")
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    cfg["r"] = 16  # a rank mismatch: an error finding
+    (adapter / "adapter_config.json").write_text(json.dumps(cfg))
+    res = cli("--quiet", "verify", adapter, "--base", "tiny:qwen3_5_text")
+    assert res.exit_code == 1 and res.stdout == ""
+    assert res.stderr and all(" AD" in line for line in res.stderr.splitlines())
