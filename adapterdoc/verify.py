@@ -295,6 +295,13 @@ def best_move(
     unexpected and do better than ``current``. Ties go to moves onto ``target`` from one of ``sources`` (the
     layouts detection names), then to shorter rule chains. Each distinct rename is scored once."""
     prefer = list(sources)
+    # LoRA on towers (vision/audio/talker) never lands on a text model and no rename fixes that: judge the
+    # move on the other keys (remap then warns about the tower keys it leaves behind, AD202)
+    from adapterdoc.layouts import tower_segment
+
+    core = [k for k in keys if tower_segment(parse_key(k).module) is None]
+    if core and len(core) < len(keys):
+        keys = core
     scores: dict[tuple[str, tuple[Rule, ...], str | None], tuple[int, int] | None] = {}
     best: tuple[tuple[int, ...], Move] | None = None
     for mv in moves:

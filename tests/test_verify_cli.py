@@ -214,3 +214,18 @@ def test_load_catches_the_silent_no_op(cli: Any, adapters: dict[str, str], base_
 def test_load_needs_weights(cli: Any, adapters: dict[str, str], base_dir: Any) -> None:
     r = cli("verify", adapters["text"], "--base", base_dir("ministral3_text", weights=False), "--load")
     assert r.exit_code == 3 and "--load needs a base with weights" in r.stderr
+
+
+def test_vl_adapter_with_tower_lora_on_a_text_base_still_gets_the_fix(tmp_path: Any, tiny_model: Any) -> None:
+    """QA: a Mistral3 adapter trained without the tower exclusion got no diagnosis on a text base."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from adapterdoc.cli import main
+
+    out = _save_adapter(tiny_model("mistral3_vl"), "mistral3_vl", str(tmp_path / "a"), exclude_modules=None)
+    res = CliRunner().invoke(main, ["verify", out, "--base", "tiny:ministral3_text", "--json"])
+    assert res.exit_code == 1
+    codes = {f["code"] for f in _json.loads(res.stdout)["findings"]}
+    assert "AD223" in codes and "adapterdoc remap" in res.stdout and "--vl" in res.stdout
