@@ -6,11 +6,10 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
-from adapterdoc.codes import AREAS, Code
+from adapterdoc.codes import Code, area_modules
 
 DEFAULT_OUT = os.path.join("docs", "codes.md")
 _AREA_TITLES = {
@@ -25,16 +24,7 @@ _AREA_TITLES = {
 
 
 def codes_by_area() -> dict[str, list[Code]]:
-    out: dict[str, list[Code]] = {}
-    for area in AREAS:
-        try:
-            mod = importlib.import_module(f"adapterdoc.codes.{area}")
-        except ModuleNotFoundError as e:
-            if e.name != f"adapterdoc.codes.{area}":
-                raise
-            continue
-        out[area] = sorted(mod.CODES, key=lambda c: c.code)
-    return out
+    return {area: sorted(mod.CODES, key=lambda c: c.code) for area, mod in area_modules().items()}  # type: ignore[attr-defined]
 
 
 def _cell(text: str) -> str:

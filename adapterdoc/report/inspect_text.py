@@ -6,19 +6,10 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from adapterdoc.report.render import capture_console, findings_table
+from adapterdoc.report.render import capture_console, findings_table, human_bytes
 
 if TYPE_CHECKING:
     from adapterdoc.inspect import InspectReport
-
-
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def render_inspect(report: InspectReport) -> str:
@@ -28,7 +19,7 @@ def render_inspect(report: InspectReport) -> str:
     for col in ("path", "bytes", "header bytes", "tensors"):
         files.add_column(col, justify="right" if col != "path" else "left", overflow="fold")
     for f in report.files:
-        files.add_row(f.path, _human_bytes(f.bytes), f"{f.header_bytes:,}", f"{f.tensors:,}")
+        files.add_row(f.path, human_bytes(f.bytes), f"{f.header_bytes:,}", f"{f.tensors:,}")
     console.print(files)
     dt = ", ".join(f"{d} × {n}" for d, n in report.dtypes.items()) or "none"
     console.print(f"tensors: {report.tensors:,}   parameters: {report.parameters:,}   dtypes: {dt}")

@@ -5,22 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from adapterdoc.report.findings import Finding, sort_findings
-from adapterdoc.report.render import capture_console, findings_table
+from adapterdoc.report.render import capture_console, findings_table, human_bytes
 
 if TYPE_CHECKING:
     from adapterdoc.merge import MergeReport
 
 _SAMPLE = 8
 _UNUSED_ROWS = 3
-
-
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def render_merge(report: MergeReport) -> str:
@@ -32,7 +23,7 @@ def render_merge(report: MergeReport) -> str:
     if report.out:
         console.print(
             f"wrote [bold]{report.out}[/]: {report.tensors:,} tensors ({report.merged_tensors:,} merged), "
-            f"{_human_bytes(report.bytes_written)}, dtype {report.dtype}, {report.seconds:.1f} s"
+            f"{human_bytes(report.bytes_written)}, dtype {report.dtype}, {report.seconds:.1f} s"
         )
     else:
         console.print("[bold red]nothing written[/]")

@@ -51,6 +51,16 @@ def capture_console(width: int | None = None) -> tuple[Console, io.StringIO]:
     return console, buf
 
 
+def human_bytes(n: int) -> str:
+    """``1536`` → ``1.50 KiB``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
