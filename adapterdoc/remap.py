@@ -253,20 +253,34 @@ def remap(
         raise ValueError("source= only goes with to=")
     if out is not None:
         out = os.path.expanduser(os.fspath(out))
-    plan = _plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=out)
-    plan.report.dry_run = dry_run
-    if dry_run:
-        plan.report.notes.append("dry run: nothing was written")
+    if dry_run or out is not None:
+        plan = _plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=out)
+        plan.report.dry_run = dry_run
+        if dry_run:
+            plan.report.notes.append("dry run: nothing was written")
+        else:
+            _apply(plan, out=os.fspath(out) if out is not None else None, progress=progress)
         return plan.report
-    if out is not None:
-        _apply(plan, out=os.fspath(out), progress=progress)
-        return plan.report
-    # Writing in place: hold the folder's lock, and plan again under it, so that a second remap running at the
-    # same time sees the first one's result (and finds nothing to do, or refuses) instead of interleaving.
-    with folder_lock(os.path.dirname(os.path.abspath(plan.weights_path))):
+    folder = _writable_folder(os.fspath(spec))
+    if folder is None:  # a repo id: planning finds its snapshot folder
+        probe = _plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=None)
+        folder = os.path.dirname(os.path.abspath(probe.weights_path))
+    # Writing in place: plan and write under the folder's lock, so that a second remap running at the same time
+    # sees the first one's result (and finds nothing to do, or refuses) instead of interleaving with it.
+    with folder_lock(folder):
         plan = _plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=None)
         _apply(plan, out=None, progress=progress)
     return plan.report
+
+
+def _writable_folder(spec: str) -> str | None:
+    """The folder an in-place remap of ``spec`` writes into (locked while it does); ``None`` for a repo id."""
+    path = os.path.expanduser(spec)
+    if os.path.isdir(path):
+        return os.path.abspath(path)
+    if os.path.isfile(path):
+        return os.path.dirname(os.path.abspath(path))
+    return None
 
 
 def _plan(
