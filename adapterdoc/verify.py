@@ -26,7 +26,7 @@ from adapterdoc.adapter import (
 )
 from adapterdoc.checkpoint import Checkpoint, load_bin, open_checkpoint
 from adapterdoc.codes.serving import VLLM_DEFAULT_MAX_LORA_RANK, VLLM_MAX_LORA_RANKS, VLLM_VERSION
-from adapterdoc.errors import AdapterdocError, MissingExtraError
+from adapterdoc.errors import AdapterdocError, ConfigError, MissingExtraError
 from adapterdoc.inspect import inspect_checkpoint
 from adapterdoc.layouts import LAYOUTS, STRIP_LANGUAGE_MODEL, Rule, remap_path, tower_segment
 from adapterdoc.report.findings import Finding, has_errors, make, sort_findings
@@ -350,6 +350,45 @@ def verify(adapters: Iterable[str], base: str, options: VerifyOptions | None = N
         if r.base_layout:
             run.base_info.setdefault("layout", r.base_layout)
     return run
+
+
+OWN_BASE = "(each adapter's base_model_name_or_path)"
+
+
+def verify_own_bases(adapters: Iterable[str], options: VerifyOptions | None = None) -> VerifyRun:
+    """Verify each adapter against the base its ``adapter_config.json`` names (``base_model_name_or_path``: a
+    model folder, a cached repo id or ``tiny:LAYOUT``); an adapter whose base does not resolve locally is
+    reported as unusable (exit 3). Adapters that name the same base share one meta-device build."""
+    from adapterdoc.checkpoint import open_checkpoint
+
+    options = options or VerifyOptions()
+    order = list(adapters)
+    groups: dict[str, list[str]] = {}
+    reports: dict[str, VerifyReport] = {}
+    for adapter in order:
+        try:
+            cfg = open_checkpoint(adapter).adapter_config
+            named = cfg.base_model if cfg else None
+            if not named:
+                raise ConfigError(
+                    adapter, "no --base given and adapter_config.json names no base_model_name_or_path"
+                )
+        except AdapterdocError as e:
+            reports[adapter] = VerifyReport(adapter=adapter, error=str(e))
+            continue
+        groups.setdefault(named, []).append(adapter)
+    for named, members in groups.items():
+        try:
+            run = verify(members, named, options)
+        except MissingExtraError:
+            raise
+        except AdapterdocError as e:
+            for adapter in members:
+                reports[adapter] = VerifyReport(adapter=adapter, error=f"its base {named!r}: {e}")
+            continue
+        for rep in run.adapters:
+            reports[rep.adapter] = rep
+    return VerifyRun(base=OWN_BASE, options=options, adapters=[reports[a] for a in order])
 
 
 class MissingWeightsError(AdapterdocError):

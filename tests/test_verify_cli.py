@@ -150,7 +150,7 @@ def test_bad_pyproject_value_is_exit_3(cli: Any, adapters: dict[str, str], tmp_p
     [
         (["--base", "tiny:ministral3_text", "--json", "--format", "junit"], 2),
         (["--base", "tiny:ministral3_text", "--max-lora-rank", "17"], 2),
-        ([], 2),
+        ([], 3),  # no --base: the adapter's own base_model_name_or_path, which this one leaves empty
         (["--base", "tiny:no_such_layout"], 3),
         (["--base", "/no/such/base"], 3),
     ],
@@ -229,3 +229,32 @@ def test_vl_adapter_with_tower_lora_on_a_text_base_still_gets_the_fix(tmp_path: 
     assert res.exit_code == 1
     codes = {f["code"] for f in _json.loads(res.stdout)["findings"]}
     assert "AD223" in codes and "adapterdoc remap" in res.stdout and "--vl" in res.stdout
+
+
+def test_without_base_each_adapter_uses_the_base_it_names(cli: Any, tiny_model: Any, tmp_path: Any) -> None:
+    """train-smoke's adapters name `tiny:LAYOUT`: `verify A B` checks each against its own base, one run."""
+    import json as _json
+
+    dirs = []
+    for layout in ("qwen3_5_vl", "ministral3_text"):
+        out = _save_adapter(tiny_model(layout), layout, str(tmp_path / layout))
+        _set_base(out, f"tiny:{layout}")
+        dirs.append(out)
+    r = cli("verify", *dirs, "--json")
+    assert r.exit_code == 0, r.stdout + r.stderr
+    d = _json.loads(r.stdout)
+    assert [a["ok"] for a in d["adapters"]] == [True, True] and d["ok"] is True
+    # an adapter whose base does not resolve locally is unusable (exit 3), the others still reported
+    _set_base(dirs[1], "no-such-org/no-such-model")
+    r = cli("verify", *dirs, "--json")
+    assert r.exit_code == 3 and "no-such-org/no-such-model" in r.stderr
+    assert [a["ok"] for a in _json.loads(r.stdout)["adapters"]] == [True, False]
+
+
+def _set_base(adapter: str, name: str) -> None:
+    from pathlib import Path
+
+    path = Path(adapter) / "adapter_config.json"
+    cfg = json.loads(path.read_text())
+    cfg["base_model_name_or_path"] = name
+    path.write_text(json.dumps(cfg))

@@ -26,7 +26,11 @@ TABLE_KEYS = {
 
 @click.command("verify")
 @click.argument("adapters", nargs=-1, required=True)
-@click.option("--base", help="Model directory, config.json, cached repo id, or tiny:LAYOUT.")
+@click.option(
+    "--base",
+    help="Model directory, config.json, cached repo id, or tiny:LAYOUT. Default: [tool.adapterdoc] base, else "
+    "each adapter's own base_model_name_or_path (when it resolves locally).",
+)
 @click.option(
     "--profile", type=click.Choice(PROFILES), help="Rules to apply: PEFT loading (default) or vLLM serving."
 )
@@ -82,13 +86,11 @@ def command(
     fmt = "json" if as_json else (fmt or "text")
     defaults = project_defaults()
     base = base or defaults.get("base")
-    if not base:
-        raise click.UsageError("--base is required (or set `base` in [tool.adapterdoc] of pyproject.toml)")
 
-    from adapterdoc.verify import VerifyOptions, verify
+    from adapterdoc.verify import VerifyOptions, verify, verify_own_bases
 
     if output_file:
-        _check_output_file(output_file, [*adapters, base])
+        _check_output_file(output_file, [*adapters, base or ""])
 
     try:
         options = VerifyOptions(
@@ -100,7 +102,8 @@ def command(
         )
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
-    run = verify(list(adapters), base, options)
+    # without --base, each adapter is checked against the base its adapter_config.json names
+    run = verify(list(adapters), base, options) if base else verify_own_bases(list(adapters), options)
     run.exit_zero = exit_zero
     text = _render(run, fmt)
     if output_file:
