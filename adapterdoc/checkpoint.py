@@ -71,6 +71,8 @@ class Checkpoint:
     repo_id: str | None = None
     extra_in_shards: list[tuple[str, str]] = field(default_factory=list)
     """(file, tensor) pairs present in a shard but not named by the index."""
+    original_names: dict[str, str] = field(default_factory=dict)
+    """Tensor name as read → name in the file, when a reader renamed keys (merge reads them as PEFT does)."""
     bytes_received: int = 0
     """For ``hf://`` inputs: bytes fetched over HTTP (headers only)."""
 

@@ -24,8 +24,9 @@ def adapter_dirs(paths: list[str]) -> list[str]:
 def precommit_main(argv: list[str] | None = None) -> None:
     """``adapterdoc-pre-commit [VERIFY OPTIONS] -- FILES...`` (pre-commit appends the changed files last)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    options = [a for a in args if not os.path.exists(a)]
-    files = [a for a in args if os.path.exists(a)]
+    is_file = [os.path.basename(a) in _ADAPTER_FILES and os.path.isfile(a) for a in args]
+    options = [a for a, f in zip(args, is_file) if not f]
+    files = [a for a, f in zip(args, is_file) if f]
     dirs = adapter_dirs(files)
     if not dirs:
         return

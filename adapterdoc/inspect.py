@@ -38,11 +38,7 @@ class ModuleLora:
 
     @property
     def fused_experts(self) -> bool:
-        return (
-            self.module.endswith(".experts")
-            or ".experts.base_layer" in self.module
-            or self.module.endswith(".experts.base_layer")
-        )
+        return self.module.endswith(".experts") or ".experts.base_layer" in self.module
 
     @property
     def rank(self) -> int | None:

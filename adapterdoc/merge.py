@@ -213,7 +213,7 @@ def _as_peft_reads_it(ckpt: Checkpoint) -> Checkpoint:
         return ckpt
     ckpt.tensors = {new: ckpt.tensors[old] for new, old in renamed.items()}
     ckpt.tensor_file = {new: ckpt.tensor_file[old] for new, old in renamed.items()}
-    ckpt.original_names = renamed  # type: ignore[attr-defined]
+    ckpt.original_names = renamed
     return ckpt
 
 
@@ -655,7 +655,7 @@ class _AdapterTensors:
 
                 assert self.ckpt.weights_path is not None
                 self._bin = load_bin(self.ckpt.weights_path)
-            t = self._bin[getattr(self.ckpt, "original_names", {}).get(key, key)].float()
+            t = self._bin[self.ckpt.original_names.get(key, key)].float()
         else:
             path = self.ckpt.tensor_file[key]
             header = next(h for h in self.ckpt.headers if h.path == path)

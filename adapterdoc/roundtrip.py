@@ -88,9 +88,9 @@ def roundtrip(
     report = RoundtripReport(input=src.spec, layout=layout, base=base)
     work = tempfile.mkdtemp(prefix="adapterdoc-roundtrip-", dir=keep)
     try:
-        original = _copy_adapter(src, os.path.join(work, "original"))
+        original = copy_adapter(src, os.path.join(work, "original"))
         _identity_warning(report, original)
-        _byte_roundtrips(report, original, layout, work)
+        byte_roundtrips(report, original, layout, work)
         _format_roundtrip(report, original, work)
         if base is None:
             report.checks.append(
@@ -139,7 +139,7 @@ def _identity_warning(report: RoundtripReport, original: str) -> None:
 _CODE_FOR = {"remap": "AD701", "format": "AD702", "reload": "AD703", "merge": "AD704", "counterpart": "AD705"}
 
 
-def _copy_adapter(src: Checkpoint, folder: str) -> str:
+def copy_adapter(src: Checkpoint, folder: str) -> str:
     """A private, regular-file copy of the adapter (symlinks followed, so the cache is never touched)."""
     os.makedirs(folder)
     if src.kind == "adapter" and os.path.isdir(src.root):
@@ -193,7 +193,7 @@ def reachable_layouts(layout: str) -> list[str]:
     return [name for name in LAYOUTS if name != layout and remap_path(layout, name) is not None]
 
 
-def _byte_roundtrips(report: RoundtripReport, original: str, layout: str, work: str) -> None:
+def byte_roundtrips(report: RoundtripReport, original: str, layout: str, work: str) -> None:
     from adapterdoc.remap import remap
 
     weights = _weights_file(original)
@@ -371,15 +371,15 @@ def _peft_outputs(model: Any, adapter_dir: str) -> tuple[Any, Any]:
     import torch
     from peft import PeftModel
 
-    from adapterdoc.ml.load import _forward, _probe_inputs
+    from adapterdoc.ml.load import forward, probe_inputs
 
-    probe = _probe_inputs(model)
+    probe = probe_inputs(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         pm = PeftModel.from_pretrained(model, adapter_dir, is_trainable=False)
     pm.eval()
     with torch.no_grad():
-        out = _forward(pm.base_model.model, probe)
+        out = forward(pm.base_model.model, probe)
     return pm, out
 
 
@@ -404,7 +404,7 @@ def _reload(state: dict[str, Any], base: Any, original: str, work: str) -> str:
 
 def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
     from adapterdoc.merge import merge
-    from adapterdoc.ml.load import _forward, _probe_inputs, load_base
+    from adapterdoc.ml.load import forward, load_base, probe_inputs
 
     base_dir = base.root
     if base.kind == "tiny":
@@ -425,7 +425,7 @@ def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
 
     merged = load_base(dataclasses.replace(resolve_base(out)))
     with torch.no_grad():
-        got = _forward(merged, _probe_inputs(merged))
+        got = forward(merged, probe_inputs(merged))
     want = state["outputs"]
     diff = float((got - want).abs().max())
     bound = MERGE_RTOL * max(1.0, float(want.abs().max()))
@@ -459,11 +459,11 @@ def _counterpart(state: dict[str, Any], base_model: Any, layout: str, original: 
     want = state["outputs"]
     inner = _COUNTERPART_INSIDE.get(layout)
     if inner:  # the counterpart is a part of this model (ModernBERT without its MLM head): compare that part
-        from adapterdoc.ml.load import _forward, _probe_inputs
+        from adapterdoc.ml.load import forward, probe_inputs
 
         pm, _ = _peft_outputs(base_model, original)
         with torch.no_grad():
-            want = _forward(getattr(pm.base_model.model, inner), _probe_inputs(pm.base_model.model))
+            want = forward(getattr(pm.base_model.model, inner), probe_inputs(pm.base_model.model))
     if got.shape != want.shape:
         raise _Fail(f"outputs have different shapes: {tuple(got.shape)} vs {tuple(want.shape)}")
     if not _bitwise_equal(got, want):

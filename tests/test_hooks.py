@@ -80,3 +80,16 @@ def test_hook_runs_from_a_fresh_venv(venv: Path, tmp_path: Path) -> None:
         [str(entry), *args, str(tmp_path / "unrelated.txt")], capture_output=True, cwd=tmp_path
     )
     assert nothing.returncode == 0
+
+
+def test_an_option_value_that_is_a_path_stays_an_option(tmp_path: Path) -> None:
+    """`args: [--base, ./configs/base]` names an existing folder: it must reach verify as --base's value."""
+    from adapterdoc.hooks import precommit_main
+    from adapterdoc.ml.tiny import build_tiny
+
+    base = tmp_path / "base"
+    build_tiny("qwen3_5_text").config.save_pretrained(base)
+    adapter = _adapter(tmp_path / "a", "qwen3_5_text")
+    with pytest.raises(SystemExit) as exit_:
+        precommit_main(["--base", str(base), str(adapter / "adapter_config.json")])
+    assert exit_.value.code == 0

@@ -44,9 +44,9 @@ def load_check(base: Any, ckpt: Any) -> LoadResult:
 
     _quiet_transformers()
     model = load_base(base)
-    probe = _probe_inputs(model)
+    probe = probe_inputs(model)
     with torch.no_grad():
-        before = _forward(model, probe)
+        before = forward(model, probe)
     cfg = LoraConfig.from_pretrained(ckpt.root)
     cfg.inference_mode = True
     # Zero lora_B before loading, whatever the saved config says (init_lora_weights=False would start from random
@@ -60,7 +60,7 @@ def load_check(base: Any, ckpt: Any) -> LoadResult:
     lora = sum(1 for name, _ in pm.named_modules() if name.endswith(f"lora_A.{ADAPTER_NAME}"))
     lora += sum(1 for name, _ in pm.named_parameters() if name.endswith(f"lora_embedding_A.{ADAPTER_NAME}"))
     with torch.no_grad():
-        after = _forward(model, probe)
+        after = forward(model, probe)
     diff = (
         float((after.float() - before.float()).abs().max()) if after.shape == before.shape else float("inf")
     )
@@ -109,7 +109,7 @@ def _quiet_transformers() -> None:
     tlog.disable_progress_bar()
 
 
-def _probe_inputs(model: Any) -> dict[str, Any]:
+def probe_inputs(model: Any) -> dict[str, Any]:
     import torch
 
     cfg = model.config
@@ -119,7 +119,7 @@ def _probe_inputs(model: Any) -> dict[str, Any]:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def _forward(model: Any, inputs: dict[str, Any]) -> Any:
+def forward(model: Any, inputs: dict[str, Any]) -> Any:
     target = getattr(model, "thinker", None) or model  # the Omni wrapper has no forward of its own
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -225,21 +225,10 @@ def build_tiny(layout: str, seed: int = 0, *, dtype: Any = None) -> Any:
 
     cfg = tiny_config(layout)
     cls = model_class(layout)
-    with _fork_rng(torch, seed):
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
         model = cls._from_config(cfg, dtype=dtype or torch.float32)
     return model.eval()
-
-
-class _fork_rng:
-    def __init__(self, torch: Any, seed: int) -> None:
-        self.torch, self.seed = torch, seed
-
-    def __enter__(self) -> None:
-        self.state = self.torch.random.get_rng_state()
-        self.torch.manual_seed(self.seed)
-
-    def __exit__(self, *exc: object) -> None:
-        self.torch.random.set_rng_state(self.state)
 
 
 def counterpart_state(src_model: Any, src_layout: str, dst_layout: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import BinaryIO
 
 from adapterdoc.errors import RefusedError
@@ -69,14 +69,6 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, mode: int |
         f.write(data)
 
 
-def atomic_write_with(
-    path: str | os.PathLike[str], fill: Callable[[BinaryIO], None], *, mode: int | None = None
-) -> None:
-    """Atomically replace ``path`` with what ``fill`` writes into the file object it is given."""
-    with atomic_writer(path, mode=mode) as f:
-        fill(f)
-
-
 LOCK_WAIT_SECONDS = 60.0
 
 
@@ -105,14 +97,6 @@ def folder_lock(folder: str, *, wait: float = LOCK_WAIT_SECONDS) -> Iterator[Non
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
-
-
-def refuse_symlink_write(path: str) -> None:
-    """Raise unless ``path`` is a regular file that can be written in place (not a link, writable)."""
-    if os.path.islink(path):
-        raise RefusedError(path, "is a symlink (shared cache blob?): refusing to write through it")
-    if not os.access(path, os.W_OK):
-        raise RefusedError(path, "is not writable")
 
 
 def _slow_point(name: str) -> None:
