@@ -337,12 +337,13 @@ def check_output_folder(
     *,
     force: bool | None = None,
     ours: Callable[[str], bool] | None = None,
+    mark: str = OUTPUT_MARKER,
 ) -> str:
     """Refuse (nothing written) an output folder adapterdoc may not replace; return its absolute path.
 
     Allowed: a missing path (its parent must be a writable folder, or missing, to be made), an empty folder, and,
-    when ``force`` is true, a folder that ``ours`` recognises (default: it holds :data:`OUTPUT_MARKER`).
-    ``force=None`` means the command has no ``--force``.
+    when ``force`` is true, a folder that ``ours`` recognises (default: it holds :data:`OUTPUT_MARKER`; ``mark``
+    names what ``ours`` looks for, in the message). ``force=None`` means the command has no ``--force``.
     """
     spath = os.fspath(path)
     out = os.path.abspath(spath)
@@ -378,9 +379,8 @@ def check_output_folder(
             if not ours(out):
                 raise RefusedError(
                     spath,
-                    f"is not a previous adapterdoc output (no {OUTPUT_MARKER}); it holds {_listing(entries)}; "
-                    "--force replaces only adapterdoc's own output folders: choose another folder or empty it "
-                    "yourself",
+                    f"is a folder adapterdoc did not write (no {mark} in it); it holds {_listing(entries)}; "
+                    "only adapterdoc's own output folders are replaced: choose another folder or empty it yourself",
                 )
     parent = _existing_ancestor(os.path.dirname(out))
     pst = os.stat(parent)
@@ -472,10 +472,12 @@ def _lstat(path: str) -> os.stat_result | None:
         return None
 
 
-def prepare_output_folder(path: str, *, ours: Callable[[str], bool] | None = None) -> None:
+def prepare_output_folder(
+    path: str, *, ours: Callable[[str], bool] | None = None, mark: str = OUTPUT_MARKER
+) -> None:
     """Make ``path`` an empty folder to write into directly: a missing or empty folder, or a previous output
     (``ours``) which is removed first; anything else is refused as by :func:`check_output_folder`."""
-    out = check_output_folder(path, force=True, ours=ours)
+    out = check_output_folder(path, force=True, ours=ours, mark=mark)
     with writing(path):
         if os.path.isdir(out) and os.listdir(out):
             shutil.rmtree(out)

@@ -498,7 +498,9 @@ def _prepare_folder(path: str) -> None:
     """Make ``path`` an empty folder; replace it only if an earlier train-smoke made it (its progress.jsonl)."""
     from adapterdoc.st.atomic import is_our_output, prepare_output_folder
 
-    prepare_output_folder(path, ours=lambda p: is_our_output(p) or os.path.isfile(os.path.join(p, _MARKER)))
+    prepare_output_folder(
+        path, ours=lambda p: is_our_output(p) or os.path.isfile(os.path.join(p, _MARKER)), mark=_MARKER
+    )
 
 
 def run_layout(layout: str, work: str, settings: Any, on_event: OnEvent | None = None) -> LayoutRun:
