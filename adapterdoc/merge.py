@@ -605,8 +605,8 @@ def _torch_dtype(st: str) -> Any:
                 _ST_TORCH[sname] = t
     try:
         return _ST_TORCH[st]
-    except KeyError:
-        raise UnsupportedInputError(None, f"dtype {st} cannot be merged") from None
+    except KeyError as e:
+        raise UnsupportedInputError(None, f"dtype {st} cannot be merged") from e
 
 
 def _read(f: Any, offset: int, dtype: str, shape: tuple[int, ...]) -> Any:
