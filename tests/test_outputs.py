@@ -391,3 +391,28 @@ def test_every_rename_and_replace_is_in_the_atomic_module() -> None:
                 text = f.read()
             offenders += [f"{path}: {w}" for w in ("os.replace", "os.rename") if w in text]
     assert offenders == []
+
+
+def test_roundtrip_keep_onto_a_device_is_refused(cli: Any, adapter: Path, null_device: Path) -> None:
+    err = _one_line_3(cli("roundtrip", adapter, "--keep", null_device))
+    assert "character device" in err and "--keep" in err and _is_null(null_device)
+
+
+def test_a_permission_error_outside_the_writers_is_still_one_exit_3_line(unwritable_dir: Path) -> None:
+    """The CLI's last line of defence: a real PermissionError from a plain ``open`` in a command body."""
+    import click
+    from click.testing import CliRunner
+
+    from adapterdoc.commands._common import handle_errors
+
+    @click.command()
+    @handle_errors
+    def write_there() -> None:
+        with open(unwritable_dir / "plain.txt", "w") as f:
+            f.write("x")
+
+    res = CliRunner().invoke(write_there, [], catch_exceptions=False)
+    err = _one_line_3(res)
+    assert f"{unwritable_dir / 'plain.txt'}: " in err and (
+        "permission denied" in err or "not permitted" in err
+    )

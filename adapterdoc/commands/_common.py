@@ -73,11 +73,11 @@ def handle_errors(func: F) -> F:
             _traceback()
             fail("out of memory")
         except OSError as e:
-            from adapterdoc.st.atomic import is_write_refusal, not_writable
+            from adapterdoc.st.atomic import is_write_refusal, os_refusal
 
             if not is_write_refusal(e):
                 _bug(e)
-            known = not_writable(e.filename or "", e)
+            known = os_refusal(e)
             known.__cause__ = e  # as `raise ... from e` would
             _refuse(known, as_json)
         except Exception as e:

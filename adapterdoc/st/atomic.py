@@ -236,6 +236,15 @@ def not_writable(path: str, e: OSError) -> RefusedError:
     return RefusedError(what, f"is not writable ({reason})")
 
 
+def os_refusal(e: OSError) -> RefusedError:
+    """The one-line refusal for a "cannot write here" OS error met outside :func:`writing` (read or write unknown):
+    a temp file of ours names its folder as not writable, anything else says what the system said."""
+    what = e.filename if isinstance(e.filename, str) and e.filename else ""
+    if os.path.basename(what).startswith(TEMP_PREFIX) or e.errno not in _NOT_WRITABLE:
+        return not_writable(what, e)
+    return RefusedError(what or None, _NOT_WRITABLE[e.errno or 0])
+
+
 _WRITE_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
@@ -482,6 +491,19 @@ def prepare_output_folder(
         if os.path.isdir(out) and os.listdir(out):
             shutil.rmtree(out)
         os.makedirs(out, exist_ok=True)
+
+
+def ensure_folder(path: str, *, option: str = "--out") -> str:
+    """A folder adapterdoc writes *into* (new entries only, nothing in it replaced): made if missing; a file, device
+    or other non-folder there is refused. Returns its absolute path."""
+    out = os.path.abspath(path)
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise RefusedError(path, f"is {describe(os.lstat(out))}, not a folder; give a folder for {option}")
+    with writing(out):
+        os.makedirs(out, exist_ok=True)
+    if read_only(out):
+        raise RefusedError(path, f"folder is not writable (mode {stat.S_IMODE(os.stat(out).st_mode):04o})")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------------- locks

@@ -579,13 +579,9 @@ def run_smoke(
         tmp = tempfile.mkdtemp(prefix="adapterdoc-smoke-")
         root = tmp
     else:
-        from adapterdoc.st.atomic import describe, writing
+        from adapterdoc.st.atomic import ensure_folder
 
-        root = os.path.abspath(os.fspath(out))
-        if os.path.lexists(root) and not os.path.isdir(root):
-            raise RefusedError(root, f"is {describe(os.lstat(root))}, not a folder; give a folder for --out")
-        with writing(root):
-            os.makedirs(root, exist_ok=True)
+        root = ensure_folder(os.fspath(out))
     runs: list[LayoutRun] = []
     from adapterdoc.train.loop import quiet_libraries, torch_threads
 
