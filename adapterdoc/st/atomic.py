@@ -161,7 +161,7 @@ def resolve_output(path: str | os.PathLike[str], *, link: str = "follow") -> Tar
     for _ in range(_MAX_LINKS):
         fd = _fd_of(current)
         if fd is not None:
-            return Target(spath, current, direct=True, fd=fd)
+            return Target(spath, current, direct=True, fd=fd if fd >= 0 else None)
         try:
             st = os.lstat(current)
         except FileNotFoundError:
@@ -192,14 +192,15 @@ def resolve_output(path: str | os.PathLike[str], *, link: str = "follow") -> Tar
 
 
 def _fd_of(path: str) -> int | None:
-    """The descriptor number when ``path`` names one of this process's descriptors (``/dev/stdout``, ...)."""
+    """For a path naming a file descriptor (``/dev/stdout``, ``/dev/fd/N``, ``/proc/PID/fd/N``): the descriptor
+    number when it is this process's, ``-1`` for another process's (opened by name); ``None`` for other paths."""
     if path in _STD_FD:
         return _STD_FD[path]
     m = _FD_PATH.match(path)
     if m is None:
         return None
     if path.startswith("/proc/") and path.split("/")[2] not in ("self", "thread-self", str(os.getpid())):
-        return None  # another process's descriptor: open it by name
+        return -1
     return int(m.group(1))
 
 
