@@ -133,7 +133,7 @@ class AdapterConfig:
         try:
             raw = json.loads(data.decode("utf-8"), parse_constant=_no_constants)
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
-            raise ConfigError(path, f"invalid JSON: {e}") from None
+            raise ConfigError(path, f"invalid JSON: {e}") from e
         if not isinstance(raw, dict):
             raise ConfigError(path, "adapter config must be a JSON object")
         cfg = cls(raw, path)
@@ -163,7 +163,7 @@ class AdapterConfig:
                 try:
                     re.compile(v)
                 except re.error as e:
-                    raise ConfigError(self.path, f"`{fld}` is not a valid regex: {e}") from None
+                    raise ConfigError(self.path, f"`{fld}` is not a valid regex: {e}") from e
 
     @property
     def peft_type(self) -> str:

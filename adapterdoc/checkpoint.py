@@ -114,14 +114,14 @@ def resolve_cached_repo(repo_id: str, revision: str | None) -> str:
     what = f"{repo_id}@{revision}" if revision else repo_id
     try:
         return snapshot_download(repo_id, revision=revision, local_files_only=True)
-    except (LocalEntryNotFoundError, FileNotFoundError):
+    except (LocalEntryNotFoundError, FileNotFoundError) as e:
         raise InputNotFoundError(
             what, "not a local path and not in the Hugging Face cache (adapterdoc never downloads)"
-        ) from None
+        ) from e
     except HFValidationError as e:
-        raise UnsupportedInputError(what, f"not a valid repo id: {e}") from None
+        raise UnsupportedInputError(what, f"not a valid repo id: {e}") from e
     except OSError as e:
-        raise InputNotFoundError(what, f"cannot read the Hugging Face cache: {e}") from None
+        raise InputNotFoundError(what, f"cannot read the Hugging Face cache: {e}") from e
 
 
 def _open_path(path: str, spec: str, *, read_bin: bool) -> Checkpoint:
@@ -196,7 +196,7 @@ def _load_index(index_path: str) -> dict[str, str]:
         with open(index_path, "rb") as f:
             data = json.loads(f.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise ConfigError(index_path, f"invalid shard index: {e}") from None
+        raise ConfigError(index_path, f"invalid shard index: {e}") from e
     wm = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
         raise ConfigError(index_path, "invalid shard index: `weight_map` must map tensor names to file names")
@@ -256,8 +256,8 @@ def load_bin(path: str) -> dict[str, Any]:
     """Load a pickled state dict with ``torch.load(weights_only=True)``; nothing else is ever unpickled."""
     try:
         import torch
-    except ImportError:
-        raise MissingExtraError(path, "torch") from None
+    except ImportError as e:
+        raise MissingExtraError(path, "torch") from e
     import warnings
 
     try:
@@ -268,7 +268,7 @@ def load_bin(path: str) -> dict[str, Any]:
     except Exception as e:  # the unpickler raises many types; all mean "cannot use this file"
         raise UnsupportedInputError(
             path, f"refused by torch.load(weights_only=True): {_torch_reason(e)}"
-        ) from None
+        ) from e
     if not isinstance(obj, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
     ):

@@ -17,7 +17,6 @@ import math
 import os
 import shutil
 import struct
-import tempfile
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -28,7 +27,14 @@ from adapterdoc.adapter import WRAPPER, LoraKey, parse_key
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint, safe_shard_name
 from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.report.findings import Finding, has_errors, make, sort_findings
-from adapterdoc.st.atomic import TEMP_PREFIX, slow_point
+from adapterdoc.st.atomic import (
+    TEMP_PREFIX,
+    check_output_folder,
+    make_temp_folder,
+    replace_folder,
+    slow_point,
+    write_marker,
+)
 from adapterdoc.st.header import DTYPE_BITS, Header, TensorInfo, serialize_header
 
 DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
@@ -218,6 +224,12 @@ def _as_peft_reads_it(ckpt: Checkpoint) -> Checkpoint:
 
 
 def _open_base(spec: str) -> Checkpoint:
+    if spec.startswith("tiny:"):
+        raise UnsupportedInputError(
+            spec,
+            "merge needs the base's real weights, and tiny:LAYOUT is a config only; pass the model folder "
+            "(config.json and its safetensors shards, e.g. one written by save_pretrained)",
+        )
     ckpt = open_checkpoint(spec)
     if ckpt.adapter_config is not None or ckpt.kind == "adapter":
         raise UnsupportedInputError(spec, "is an adapter, not a base model folder")
@@ -239,20 +251,17 @@ def _inside(child: str, parent: str) -> bool:
 
 
 def _check_out(out: str, base: Checkpoint, adapter: Checkpoint, *, force: bool) -> str:
+    """Refuse an --out that overlaps an input or that merge may not replace (see :mod:`adapterdoc.st.atomic`)."""
     out_abs = os.path.abspath(out)
-    if os.path.islink(out_abs):
-        raise RefusedError(out, "is a symlink; refusing to replace it")
-    real = _real(out_abs)
-    for label, ckpt in (("base", base), ("adapter", adapter)):
-        root = _real(ckpt.root if os.path.isdir(ckpt.root) else os.path.dirname(ckpt.root))
-        if _inside(real, root) or _inside(root, real):
-            raise RefusedError(out, f"overlaps the {label} folder {ckpt.root}; the merge never writes there")
-    if os.path.lexists(out_abs) and not force:
-        if not os.path.isdir(out_abs):
-            raise RefusedError(out, "exists and is not a folder; pass --force to replace it")
-        if os.listdir(out_abs):
-            raise RefusedError(out, "exists and is not empty; pass --force to replace it")
-    return out_abs
+    if not os.path.islink(out_abs):
+        real = _real(out_abs)
+        for label, ckpt in (("base", base), ("adapter", adapter)):
+            root = _real(ckpt.root if os.path.isdir(ckpt.root) else os.path.dirname(ckpt.root))
+            if _inside(real, root) or _inside(root, real):
+                raise RefusedError(
+                    out, f"overlaps the {label} folder {ckpt.root}; the merge never writes there"
+                )
+    return check_output_folder(out, force=force)
 
 
 def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> _Plan:
@@ -596,8 +605,8 @@ def _torch_dtype(st: str) -> Any:
                 _ST_TORCH[sname] = t
     try:
         return _ST_TORCH[st]
-    except KeyError:
-        raise UnsupportedInputError(None, f"dtype {st} cannot be merged") from None
+    except KeyError as e:
+        raise UnsupportedInputError(None, f"dtype {st} cannot be merged") from e
 
 
 def _read(f: Any, offset: int, dtype: str, shape: tuple[int, ...]) -> Any:
@@ -762,16 +771,12 @@ def _header_bytes(metadata: dict[str, str] | None, outs: list[_Output]) -> bytes
 def _write(
     plan: _Plan, out_path: str, dtype: str, *, force: bool, progress: Progress | None
 ) -> tuple[int, int, int]:
-    parent = os.path.dirname(out_path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=parent)
+    tmp = make_temp_folder(out_path)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
         counts = _fill(plan, tmp, dtype, progress)
+        write_marker(tmp, "merge", adapter=plan.adapter.spec, base=plan.base.spec, dtype=dtype)
         slow_point("merge-before-rename")
-        _swap_into_place(tmp, out_path, force=force)
+        replace_folder(tmp, out_path, force=force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -834,14 +839,12 @@ def _fill(plan: _Plan, folder: str, dtype: str, progress: Progress | None) -> tu
                     if progress:
                         progress(done, total)
                 writer.flush()
-                os.fsync(f.fileno())
             written_bytes += len(head) + sum(o.nbytes for o in outs)
             slow_point("merge-shard")
     finally:
         writer.close()
     _write_index(plan, folder, weight_map, total)
     _copy_side_files(plan, folder, dtype)
-    _fsync_dir(folder)
     return n_tensors, n_merged, written_bytes
 
 
@@ -977,8 +980,6 @@ def _write_index(plan: _Plan, folder: str, weight_map: dict[str, str], total: in
     with open(os.path.join(folder, os.path.basename(base.index_path)), "w", encoding="utf-8") as f:
         json.dump(out, f, indent=2)
         f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _copy_side_files(plan: _Plan, folder: str, dtype: str) -> None:
@@ -1016,33 +1017,3 @@ def _edit_config(cfg: Any, dtype: str | None, untie: bool) -> None:
                 _edit_config(cfg[k], dtype, untie)
         if untie and "tie_word_embeddings" not in cfg and "architectures" in cfg:
             cfg["tie_word_embeddings"] = False
-
-
-def _fsync_dir(folder: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _swap_into_place(tmp: str, out_path: str, *, force: bool) -> None:
-    if not os.path.lexists(out_path):
-        os.rename(tmp, out_path)
-    elif os.path.isdir(out_path) and not os.path.islink(out_path) and not os.listdir(out_path):
-        os.rmdir(out_path)
-        os.rename(tmp, out_path)
-    elif force:
-        old = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=os.path.dirname(out_path))
-        os.rmdir(old)
-        os.rename(out_path, old)
-        os.rename(tmp, out_path)
-        if os.path.isdir(old) and not os.path.islink(old):
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(old)
-    else:
-        raise RefusedError(out_path, "appeared while merging; refusing to replace it (pass --force)")
-    _fsync_dir(os.path.dirname(out_path))

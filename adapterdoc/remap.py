@@ -10,7 +10,9 @@ Three ways to say what to rename, exactly one per call:
 - ``rules=["REGEX=>REPLACEMENT", ...]``: ``re.sub(REGEX, REPLACEMENT, key, count=1)`` on the full key, in order.
 
 The weights are renamed in place when the new header fits (space padding, O(header)), else by a streamed copy to a
-temp file in the same folder and ``os.replace``. Refusals raise :class:`~adapterdoc.errors.RefusedError` before
+temp file in the same folder renamed over the file (:mod:`adapterdoc.st.atomic`). An in-place remap edits its input:
+a symlink there (a Hugging Face cache snapshot links to blobs shared by every revision) is replaced by a regular file
+and its target is never written, unlike an output path the user names, whose links are followed. Refusals raise :class:`~adapterdoc.errors.RefusedError` before
 anything is written. Torch is imported only for ``.bin`` adapters.
 """
 
@@ -21,7 +23,6 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +43,18 @@ from adapterdoc.layouts import (
 )
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.st import rewrite
-from adapterdoc.st.atomic import TEMP_PREFIX, atomic_write_bytes, folder_lock, slow_point, target_mode
+from adapterdoc.st.atomic import (
+    TEMP_PREFIX,
+    atomic_write_bytes,
+    check_output_folder,
+    folder_lock,
+    make_temp_folder,
+    move_aside,
+    read_only,
+    replace_folder,
+    slow_point,
+    target_mode,
+)
 from adapterdoc.st.header import Header, read_header
 
 INFIX = ".language_model."
@@ -889,7 +901,7 @@ def _apply(plan: _Plan, *, out: str | None, progress: bool) -> None:
     # config first: if we are killed between the two writes, running the same command again finishes the job
     if plan.config_bytes is not None and plan.config_path is not None:
         _note_link(report, plan.config_path)
-        atomic_write_bytes(plan.config_path, plan.config_bytes)
+        atomic_write_bytes(plan.config_path, plan.config_bytes, link="replace")
         report.written.append(plan.config_path)
     if bin_input:
         _write_bin_as_safetensors(plan, os.path.dirname(weights), progress=progress)
@@ -899,7 +911,7 @@ def _apply(plan: _Plan, *, out: str | None, progress: bool) -> None:
         rewrite.rewrite_in_place(weights, plan.header, plan.body)
     else:
         _note_link(report, weights)
-        rewrite.rewrite_copy(weights, weights, plan.header, plan.body, progress=progress)
+        rewrite.rewrite_copy(weights, weights, plan.header, plan.body, progress=progress, link="replace")
     report.written.append(weights)
 
 
@@ -913,10 +925,15 @@ def _note_link(report: RemapReport, path: str) -> None:
 
 def _check_config_writable(path: str) -> None:
     st = os.lstat(path)
-    if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o222:
-        raise RefusedError(path, "is read-only (no write permission bits); make it writable or use --out DIR")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.access(folder, os.W_OK | os.X_OK):
+    if stat.S_ISREG(st.st_mode) and read_only(path, st):
+        raise RefusedError(
+            path, f"is read-only (mode {stat.S_IMODE(st.st_mode):04o}); make it writable or use --out DIR"
+        )
+    _check_folder(os.path.dirname(os.path.abspath(path)))
+
+
+def _check_folder(folder: str) -> None:
+    if read_only(folder):
         raise RefusedError(folder, "folder is not writable; use --out DIR")
 
 
@@ -924,12 +941,11 @@ def _check_bin(plan: _Plan) -> None:
     weights = plan.weights_path
     folder = os.path.dirname(os.path.abspath(weights))
     st = os.lstat(weights)
-    if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o222:
+    if stat.S_ISREG(st.st_mode) and read_only(weights, st):
         raise RefusedError(
-            weights, "is read-only (no write permission bits); make it writable or use --out DIR"
+            weights, f"is read-only (mode {stat.S_IMODE(st.st_mode):04o}); make it writable or use --out DIR"
         )
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise RefusedError(folder, "folder is not writable; use --out DIR")
+    _check_folder(folder)
     for name in (ADAPTER_WEIGHTS, BIN_BACKUP):
         p = os.path.join(folder, name)
         if os.path.lexists(p) and plan.ckpt.kind == "adapter":
@@ -961,7 +977,7 @@ def _write_bin_as_safetensors(plan: _Plan, folder: str, *, progress: bool) -> No
     if plan.ckpt.kind == "adapter":
         backup = os.path.join(folder, BIN_BACKUP)
         slow_point("before-bin-backup")
-        os.rename(plan.weights_path, backup)
+        move_aside(plan.weights_path, backup)
         plan.report.written.append(backup)
         plan.report.notes.append(
             f"{plan.weights_path} renamed to {backup} (the old keys; delete it when done)"
@@ -977,26 +993,14 @@ def _write_out(plan: _Plan, out: str, *, progress: bool) -> None:
     target = os.path.realpath(out)
     if target == source_dir or target.startswith(source_dir + os.sep):
         raise RefusedError(out, "is inside the input adapter folder; choose a folder outside it")
-    if os.path.lexists(out):
-        if not os.path.isdir(out) or os.path.islink(out):
-            raise RefusedError(out, "exists and is not a folder; choose a new --out folder")
-        if os.listdir(out):
-            raise RefusedError(
-                out, "is not empty; refusing to overwrite (choose a new or empty --out folder)"
-            )
     parent = os.path.dirname(os.path.abspath(out)) or "."
     if not os.path.isdir(parent):
         raise InputNotFoundError(parent, "the parent folder of --out does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise RefusedError(parent, "folder is not writable")
-    tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=parent)
+    check_output_folder(out)  # a new or empty folder only (remap has no --force)
+    tmp = make_temp_folder(out)
     try:
         written = _fill_out(plan, tmp, progress=progress)
-        for name in os.listdir(tmp):
-            _fsync_path(os.path.join(tmp, name))
-        os.chmod(tmp, 0o755 & ~_umask())
-        slow_point("before-replace")
-        os.replace(tmp, out)
+        replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -1046,19 +1050,3 @@ def _fill_out(plan: _Plan, tmp: str, *, progress: bool) -> list[str]:
     rewrite.rewrite_copy(plan.weights_path, dest, header, body, keep_length=False, progress=progress)
     written.append(weights_name)
     return written
-
-
-def _fsync_path(path: str) -> None:
-    if not os.path.isfile(path):
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask

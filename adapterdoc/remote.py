@@ -59,7 +59,7 @@ class _Repo:
         except Exception as e:  # network failures come in many types; all mean "cannot reach it"
             raise UnsupportedInputError(
                 self.label(filename), f"cannot reach the Hub: {type(e).__name__}: {e}"
-            ) from None
+            ) from e
         status = response.status_code
         if status == 404:
             raise InputNotFoundError(self.label(filename), "not found on the Hub (404)")
@@ -134,8 +134,8 @@ def open_remote(spec: str) -> Any:
         try:
             weight_map = json.loads(repo.json("model.safetensors.index.json"))["weight_map"]
             assert isinstance(weight_map, dict)
-        except (ValueError, KeyError, TypeError, AssertionError):
-            raise ConfigError(index_label, "invalid shard index: no `weight_map` object") from None
+        except (ValueError, KeyError, TypeError, AssertionError) as e:
+            raise ConfigError(index_label, "invalid shard index: no `weight_map` object") from e
         ckpt = Checkpoint(spec=spec, kind="sharded", root=spec, index_path=index_label)
         shards: dict[str, list[str]] = {}
         for tensor, shard in weight_map.items():

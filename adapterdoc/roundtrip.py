@@ -86,7 +86,12 @@ def roundtrip(
     hint = src.adapter_config.layout_hints if src.adapter_config else None
     layout = detect_layout(modules, hint).name
     report = RoundtripReport(input=src.spec, layout=layout, base=base)
-    work = tempfile.mkdtemp(prefix="adapterdoc-roundtrip-", dir=keep)
+    from adapterdoc.st.atomic import ensure_folder, writing
+
+    if keep is not None:
+        keep = ensure_folder(os.path.expanduser(os.fspath(keep)), option="--keep")
+    with writing(keep or tempfile.gettempdir()):
+        work = tempfile.mkdtemp(prefix="adapterdoc-roundtrip-", dir=keep)
     try:
         original = copy_adapter(src, os.path.join(work, "original"))
         _identity_warning(report, original)

@@ -16,7 +16,7 @@ from test_merge_helpers import lora_kwargs, save_adapter, saved_base, tree_diges
 
 from adapterdoc.merge import merge
 from adapterdoc.ml.tiny import tiny_config
-from adapterdoc.st.atomic import TEMP_PREFIX
+from adapterdoc.st.atomic import OUTPUT_MARKER, TEMP_PREFIX
 
 
 def _adapter(tmp_path, tiny_model, layout="ministral3_text", name="adapter", **kw):
@@ -33,6 +33,7 @@ def test_json_contract(tmp_path, tiny_model, saved_base, cli):
     assert data["out"] == str(tmp_path / "out") and data["unused"] == []
     assert len(data["applied"]) == 4 * 7 and data["merged_tensors"] == 28
     assert sorted(os.listdir(tmp_path / "out")) == [
+        OUTPUT_MARKER,
         "config.json",
         "generation_config.json",
         "model.safetensors",
@@ -84,9 +85,16 @@ def test_refuses_non_empty_out_without_force(tmp_path, tiny_model, saved_base, c
     assert res.exit_code == 3
     assert res.stderr.startswith("adapterdoc: error: ") and res.stderr.count("\n") == 1
     assert "not empty" in res.stderr and (out / "keep.txt").exists()
+    # --force replaces only a previous merge output, never a folder of the user's
     res = cli("merge", adapter, "--base", base, "--out", out, "--force", "--json")
+    assert res.exit_code == 3 and "did not write" in res.stderr and "keep.txt" in res.stderr
+    assert sorted(os.listdir(out)) == ["keep.txt"]
+    merged = tmp_path / "merged"
+    assert cli("merge", adapter, "--base", base, "--out", merged).exit_code == 0
+    (merged / "extra.txt").write_text("x")
+    res = cli("merge", adapter, "--base", base, "--out", merged, "--force", "--json")
     assert res.exit_code == 0, res.stderr
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert not (merged / "extra.txt").exists() and (merged / "model.safetensors").exists()
     empty = tmp_path / "empty"
     empty.mkdir()
     assert cli("merge", adapter, "--base", base, "--out", empty).exit_code == 0

@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: one-line errors with exit code 3, output, quiet mode."""
+"""Shared CLI plumbing: one-line errors (exit 3 for inputs, 4 for bugs), output, quiet mode, shared help text."""
 
 from __future__ import annotations
 
@@ -13,6 +13,28 @@ import click
 from adapterdoc.errors import AdapterdocError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+BUG_EXIT = 4
+"""Exit code of an internal error (a bug in adapterdoc, not in the input); CLI.md."""
+
+INPUT_FORMS = """\b
+Inputs (ADAPTER / PATH) may be:
+  FILE.safetensors        one safetensors (or PEFT .bin) file
+  DIR                     a PEFT adapter folder (adapter_config.json + adapter_model.safetensors|.bin)
+  DIR                     a sharded checkpoint folder (*.safetensors.index.json)
+  org/name[@revision]     a Hugging Face repo in the local cache (no network)
+  hf://org/name[@rev]     a repo on the Hugging Face Hub, headers read over the network (read-only commands)"""
+"""The input forms, shown in the help of every command that takes an input (CLI.md)."""
+
+EXIT_CODES = """\b
+Exit codes:
+  0    done; no finding of severity error
+  1    the check failed: at least one error finding
+  2    usage error
+  3    an input cannot be used, or an operation was refused to protect data
+  4    an internal error (a bug in adapterdoc): please report it with the --debug output
+  130  interrupted (Ctrl-C); nothing half-written is left behind"""
+"""The exit codes, shown in the top-level help (CLI.md's table)."""
 
 
 def debug_enabled() -> bool:
@@ -30,35 +52,62 @@ def fail(message: str, code: int = 3) -> None:
 
 
 def handle_errors(func: F) -> F:
-    """Map adapterdoc's errors (and any unexpected one) to one line on stderr and exit code 3."""
+    """Map adapterdoc's errors to one line on stderr and exit code 3, "cannot write here" OS errors to exit 3, and
+    anything unexpected (a bug) to one line and exit code 4; ``--debug`` prints the traceback first."""
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json") or kwargs.get("fmt") == "json")
         try:
             return func(*args, **kwargs)
         except AdapterdocError as e:
-            if debug_enabled():  # the traceback, then the same output and exit code as without --debug
-                import traceback
-
-                traceback.print_exc()
-            if kwargs.get("as_json") or kwargs.get("fmt") == "json":
-                _emit_json_error(e)
-            fail(str(e), e.exit_code)
+            _refuse(e, as_json)
         except KeyboardInterrupt:
             interrupted = AdapterdocError(click.get_current_context().info_name, "interrupted by the user")
-            if kwargs.get("as_json") or kwargs.get("fmt") == "json":
+            if as_json:
                 _emit_json_error(interrupted)
             fail(str(interrupted), 130)
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except MemoryError:
+            _traceback()
             fail("out of memory")
+        except OSError as e:
+            from adapterdoc.st.atomic import is_write_refusal, os_refusal
+
+            if not is_write_refusal(e):
+                _bug(e)
+            known = os_refusal(e)
+            known.__cause__ = e  # as `raise ... from e` would
+            _refuse(known, as_json)
         except Exception as e:
-            if debug_enabled():
-                raise
-            fail(f"internal error: {type(e).__name__}: {e} (rerun with --debug for a traceback)")
+            _bug(e)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _traceback() -> None:
+    if debug_enabled():  # the traceback, then the same output and exit code as without --debug
+        import traceback
+
+        traceback.print_exc()
+
+
+def _refuse(e: AdapterdocError, as_json: bool) -> None:
+    _traceback()
+    if as_json:
+        _emit_json_error(e)
+    fail(str(e), e.exit_code)
+
+
+def _bug(e: BaseException) -> None:
+    _traceback()
+    where = "" if debug_enabled() else " with the output of --debug"
+    fail(
+        f"internal error (a bug in adapterdoc, not in your input): {type(e).__name__}: {e}; "
+        f"please report it{where}",
+        BUG_EXIT,
+    )
 
 
 def _emit_json_error(e: AdapterdocError) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from adapterdoc.commands._common import emit, handle_errors, is_quiet
+from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
 
 
-@click.command("inspect")
+@click.command("inspect", epilog=INPUT_FORMS)
 @click.argument("path")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.pass_context

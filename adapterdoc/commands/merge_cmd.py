@@ -7,15 +7,20 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import emit, handle_errors, is_quiet
+from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
 
 
-@click.command("merge")
+@click.command("merge", epilog=INPUT_FORMS)
 @click.argument("adapter")
 @click.option(
     "--base", "base", required=True, help="The base model folder (config.json + safetensors shards)."
 )
-@click.option("--out", "out", required=True, help="Folder to write the merged checkpoint to.")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    help="Folder to write the merged checkpoint to: a new or empty folder (a file, device or symlink is refused).",
+)
 @click.option(
     "--dtype",
     type=click.Choice(["auto", "bfloat16", "float16", "float32"]),
@@ -23,7 +28,12 @@ from adapterdoc.commands._common import emit, handle_errors, is_quiet
     show_default=True,
     help="dtype of floating-point weights in the output (auto keeps each base tensor's).",
 )
-@click.option("--force", is_flag=True, help="Replace a non-empty --out.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace a non-empty --out that holds a previous adapterdoc merge output (its .adapterdoc-output.json); "
+    "never any other folder.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.pass_context
 @handle_errors

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from adapterdoc.commands._common import emit, handle_errors, is_quiet
+from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
 from adapterdoc.layouts import LAYOUTS
 
 _LAYOUT = click.Choice(sorted(LAYOUTS), case_sensitive=True)
@@ -21,7 +21,7 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     return value
 
 
-@click.command("remap")
+@click.command("remap", epilog=INPUT_FORMS)
 @click.argument("adapter")
 @click.option(
     "--vl", is_flag=True, help="Strip the first `.language_model.` from every key (VL adapter → text class)."

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from adapterdoc.commands._common import emit, handle_errors, is_quiet
+from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
 
 
-@click.command("roundtrip")
+@click.command("roundtrip", epilog=INPUT_FORMS)
 @click.argument("adapter")
 @click.option(
     "--base", default=None, help="Base with weights (model folder or tiny:LAYOUT) for the model-level trips."

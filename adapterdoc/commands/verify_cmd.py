@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import emit, handle_errors, is_quiet
+from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
 
 FORMATS = ("text", "json", "junit", "github")
 PROFILES = ("peft", "vllm")
@@ -24,7 +24,7 @@ TABLE_KEYS = {
 """``[tool.adapterdoc]`` keys (underscores accepted too) → option names."""
 
 
-@click.command("verify")
+@click.command("verify", epilog=INPUT_FORMS)
 @click.argument("adapters", nargs=-1, required=True)
 @click.option(
     "--base",
@@ -124,12 +124,16 @@ def command(
 
 
 def _check_output_file(path: str, inputs: list[str]) -> None:
-    """Refuse an --output-file that would overwrite an input (an adapter's or the base's files) or has no folder."""
+    """Refuse an --output-file that would overwrite an input (an adapter's or the base's files), has no folder, or
+    may not be written (CLI.md's output-path rules: :func:`adapterdoc.st.atomic.resolve_output`)."""
     from adapterdoc.errors import InputNotFoundError, RefusedError
+    from adapterdoc.st.atomic import resolve_output
 
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise InputNotFoundError(path, "the folder for --output-file does not exist")
+    if resolve_output(path).direct:
+        return  # a device, pipe or descriptor: written through, never an input
     target = os.path.realpath(path)
     for spec in inputs:
         if not spec or not os.path.lexists(spec):

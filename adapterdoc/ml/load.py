@@ -97,7 +97,7 @@ def load_base(base: Any) -> Any:
             model = cls.from_pretrained(base.root, config=config, dtype=torch.float32, local_files_only=True)
     except (OSError, ValueError, RuntimeError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UnsupportedInputError(base.spec, f"cannot load the base weights: {reason}") from None
+        raise UnsupportedInputError(base.spec, f"cannot load the base weights: {reason}") from e
     return model.eval()
 
 

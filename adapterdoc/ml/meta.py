@@ -109,8 +109,8 @@ def require_ml(what: str | None = None) -> None:
     for pkg in ("torch", "transformers", "peft"):
         try:
             __import__(pkg)
-        except ImportError:
-            raise MissingExtraError(what, pkg) from None
+        except ImportError as e:
+            raise MissingExtraError(what, pkg) from e
 
 
 def load_config(base: BaseSpec) -> Any:
@@ -128,7 +128,7 @@ def load_config(base: BaseSpec) -> Any:
         with open(base.config_path, "rb") as f:
             raw = json.loads(f.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ConfigError(base.config_path, f"cannot read the model config: {e}") from None
+        raise ConfigError(base.config_path, f"cannot read the model config: {e}") from e
     if not isinstance(raw, dict):
         raise ConfigError(base.config_path, "config.json must be a JSON object")
     if "auto_map" in raw:
@@ -146,7 +146,7 @@ def load_config(base: BaseSpec) -> Any:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UnsupportedInputError(
             base.config_path, f"transformers cannot build this config: {reason}"
-        ) from None
+        ) from e
 
 
 def model_class_for(config: Any, base: BaseSpec) -> Any:
@@ -190,7 +190,7 @@ def build_meta_model(base: BaseSpec, config: Any = None) -> Any:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UnsupportedInputError(
             base.config_path or base.spec, f"cannot build {cls.__name__} from this config: {reason}"
-        ) from None
+        ) from e
 
 
 # --------------------------------------------------------------------------------------------- LoRA config
@@ -211,7 +211,7 @@ def lora_config_from_raw(raw: Mapping[str, Any], path: str | None = None) -> Any
             return LoraConfig.from_peft_type(**kwargs)
     except (TypeError, ValueError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(path, f"PEFT refuses this LoRA config: {reason}") from None
+        raise ConfigError(path, f"PEFT refuses this LoRA config: {reason}") from e
 
 
 def _for_meta(config: Any) -> Any:

@@ -94,7 +94,7 @@ def load_base_config(base_dir: str) -> Any:
     try:
         return transformers.AutoConfig.from_pretrained(base_dir, local_files_only=True)
     except Exception as e:  # transformers raises ValueError/KeyError/OSError for unknown or broken configs
-        raise ConfigError(cfg_path, f"transformers cannot read it: {_first_line(e)}") from None
+        raise ConfigError(cfg_path, f"transformers cannot read it: {_first_line(e)}") from e
 
 
 def meta_model(config: Any, where: str | None = None) -> Any:
@@ -337,7 +337,7 @@ def peft_config_from(adapter_config: AdapterConfig, where: str | None) -> Any:
             warnings.simplefilter("ignore")
             return LoraConfig(**kwargs)
     except Exception as e:  # LoraConfig validates combinations with ValueError/TypeError
-        raise ConfigError(where, f"PEFT refuses this LoRA config: {_first_line(e)}") from None
+        raise ConfigError(where, f"PEFT refuses this LoRA config: {_first_line(e)}") from e
 
 
 def inventory(model: Any, adapter_config: AdapterConfig, where: str | None = None) -> Inventory:

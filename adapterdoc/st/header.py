@@ -124,8 +124,8 @@ def read_header(path: str | os.PathLike[str]) -> Header:
             prefix = f.read(8)
             n = _check_length(spath, prefix, size)
             raw = f.read(n)
-    except IsADirectoryError:
-        raise _fail(spath, "is a directory, not a safetensors file") from None
+    except IsADirectoryError as e:
+        raise _fail(spath, "is a directory, not a safetensors file") from e
     except HeaderError:
         raise
     except OSError as e:
@@ -159,7 +159,7 @@ def parse_header(path: str, raw: bytes, file_size: int) -> Header:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise _fail(path, f"invalid UTF-8 in header at byte {e.start}") from None
+        raise _fail(path, f"invalid UTF-8 in header at byte {e.start}") from e
     if text.startswith("\ufeff"):
         raise _fail(path, "invalid JSON in header: starts with a byte order mark")
     obj = _load_json(path, text)
@@ -202,7 +202,7 @@ def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
             parse_int=_parse_int if odd else None,
         )
     except (ValueError, RecursionError) as e:
-        raise _fail(path, f"invalid JSON in header: {_json_reason(e)}") from None
+        raise _fail(path, f"invalid JSON in header: {_json_reason(e)}") from e
     assert top is not None
     if odd:
         _check_surrogates(path, top)
@@ -247,8 +247,8 @@ def _check_surrogates(path: str, pairs: list[tuple[str, Any]]) -> None:
         if isinstance(v, str):
             try:
                 v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise _fail(path, "invalid JSON in header: lone surrogate in a \\u escape") from None
+            except UnicodeEncodeError as e:
+                raise _fail(path, "invalid JSON in header: lone surrogate in a \\u escape") from e
         elif isinstance(v, _PairsDict):
             stack.append(v.pairs)
         elif isinstance(v, dict):

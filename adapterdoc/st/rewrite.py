@@ -1,5 +1,6 @@
 """Rename tensors in a safetensors file without touching its data section: in place when the new header fits,
-else a streamed copy to a temp file in the same folder, fsync, ``os.replace``.
+else a streamed copy to a temp file in the same folder, fsync, and an atomic rename over the file
+(:mod:`adapterdoc.st.atomic`).
 
 Only the renamed keys' JSON strings change; every other header byte (``__metadata__``, field order, number
 formatting) is kept, and the header is padded with spaces back to its old length when it fits. So renaming A→B
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from adapterdoc.errors import HeaderError, RefusedError
-from adapterdoc.st.atomic import TEMP_PREFIX, atomic_writer, slow_point, target_mode
+from adapterdoc.st.atomic import TEMP_PREFIX, atomic_writer, read_only, slow_point, target_mode
 from adapterdoc.st.header import Header
 
 PROGRESS_MIN_BYTES = 256 * 1024 * 1024
@@ -129,15 +130,15 @@ def in_place_blocker(path: str, header: Header, body: bytes) -> str | None:
 
 
 def check_writable(path: str, *, in_place: bool) -> None:
-    """Refuse (exit 3, nothing touched) unless the planned write can happen."""
+    """Refuse (exit 3, nothing touched) unless the planned write can happen (mode bits count for root too)."""
     folder = os.path.dirname(os.path.abspath(path))
     st = os.lstat(path)
-    if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o222:
-        raise RefusedError(path, "is read-only (no write permission bits); make it writable or use --out DIR")
-    if in_place:
-        if not os.access(path, os.W_OK):
-            raise RefusedError(path, "is not writable; use --out DIR")
-    elif not os.access(folder, os.W_OK | os.X_OK):
+    if stat.S_ISREG(st.st_mode) and read_only(path, st):
+        raise RefusedError(
+            path,
+            f"is read-only (mode {stat.S_IMODE(st.st_mode):04o}); make it writable or use --out DIR",
+        )
+    if not in_place and read_only(folder):
         raise RefusedError(
             folder, "folder is not writable (a rewrite needs a temp file beside the file); use --out DIR"
         )
@@ -162,19 +163,27 @@ def rewrite_in_place(path: str, header: Header, body: bytes) -> None:
 
 
 def rewrite_copy(
-    src: str, dest: str, header: Header, body: bytes, *, keep_length: bool = True, progress: bool = False
+    src: str,
+    dest: str,
+    header: Header,
+    body: bytes,
+    *,
+    keep_length: bool = True,
+    progress: bool = False,
+    link: str = "follow",
 ) -> int:
     """Write ``dest`` atomically: the new header, then the data section of ``src`` copied verbatim.
 
     With ``keep_length`` the header keeps its old length when the new one fits (so the bytes equal an in-place
-    rewrite); otherwise it is padded the way safetensors pads. ``dest`` may be ``src`` (the file, or the
-    symlink pointing at it, is replaced; a link target is never written). Returns the bytes written.
+    rewrite); otherwise it is padded the way safetensors pads. ``dest`` may be ``src``: then pass
+    ``link="replace"`` so that a symlink is replaced by a regular file and its target (a shared cache blob) is never
+    written. Returns the bytes written.
     """
     n = header.header_len if keep_length and len(body) <= header.header_len else aligned_length(body)
     prefix = struct.pack("<Q", n) + padded(body, n)
     total = header.file_size - header.data_start
     mode = target_mode(src)
-    with open(src, "rb") as fin, atomic_writer(dest, mode=mode) as fout:
+    with open(src, "rb") as fin, atomic_writer(dest, mode=mode, link=link) as fout:
         if os.fstat(fin.fileno()).st_size != header.file_size:
             raise HeaderError(src, "the file changed size since its header was read; nothing was written")
         fout.write(prefix)

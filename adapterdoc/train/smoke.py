@@ -495,16 +495,12 @@ def _one_line(e: BaseException) -> str:
 
 
 def _prepare_folder(path: str) -> None:
-    """Make ``path`` an empty folder; replace it only if an earlier train-smoke made it."""
-    if os.path.islink(path) or (os.path.exists(path) and not os.path.isdir(path)):
-        raise RefusedError(path, "exists and is not a folder; refusing to replace it")
-    if os.path.isdir(path) and os.listdir(path):
-        if not os.path.isfile(os.path.join(path, _MARKER)):
-            raise RefusedError(
-                path, "is a non-empty folder that train-smoke did not write; choose another --out"
-            )
-        shutil.rmtree(path)
-    os.makedirs(path, exist_ok=True)
+    """Make ``path`` an empty folder; replace it only if an earlier train-smoke made it (its progress.jsonl)."""
+    from adapterdoc.st.atomic import is_our_output, prepare_output_folder
+
+    prepare_output_folder(
+        path, ours=lambda p: is_our_output(p) or os.path.isfile(os.path.join(p, _MARKER)), mark=_MARKER
+    )
 
 
 def run_layout(layout: str, work: str, settings: Any, on_event: OnEvent | None = None) -> LayoutRun:
@@ -526,6 +522,12 @@ def run_layout(layout: str, work: str, settings: Any, on_event: OnEvent | None =
         run.seconds = time.perf_counter() - t0
         return run
     except Exception as e:
+        from adapterdoc.st.atomic import is_write_refusal, not_writable
+
+        if is_write_refusal(
+            e
+        ):  # the output folder cannot be written: one exit-3 line, not a finding per layout
+            raise not_writable(work, e) from e
         if os.environ.get("ADAPTERDOC_DEBUG", "") not in ("", "0"):
             traceback.print_exc()
         run.error = f"{type(e).__name__}: {_one_line(e)}"
@@ -577,10 +579,9 @@ def run_smoke(
         tmp = tempfile.mkdtemp(prefix="adapterdoc-smoke-")
         root = tmp
     else:
-        root = os.path.abspath(os.fspath(out))
-        if os.path.exists(root) and not os.path.isdir(root):
-            raise RefusedError(root, "exists and is not a folder")
-        os.makedirs(root, exist_ok=True)
+        from adapterdoc.st.atomic import ensure_folder
+
+        root = ensure_folder(os.fspath(out))
     runs: list[LayoutRun] = []
     from adapterdoc.train.loop import quiet_libraries, torch_threads
 
