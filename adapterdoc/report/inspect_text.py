@@ -48,24 +48,26 @@ def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
 
 
 def _files(w: Writer, report: InspectReport) -> None:
-    root = report.spec if os.path.isdir(report.spec) else os.path.dirname(report.spec)
-
-    def rel(path: str) -> str:
-        if root and os.path.abspath(path).startswith(os.path.abspath(root) + os.sep):
-            return os.path.relpath(path, root)
-        return path
-
+    """One line for a single file; a borderless table for shards, named relative to their folder."""
+    paths = [f.path for f in report.files]
+    prefix = report.spec.rstrip("/") + "/"
+    if all(p.startswith(prefix) for p in paths):
+        names = [p[len(prefix) :] for p in paths]
+    else:
+        folder = os.path.commonpath([os.path.dirname(p) for p in paths]) if paths else ""
+        if folder and folder != report.spec and len(paths) > 1:
+            w.para("in", (folder, KEEP), indent=2)
+        names = [os.path.relpath(p, folder) if folder else p for p in paths] if len(paths) > 1 else paths
+        if len(paths) == 1 and paths[0] == report.spec:
+            names = [os.path.basename(paths[0])]
     if len(report.files) == 1:
         f = report.files[0]
-        w.para(
-            f"{rel(f.path)}:",
-            f"{human_bytes(f.bytes)}, header {f.header_bytes:,} bytes",
-            indent=2,
-        )
+        w.para(f"{names[0]}:", f"{human_bytes(f.bytes)}, header {f.header_bytes:,} bytes", indent=2)
         return
     rows: list[list[Span]] = [["file", "bytes", "header", "tensors"]]
     rows += [
-        [rel(f.path), human_bytes(f.bytes), f"{f.header_bytes:,}", f"{f.tensors:,}"] for f in report.files
+        [name, human_bytes(f.bytes), f"{f.header_bytes:,}", f"{f.tensors:,}"]
+        for name, f in zip(names, report.files)
     ]
     for row in columns(rows, right=(1, 2, 3)):
         w.line(*row, indent=2)

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from adapterdoc.report.render import (
     KEEP,
     MORE,
-    Span,
     Writer,
     count_line,
     human_bytes,
@@ -43,10 +42,8 @@ def render_merge(report: MergeReport, *, width: int | None = None) -> str:
 
 
 def _modules(w: Writer, label: str, names: list[str]) -> None:
-    spans: list[Span] = [f"{label}: {plural(len(names), 'module')}" + ("," if names else "")]
-    if names:
-        more = len(names) - 1
-        spans += [("e.g.", KEEP), (names[0], KEEP)] if more else [(names[0], KEEP)]
-        if more:
-            spans.append(f"and {more:,} more; {MORE}")
-    w.para(*spans, indent=2, hang=4)
+    w.para(f"{label}: {plural(len(names), 'module')}", indent=2)
+    if len(names) == 1:
+        w.para((names[0], KEEP), indent=4)
+    elif names:
+        w.para((f"e.g. {names[0]}", KEEP), f"and {len(names) - 1:,} more;", (MORE, KEEP), indent=4, hang=4)

@@ -140,14 +140,26 @@ class Writer:
 
     def line(self, *spans: Span, indent: int = 0) -> None:
         """One line exactly as given (table rows, aligned columns): spans joined without separators."""
-        self.console.print(" " * indent + "".join(_markup(Token(*_pair(s))) for s in spans))
+        self.console.print(_text(indent, [Token(*_pair(s)) for s in spans], ""))
 
     def para(self, *spans: Span, indent: int = 0, hang: int | None = None) -> None:
         """Spans joined by single spaces and wrapped at the width: the first line at ``indent`` columns, the
         rest at ``hang`` (default ``indent + 4``). A word longer than a line sits alone on its line."""
         hang = indent + 4 if hang is None else hang
-        for text in _wrap(_tokens(spans), self.width, indent, hang):
-            self.console.print(text)
+        for n, words in enumerate(_wrap(_tokens(spans), self.width, indent, hang)):
+            self.console.print(_text(indent if n == 0 else hang, words, " "))
+
+
+def _text(indent: int, tokens: Sequence[Token], sep: str) -> Any:
+    """One line as a rich Text (styles as spans, so nothing in the text is read as markup)."""
+    from rich.text import Text
+
+    line = Text(" " * indent, end="")
+    for i, tok in enumerate(tokens):
+        if i:
+            line.append(sep)
+        line.append(tok.text, tok.style or None)
+    return line
 
 
 def _pair(span: Span) -> tuple[str, str | None]:
@@ -171,17 +183,17 @@ def _tokens(spans: Iterable[Span]) -> list[Token | None]:
     return out
 
 
-def _wrap(tokens: Sequence[Token | None], width: int, indent: int, hang: int) -> list[str]:
+def _wrap(tokens: Sequence[Token | None], width: int, indent: int, hang: int) -> list[list[Token]]:
+    """Greedy word wrap: the tokens of each line."""
     from rich.cells import cell_len
 
-    lines: list[str] = []
+    lines: list[list[Token]] = []
     cur: list[Token] = []
     used = indent
 
     def flush() -> None:
         nonlocal cur, used
-        pad = indent if not lines else hang
-        lines.append(" " * pad + " ".join(_markup(t) for t in cur))
+        lines.append(cur)
         cur, used = [], hang
 
     for tok in tokens:
@@ -196,15 +208,6 @@ def _wrap(tokens: Sequence[Token | None], width: int, indent: int, hang: int) ->
     if cur or not lines:
         flush()
     return lines
-
-
-def _markup(tok: Token) -> str:
-    from rich.markup import escape
-
-    text = escape(tok.text)
-    if text.endswith("\\"):  # rich would read a trailing backslash as escaping what follows
-        text += "\\"
-    return f"[{tok.style}]{text}[/]" if tok.style else text
 
 
 def columns(rows: Sequence[Sequence[Span]], right: Iterable[int] = (), gap: int = 2) -> list[list[Span]]:
@@ -283,10 +286,10 @@ def write_findings(
         more = len(group) - 1
         if where and where[0] not in f.message:
             label = "e.g." if more else "at"
-            tail = f"and {more:,} more; {MORE}" if more else ""
-            w.para((f"{label} {where[0]}", KEEP), tail, indent=sub, hang=sub)
+            tail: list[Span] = [f"and {more:,} more;", (MORE, KEEP)] if more else []
+            w.para((f"{label} {where[0]}", KEEP), *tail, indent=sub, hang=sub)
         elif more:
-            w.para(f"and {more:,} more like it; {MORE}", indent=sub, hang=sub)
+            w.para(f"and {more:,} more like it;", (MORE, KEEP), indent=sub, hang=sub)
         hint = next((g.hint for g in group if g.hint), None)
         if hint and hint not in shown:
             shown.add(hint)

@@ -33,21 +33,22 @@ def _header(w: Writer, run: VerifyRun) -> None:
 
     o = run.options
     b = run.base_info
-    title = ("adapterdoc verify:", "bold")
+    w.para(("adapterdoc verify", "bold"))
     if run.base == OWN_BASE:
-        w.para(title, "each adapter against its own base (its base_model_name_or_path)", hang=2)
+        w.para("base: each adapter's own (its base_model_name_or_path)", indent=2)
     else:
         parts = [p for p in (b.get("model_type"), f"layout {b['layout']}" if b.get("layout") else None) if p]
-        w.para(title, "base", (run.base, "bold"), f"({', '.join(parts)})" if parts else "", hang=2)
+        w.para("base:", (run.base, "bold"), f"({', '.join(parts)})" if parts else "", indent=2)
     if o.profile == "vllm":
-        w.para(f"profile vllm {run.to_dict()['vllm_version']}, max LoRA rank {o.max_lora_rank}", hang=2)
+        w.para(f"profile: vllm {run.to_dict()['vllm_version']}, max LoRA rank {o.max_lora_rank}", indent=2)
     else:
-        w.para(f"profile {o.profile}", hang=2)
+        w.para(f"profile: {o.profile}", indent=2)
 
 
 def _render_one(w: Writer, r: VerifyReport) -> None:
     if r.error:
-        w.para(("✗", "bold red"), (r.adapter, "bold"), "cannot be examined:", r.error, hang=4)
+        w.para(("✗", "bold red"), (r.adapter, "bold"), hang=4)
+        w.para("cannot be examined:", r.error, indent=2)
         return
     mark = ("✓", "bold green") if r.ok else ("✗", "bold red")
     layouts = f"layout {r.layout} → base {r.base_layout or 'unknown'}"
