@@ -601,3 +601,46 @@ def test_commands_and_backticked_names_never_break() -> None:
     lines = w.getvalue().splitlines()
     assert "adapterdoc remap some/long/path/to/an/adapter --vl" in lines[1] and "`a b c d`" in w.getvalue()
     assert all(len(line) <= 40 for line in lines if "adapterdoc" not in line)
+
+
+# --------------------------------------------------------------------------------------------- the real CLI
+
+LABELS = ("at", "e.g.", "→")
+
+
+def _assert_fits(text: str, width: int = 80) -> None:
+    for line in text.splitlines():
+        if len(line) > width:
+            words = line.split()
+            assert len(words) == 1 or (len(words) == 2 and words[0] in LABELS), line
+
+
+def test_real_commands_fit_80_columns_off_a_terminal(tmp_path: Path, cli: Any) -> None:
+    """Header commands in a subprocess (stdout a pipe, no COLUMNS) and verify in-process: 80 columns, grouped."""
+    import subprocess
+    import sys
+
+    from test_remap import make_adapter, peft_config
+
+    ad = make_adapter(tmp_path / "ad", config=peft_config(target_modules=None))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
+    outs = {}
+    for args in (["inspect", str(ad)], ["remap", str(ad), "--vl", "--dry-run"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "adapterdoc", *args], capture_output=True, text=True, env=env, check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "\x1b[" not in proc.stdout
+        _assert_fits(proc.stdout)
+        outs[args[0]] = proc.stdout
+    assert [line for line in outs["inspect"].splitlines() if "AD205" in line] == [
+        "warning AD205 ×8 no target_modules/target_parameters entry selects this module"
+    ]
+    assert "    16 keys: base_model.model.model.language_model.layers.*" in outs["remap"].splitlines()
+    vl = make_adapter(tmp_path / "vl")
+    res = cli("verify", str(vl), "--base", "tiny:qwen3_5_text")
+    assert res.exit_code == 1
+    _assert_fits(res.stdout)
+    lines = res.stdout.splitlines()
+    assert lines[-1].startswith("FAIL 0 of 1 adapter passed (1 failed); ")
+    assert [line.split()[:2] for line in lines if "AD22" in line] == [["error", "AD220"], ["error", "AD221"]]
