@@ -303,8 +303,9 @@ def write_fix(w: Writer, hint: str, *, indent: int = 0, label: str = "fix:") -> 
         w.para(label, hint, indent=indent, hang=indent + 2)
         return
     prose, rest = hint[: m.start()].rstrip(), hint[m.end() :]
-    command = (" ".join(m.group().split()), "bold")
-    w.para(label, *([prose] if prose else []), command, rest, indent=indent, hang=indent + 2)
+    command = " ".join(m.group().split())
+    hang = indent + 2 if indent + 2 + len(command) <= w.width else indent  # a long command gets the room
+    w.para(label, *([prose] if prose else []), (command, "bold"), rest, indent=indent, hang=hang)
 
 
 def findings_table(findings: Iterable[Any], width: int | None = None) -> Any:
