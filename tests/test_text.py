@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_formats import sample_run
 
 from adapterdoc.inspect import FileSummary, InspectReport, LoraSummary
@@ -647,3 +649,38 @@ def test_real_commands_fit_80_columns_off_a_terminal(tmp_path: Path, cli: Any) -
         ["error", "AD220"],
         ["error", "AD221"],
     ]
+
+
+def test_findings_table_prints_the_same_groups(inspect_report: InspectReport) -> None:
+    """The older entry point (a renderable for console.print) shows the grouped lines, not a table."""
+    w = render.Writer(80)
+    render.write_findings(w, inspect_report.findings)
+    console, buf = render.capture_console(80)
+    console.print(render.findings_table(inspect_report.findings, width=80))
+    assert buf.getvalue() == w.getvalue() and buf.getvalue().count("AD205") == 1
+
+
+_word = st.text(alphabet="abcxyz._/-×→", min_size=1, max_size=30)
+"""Words without backticks (a backticked span is one unbreakable unit, tested above)."""
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    words=st.lists(_word, min_size=1, max_size=40),
+    width=st.integers(40, 120),
+    indent=st.integers(0, 8),
+    hang=st.integers(0, 8),
+)
+def test_wrapping_keeps_every_word_and_the_width(
+    words: list[str], width: int, indent: int, hang: int
+) -> None:
+    w = render.Writer(width)
+    w.para(" ".join(words), indent=indent, hang=hang)
+    lines = w.getvalue().splitlines()
+    assert " ".join(lines).split() == " ".join(words).split()  # nothing lost, nothing broken mid-word
+    for n, line in enumerate(lines):
+        pad = indent if n == 0 else hang
+        assert line.startswith(" " * pad) and not line[pad:].startswith(" ")
+        assert (
+            len(line) <= width or len(line[pad:].split()) == 1
+        )  # only a lone over-long word passes the width

@@ -50,6 +50,8 @@ def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
 def _files(w: Writer, report: InspectReport) -> None:
     """One line for a single file; a borderless table for shards, named relative to their folder."""
     paths = [f.path for f in report.files]
+    if not paths:
+        return
     prefix = report.spec.rstrip("/") + "/"
     if all(p.startswith(prefix) for p in paths):
         names = [p[len(prefix) :] for p in paths]
