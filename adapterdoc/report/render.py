@@ -284,7 +284,7 @@ def write_findings(
         w.para(*head, f.message, indent=indent, hang=sub)
         where = [x for x in dict.fromkeys(g.key or g.path for g in group) if x and x not in ctx]
         more = len(group) - 1
-        if where and where[0] not in f.message:
+        if where and not _mentions(f.message, where[0]):
             label = "e.g." if more else "at"
             tail: list[Span] = [f"and {more:,} more;", (MORE, KEEP)] if more else []
             w.para((f"{label} {where[0]}", KEEP), *tail, indent=sub, hang=sub)
@@ -294,6 +294,11 @@ def write_findings(
         if hint and hint not in shown:
             shown.add(hint)
             write_fix(w, hint, indent=sub)
+
+
+def _mentions(message: str, name: str) -> bool:
+    """Whether ``name`` appears in ``message`` as a whole name (not inside a longer dotted name)."""
+    return re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", message) is not None
 
 
 def write_fix(w: Writer, hint: str, *, indent: int = 0, label: str = "fix:") -> None:
