@@ -38,7 +38,7 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 
 def quickstart() -> str:
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "110", "TERM": "dumb"}
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "80", "TERM": "dumb"}
     out = []
     with tempfile.TemporaryDirectory() as work:
         for cmd in QUICKSTART:

@@ -27,6 +27,10 @@ BROKEN = "adapters/missing"
 
 @pytest.fixture
 def run() -> VerifyRun:
+    return sample_run()
+
+
+def sample_run() -> VerifyRun:
     """One run with a passing adapter, a failing one (layout move, zero lora_B module, vLLM rank), an unusable one."""
     good = VerifyReport(
         adapter=GOOD,
@@ -119,7 +123,7 @@ def check_golden(name: str, text: str) -> None:
 
 def test_text_golden(run: VerifyRun, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
-    text = render_verify(run, width=110)
+    text = render_verify(run, width=80)
     check_golden("verify.txt", text)
     assert "\x1b[" not in text
 
@@ -181,7 +185,7 @@ def test_github_escaping() -> None:
 
 def test_every_format_names_every_adapter(run: VerifyRun) -> None:
     for text in (
-        render_verify(run, width=110),
+        render_verify(run, width=80),
         to_json(run.to_dict()),
         render_junit(run),
         render_github(run),

@@ -39,7 +39,7 @@ def test_json_contract(tmp_path, tiny_model, saved_base, cli):
         "model.safetensors",
     ]
     human = cli("merge", adapter, "--base", base, "--out", tmp_path / "out2")
-    assert human.exit_code == 0 and "applied: 28 module(s)" in human.stdout
+    assert human.exit_code == 0 and "  applied: 28 modules" in human.stdout.splitlines()
 
 
 def test_partially_matching_adapter_reports_unused_and_exits_1(tmp_path, saved_base, cli):
@@ -241,9 +241,12 @@ def test_text_report_collapses_unused_modules(monkeypatch):
             for m in unused
         ],
     )
-    text = render_merge(report)
-    assert "nothing written" in text and "unused: 40 module(s)" in text and "… and 32 more" in text
-    assert "… and 37 more unused module(s)" in text
+    text = render_merge(report, width=80)
+    assert "nothing written" in text and "  unused: 40 modules" in text.splitlines()
+    assert [line for line in text.splitlines() if "AD501" in line] == [
+        "error AD501 ×40 `model.layers.0.self_attn.q_proj` is not a module"
+    ]
+    assert "    and 39 more like it; --json lists them" in text.splitlines()
     assert text.count("adapterdoc remap ADAPTER --to X") == 1
     data = report.to_dict()
     assert data["ok"] is False and data["out"] is None and len(data["findings"]) == 40

@@ -116,7 +116,7 @@ def test_cli_json_contract_and_rerun_into_the_same_folder(cli, tmp_path) -> None
 def test_cli_human_table_and_failure_exit_code(cli, tmp_path, monkeypatch) -> None:
     res = cli("train-smoke", "--layout", "mistral3_vl", "--steps", "2")
     assert res.exit_code == 0, res.output
-    assert "mistral3_vl" in res.stdout and "reload" in res.stdout and "1/1 layout(s) passed" in res.stdout
+    assert "mistral3_vl" in res.stdout and "reload" in res.stdout and "1/1 layout passed" in res.stdout
     assert "outputs were temporary" in res.stdout
     import functools
 

@@ -53,26 +53,22 @@ def area_of(code: str) -> str:
     return AREAS[digit - 1] if 1 <= digit <= len(AREAS) else "other"
 
 
-def render_code(info) -> str:  # type: ignore[no-untyped-def]
-    import textwrap
+def render_code(info, width: int | None = None) -> str:  # type: ignore[no-untyped-def]
+    """The code's explanation at the output width (wrapped at spaces, names in backticks kept whole)."""
+    from adapterdoc.report.render import Writer
 
-    def block(title: str, text: str) -> str:
-        body = textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="  ")
-        return f"{title}\n{body}"
-
-    head = f"{info.code} {info.name} ({info.severity}, area {area_of(info.code)}, since {info.since})"
-    parts = [
-        head,
-        "",
-        block("What it means", info.summary),
-        "",
-        block("Why it matters", info.why),
-        "",
-        block("Example", info.example),
-        "",
-        block("What to do instead", info.instead),
-    ]
-    return "\n".join(parts) + "\n"
+    w = Writer(width)
+    w.line(f"{info.code} {info.name} ({info.severity}, area {area_of(info.code)}, since {info.since})")
+    for title, text in (
+        ("What it means", info.summary),
+        ("Why it matters", info.why),
+        ("Example", info.example),
+        ("What to do instead", info.instead),
+    ):
+        w.blank()
+        w.line(title)
+        w.para(text, indent=2, hang=2)
+    return w.getvalue()
 
 
 def _list(codes, as_json: bool) -> None:  # type: ignore[no-untyped-def]

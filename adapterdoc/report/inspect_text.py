@@ -1,59 +1,100 @@
-"""Human rendering of an :class:`~adapterdoc.inspect.InspectReport`."""
+"""Human rendering of an :class:`~adapterdoc.inspect.InspectReport`: a few lines, a file list only for several
+files, findings grouped by code."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from adapterdoc.report.render import capture_console, findings_table, human_bytes
+from adapterdoc.report.render import (
+    KEEP,
+    Span,
+    Writer,
+    columns,
+    count_line,
+    human_bytes,
+    plural,
+    write_findings,
+)
 
 if TYPE_CHECKING:
     from adapterdoc.inspect import InspectReport
 
 
-def render_inspect(report: InspectReport) -> str:
-    console, buf = capture_console()
-    console.print(f"[bold]{report.spec}[/] ({report.kind}, {report.weights_format})")
-    files = Table(title="Files")
-    for col in ("path", "bytes", "header bytes", "tensors"):
-        files.add_column(col, justify="right" if col != "path" else "left", overflow="fold")
-    for f in report.files:
-        files.add_row(f.path, human_bytes(f.bytes), f"{f.header_bytes:,}", f"{f.tensors:,}")
-    console.print(files)
-    dt = ", ".join(f"{d} × {n}" for d, n in report.dtypes.items()) or "none"
-    console.print(f"tensors: {report.tensors:,}   parameters: {report.parameters:,}   dtypes: {dt}")
+def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
+    w = Writer(width)
+    w.para((report.spec, "bold"), f"({report.kind}, {report.weights_format})", hang=2)
+    _files(w, report)
+    dt = ", ".join(f"{d} ×{n:,}" for d, n in report.dtypes.items()) or "none"
+    w.para(
+        f"{plural(report.tensors, 'tensor')}, {plural(report.parameters, 'parameter')}, dtypes {dt}",
+        indent=2,
+    )
     if report.metadata is not None:
-        console.print(f"__metadata__: {report.metadata}")
+        w.para("__metadata__:", _mapping(report.metadata), indent=2)
+    if report.bytes_received is not None:
+        w.para(f"received {human_bytes(report.bytes_received)} over HTTP (headers only)", indent=2)
     lay = report.layout
-    cands = f"  (also: {', '.join(lay.candidates)})" if lay.candidates else ""
-    console.print(f"layout: [bold]{lay.name}[/]{cands}")
+    also = f"(also: {', '.join(lay.candidates)})" if lay.candidates else ""
+    w.para("layout", (lay.name, "bold"), also, hang=2)
     for ev in lay.evidence:
-        console.print(f"  • {ev}")
+        w.para("•", ev, indent=2)
     if report.lora:
-        _render_lora(console, report)
-    if report.findings:
-        console.print(findings_table(report.findings))
+        _render_lora(w, report)
+    write_findings(w, report.findings, context=(report.spec,))
+    w.para(count_line(report.findings))
+    return w.getvalue()
+
+
+def _files(w: Writer, report: InspectReport) -> None:
+    """One line for a single file; a borderless table for shards, named relative to their folder."""
+    paths = [f.path for f in report.files]
+    if not paths:
+        return
+    prefix = report.spec.rstrip("/") + "/"
+    if all(p.startswith(prefix) for p in paths):
+        names = [p[len(prefix) :] for p in paths]
     else:
-        console.print("no findings")
-    return buf.getvalue()
+        folder = os.path.commonpath([os.path.dirname(p) for p in paths]) if paths else ""
+        if folder and folder != report.spec and len(paths) > 1:
+            w.para("in", (folder, KEEP), indent=2)
+        names = [os.path.relpath(p, folder) if folder else p for p in paths] if len(paths) > 1 else paths
+        if len(paths) == 1 and paths[0] == report.spec:
+            names = [os.path.basename(paths[0])]
+    if len(report.files) == 1:
+        f = report.files[0]
+        w.para(f"{names[0]}:", f"{human_bytes(f.bytes)}, header {f.header_bytes:,} bytes", indent=2)
+        return
+    rows: list[list[Span]] = [["file", "bytes", "header", "tensors"]]
+    rows += [
+        [name, human_bytes(f.bytes), f"{f.header_bytes:,}", f"{f.tensors:,}"]
+        for name, f in zip(names, report.files)
+    ]
+    for row in columns(rows, right=(1, 2, 3)):
+        w.line(*row, indent=2)
 
 
-def _render_lora(console, report: InspectReport) -> None:  # type: ignore[no-untyped-def]
+def _render_lora(w: Writer, report: InspectReport) -> None:
     lo = report.lora
     assert lo is not None
-    ranks = ", ".join(f"r={r} × {n}" for r, n in lo.ranks.items()) or "none"
+    ranks = ", ".join(f"r={r} ×{n:,}" for r, n in lo.ranks.items()) or "no ranks"
     scaling = (
         "n/a"
         if lo.scaling is None
         else f"{lo.scaling:g}" + (" (rsLoRA: alpha/sqrt(r))" if lo.use_rslora else "")
     )
-    console.print(
-        f"LoRA: {lo.modules} module(s)   ranks: {ranks}   config r: {lo.config_r}   alpha: {lo.alpha}   "
-        f"scaling: {scaling}   DoRA: {'yes' if lo.use_dora else 'no'}"
+    alpha = f"{lo.alpha:g}" if isinstance(lo.alpha, float) else str(lo.alpha)
+    w.para(
+        "LoRA:",
+        f"{plural(lo.modules, 'module')}, {ranks} (config r {lo.config_r}), alpha {alpha},",
+        f"scaling {scaling}, DoRA {'yes' if lo.use_dora else 'no'}",
+        hang=2,
     )
     if lo.fused_expert_modules:
-        console.print(f"fused-expert LoRA modules: {lo.fused_expert_modules} (rank dimension is r × experts)")
+        w.para(
+            f"fused-expert LoRA modules: {lo.fused_expert_modules} (rank dimension is r × experts)", indent=2
+        )
     for label, value in (
         ("target_modules", lo.target_modules),
         ("exclude_modules", lo.exclude_modules),
@@ -63,16 +104,26 @@ def _render_lora(console, report: InspectReport) -> None:  # type: ignore[no-unt
         ("alpha_pattern", lo.alpha_pattern),
     ):
         if value:
-            console.print(f"{label}: {value}")
-    table = Table(title="LoRA modules per prefix and leaf")
-    table.add_column("prefix", overflow="fold")
-    table.add_column("modules", justify="right")
-    table.add_column("leaf")
-    table.add_column("modules", justify="right")
-    prefixes = list(lo.per_prefix.items())
-    leaves = list(lo.per_leaf.items())
-    for i in range(max(len(prefixes), len(leaves))):
-        p = prefixes[i] if i < len(prefixes) else ("", "")
-        leaf = leaves[i] if i < len(leaves) else ("", "")
-        table.add_row(p[0], str(p[1]), leaf[0], str(leaf[1]))
-    console.print(table)
+            w.para(f"{label}:", *_value(value), indent=2)
+    if lo.per_prefix:
+        w.para("modules per prefix:", *_items(f"{k} {v:,}" for k, v in lo.per_prefix.items()), indent=2)
+    if lo.per_leaf:
+        w.para("modules per leaf:", *_items(f"{k} {v:,}" for k, v in lo.per_leaf.items()), indent=2)
+
+
+def _items(items: Iterable[str]) -> list[Span]:
+    """``a, b, c`` as spans that wrap between items, never inside one."""
+    items = list(items)
+    return [(x + ("," if i < len(items) - 1 else ""), KEEP) for i, x in enumerate(items)]
+
+
+def _mapping(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items()) or "{}"
+
+
+def _value(v: Any) -> list[Span]:
+    if isinstance(v, dict):
+        return _items(f"{k}={x}" for k, x in v.items())
+    if isinstance(v, (list, tuple, set)):
+        return _items(str(x) for x in v)
+    return [(str(v), KEEP)]

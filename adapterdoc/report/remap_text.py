@@ -1,49 +1,137 @@
-"""Human rendering of a :class:`~adapterdoc.remap.RemapReport`."""
+"""Human rendering of a :class:`~adapterdoc.remap.RemapReport`: the renames as a few patterns (old above new),
+not a table of every key."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
-from rich.table import Table
-
-from adapterdoc.report.render import capture_console, findings_table
+from adapterdoc.report.render import KEEP, MORE, Span, Writer, plural, write_findings
 
 if TYPE_CHECKING:
-    from adapterdoc.remap import RemapReport
+    from adapterdoc.remap import ConfigChange, RemapReport
 
-SHOWN = 12
-"""Renames listed in the table; the rest are counted (``--json`` lists up to a thousand)."""
+SHOWN = 6
+"""Rename patterns listed; the rest are counted (``--json`` lists the keys)."""
+_DIGITS = re.compile(r"^\d+$")
 
 
-def render_remap(report: RemapReport) -> str:
-    console, buf = capture_console()
-    move = {"vl": "--vl", "to": "--to", "rule": "--rule"}[report.mode]
-    layouts = ""
-    if report.source_layout or report.target_layout:
-        layouts = f"  {report.source_layout or '?'} → {report.target_layout or '?'}"
-    console.print(f"[bold]{escape(report.input)}[/]  remap {move}{escape(layouts)}")
-    verb = "would rename" if report.dry_run else "renamed"
-    console.print(f"{verb} {report.renamed} key(s)   strategy: [bold]{report.strategy}[/]")
-    if report.mapping:
-        table = Table(title="Renames", show_lines=False)
-        table.add_column("old", overflow="fold")
-        table.add_column("new", overflow="fold")
-        for old, new in list(report.mapping.items())[:SHOWN]:
-            table.add_row(escape(old), escape(new))
-        console.print(table)
-        if report.renamed > SHOWN:
-            console.print(f"... and {report.renamed - SHOWN} more (--json lists them)")
+def render_remap(report: RemapReport, *, width: int | None = None) -> str:
+    w = Writer(width)
+    w.para((report.input, "bold"), hang=2)
+    w.para(_title(report), indent=2)
+    if report.renamed:
+        verb = "would rename" if report.dry_run else "renamed"
+        w.para(f"{verb} {plural(report.renamed, 'key')} ({report.strategy})", indent=2)
+        _patterns(w, report.mapping)
+    else:
+        w.para("nothing to rename", indent=2)
     for c in report.config_changes:
-        console.print(
-            f"adapter_config.json {c.field} ({c.how}): {escape(repr(c.old))} → {escape(repr(c.new))}"
-        )
+        _config_change(w, c)
     if report.out:
-        console.print(f"output folder: {escape(report.out)}")
+        w.para("output folder:", report.out, indent=2)
     for path in report.written:
-        console.print(f"{'would write' if report.dry_run else 'wrote'} {escape(path)}")
+        w.para("would write" if report.dry_run else "wrote", path, indent=2)
     for note in report.notes:
-        console.print(f"note: {escape(note)}")
-    if report.findings:
-        console.print(findings_table(report.findings))
-    return buf.getvalue()
+        w.para("note:", note, indent=2)
+    write_findings(w, report.findings, context=(report.input,))
+    return w.getvalue()
+
+
+def _config_change(w: Writer, c: ConfigChange) -> None:
+    label = f"adapter_config.json {c.field} ({c.how}):"
+    if isinstance(c.old, list) and isinstance(c.new, list):
+        removed = [x for x in c.old if x not in c.new]
+        added = [x for x in c.new if x not in c.old]
+        w.para(label, indent=2)
+        if removed:
+            w.para(f"− {len(removed)}:", *_items(removed), indent=4, hang=6)
+        if added:
+            w.para(f"+ {len(added)}:", *_items(added), indent=4, hang=6)
+        if not removed and not added:
+            w.para("same entries, new order:", *_items(c.new), indent=4, hang=6)
+        return
+    w.para(label, (repr(c.old), KEEP) if len(repr(c.old)) < 40 else repr(c.old), indent=2, hang=6)
+    w.para("→", (repr(c.new), KEEP) if len(repr(c.new)) < 40 else repr(c.new), indent=4, hang=6)
+
+
+def _items(items: list[object]) -> list[Span]:
+    return [(repr(x) + ("," if i < len(items) - 1 else ""), KEEP) for i, x in enumerate(items)]
+
+
+def _title(report: RemapReport) -> str:
+    move = {"vl": "--vl", "to": "--to", "rule": "--rule"}.get(report.mode, f"--{report.mode}")
+    src, dst = report.source_layout, report.target_layout
+    if move == "--to" and dst:
+        move = f"--to {dst}"
+    if src and dst and src == dst:
+        return f"remap {move}: the adapter is already {src}"
+    if src and dst:
+        return f"remap {move}: {src} → {dst}"
+    if src:
+        return f"remap {move}: layout {src}"
+    if dst:
+        return f"remap {move}: → {dst} (source layout not detected)"
+    return f"remap {move}"
+
+
+def _patterns(w: Writer, mapping: dict[str, str]) -> None:
+    """Group the renames by what changes (the segments between a common prefix and suffix); each group as its
+    count, the old pattern, and the new pattern below it."""
+    groups: dict[tuple[str, str, str], list[tuple[list[str], list[str], list[str], list[str]]]] = {}
+    for old, new in mapping.items():
+        a, b = old.split("."), new.split(".")
+        p = 0
+        while p < min(len(a), len(b)) and a[p] == b[p]:
+            p += 1
+        s = 0
+        while s < min(len(a), len(b)) - p and a[len(a) - 1 - s] == b[len(b) - 1 - s]:
+            s += 1
+        old_mid, new_mid = a[p : len(a) - s], b[p : len(b) - s]
+        head, tail = a[:p], a[len(a) - s :]
+        key = (_norm(head[-1:]), _norm(old_mid), _norm(new_mid))
+        groups.setdefault(key, []).append((head, old_mid, new_mid, tail))
+    items = sorted(groups.values(), key=len, reverse=True)
+    for members in items[:SHOWN]:
+        head = _glob([m[0] for m in members], from_end=True)
+        tail = _glob([m[3] for m in members], from_end=False)
+        old = ".".join(x for x in (head, ".".join(members[0][1]), tail) if x)
+        new = ".".join(x for x in (head, ".".join(members[0][2]), tail) if x)
+        label = f"{plural(len(members), 'key')}:"
+        if 4 + len(label) + 1 + max(len(old), len(new)) <= w.width:
+            w.line(label, " ", old, indent=4)
+            w.line(" " * (len(label) - 1), "→ ", new, indent=4)
+        else:  # a pattern too long for the line: old and new each on a line of its own
+            w.line(label, indent=4)
+            w.line(old, indent=6)
+            w.line("→ ", new, indent=4)
+    rest = items[SHOWN:]
+    if rest:
+        n = sum(len(g) for g in rest)
+        w.para(f"and {plural(len(rest), 'other pattern')} ({plural(n, 'key')}); {MORE}", indent=4)
+
+
+def _norm(segs: list[str]) -> str:
+    return ".".join("N" if _DIGITS.match(x) else x for x in segs)
+
+
+def _glob(parts: list[list[str]], *, from_end: bool) -> str:
+    """The segments every member shares, position by position, with ``*`` where they differ: for the prefixes
+    (aligned at their end, nearest the change) or the suffixes (aligned at their start)."""
+    if not parts or not any(parts):
+        return ""
+    n = min(len(p) for p in parts)
+    lengths_differ = any(len(p) != n for p in parts)
+    aligned = [p[len(p) - n :] if from_end else p[:n] for p in parts]
+    segs = [aligned[0][i] if all(x[i] == aligned[0][i] for x in aligned) else "*" for i in range(n)]
+    if from_end:
+        if lengths_differ:
+            segs = ["*", *segs]
+    else:
+        # past the first segment the suffix is just "the rest of the key"
+        segs = segs[:1] + (["*"] if n > 1 or lengths_differ else [])
+    out: list[str] = []
+    for seg in segs:
+        if not (seg == "*" and out and out[-1] == "*"):
+            out.append(seg)
+    return ".".join(out)

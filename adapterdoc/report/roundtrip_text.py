@@ -1,32 +1,32 @@
-"""Human rendering of a :class:`~adapterdoc.roundtrip.RoundtripReport`."""
+"""Human rendering of a :class:`~adapterdoc.roundtrip.RoundtripReport`: one line per round trip with its
+detail below, and a pytest-like summary line."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from adapterdoc.report.render import capture_console, findings_table
+from adapterdoc.report.render import Writer, write_findings
 
 if TYPE_CHECKING:
     from adapterdoc.roundtrip import RoundtripReport
 
-_STYLE = {"pass": "green", "fail": "bold red", "skipped": "yellow"}
+_MARK = {"pass": ("✓", "green"), "fail": ("✗", "bold red"), "skipped": ("–", "yellow")}
+_ORDER = ("fail", "pass", "skipped")
+_WORD = {"fail": "failed", "pass": "passed", "skipped": "skipped"}
 
 
-def render_roundtrip(report: RoundtripReport) -> str:
-    console, buf = capture_console()
-    console.print(f"[bold]{report.input}[/]  layout: {report.layout}  base: {report.base or '(none)'}")
-    table = Table(title="Round trips")
-    for col in ("check", "result", "detail", "s"):
-        table.add_column(col, overflow="fold", justify="right" if col == "s" else "left")
+def render_roundtrip(report: RoundtripReport, *, width: int | None = None) -> str:
+    w = Writer(width)
+    w.para((report.input, "bold"), f"(layout {report.layout}, base {report.base or 'none'})", hang=2)
     for c in report.checks:
-        table.add_row(c.name, f"[{_STYLE[c.status]}]{c.status}[/]", c.detail, f"{c.seconds:.2f}")
-    console.print(table)
-    if report.findings:
-        console.print(findings_table(report.findings))
-    passed = sum(c.status == "pass" for c in report.checks)
-    failed = sum(c.status == "fail" for c in report.checks)
-    skipped = sum(c.status == "skipped" for c in report.checks)
-    console.print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return buf.getvalue()
+        mark, style = _MARK.get(c.status, ("?", "bold"))
+        took = f"({c.seconds:.2f} s)" if c.seconds or c.status != "skipped" else ""
+        w.para((mark, style), (c.status, style), (c.name, "bold"), took, indent=2, hang=4)
+        if c.detail:
+            w.para(c.detail, indent=4, hang=4)
+    write_findings(w, report.findings, context=(report.input,))
+    counts = {s: sum(c.status == s for c in report.checks) for s in _ORDER}
+    parts = [f"{counts[s]} {_WORD[s]}" for s in _ORDER if counts[s]] or ["no round trips"]
+    seconds = sum(c.seconds for c in report.checks)
+    w.para((", ".join(parts), "bold red" if counts["fail"] else "bold green"), f"in {seconds:.1f} s")
+    return w.getvalue()

@@ -1,18 +1,16 @@
-"""Human rendering of a train-smoke :class:`~adapterdoc.train.smoke.SmokeReport`: one row per layout."""
+"""Human rendering of a train-smoke :class:`~adapterdoc.train.smoke.SmokeReport`: a borderless table with one
+row per layout (the checks as counts), the failures below it."""
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from adapterdoc.report.render import capture_console, findings_table
+from adapterdoc.report.render import Span, Writer, columns, plural, write_findings
 
 if TYPE_CHECKING:
     from adapterdoc.train.smoke import LayoutRun, SmokeReport
 
-_MARK = {True: "[green]✓[/]", False: "[bold red]✗[/]", None: "[dim]–[/]"}
+_MARK = {True: ("✓", "green"), False: ("✗", "bold red"), None: ("–", "dim")}
 
 
 def _loss(before: float | None, after: float | None) -> str:
@@ -28,78 +26,87 @@ def check_names(report: SmokeReport) -> list[str]:
     return [n for n in CHECK_NAMES if n in seen] + sorted({n for n in seen if n not in CHECK_NAMES})
 
 
-def smoke_table(report: SmokeReport) -> Table:
-    from rich import box
-
+def smoke_table(report: SmokeReport) -> list[list[Span]]:
+    """One row per layout: losses, accuracy, the checks as counts of ✓ ✗ – (passed, failed, skipped), seconds."""
     names = check_names(report)
-    table = Table(
-        title=f"train-smoke ({report.steps} steps per layout)",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-        show_edge=False,
-    )
-    table.add_column("layout", no_wrap=True)
-    table.add_column("train loss", justify="right", no_wrap=True)
-    table.add_column("val loss", justify="right", no_wrap=True)
-    table.add_column("val acc", justify="right", no_wrap=True)
-    for n in names:
-        table.add_column(n, justify="center", no_wrap=True)
-    table.add_column("s", justify="right", no_wrap=True)
+    rows: list[list[Span]] = [["layout", "train loss", "val loss", "val acc", "checks", "s"]]
     for run in report.runs:
-        table.add_row(*_row(run, names))
-    return table
+        rows.append(_row(run, names))
+    return columns(rows, right=(1, 2, 3, 5))
 
 
-def _row(run: LayoutRun, names: list[str]) -> list[str]:
-    layout = run.layout if run.ok else f"[bold red]{run.layout}[/]"
+def _row(run: LayoutRun, names: list[str]) -> list[Span]:
+    layout: Span = run.layout if run.ok else (run.layout, "bold red")
     acc = "–" if run.accuracy_after is None else f"{run.accuracy_after:.2f}"
-    cells = [
+    return [
         layout,
         _loss(run.train_loss_before, run.train_loss_after),
         _loss(run.val_loss_before, run.val_loss_after),
         acc,
+        _checks(run, names),
+        f"{run.seconds:.1f}",
     ]
+
+
+def _checks(run: LayoutRun, names: list[str]) -> Span:
+    """``✓8``, or ``✓6 ✗1 –1``; a layout whose training failed has every check ✗."""
+    states = []
     for n in names:
         c = run.check(n)
-        cells.append(_MARK[c.ok] if c else _MARK[None if run.error is None else False])
-    cells.append(f"{run.seconds:.1f}")
-    return cells
+        states.append(c.ok if c else (None if run.error is None else False))
+    counts = {state: states.count(state) for state in (True, False, None)}
+    text = " ".join(f"{_MARK[state][0]}{counts[state]}" for state in (True, False, None) if counts[state])
+    return (text or "–", "bold red" if counts[False] else "green")
 
 
-def _failures(report: SmokeReport) -> list[str]:
+def _failures(report: SmokeReport) -> list[tuple[str, str]]:
     lines = []
     for run in report.runs:
         if run.error:
-            lines.append(f"{run.layout}: training failed: {run.error}")
+            lines.append((run.layout, f"training failed: {run.error}"))
         for c in run.checks:
             if c.ok is False:
-                lines.append(f"{run.layout}: {c.name}: {c.detail}")
+                lines.append((run.layout, f"{c.name}: {c.detail}"))
     return lines
 
 
-def render_smoke(report: SmokeReport, *, verbose: bool = False) -> str:
-    # a terminal gets its own width; a log file or pipe gets room for the whole table
-    console, buf = capture_console(None if sys.stdout.isatty() else 150)
-    console.print(smoke_table(report))
+def render_smoke(report: SmokeReport, *, verbose: bool = False, width: int | None = None) -> str:
+    w = Writer(width)
+    names = check_names(report)
+    w.para(
+        ("train-smoke:", "bold"),
+        f"{plural(report.steps, 'step')} per layout; checks:",
+        ", ".join(names) if names else "none",
+        hang=2,
+    )
+    for row in smoke_table(report):
+        w.line(*row)
     failed = [r.layout for r in report.runs if not r.ok]
     passed = len(report.runs) - len(failed)
     where = (
         f"outputs in {report.out}" if report.out else "outputs were temporary (use --out DIR to keep them)"
     )
-    console.print(
-        f"{passed}/{len(report.runs)} layout(s) passed in {report.seconds:.1f} s "
-        f"(imports {report.import_seconds:.1f} s); {where}"
+    verdict = "layout passed" if len(report.runs) == 1 else "layouts passed"
+    w.para(
+        (f"{passed}/{len(report.runs)} {verdict}", "bold red" if failed else "bold green"),
+        f"in {report.seconds:.1f} s (imports {report.import_seconds:.1f} s);",
+        where,
+        hang=2,
     )
     if verbose:
         for run in report.runs:
             for c in run.checks:
-                console.print(f"  {run.layout} {c.name}: {c.detail} [dim]({c.implementation})[/]")
-    for line in _failures(report):
-        console.print(f"[bold red]✗[/] {line}", markup=True)
-    if report.findings:
-        console.print(findings_table(report.findings))
-    return buf.getvalue()
+                mark, style = _MARK[c.ok]
+                w.para(
+                    (mark, style),
+                    f"{run.layout} {c.name}: {c.detail}",
+                    (f"({c.implementation})", "dim"),
+                    indent=2,
+                )
+    for layout, line in _failures(report):
+        w.para(("✗", "bold red"), (layout, "bold"), line, hang=4)
+    write_findings(w, report.findings)
+    return w.getvalue()
 
 
 def progress_line(event: dict[str, Any]) -> str | None:

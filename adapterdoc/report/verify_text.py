@@ -1,68 +1,103 @@
-"""Human rendering of a :class:`~adapterdoc.verify.VerifyRun` (rich; honours NO_COLOR and non-terminals)."""
+"""Human rendering of a :class:`~adapterdoc.verify.VerifyRun`: a block per adapter, findings grouped by code, and
+a pytest-like summary line."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from adapterdoc.report.render import capture_console, findings_table
+from adapterdoc.report.render import (
+    Writer,
+    count_line,
+    plural,
+    write_findings,
+    write_fix,
+)
 
 if TYPE_CHECKING:
     from adapterdoc.verify import VerifyReport, VerifyRun
 
 
 def render_verify(run: VerifyRun, *, width: int | None = None) -> str:
-    console, buf = capture_console(width)
+    w = Writer(width)
+    _header(w, run)
+    for report in run.adapters:
+        w.blank()
+        _render_one(w, report)
+    w.blank()
+    w.para(*_summary(run), hang=2)
+    return w.getvalue()
+
+
+def _header(w: Writer, run: VerifyRun) -> None:
+    from adapterdoc.verify import OWN_BASE
+
     o = run.options
     b = run.base_info
-    about = ", ".join(
-        p for p in (b.get("model_type"), f"layout {b['layout']}" if b.get("layout") else None) if p
-    )
-    profile = (
-        f"vllm {run.to_dict()['vllm_version']} (max LoRA rank {o.max_lora_rank})"
-        if o.profile == "vllm"
-        else "peft"
-    )
-    console.print(f"[bold]adapterdoc verify[/]  base [bold]{run.base}[/] ({about})")
-    console.print(f"profile {profile}")
-    for report in run.adapters:
-        console.print()
-        _render_one(console, report)
-    failed = sum(1 for a in run.adapters if not a.ok)
-    console.print()
-    verdict = "[bold red]FAIL[/]" if failed else "[bold green]OK[/]"
-    console.print(f"{verdict}  {len(run.adapters) - failed} of {len(run.adapters)} adapter(s) passed")
-    return buf.getvalue()
+    w.para(("adapterdoc verify", "bold"))
+    if run.base == OWN_BASE:
+        w.para("base: each adapter's own (its base_model_name_or_path)", indent=2)
+    else:
+        parts = [p for p in (b.get("model_type"), f"layout {b['layout']}" if b.get("layout") else None) if p]
+        w.para("base:", (run.base, "bold"), f"({', '.join(parts)})" if parts else "", indent=2)
+    if o.profile == "vllm":
+        w.para(f"profile: vllm {run.to_dict()['vllm_version']}, max LoRA rank {o.max_lora_rank}", indent=2)
+    else:
+        w.para(f"profile: {o.profile}", indent=2)
 
 
-def _render_one(console, r: VerifyReport) -> None:  # type: ignore[no-untyped-def]
+def _render_one(w: Writer, r: VerifyReport) -> None:
     if r.error:
-        console.print(f"[bold red]✗[/] [bold]{r.adapter}[/]  cannot be examined: {r.error}")
+        w.para(("✗", "bold red"), (r.adapter, "bold"), hang=4)
+        w.para("cannot be examined:", r.error, indent=2)
         return
-    counts = {s: sum(1 for f in r.findings if f.severity == s) for s in ("error", "warning", "info")}
-    mark = "[bold green]✓[/]" if r.ok else "[bold red]✗[/]"
-    console.print(
-        f"{mark} [bold]{r.adapter}[/]  layout {r.layout} → base {r.base_layout or 'unknown'}   "
-        f"{counts['error']} error(s), {counts['warning']} warning(s)"
-    )
-    dt = ", ".join(f"{d} × {n}" for d, n in r.dtypes.items()) or "none"
+    mark = ("✓", "bold green") if r.ok else ("✗", "bold red")
+    layouts = f"layout {r.layout} → base {r.base_layout or 'unknown'}"
+    if 2 + len(r.adapter) + 2 + len(layouts) <= w.width:
+        w.line(mark, " ", (r.adapter, "bold"), "  ", layouts)
+    else:
+        w.para(mark, (r.adapter, "bold"), hang=4)
+        w.para(layouts, indent=2)
     cfg = r.config
-    console.print(
-        f"  keys: {len(r.missing)} missing · {len(r.unexpected)} unexpected · {len(r.shape_mismatch)} shape "
-        f"mismatch(es) ({cfg.get('expected_keys', 0)} expected)"
-    )
-    served = f" · served as: {r.served_as}" if r.served_as else ""
-    console.print(f"  lora_B non-zero: {r.lora_b['nonzero']}/{r.lora_b['total']} · dtypes: {dt}{served}")
-    if r.move:
-        console.print(f"  move: {r.move['description']}")
-        console.print(f"  fix:  [bold]{r.move['command']}[/]")
+    keys = [f"{cfg.get('expected_keys', 0):,} expected"]
+    for n, word, many in (
+        (len(r.missing), "missing", "missing"),
+        (len(r.unexpected), "unexpected", "unexpected"),
+        (len(r.shape_mismatch), "shape mismatch", "shape mismatches"),
+    ):
+        if n:
+            keys.append(plural(n, word, many))
+    if len(keys) == 1:
+        keys.append("all present")
+    w.para("keys:", ", ".join(keys), indent=2)
+    dt = ", ".join(f"{d} ×{n:,}" for d, n in r.dtypes.items()) or "none"
+    extra = f"; served as {r.served_as}" if r.served_as else ""
+    w.para(f"lora_B non-zero {r.lora_b['nonzero']}/{r.lora_b['total']}; dtypes {dt}{extra}", indent=2)
     if r.load:
         ld = r.load
         if ld.get("skipped"):
-            console.print(f"  load: skipped ({ld['skipped']})")
+            w.para(f"load: skipped ({ld['skipped']})", indent=2)
         else:
-            console.print(
-                f"  load: {ld['lora_modules']} LoRA module(s), {len(ld['missing'])} missing, "
-                f"{len(ld['unexpected'])} unexpected, max |Δ output| {ld['max_abs_diff']:.3g}"
+            w.para(
+                f"load: {plural(ld['lora_modules'], 'LoRA module')}, {len(ld['missing'])} missing, "
+                f"{len(ld['unexpected'])} unexpected, max |Δ output| {ld['max_abs_diff']:.3g}",
+                indent=2,
             )
-    if r.findings:
-        console.print(findings_table(r.findings))
+    command = r.move["command"] if r.move else None
+    write_findings(
+        w, r.findings, indent=2, context=(r.adapter, r.path), shown_hints={command} if command else None
+    )
+    if command:
+        write_fix(w, command, indent=2)
+
+
+def _summary(run: VerifyRun) -> list[tuple[str, str] | str]:
+    n = len(run.adapters)
+    unusable = sum(1 for a in run.adapters if a.error)
+    failed = sum(1 for a in run.adapters if not a.ok and not a.error)
+    passed = n - failed - unusable
+    verdict = ("FAIL", "bold red") if failed or unusable else ("OK", "bold green")
+    parts = [plural(failed, "failed", "failed")] if failed else []
+    if unusable:
+        parts.append(f"{unusable} unusable")
+    detail = f" ({', '.join(parts)})" if parts else ""
+    return [verdict, f"{passed} of {plural(n, 'adapter')} passed{detail};", count_line(run.findings)]
