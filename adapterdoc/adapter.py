@@ -355,8 +355,11 @@ class AdapterConfig:
         return None
 
     def problems(self) -> list[ConfigProblem]:
-        """Fields PEFT would drop (unknown keys: typos) or misread (wrong JSON types), in file order."""
+        """Fields PEFT would drop (unknown keys: typos) or misread (wrong JSON types), in file order. Only for
+        LoRA configs: other adapter types have other fields."""
         out: list[ConfigProblem] = []
+        if self.peft_type.upper() != "LORA":
+            return out
         for name in self.raw:
             if name not in LORA_CONFIG_FIELDS:
                 out.append(self._unknown(name))

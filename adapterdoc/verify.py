@@ -437,7 +437,7 @@ def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> Ver
     if options.profile == "vllm":
         findings += _vllm_findings(spec, acfg, inferred, keys, meta, options, report)
     if options.load:
-        findings += _load_findings(spec, ckpt, base, report)
+        findings += _load_findings(spec, ckpt, base, report, meta.built_as)
     report.findings = sort_findings(_dedupe(findings))
     return report
 
@@ -975,10 +975,12 @@ def _served_as(explicit: str | None, meta: Any) -> tuple[str, str]:
 # --------------------------------------------------------------------------------------------- real load
 
 
-def _load_findings(spec: str, ckpt: Checkpoint, base: Any, report: VerifyReport) -> list[Finding]:
+def _load_findings(
+    spec: str, ckpt: Checkpoint, base: Any, report: VerifyReport, built_as: Any = None
+) -> list[Finding]:
     from adapterdoc.ml.load import load_check
 
-    res = load_check(base, ckpt)
+    res = load_check(base, ckpt, built_as)
     report.load = res.to_dict()
     out: list[Finding] = []
     if res.skipped:

@@ -449,3 +449,31 @@ def test_a_stale_auto_mapping_does_not_hide_a_layout_mismatch(
     edit(a, auto_mapping={"base_model_class": "Qwen3_5ForConditionalGeneration", "parent_library": "x"})
     code, rep = verify_json(a, "--base", "tiny:qwen3_5_vl")
     assert code == 1 and "AD223" in findings(rep) and "AD115" not in findings(rep)
+
+
+@pytest.mark.parametrize("layout", ["qwen3_5_vl", "modernbert_mlm"])
+def test_remapped_adapter_loads_for_real_as_the_counterpart(
+    vl_adapters: dict[str, Path], layout: str, tmp_path: Path
+) -> None:
+    """``--load`` builds the same class the key check did, with the base's own weights renamed onto it."""
+    out = tmp_path / "text"
+    cp = LAYOUTS[layout].text_counterpart
+    assert run_cli("remap", str(vl_adapters[layout]), "--to", str(cp), "--out", str(out)).returncode == 0
+    r = run_cli("verify", str(out), "--load", "--json")
+    assert r.returncode == 0, r.stdout[-3000:]
+    load = json.loads(r.stdout)["adapters"][0]["load"]
+    assert load["lora_modules"] > 0 and load["missing"] == [] and load["unexpected"] == []
+    assert load["max_abs_diff"] > 0
+
+
+def test_other_adapter_types_are_not_judged_by_lora_fields() -> None:
+    ia3 = AdapterConfig.parse(
+        json.dumps(
+            {"peft_type": "IA3", "feedforward_modules": ["down_proj"], "target_modules": ["k"]}
+        ).encode()
+    )
+    assert ia3.problems() == []
+    lora = AdapterConfig.parse(
+        json.dumps({"peft_type": "LORA", "feedforward_modules": ["down_proj"]}).encode()
+    )
+    assert [p.code for p in lora.problems()] == ["AD111"]
