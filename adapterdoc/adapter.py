@@ -249,8 +249,12 @@ class AdapterConfig:
         if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
             raise ConfigError(
                 self.path,
-                f"`lora_alpha` must be a number, got {alpha!r}: PEFT does not convert it (a string raises "
-                "TypeError when it computes the scaling)",
+                f"`lora_alpha` must be a number, got {alpha!r}: "
+                + (
+                    f"PEFT would compute the scaling with it as {int(alpha)}"
+                    if isinstance(alpha, bool)
+                    else "PEFT does not convert it and raises TypeError when it computes the scaling"
+                ),
             )
         for fld in ("rank_pattern", "alpha_pattern"):
             v = self.raw.get(fld)

@@ -477,3 +477,14 @@ def test_other_adapter_types_are_not_judged_by_lora_fields() -> None:
         json.dumps({"peft_type": "LORA", "feedforward_modules": ["down_proj"]}).encode()
     )
     assert [p.code for p in lora.problems()] == ["AD111"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("r", "8"), ("r", 8.0), ("lora_alpha", "16")])
+def test_wrong_type_for_r_or_alpha_crashes_peft_and_is_exit_3(adapter: Path, field: str, value: Any) -> None:
+    with pytest.raises(TypeError):  # PEFT keeps the value and fails building the layers or the scaling
+        peft.get_peft_model(build_tiny(TEXT), peft.LoraConfig(target_modules=["q_proj"], **{field: value}))
+    edit(adapter, **{field: value})
+    r = run_cli("inspect", str(adapter))
+    assert r.returncode == 3 and r.stdout == ""
+    (line,) = r.stderr.strip().splitlines()
+    assert f"`{field}`" in line and "TypeError" in line
