@@ -91,7 +91,6 @@ LOADING_FIELDS = (
     "modules_to_save",
     "bias",
     "lora_bias",
-    "fan_in_fan_out",
     "trainable_token_indices",
     "layer_replication",
     "alora_invocation_tokens",
@@ -100,8 +99,9 @@ LOADING_FIELDS = (
 )
 """Fields that change which modules get LoRA, which tensors are read, or the delta's scale: a typo of one of them
 silently loads a different adapter."""
-_FLAG_FIELDS = ("use_dora", "use_rslora", "fan_in_fan_out", "lora_bias", "use_qalora", "use_bdlora")
-"""Boolean fields PEFT tests only for truthiness (``if config.use_dora:``): it never parses a string."""
+_FLAG_FIELDS = ("use_dora", "use_rslora", "lora_bias", "use_qalora", "use_bdlora")
+"""Boolean fields PEFT tests only for truthiness (``if config.use_dora:``): it never parses a string.
+(``fan_in_fan_out`` is not one: PEFT sets it from the layer type, Linear or Conv1D, with a warning.)"""
 
 
 @dataclass(frozen=True)
@@ -501,11 +501,7 @@ def _str_list(v: Any) -> bool:
 
 
 def _int_or_ints(v: Any) -> bool:
-    return (
-        _is_rank(v)
-        or v == 0
-        or (isinstance(v, list) and all(isinstance(e, int) and not isinstance(e, bool) for e in v))
-    )
+    return (type(v) is int and v >= 0) or (isinstance(v, list) and all(type(e) is int for e in v))
 
 
 _DEFAULTS = {"lora_alpha": 8, "r": 8, "use_rslora": "false", "use_dora": "false", "bias": '"none"'}
@@ -513,7 +509,6 @@ _DEFAULTS = {"lora_alpha": 8, "r": 8, "use_rslora": "false", "use_dora": "false"
 _FLAG_EFFECT = {
     "use_dora": "builds DoRA layers, which expect lora_magnitude_vector tensors",
     "use_rslora": "scales by lora_alpha / sqrt(r) instead of lora_alpha / r",
-    "fan_in_fan_out": "transposes the LoRA weights on layers that are not Conv1D",
     "lora_bias": "adds a bias to lora_B",
 }
 _TYPED_FIELDS: tuple[tuple[str, Any, str, str], ...] = (

@@ -164,6 +164,14 @@ def test_peft_treats_the_string_false_as_true_and_crashes_on_string_ranks() -> N
     q = pm.base_model.model.model.layers[0].self_attn.q_proj
     assert "default" in q.lora_magnitude_vector  # DoRA layers built from the string
     assert q.scaling["default"] == pytest.approx(8 / 2**0.5)  # rsLoRA scaling: alpha / sqrt(r)
+    # fan_in_fan_out is not such a flag: PEFT sets it from the layer type (warning), so AD112 leaves it alone
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pm = peft.get_peft_model(
+            build_tiny(TEXT), peft.LoraConfig(target_modules=["q_proj"], fan_in_fan_out="x")
+        )
+    assert pm.base_model.model.model.layers[0].self_attn.q_proj.fan_in_fan_out is False
+    assert any("fan_in_fan_out is set to True" in str(w.message) for w in caught)
     with pytest.raises(TypeError):
         peft.get_peft_model(
             build_tiny(TEXT), peft.LoraConfig(r=2, target_modules=["q_proj"], rank_pattern={"q_proj": "4"})
@@ -248,10 +256,11 @@ def test_string_rank_pattern_value_is_reported_not_coerced(adapter: Path) -> Non
 
 
 def test_modules_to_save_string_and_bad_bias_are_reported(adapter: Path) -> None:
-    edit(adapter, modules_to_save="lm_head", bias="yes")
+    edit(adapter, modules_to_save="lm_head", bias="yes", layers_to_transform=False, fan_in_fan_out="false")
     code, report = inspect_json(adapter)
     assert code == 1
-    assert {f["key"] for f in findings(report)["AD114"]} == {"modules_to_save", "bias"}
+    assert {f["key"] for f in findings(report)["AD114"]} == {"modules_to_save", "bias", "layers_to_transform"}
+    assert "AD112" not in findings(report)
 
 
 def test_problems_are_in_file_order_and_name_the_field() -> None:

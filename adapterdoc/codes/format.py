@@ -91,7 +91,7 @@ CODES = [
         "AD112",
         "config-flag-not-boolean",
         "error",
-        "A boolean field that changes loading (use_dora, use_rslora, fan_in_fan_out, lora_bias, ...) holds a "
+        "A boolean field that changes loading (use_dora, use_rslora, lora_bias, use_qalora, use_bdlora) holds a "
         "string or number instead of true/false.",
         'PEFT never parses these: it tests their truthiness, so `"use_dora": "false"` builds DoRA layers and '
         '`"use_rslora": "false"` scales by alpha/sqrt(r). adapterdoc shows such a field as not set.',
