@@ -639,7 +639,7 @@ def _auto_mapping_change(
         return []
     old = dict(auto)
     auto["base_model_class"] = dst.model_class
-    if "parent_library" in auto or dst.model_module:
+    if "parent_library" in auto:  # PEFT writes both; a hand-made mapping without it keeps its shape
         auto["parent_library"] = dst.model_module
     return [ConfigChange("auto_mapping", old, dict(auto), "class")]
 
