@@ -6,6 +6,7 @@ tests compare them with PEFT's functions so they cannot drift silently.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -20,6 +21,98 @@ WRAPPER = "base_model.model."
 """The prefix PEFT puts in front of every module path in a saved LoRA adapter."""
 
 ADAPTER_CONFIG = "adapter_config.json"
+
+PEFT_CONFIG_FIELDS = frozenset(
+    {
+        "auto_mapping",
+        "base_model_name_or_path",
+        "inference_mode",
+        "peft_type",
+        "peft_version",
+        "revision",
+        "task_type",
+    }
+)
+"""The fields of PEFT's ``PeftConfig`` (every adapter type's base); a test keeps it equal to the installed PEFT's."""
+LORA_CONFIG_FIELDS = PEFT_CONFIG_FIELDS | {
+    "alora_invocation_tokens",
+    "alpha_pattern",
+    "arrow_config",
+    "bias",
+    "corda_config",
+    "ensure_weight_tying",
+    "eva_config",
+    "exclude_modules",
+    "fan_in_fan_out",
+    "init_lora_weights",
+    "kasa_config",
+    "layer_replication",
+    "layers_pattern",
+    "layers_to_transform",
+    "loftq_config",
+    "lora_alpha",
+    "lora_bias",
+    "lora_dropout",
+    "lora_ga_config",
+    "megatron_config",
+    "megatron_core",
+    "modules_to_save",
+    "monteclora_config",
+    "qalora_group_size",
+    "r",
+    "rank_pattern",
+    "runtime_config",
+    "target_modules",
+    "target_parameters",
+    "trainable_token_indices",
+    "use_bdlora",
+    "use_dora",
+    "use_qalora",
+    "use_rslora",
+    "velora_config",
+}
+"""Every field of PEFT's ``LoraConfig`` (peft 0.21): what ``LoraConfig.from_pretrained`` accepts. Any other key it
+drops with an "Unexpected keyword arguments ... these are ignored" warning and uses the default. Kept as data so
+that inspect stays torch- and PEFT-free; a test keeps it equal to the installed PEFT's dataclass fields."""
+LOADING_FIELDS = (
+    "peft_type",
+    "task_type",
+    "r",
+    "lora_alpha",
+    "target_modules",
+    "exclude_modules",
+    "target_parameters",
+    "rank_pattern",
+    "alpha_pattern",
+    "use_rslora",
+    "use_dora",
+    "layers_to_transform",
+    "layers_pattern",
+    "modules_to_save",
+    "bias",
+    "lora_bias",
+    "trainable_token_indices",
+    "layer_replication",
+    "alora_invocation_tokens",
+    "use_qalora",
+    "use_bdlora",
+)
+"""Fields that change which modules get LoRA, which tensors are read, or the delta's scale: a typo of one of them
+silently loads a different adapter."""
+_FLAG_FIELDS = ("use_dora", "use_rslora", "lora_bias", "use_qalora", "use_bdlora")
+"""Boolean fields PEFT tests only for truthiness (``if config.use_dora:``): it never parses a string.
+(``fan_in_fan_out`` is not one: PEFT sets it from the layer type, Linear or Conv1D, with a warning.)"""
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """A field of ``adapter_config.json`` that PEFT would drop or misread (reported by inspect and verify)."""
+
+    code: str
+    field: str
+    message: str
+    hint: str | None = None
+
 
 _AB = re.compile(r"^(?P<module>.+?)\.(?P<role>lora_A|lora_B)(?:\.(?P<name>[^.]+))?\.(?P<param>weight|bias)$")
 _VEC = re.compile(
@@ -147,10 +240,22 @@ class AdapterConfig:
             )
         r = self.raw.get("r", 8)
         if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
-            raise ConfigError(self.path, f"`r` must be a positive integer, got {r!r}")
+            raise ConfigError(
+                self.path,
+                f"`r` must be a positive integer, got {r!r}: PEFT does not convert it and raises TypeError "
+                "when it builds the LoRA layers",
+            )
         alpha = self.raw.get("lora_alpha", 8)
         if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
-            raise ConfigError(self.path, f"`lora_alpha` must be a number, got {alpha!r}")
+            raise ConfigError(
+                self.path,
+                f"`lora_alpha` must be a number, got {alpha!r}: "
+                + (
+                    f"PEFT would compute the scaling with it as {int(alpha)}"
+                    if isinstance(alpha, bool)
+                    else "PEFT does not convert it and raises TypeError when it computes the scaling"
+                ),
+            )
         for fld in ("rank_pattern", "alpha_pattern"):
             v = self.raw.get(fld)
             if v is not None and not isinstance(v, dict):
@@ -179,11 +284,13 @@ class AdapterConfig:
 
     @property
     def use_rslora(self) -> bool:
-        return bool(self.raw.get("use_rslora", False))
+        """True only for JSON ``true``; a string such as ``"false"`` is a :meth:`problems` entry, not rsLoRA."""
+        return self.raw.get("use_rslora") is True
 
     @property
     def use_dora(self) -> bool:
-        return bool(self.raw.get("use_dora", False))
+        """True only for JSON ``true``; a string such as ``"false"`` is a :meth:`problems` entry, not DoRA."""
+        return self.raw.get("use_dora") is True
 
     @property
     def target_modules(self) -> str | list[str] | None:
@@ -227,17 +334,112 @@ class AdapterConfig:
         return hints
 
     def rank_for(self, module: str) -> int:
-        """The rank PEFT gives ``module`` (first matching ``rank_pattern`` key wins)."""
+        """The rank PEFT gives ``module`` (first matching ``rank_pattern`` key wins). Values that are not a
+        positive integer are skipped here, never coerced (PEFT crashes on them; :meth:`problems` reports them)."""
         for key, value in self.rank_pattern.items():
-            if module_name_matches(key, module):
-                return int(value)
+            if _is_rank(value) and module_name_matches(key, module):
+                return value
         return self.r
 
     def alpha_for(self, module: str) -> float:
+        """Like :meth:`rank_for`, for ``alpha_pattern`` (values that are not numbers are skipped)."""
         for key, value in self.alpha_pattern.items():
-            if module_name_matches(key, module):
+            if _is_number(value) and module_name_matches(key, module):
                 return value
         return self.lora_alpha
+
+    def bad_pattern_for(self, module: str) -> str | None:
+        """The ``rank_pattern``/``alpha_pattern`` key whose unusable value PEFT would apply to ``module``."""
+        for fld, valid in (("rank_pattern", _is_rank), ("alpha_pattern", _is_number)):
+            for key, value in (self.raw.get(fld) or {}).items():
+                if module_name_matches(key, module):
+                    if not valid(value):
+                        return f"{fld}[{key!r}]"
+                    break
+        return None
+
+    def problems(self) -> list[ConfigProblem]:
+        """Fields PEFT would drop (unknown keys: typos) or misread (wrong JSON types), in file order. Only for
+        LoRA configs: other adapter types have other fields."""
+        out: list[ConfigProblem] = []
+        if self.peft_type.upper() != "LORA":
+            return out
+        for name in self.raw:
+            if name not in LORA_CONFIG_FIELDS:
+                out.append(self._unknown(name))
+        for name in _FLAG_FIELDS:
+            v = self.raw.get(name)
+            if v is not None and not isinstance(v, bool):
+                truthy = "true" if v else "false"
+                meant = str(v).strip().lower() in ("true", "1", "yes") if isinstance(v, str) else bool(v)
+                effect = f" ({_FLAG_EFFECT[name]})" if v and name in _FLAG_EFFECT else ""
+                out.append(
+                    ConfigProblem(
+                        "AD112",
+                        name,
+                        f"`{name}` is {json.dumps(v)} ({_json_type(v)}), not true/false: PEFT tests only its "
+                        f"truthiness and treats it as {truthy}{effect}",
+                        hint=f'write `"{name}": {"true" if meant else "false"}` (a JSON boolean, no quotes)',
+                    )
+                )
+        for fld, valid, want in (
+            ("rank_pattern", _is_rank, "a positive integer"),
+            ("alpha_pattern", _is_number, "a number"),
+        ):
+            for key, value in (self.raw.get(fld) or {}).items():
+                if valid(value):
+                    continue
+                if fld == "alpha_pattern" and isinstance(value, bool):
+                    what = f"PEFT computes the scaling with it as {int(value)}"
+                else:
+                    what = (
+                        "PEFT does not convert it and raises TypeError when it builds the LoRA layer of a "
+                        "module the key matches"
+                    )
+                out.append(
+                    ConfigProblem(
+                        "AD113",
+                        fld,
+                        f"`{fld}[{key!r}]` is {json.dumps(value)} ({_json_type(value)}), not {want}: {what}",
+                        hint=f"write the value as {want} without quotes",
+                    )
+                )
+        out += self._typed()
+        return out
+
+    def _unknown(self, name: str) -> ConfigProblem:
+        close = difflib.get_close_matches(name, sorted(LORA_CONFIG_FIELDS), n=1, cutoff=0.75)
+        guess = close[0] if close else None
+        dropped = f'`{name}` is not a LoraConfig field: PEFT drops it with an "Unexpected keyword arguments" warning'
+        if guess is None:
+            return ConfigProblem(
+                "AD111", name, dropped, hint="remove it, or check the PEFT version that wrote it"
+            )
+        if guess in self.raw:
+            return ConfigProblem(
+                "AD111",
+                name,
+                f"{dropped}; did you mean {guess}? (`{guess}` is also set; PEFT uses that one)",
+                hint=f"remove `{name}`",
+            )
+        default = _DEFAULTS.get(guess)
+        uses = f" and loads with the default {guess} ({default})" if default is not None else ""
+        code = "AD110" if guess in LOADING_FIELDS else "AD111"
+        return ConfigProblem(
+            code, name, f"{dropped}{uses}; did you mean {guess}?", hint=f"rename `{name}` to `{guess}`"
+        )
+
+    def _typed(self) -> list[ConfigProblem]:
+        out: list[ConfigProblem] = []
+        for name, ok, want, effect in _TYPED_FIELDS:
+            if name in self.raw and self.raw[name] is not None and not ok(self.raw[name]):
+                v = self.raw[name]
+                out.append(
+                    ConfigProblem(
+                        "AD114", name, f"`{name}` is {json.dumps(v)} ({_json_type(v)}), not {want}: {effect}"
+                    )
+                )
+        return out
 
     def scaling_for(self, module: str) -> float:
         """``alpha / r``, or ``alpha / sqrt(r)`` with rsLoRA."""
@@ -270,6 +472,68 @@ class AdapterConfig:
             if not owner or module == owner or module.endswith("." + owner):
                 return True
         return False
+
+
+def _is_rank(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _json_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, dict):
+        return "an object"
+    return "null"
+
+
+def _str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(e, str) for e in v)
+
+
+def _int_or_ints(v: Any) -> bool:
+    return (type(v) is int and v >= 0) or (isinstance(v, list) and all(type(e) is int for e in v))
+
+
+_DEFAULTS = {"lora_alpha": 8, "r": 8, "use_rslora": "false", "use_dora": "false", "bias": '"none"'}
+"""PEFT's defaults for the fields a typo most often hides (shown in the message)."""
+_FLAG_EFFECT = {
+    "use_dora": "builds DoRA layers, which expect lora_magnitude_vector tensors",
+    "use_rslora": "scales by lora_alpha / sqrt(r) instead of lora_alpha / r",
+    "lora_bias": "adds a bias to lora_B",
+}
+_TYPED_FIELDS: tuple[tuple[str, Any, str, str], ...] = (
+    (
+        "bias",
+        lambda v: v in ("none", "all", "lora_only"),
+        '"none", "all" or "lora_only"',
+        "PEFT raises NotImplementedError when it builds the model",
+    ),
+    (
+        "modules_to_save",
+        _str_list,
+        "a list of module names",
+        "PEFT iterates a string letter by letter, so every module whose name ends in one of its letters (the "
+        "whole `model`, say) becomes a module to save, or it raises TypeError",
+    ),
+    ("target_parameters", _str_list, "a list of parameter names", "PEFT raises TypeError"),
+    (
+        "layers_to_transform",
+        _int_or_ints,
+        "a layer index or a list of them",
+        "PEFT raises TypeError when it matches layer indices against it",
+    ),
+    ("lora_dropout", _is_number, "a number", "PEFT raises TypeError when it builds the LoRA layers"),
+)
 
 
 def _no_constants(name: str) -> Any:

@@ -310,10 +310,18 @@ def _adapter_findings(
             towers.setdefault(seg, []).append(m)
     for seg, mods in sorted(towers.items()):
         out.append(make("AD202", f"{len(mods)} LoRA module(s) under `{seg}`", path=path, key=mods[0]))
+    if cfg is not None:
+        out += config_findings(cfg, path)
     _whole_weight_findings(cfg, keys, out, path)
     for m in sorted(modules.values(), key=lambda m: m.module):
         out += _module_findings(cfg, m, path)
     return out
+
+
+def config_findings(cfg: AdapterConfig, path: str) -> list[Finding]:
+    """adapter_config.json fields PEFT would drop (typos) or misread (wrong JSON types): AD110-AD114."""
+    where = cfg.path or path
+    return [make(p.code, p.message, path=where, key=p.field, hint=p.hint) for p in cfg.problems()]
 
 
 def _whole_weight_findings(
@@ -375,7 +383,7 @@ def _module_findings(cfg: AdapterConfig | None, m: ModuleLora, path: str) -> lis
     target = fused_expert_owner(m.module)
     if m.fused_experts:
         targeted = cfg.targets_parameter(target) or cfg.targets(m.module)
-        ranks = {cfg.r, *cfg.rank_pattern.values()}
+        ranks = {cfg.r, *(v for v in cfg.rank_pattern.values() if type(v) is int and v > 0)}
         rank_ok = a_rank is not None and any(r and a_rank % r == 0 for r in ranks)
         expected = "a multiple of r"
     else:
@@ -392,7 +400,7 @@ def _module_findings(cfg: AdapterConfig | None, m: ModuleLora, path: str) -> lis
                 key=m.module,
             )
         )
-    if not rank_ok:
+    if not rank_ok and not cfg.bad_pattern_for(m.module):  # an unusable pattern value is AD113 already
         out.append(
             make("AD204", f"rank {a_rank} in the tensors, config says {expected}", path=path, key=m.module)
         )

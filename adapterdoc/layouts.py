@@ -74,6 +74,11 @@ class Layout:
     text_counterpart: str | None = None
     """The layout a text-only trainer or server uses for this one (``remap --vl`` / train-smoke)."""
     is_encoder: bool = False
+    model_module: str = ""
+    """The transformers module that defines ``model_class``: what PEFT writes as ``auto_mapping.parent_library``."""
+    counterpart_config: str | None = None
+    """The attribute of this layout's config that holds the config ``text_counterpart`` is built from (``None``: the
+    same config), so that a base of this layout can also be loaded as its counterpart's class."""
 
     @property
     def exclude_regex(self) -> str | None:
@@ -111,6 +116,8 @@ _register(
         name="qwen3_5_vl",
         family="qwen3_5",
         model_class="Qwen3_5ForConditionalGeneration",
+        model_module="transformers.models.qwen3_5.modeling_qwen3_5",
+        counterpart_config="text_config",
         model_type="qwen3_5",
         description="Qwen3.5 / Qwen3.6 dense vision-language (model.language_model.*, model.visual)",
         requires=(_VL_DECODER_OR_DELTANET,),
@@ -125,6 +132,7 @@ _register(
         name="qwen3_5_text",
         family="qwen3_5",
         model_class="Qwen3_5ForCausalLM",
+        model_module="transformers.models.qwen3_5.modeling_qwen3_5",
         model_type="qwen3_5_text",
         description="Qwen3.5 dense, text-only class (model.layers.*)",
         requires=(_TEXT_DECODER_OR_DELTANET,),
@@ -138,6 +146,8 @@ _register(
         name="qwen3_5_moe_vl",
         family="qwen3_5_moe",
         model_class="Qwen3_5MoeForConditionalGeneration",
+        model_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
+        counterpart_config="text_config",
         model_type="qwen3_5_moe",
         description="Qwen3.5 / Qwen3.6 MoE vision-language, fused experts (model.language_model.*)",
         requires=(_VL_LM, _MOE, _QWEN35_MARK),
@@ -157,6 +167,7 @@ _register(
         name="qwen3_5_moe_text",
         family="qwen3_5_moe",
         model_class="Qwen3_5MoeForCausalLM",
+        model_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
         model_type="qwen3_5_moe_text",
         description="Qwen3.5 MoE, text-only class (model.layers.*)",
         requires=(_TEXT_LM, _MOE, _QWEN35_MARK),
@@ -173,6 +184,8 @@ _register(
         name="qwen3_omni",
         family="qwen3_omni",
         model_class="Qwen3OmniMoeForConditionalGeneration",
+        model_module="transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe",
+        counterpart_config="thinker_config",
         model_type="qwen3_omni_moe",
         description="Qwen3-Omni full wrapper (thinker.model.language_model.*; talker must never get LoRA)",
         requires=(r"^thinker\.model\.language_model\.layers\.\d+\.",),
@@ -187,6 +200,8 @@ _register(
         name="qwen3_omni_thinker",
         family="qwen3_omni",
         model_class="Qwen3OmniMoeThinkerForConditionalGeneration",
+        model_module="transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe",
+        counterpart_config="text_config",
         model_type="qwen3_omni_moe_thinker",
         description="Qwen3-Omni thinker alone (model.language_model.*, audio and vision towers)",
         requires=(_VL_LM, _FUSED_EXPERTS),
@@ -207,6 +222,7 @@ _register(
         name="qwen3_moe_text",
         family="qwen3_omni",
         model_class="Qwen3MoeForCausalLM",
+        model_module="transformers.models.qwen3_moe.modeling_qwen3_moe",
         model_type="qwen3_moe",
         description="Qwen3-MoE text class, the text stand-in for the Omni thinker (model.layers.*)",
         requires=(_TEXT_LM, _FUSED_EXPERTS),
@@ -219,6 +235,8 @@ _register(
         name="mistral3_vl",
         family="mistral3",
         model_class="Mistral3ForConditionalGeneration",
+        model_module="transformers.models.mistral3.modeling_mistral3",
+        counterpart_config="text_config",
         model_type="mistral3",
         description="Ministral 3 vision-language (Mistral3 + Pixtral tower, model.language_model.*)",
         requires=(_VL_DECODER,),
@@ -236,6 +254,7 @@ _register(
         name="ministral3_text",
         family="mistral3",
         model_class="Ministral3ForCausalLM",
+        model_module="transformers.models.ministral3.modeling_ministral3",
         model_type="ministral3",
         description="Ministral 3 text-only class (model.layers.*); a generic decoder layout",
         requires=(_TEXT_DECODER,),
@@ -247,6 +266,7 @@ _register(
         name="qwen_vl_legacy",
         family="qwen_vl",
         model_class="Qwen2_5_VLForConditionalGeneration",
+        model_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
         model_type="qwen2_5_vl",
         description="Qwen2.5-VL / Qwen3-VL adapters from transformers < 4.52 (model.layers.*, top-level visual)",
         requires=(_TEXT_LM, r"^visual\."),
@@ -263,6 +283,7 @@ _register(
         name="qwen_vl",
         family="qwen_vl",
         model_class="Qwen2_5_VLForConditionalGeneration",
+        model_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
         model_type="qwen2_5_vl",
         description="Qwen2.5-VL / Qwen3-VL adapters from transformers >= 4.52 (model.language_model.*, model.visual)",
         requires=(_VL_DECODER,),
@@ -281,6 +302,7 @@ _register(
         name="modernbert_mlm",
         family="modernbert",
         model_class="ModernBertForMaskedLM",
+        model_module="transformers.models.modernbert.modeling_modernbert",
         model_type="modernbert",
         description="ModernBERT with the masked-LM head (model.layers.*.attn.Wqkv)",
         requires=(r"^model\.layers\.\d+\.(attn\.(Wqkv|Wo)|mlp\.(Wi|Wo))$",),
@@ -294,6 +316,7 @@ _register(
         name="modernbert",
         family="modernbert",
         model_class="ModernBertModel",
+        model_module="transformers.models.modernbert.modeling_modernbert",
         model_type="modernbert",
         description="ModernBERT encoder without a head (layers.*.attn.Wqkv)",
         requires=(r"^layers\.\d+\.(attn\.(Wqkv|Wo)|mlp\.(Wi|Wo))$",),
@@ -305,6 +328,8 @@ _register(
         name="embeddinggemma2",
         family="embeddinggemma2",
         model_class="EmbeddingGemma2Model",
+        model_module="transformers.models.embedding_gemma2.modeling_embedding_gemma2",
+        counterpart_config="text_config",
         model_type="embedding_gemma2",
         description="EmbeddingGemma 2 multimodal embedding model (language_model.layers.*, no model. prefix)",
         requires=(r"^language_model\.layers\.\d+\.",),
@@ -319,6 +344,7 @@ _register(
         name="embeddinggemma2_text",
         family="embeddinggemma2",
         model_class="EmbeddingGemma2TextModel",
+        model_module="transformers.models.embedding_gemma2.modeling_embedding_gemma2",
         model_type="embedding_gemma2_text",
         description="EmbeddingGemma 2 text tower alone (layers.*)",
         requires=(r"^layers\.\d+\.(self_attn|mlp)\.",),
@@ -337,6 +363,22 @@ def get_layout(name: str) -> Layout:
         return LAYOUTS[name]
     except KeyError:
         raise KeyError(f"unknown layout {name!r}; known: {', '.join(LAYOUTS)}") from None
+
+
+def loadable_as(name: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The layouts whose class a base of layout ``name`` can be built as, itself first, each with the chain of
+    config attributes that leads from the base's config to the config that class is built from (the
+    ``text_counterpart`` chain: ``qwen3_omni`` → ``qwen3_omni_thinker`` via ``thinker_config`` → ...)."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    here: str | None = name
+    attrs: tuple[str, ...] = ()
+    while here in LAYOUTS and all(here != n for n, _ in out):
+        out.append((here, attrs))
+        lay = LAYOUTS[here]
+        if lay.counterpart_config:
+            attrs = (*attrs, lay.counterpart_config)
+        here = lay.text_counterpart
+    return out
 
 
 def remap_path(source: str, target: str) -> list[tuple[str, tuple[Rule, ...]]] | None:

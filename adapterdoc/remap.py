@@ -79,7 +79,8 @@ class ConfigChange:
     how: str
     """``rules`` (the move's rules applied to the text), ``literal`` (the same textual rule on a regex),
     ``explicit`` (the exact module paths, because no textual rewrite selected the same modules),
-    ``towers`` (exclusion of the target layout's towers added)."""
+    ``towers`` (exclusion of the target layout's towers added), ``class`` (``auto_mapping`` pointed at the target
+    layout's class and module)."""
 
 
 @dataclass
@@ -602,7 +603,7 @@ def _plan_config(plan: _Plan, move: _Move, module_map: dict[str, str], parsed: l
     lora_pairs, full_pairs = _pairs(parsed, module_map)
     changes = _ConfigRewriter(move, module_map, lora_pairs, full_pairs).rewrite(raw)
     if module_map:
-        _auto_mapping_note(plan.report, raw, move.target)
+        changes += _auto_mapping_change(plan.report, raw, move, lora_pairs)
     if not changes:
         if plan.report.out is not None:
             plan.config_bytes = original
@@ -611,18 +612,55 @@ def _plan_config(plan: _Plan, move: _Move, module_map: dict[str, str], parsed: l
     plan.config_bytes = _dump_like(raw, original)
 
 
-def _auto_mapping_note(report: RemapReport, raw: dict[str, Any], target: str | None) -> None:
-    """``auto_mapping`` names a class (not module paths) and is kept; say so when it names another layout's."""
+def _auto_mapping_change(
+    report: RemapReport, raw: dict[str, Any], move: _Move, lora_pairs: list[tuple[str, str]]
+) -> list[ConfigChange]:
+    """PEFT's ``auto_mapping`` names the class the adapter was made for (``AutoPeftModel`` builds it from
+    ``parent_library``): point it at the target layout's class when it names the source layout's, from the
+    registry. A class the registry does not know is kept, with a note."""
     auto = raw.get("auto_mapping")
-    if not isinstance(auto, dict) or target not in LAYOUTS:
-        return
-    cls = auto.get("base_model_class")
-    want = LAYOUTS[target].model_class
-    if isinstance(cls, str) and cls != want:
+    if not isinstance(auto, dict) or not isinstance(auto.get("base_model_class"), str):
+        return []
+    source, target = move.source, move.target
+    if move.mode == "rule" or source is None:
+        source, target = _rule_layouts(auto["base_model_class"], lora_pairs)
+    if source not in LAYOUTS or target not in LAYOUTS:
+        return []
+    src, dst = LAYOUTS[source], LAYOUTS[target]
+    cls = auto["base_model_class"]
+    if cls == dst.model_class:
+        return []
+    if cls != src.model_class:
         report.notes.append(
-            f"adapter_config.json auto_mapping still names {cls} (kept): AutoPeftModel.from_pretrained would "
-            f"build that class; load the {want} base yourself and use PeftModel.from_pretrained"
+            f"adapter_config.json auto_mapping names {cls}, which is not {source}'s class (kept): "
+            f"AutoPeftModel.from_pretrained would build that class; load the {dst.model_class} base yourself "
+            "and use PeftModel.from_pretrained"
         )
+        return []
+    old = dict(auto)
+    auto["base_model_class"] = dst.model_class
+    if "parent_library" in auto:  # PEFT writes both; a hand-made mapping without it keeps its shape
+        auto["parent_library"] = dst.model_module
+    return [ConfigChange("auto_mapping", old, dict(auto), "class")]
+
+
+def _rule_layouts(cls: str, lora_pairs: list[tuple[str, str]]) -> tuple[str | None, str | None]:
+    """For ``--rule`` (and an undetected ``--vl``): the source layout from the old module paths (the class
+    breaks ties), the target from the new ones; a target must be reachable from the source in the registry
+    (ties go to the source's family)."""
+    before = _detect([m for m, _ in lora_pairs], [cls])
+    if before.name not in LAYOUTS:
+        return None, None
+    after = _detect([n for _, n in lora_pairs], None)
+    cands = [after.name] if after.name in LAYOUTS else list(after.candidates)
+    if before.name in cands:  # the new names still fit the source layout: the class stays
+        return before.name, None
+    cands = [c for c in cands if remap_path(before.name, c) is not None]
+    family = [c for c in cands if LAYOUTS[c].family == LAYOUTS[before.name].family]
+    cands = family or cands
+    if len({LAYOUTS[c].model_class for c in cands}) != 1:
+        return before.name, None
+    return before.name, cands[0]
 
 
 def _pairs(

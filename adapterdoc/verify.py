@@ -418,8 +418,10 @@ def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> Ver
             make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)
         )
     lora_cfg = M.lora_config_from_raw(acfg.raw, acfg.path)
-    meta = M.build_meta_adapter(base, lora_cfg, config=config)
+    meta = M.build_meta_adapter(base, lora_cfg, config=config, as_class=_auto_mapping_class(acfg))
     report.base_layout = meta.layout
+    if meta.built_as is not None:
+        findings.append(_built_as_finding(spec, meta.built_as))
     shapes = {k: tuple(t.shape) for k, t in ckpt.tensors.items()}
     km = meta.match(shapes)
     report.missing, report.unexpected = km.missing, km.unexpected
@@ -435,9 +437,26 @@ def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> Ver
     if options.profile == "vllm":
         findings += _vllm_findings(spec, acfg, inferred, keys, meta, options, report)
     if options.load:
-        findings += _load_findings(spec, ckpt, base, report)
+        findings += _load_findings(spec, ckpt, base, report, meta.built_as)
     report.findings = sort_findings(_dedupe(findings))
     return report
+
+
+def _auto_mapping_class(acfg: AdapterConfig) -> str | None:
+    auto = acfg.raw.get("auto_mapping")
+    cls = auto.get("base_model_class") if isinstance(auto, dict) else None
+    return cls if isinstance(cls, str) else None
+
+
+def _built_as_finding(spec: str, b: Any) -> Finding:
+    where = "the same config" if not b.config_path else f"the config's {'.'.join(b.config_path)}"
+    return make(
+        "AD115",
+        f"base built as {b.model_class} (the adapter's auto_mapping.base_model_class, layout {b.layout}) from "
+        f"{where}; its config's own class is {b.default_class}",
+        path=spec,
+        key="auto_mapping",
+    )
 
 
 def _at(f: Finding, spec: str) -> Finding:
@@ -868,6 +887,7 @@ def _vllm_findings(
 
     served_as, why = _served_as(options.served_as, meta)
     report.served_as = served_as
+    own_layout = meta.built_as.default_layout if meta.built_as else meta.layout
     add("AD416", f"served as {served_as}: {why}")
     lora_mods = sorted({fused_expert_owner(k.module) for k in keys if k.is_lora})
     towers = [m for m in lora_mods if tower_segment(m)]
@@ -888,7 +908,7 @@ def _vllm_findings(
             f"expected target modules in {sorted(leaves_ok)} but received {sorted({_leaf(m) for m in odd})}",
             key=odd[0],
         )
-    layout = served_layout(meta.layout, served_as)
+    layout = served_layout(own_layout, served_as)
     names = served_modules(meta, layout)
     if names is not None and lm_mods:
         absent = [m for m in lm_mods if m not in names]
@@ -941,21 +961,26 @@ def _vllm_accepts(k: LoraKey) -> bool:
 def _served_as(explicit: str | None, meta: Any) -> tuple[str, str]:
     if explicit:
         return explicit, "--served-as"
-    if _is_vl(meta.layout):
+    # vLLM serves a base folder as its config's own class, whatever class the adapter was made for
+    layout = meta.built_as.default_layout if meta.built_as else meta.layout
+    cls = meta.built_as.default_class if meta.built_as else meta.model_class
+    if _is_vl(layout):
         return "vl", (
-            f"inferred: the base is {meta.model_class}, which vLLM serves with its VL class "
+            f"inferred: the base is {cls}, which vLLM serves with its VL class "
             "(language_model_only skips the tower but keeps the naming)"
         )
-    return "text", f"inferred: the base is {meta.model_class}"
+    return "text", f"inferred: the base is {cls}"
 
 
 # --------------------------------------------------------------------------------------------- real load
 
 
-def _load_findings(spec: str, ckpt: Checkpoint, base: Any, report: VerifyReport) -> list[Finding]:
+def _load_findings(
+    spec: str, ckpt: Checkpoint, base: Any, report: VerifyReport, built_as: Any = None
+) -> list[Finding]:
     from adapterdoc.ml.load import load_check
 
-    res = load_check(base, ckpt)
+    res = load_check(base, ckpt, built_as)
     report.load = res.to_dict()
     out: list[Finding] = []
     if res.skipped:

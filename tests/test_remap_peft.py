@@ -167,7 +167,8 @@ def test_regex_targets_and_patterns_stay_consistent_for_peft(tiny_model: Any, tm
     report = remap(folder, vl=True)
 
     changed = {c.field: c for c in report.config_changes}
-    assert set(changed) == {"target_modules", "rank_pattern", "alpha_pattern"}
+    assert set(changed) == {"target_modules", "rank_pattern", "alpha_pattern", "auto_mapping"}
+    assert changed["auto_mapping"].new["base_model_class"] == LAYOUTS[text].model_class
     loaded, missing, unexpected = load_onto(build_counterpart(tiny_model(vl), vl, text), folder)
     assert missing == [] and unexpected == []
     ranks = {n: m.r["default"] for n, m in loaded.named_modules() if hasattr(m, "r") and "default" in m.r}
@@ -196,7 +197,8 @@ def test_full_path_target_list_moves_to_a_vl_class_with_its_towers_excluded(
         [f"model.language_model.layers.{i}.self_attn.q_proj" for i in range(4)] + ["v_proj"]
     )
     assert cfg["exclude_modules"] == LAYOUTS[vl].exclude_regex
-    assert {c.how for c in report.config_changes} == {"rules", "towers"}
+    assert {c.how for c in report.config_changes} == {"rules", "towers", "class"}
+    assert cfg["auto_mapping"]["base_model_class"] == LAYOUTS[vl].model_class
     loaded, missing, unexpected = load_onto(dst, folder)
     assert missing == [] and unexpected == []
     assert torch.equal(outputs(loaded, vl), want)

@@ -57,6 +57,11 @@ def test_smoke_run_per_layout(tmp_path, layout: str) -> None:
     assert run.check("merge").value < 1e-4
     assert run.check("lora_b").value == n_keys // 2
     assert (tmp_path / layout / f"adapter-{counterpart}" / "adapter_model.safetensors").is_file()
+    # the remapped folder names its class (auto_mapping) and its base (tiny:LAYOUT): verify without --base passes
+    from adapterdoc.verify import verify_own_bases
+
+    (own,) = verify_own_bases([str(tmp_path / layout / f"adapter-{counterpart}")]).adapters
+    assert own.ok and own.base_layout == counterpart and not (own.missing or own.unexpected), own.findings
     meta = json.loads((tmp_path / layout / "training_metadata.json").read_text())
     assert len(meta["saved_keys"]) == n_keys
 
@@ -70,6 +75,12 @@ def test_omni_wrapper_saved_in_thinker_naming_passes_every_check_as_a_thinker_ad
     assert "qwen3_omni_thinker -> qwen3_moe_text" in run.check("remap").detail
     cfg = json.loads((tmp_path / "omni" / "adapter" / "adapter_config.json").read_text())
     assert cfg["auto_mapping"]["base_model_class"] == "Qwen3OmniMoeThinkerForConditionalGeneration"
+    from adapterdoc.verify import verify_own_bases
+
+    (own,) = verify_own_bases(
+        [str(tmp_path / "omni" / "adapter")]
+    ).adapters  # base tiny:qwen3_omni, as the thinker
+    assert own.ok and own.base_layout == "qwen3_omni_thinker", own.findings
     meta = json.loads((tmp_path / "omni" / "training_metadata.json").read_text())
     assert isinstance(meta["lora"]["target_modules"], list)
 

@@ -163,6 +163,15 @@ def _render(run: Any, fmt: str) -> str:
     return render_verify(run)
 
 
+def _unknown_table_key(key: str) -> str:
+    import difflib
+
+    known = sorted(TABLE_KEYS)
+    close = difflib.get_close_matches(key.replace("_", "-"), known, n=1, cutoff=0.6)
+    guess = f"did you mean {close[0]}? " if close else ""
+    return f"unknown key `{key}` in [tool.adapterdoc]; {guess}known keys: {', '.join(known)}"
+
+
 def find_pyproject(start: str | None = None) -> str | None:
     """The nearest ``pyproject.toml`` at or above ``start`` (the working directory)."""
     here = os.path.abspath(start or os.getcwd())
@@ -178,7 +187,8 @@ def find_pyproject(start: str | None = None) -> str | None:
 
 def project_defaults(start: str | None = None) -> dict[str, Any]:
     """``[tool.adapterdoc]`` of the nearest pyproject.toml, as option names; a relative ``base`` path is taken
-    relative to that file. Unknown keys are left for other commands."""
+    relative to that file. An unknown key is an error (exit 3) naming the key and the known ones: a typo such as
+    ``profle`` must not silently run the default profile."""
     path = find_pyproject(start)
     if path is None:
         return {}
@@ -203,7 +213,7 @@ def project_defaults(start: str | None = None) -> dict[str, Any]:
     for key, value in table.items():
         name = TABLE_KEYS.get(key.replace("_", "-"))
         if name is None:
-            continue
+            raise ConfigError(path, _unknown_table_key(key))
         out[name] = value
     if "profile" in out and out["profile"] not in PROFILES:
         raise ConfigError(path, f"[tool.adapterdoc] profile must be one of {', '.join(PROFILES)}")

@@ -35,15 +35,16 @@ class LoadResult:
         return asdict(self)
 
 
-def load_check(base: Any, ckpt: Any) -> LoadResult:
-    """Load the base (``BaseSpec`` with weights) and the adapter ``ckpt`` and check the three facts."""
+def load_check(base: Any, ckpt: Any, built_as: Any = None) -> LoadResult:
+    """Load the base (``BaseSpec`` with weights) and the adapter ``ckpt`` and check the three facts; ``built_as``
+    (:class:`~adapterdoc.ml.meta.BuiltAs`) loads the base as that counterpart class, as verify's key check did."""
     if ckpt.adapter_config is None:
         return LoadResult(skipped="PEFT needs adapter_config.json to load an adapter; this input has none")
     import torch
     from peft import LoraConfig, PeftModel
 
     _quiet_transformers()
-    model = load_base(base)
+    model = load_base(base, built_as)
     probe = probe_inputs(model)
     with torch.no_grad():
         before = forward(model, probe)
@@ -77,8 +78,31 @@ def _saved(key: str) -> str:
     return key.replace(f".{ADAPTER_NAME}.", ".").removesuffix(f".{ADAPTER_NAME}")
 
 
-def load_base(base: Any) -> Any:
-    """The base with its real weights, in eval mode, on the CPU."""
+def load_base(base: Any, built_as: Any = None) -> Any:
+    """The base with its real weights, in eval mode, on the CPU; with ``built_as``, as that counterpart class
+    (built from the sub-config, holding the base's weights renamed along the registry's move)."""
+    model = _load_own(base)
+    if built_as is None:
+        return model
+    from adapterdoc.ml.meta import counterpart_class
+    from adapterdoc.ml.tiny import build_counterpart
+
+    picked = counterpart_class(model.config, base, built_as.model_class)
+    if picked is None:  # pragma: no cover - verify found it on the same config
+        raise UnsupportedInputError(base.spec, f"cannot build {built_as.model_class} from this config")
+    cls, sub, _ = picked
+    import torch
+
+    dst = cls._from_config(sub, dtype=torch.float32)
+    try:
+        return build_counterpart(model, built_as.default_layout, built_as.layout, dst=dst)
+    except RuntimeError as e:
+        raise UnsupportedInputError(
+            base.spec, f"cannot load the base as {built_as.model_class}: {e}"
+        ) from None
+
+
+def _load_own(base: Any) -> Any:
     import torch
 
     if base.kind == "tiny":

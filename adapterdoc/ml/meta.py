@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapterdoc.errors import ConfigError, InputNotFoundError, MissingExtraError, UnsupportedInputError
-from adapterdoc.layouts import LAYOUTS, TOWER_SEGMENTS, detect_layout, tower_segment
+from adapterdoc.layouts import LAYOUTS, TOWER_SEGMENTS, detect_layout, loadable_as, tower_segment
 
 ADAPTER = "default"
 """The adapter name used on the meta model: the one ``PeftModel.from_pretrained`` uses."""
@@ -175,12 +175,56 @@ def model_class_for(config: Any, base: BaseSpec) -> Any:
     )
 
 
-def build_meta_model(base: BaseSpec, config: Any = None) -> Any:
-    """The base model's module tree on the meta device (no memory for weights)."""
+@dataclass(frozen=True)
+class BuiltAs:
+    """A base built as another class than its config's own: the registry counterpart an adapter names."""
+
+    model_class: str
+    layout: str
+    default_class: str
+    default_layout: str
+    config_path: tuple[str, ...]
+    """Attributes leading from the base's config to the one the class is built from (``("text_config",)``)."""
+
+
+def counterpart_class(config: Any, base: BaseSpec, class_name: str | None) -> tuple[Any, Any, BuiltAs] | None:
+    """When the base can be built as more than one class and ``class_name`` (an adapter's
+    ``auto_mapping.base_model_class``) is one of the others: (class, the config to build it from, what was
+    chosen). ``None`` when the class is the base's own, or not one the registry can build from this config."""
+    import transformers as tf
+
+    if not class_name:
+        return None
+    own = model_class_for(config, base)
+    if own.__name__ == class_name:
+        return None
+    mt = getattr(config, "model_type", None)
+    if base.kind == "tiny":
+        homes = [base.tiny_layout or ""]
+    else:
+        homes = [n for n, lay in LAYOUTS.items() if lay.model_class == own.__name__ and lay.model_type == mt]
+    for home in homes:
+        for name, attrs in loadable_as(home)[1:]:
+            if LAYOUTS[name].model_class != class_name or not hasattr(tf, class_name):
+                continue
+            sub = config
+            for attr in attrs:
+                sub = getattr(sub, attr, None)
+            if sub is None or getattr(sub, "model_type", None) is None:
+                continue
+            return getattr(tf, class_name), sub, BuiltAs(class_name, name, own.__name__, home, attrs)
+    return None
+
+
+def build_meta_model(base: BaseSpec, config: Any = None, *, as_class: tuple[Any, Any] | None = None) -> Any:
+    """The base model's module tree on the meta device (no memory for weights); ``as_class`` = (class,
+    config) from :func:`counterpart_class` builds that class instead of the config's own."""
     import torch
 
     config = config if config is not None else load_config(base)
     cls = model_class_for(config, base)
+    if as_class is not None:
+        cls, config = as_class
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -278,6 +322,8 @@ class MetaAdapterModel:
     inject_error: str | None = None
     layout: str | None = None
     """The registry layout of the base, when one matches."""
+    built_as: BuiltAs | None = None
+    """Set when the base was built as the counterpart class the adapter names, not the config's own class."""
     peft_warnings: list[str] = field(default_factory=list)
     _pm: Any = None
     _model_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -432,12 +478,20 @@ def base_layout(model: Any, injected: list[str] | None = None) -> str | None:
 
 
 def build_meta_adapter(
-    base: BaseSpec, lora_config: Any, *, config: Any = None, model: Any = None
+    base: BaseSpec, lora_config: Any, *, config: Any = None, model: Any = None, as_class: str | None = None
 ) -> MetaAdapterModel:
-    """Build the base on the meta device and inject ``lora_config`` with PEFT (weights stay on meta)."""
+    """Build the base on the meta device and inject ``lora_config`` with PEFT (weights stay on meta).
+
+    ``as_class`` (the adapter's ``auto_mapping.base_model_class``) picks the class when the base can be built
+    as more than one (a VL config and its text counterpart): see :func:`counterpart_class`."""
     from peft import get_peft_model, get_peft_model_state_dict
 
-    model = model if model is not None else build_meta_model(base, config)
+    built_as = None
+    if model is None:
+        config = config if config is not None else load_config(base)
+        picked = counterpart_class(config, base, as_class)
+        built_as = picked[2] if picked else None
+        model = build_meta_model(base, config, as_class=picked[:2] if picked else None)
     names, leaves = _leaf_kinds(model)
     cfg = _for_meta(lora_config)
     before = _snapshot(cfg)
@@ -451,6 +505,7 @@ def build_meta_adapter(
         injected_modules=[],
         config_before=before,
         config_after=before,
+        built_as=built_as,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -487,11 +542,13 @@ __all__ = [
     "ADAPTER",
     "TOWER_SEGMENTS",
     "BaseSpec",
+    "BuiltAs",
     "KeyMatch",
     "MetaAdapterModel",
     "base_layout",
     "build_meta_adapter",
     "build_meta_model",
+    "counterpart_class",
     "load_config",
     "lora_config_from_raw",
     "model_class_for",

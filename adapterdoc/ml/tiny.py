@@ -247,9 +247,10 @@ def counterpart_state(src_model: Any, src_layout: str, dst_layout: str) -> dict[
     return out
 
 
-def build_counterpart(src_model: Any, src_layout: str, dst_layout: str) -> Any:
-    """A ``dst_layout`` model holding ``src_model``'s base weights (towers dropped); every dst weight is filled."""
-    dst = build_tiny(dst_layout, seed=12345)
+def build_counterpart(src_model: Any, src_layout: str, dst_layout: str, dst: Any = None) -> Any:
+    """A ``dst_layout`` model holding ``src_model``'s base weights (towers dropped); every dst weight is filled.
+    ``dst``: the (empty) model to fill, for a base that is not a tiny one; default the tiny ``dst_layout``."""
+    dst = dst if dst is not None else build_tiny(dst_layout, seed=12345)
     state = counterpart_state(src_model, src_layout, dst_layout)
     own = dst.state_dict()
     usable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
