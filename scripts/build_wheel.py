@@ -1,0 +1,53 @@
+"""Build adapterdoc's wheel from a clean copy of the source tree, offline; print the wheel's path.
+
+``python scripts/build_wheel.py OUT_DIR``. The package (``adapterdoc/``, ``pyproject.toml``, ``README.md``) is copied
+to a temporary folder first, so no ``build/`` or ``*.egg-info`` of an earlier build can leak into the wheel and
+nothing is written into the source tree. The build uses the running interpreter's setuptools
+(``--no-build-isolation``): no index is asked for anything. Used by ``.ci/run`` and the packaging tests.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("pyproject.toml", "README.md", "adapterdoc")
+"""Everything the build backend reads (the package, its metadata and the long description)."""
+JUNK = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
+
+
+def build_wheel(out_dir: str | Path, root: Path = ROOT) -> Path:
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="adapterdoc-wheel-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        for name in SOURCES:
+            p = root / name
+            if p.is_dir():
+                shutil.copytree(p, src / name, ignore=JUNK)
+            else:
+                shutil.copy2(p, src / name)
+        before = set(out.glob("adapterdoc-*.whl"))
+        cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+        subprocess.run([*cmd, "--no-index", "--wheel-dir", str(out), str(src)], check=True)
+    built = sorted(set(out.glob("adapterdoc-*.whl")) - before) or sorted(out.glob("adapterdoc-*.whl"))
+    if not built:
+        raise SystemExit(f"build_wheel: no wheel appeared in {out}")
+    return built[-1]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python scripts/build_wheel.py OUT_DIR", file=sys.stderr)
+        return 2
+    print(build_wheel(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
