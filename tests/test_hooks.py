@@ -85,3 +85,13 @@ def test_an_option_value_that_is_a_path_stays_an_option(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_:
         precommit_main(["--base", str(base), str(adapter / "adapter_config.json")])
     assert exit_.value.code == 0
+
+
+def test_the_cpu_torch_route_for_pre_commit_is_documented_where_the_hook_is() -> None:
+    """pre-commit takes no pip options; the README's recipe and the hook file name the same environment route."""
+    route = "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu pre-commit install-hooks"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### In pre-commit") : readme.index("### In GitHub Actions")]
+    assert route in section
+    assert route in (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
+    assert _hook()["additional_dependencies"] == ["adapterdoc[ml]"]
