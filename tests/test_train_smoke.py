@@ -158,10 +158,13 @@ def test_the_train_command_imports_no_torch() -> None:
 def test_cli_data_file_that_cannot_be_used_is_one_exit_3_line_before_any_training(cli, tmp_path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"split": "train", "prompt": "p", "answer": {"a": 1}}\nnot json\n')
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes('{"split": "train", "prompt": "caf\u00e9", "answer": {"a": 1}}\n'.encode("latin-1"))
     cases = [
         (tmp_path / "nope.jsonl", "training data file not found"),
         (tmp_path, "is a folder"),
         (bad, "line 2 is not JSON"),
+        (latin, "not UTF-8 text"),
     ]
     for data, why in cases:
         out = tmp_path / "runs"
