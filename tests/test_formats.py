@@ -225,12 +225,21 @@ def test_github_annotation_lines_point_at_the_config_field(tmp_path: Path) -> No
     loose = VerifyReport(
         adapter=str(single), path=str(single), findings=[make("AD229", "scaling", path=str(single))]
     )
-    text = render_github(VerifyRun(base="tiny:x", options=VerifyOptions(), adapters=[report, loose]))
+    bare = tmp_path / "bare"  # weights but no adapter_config.json (its config was inferred): the weights file
+    bare.mkdir()
+    (bare / "adapter_model.safetensors").write_bytes(b"")
+    inferred = VerifyReport(
+        adapter=str(bare), path=str(bare), findings=[make("AD231", "inferred", path=str(bare))]
+    )
+    adapters = [report, loose, inferred]
+    text = render_github(VerifyRun(base="tiny:x", options=VerifyOptions(), adapters=adapters))
     cfg = escape_property(str(folder / "adapter_config.json"))
-    assert text.splitlines()[:4] == [
+    assert text.splitlines()[:5] == [
         f"::error file={cfg},line=4,title=AD403 vllm-modules-to-save::modules_to_save is set (key: modules_to_save)",
         f"::error file={escape_property(str(folder / 'adapter_model.bin'))},title=AD303 non-finite-weights::"
         f"1 NaN value(s) (key: {tensor})",
         f"::notice file={cfg},title=AD229 lora-scaling::scaling",
         f"::notice file={escape_property(str(single))},title=AD229 lora-scaling::scaling",
+        f"::warning file={escape_property(str(bare / 'adapter_model.safetensors'))},title=AD231 "
+        "adapter-config-inferred::inferred",
     ]

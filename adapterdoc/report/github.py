@@ -73,10 +73,11 @@ def target(f: Finding, report: VerifyReport) -> tuple[str, int | None]:
     root = report.path or f.path or report.adapter
     if root.endswith((".safetensors", ".bin", ".json")) and not os.path.isdir(root):
         return root, None  # a single-file input: everything is about that file
-    if f.key and "." in f.key:
-        present = [w for w in WEIGHTS_FILES if os.path.isfile(os.path.join(root, w))]
-        return os.path.join(root, (present or WEIGHTS_FILES)[0]), None
+    present = [w for w in WEIGHTS_FILES if os.path.isfile(os.path.join(root, w))]
+    weights = os.path.join(root, (present or WEIGHTS_FILES)[0])
     config = os.path.join(root, CONFIG_FILE)
+    if (f.key and "." in f.key) or (present and not os.path.isfile(config)):
+        return weights, None
     return config, _field_line(config, f.key) if f.key else None
 
 
