@@ -3,7 +3,8 @@
 ``python scripts/build_wheel.py OUT_DIR``. The package (``adapterdoc/``, ``pyproject.toml``, ``README.md``) is copied
 to a temporary folder first, so no ``build/`` or ``*.egg-info`` of an earlier build can leak into the wheel and
 nothing is written into the source tree. The build uses the running interpreter's setuptools
-(``--no-build-isolation``): no index is asked for anything. Used by ``.ci/run`` and the packaging tests.
+(``--no-build-isolation``, no index asked) when it is recent enough to build wheels by itself, else pip's isolated
+build. Used by ``.ci/run`` and the packaging tests.
 """
 
 from __future__ import annotations
@@ -33,12 +34,26 @@ def build_wheel(out_dir: str | Path, root: Path = ROOT) -> Path:
             else:
                 shutil.copy2(p, src / name)
         before = set(out.glob("adapterdoc-*.whl"))
-        cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
-        subprocess.run([*cmd, "--no-index", "--wheel-dir", str(out), str(src)], check=True)
+        cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out)]
+        if _setuptools_builds_wheels():
+            cmd += ["--no-build-isolation", "--no-index"]
+        subprocess.run([*cmd, str(src)], check=True)
     built = sorted(set(out.glob("adapterdoc-*.whl")) - before) or sorted(out.glob("adapterdoc-*.whl"))
     if not built:
         raise SystemExit(f"build_wheel: no wheel appeared in {out}")
     return built[-1]
+
+
+def _setuptools_builds_wheels() -> bool:
+    """setuptools >= 70.1 builds wheels by itself (older ones need the ``wheel`` package); otherwise pip's build
+    isolation fetches a recent one from the index."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        parts = version("setuptools").split(".")[:2]
+        return tuple(int(p) for p in parts) >= (70, 1)
+    except (PackageNotFoundError, ValueError):
+        return False
 
 
 def main(argv: list[str]) -> int:
