@@ -143,8 +143,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _verify(workspace: Path, tmp_path: Path, **inputs: str) -> subprocess.CompletedProcess[str]:
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
-    if not (bindir / "python").exists():
-        (bindir / "python").symlink_to(sys.executable)  # `python` as setup-python leaves it (PYTHONPATH kept)
+    exe = bindir / "python"  # `python` on PATH as setup-python leaves it (PYTHONPATH kept)
+    if not exe.exists():  # a wrapper, not a symlink: a venv's python found through a symlink loses its venv
+        exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        exe.chmod(0o755)
     env = _env(_step("Verify"), ROOT, **inputs)
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
     return _run_step(_step("Verify"), env, workspace)
