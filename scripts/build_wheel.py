@@ -35,7 +35,7 @@ def build_wheel(out_dir: str | Path, root: Path = ROOT) -> Path:
                 shutil.copy2(p, src / name)
         before = set(out.glob("adapterdoc-*.whl"))
         cmd = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out)]
-        if _setuptools_builds_wheels():
+        if _setuptools_builds_wheels(root):
             cmd += ["--no-build-isolation", "--no-index"]
         subprocess.run([*cmd, str(src)], check=True)
     built = sorted(set(out.glob("adapterdoc-*.whl")) - before) or sorted(out.glob("adapterdoc-*.whl"))
@@ -44,16 +44,23 @@ def build_wheel(out_dir: str | Path, root: Path = ROOT) -> Path:
     return built[-1]
 
 
-def _setuptools_builds_wheels() -> bool:
-    """setuptools >= 70.1 builds wheels by itself (older ones need the ``wheel`` package); otherwise pip's build
-    isolation fetches a recent one from the index."""
+def _setuptools_builds_wheels(root: Path = ROOT) -> bool:
+    """The installed setuptools satisfies pyproject's ``setuptools>=X`` and builds wheels by itself (>= 70.1; older
+    ones need the ``wheel`` package). Otherwise pip's isolated build fetches a suitable one from the index."""
+    import re
     from importlib.metadata import PackageNotFoundError, version
 
+    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    m = re.search(r'"setuptools\s*>=\s*([0-9.]+)"', pyproject)
+    needed = max(_version(m.group(1)) if m else (0,), (70, 1))
     try:
-        parts = version("setuptools").split(".")[:2]
-        return tuple(int(p) for p in parts) >= (70, 1)
+        return _version(version("setuptools")) >= needed
     except (PackageNotFoundError, ValueError):
         return False
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".")[:2])
 
 
 def main(argv: list[str]) -> int:
