@@ -63,7 +63,18 @@ class WheelVenv:
         (self.purelib / "_adapterdoc_tests_parent_env.pth").write_text(
             "".join(f"import site; site.addsitedir({d!r})\n" for d in _parent_site_dirs()), encoding="utf-8"
         )
-        pip = [str(self.python), "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+        # --ignore-installed: the parent's adapterdoc (an editable install, same version) must not count as
+        # "already satisfied", or the venv would run the parent's code instead of the wheel's
+        pip = [
+            str(self.python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--ignore-installed",
+        ]
         subprocess.run([*pip, str(self.wheel)], check=True, capture_output=True)
 
     @property
