@@ -248,3 +248,26 @@ def test_junit_file_beside_any_format_and_output_file_replaces_stdout(
     assert same.exit_code == 2 and "same file" in same.stderr
     inside = cli("verify", good, "--base", "tiny:qwen3_5_text", "--junit-file", Path(good) / "x.xml")
     assert inside.exit_code == 3 and "--junit-file would overwrite or sit inside the input" in inside.stderr
+
+
+@pytest.mark.ml
+def test_github_annotation_points_at_the_line_of_a_config_field(
+    cli: Any, workspace: Path, tmp_path: Path
+) -> None:
+    """A finding about a config field (here a typo of lora_alpha) attaches to that field's line."""
+    import json
+
+    adapter = tmp_path / "typo adapter"
+    shutil.copytree(workspace / "adapters" / "good one", adapter)
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["lora_alhpa"] = config.pop("lora_alpha")
+    (adapter / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    line = next(
+        n
+        for n, text in enumerate((adapter / "adapter_config.json").read_text().splitlines(), 1)
+        if "lora_alhpa" in text
+    )
+    res = cli("verify", adapter, "--base", "tiny:qwen3_5_text", "--format", "github")
+    assert res.exit_code == 1, res.output
+    (hit,) = [x for x in res.stdout.splitlines() if "(key: lora_alhpa)" in x]
+    assert hit.startswith(f"::error file={adapter}/adapter_config.json,line={line},title=")
