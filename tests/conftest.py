@@ -43,3 +43,80 @@ def cli() -> Callable[..., Any]:
         return runner.invoke(main, [str(a) for a in args], env=env, catch_exceptions=False)
 
     return run
+
+
+class WheelVenv:
+    """A fresh virtualenv with adapterdoc's wheel installed (not editable), seeing the running interpreter's
+    packages (torch and friends) through a ``.pth`` file: no network, and it works whether the tests run from a
+    global install or inside a virtualenv (``--system-site-packages`` would see the base interpreter instead)."""
+
+    def __init__(self, root: Any, wheel: Any) -> None:
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        self.root, self.wheel = Path(root), Path(wheel)
+        subprocess.run([sys.executable, "-m", "venv", str(self.root)], check=True, capture_output=True)
+        self.bin = self.root / "bin"
+        self.python = self.bin / "python"
+        self.purelib = Path(self.run_py("import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+        (self.purelib / "_adapterdoc_tests_parent_env.pth").write_text(
+            "".join(f"import site; site.addsitedir({d!r})\n" for d in _parent_site_dirs()), encoding="utf-8"
+        )
+        # --ignore-installed: the parent's adapterdoc (an editable install, same version) must not count as
+        # "already satisfied", or the venv would run the parent's code instead of the wheel's
+        pip = [
+            str(self.python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--ignore-installed",
+        ]
+        subprocess.run([*pip, str(self.wheel)], check=True, capture_output=True)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment for commands in the venv: its bin/ first, no PYTHONPATH (which would shadow the wheel)."""
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
+        env["VIRTUAL_ENV"] = str(self.root)
+        return env
+
+    def run_py(self, code: str, **kw: Any) -> str:
+        import subprocess
+
+        kw.setdefault("cwd", self.root)
+        res = subprocess.run(
+            [str(self.python), "-c", code], capture_output=True, text=True, env=self.env, check=True, **kw
+        )
+        return res.stdout
+
+
+def _parent_site_dirs() -> list[str]:
+    import site
+
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        dirs.append(site.getusersitepackages())
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
+    """adapterdoc's wheel (built offline from this source tree by scripts/build_wheel.py) in a fresh venv."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    dist = tmp_path_factory.mktemp("dist")
+    out = subprocess.run(
+        [sys.executable, str(root / "scripts" / "build_wheel.py"), str(dist)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return WheelVenv(tmp_path_factory.mktemp("wheel-venv") / "env", out.stdout.strip().splitlines()[-1])

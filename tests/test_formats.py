@@ -191,3 +191,55 @@ def test_every_format_names_every_adapter(run: VerifyRun) -> None:
         render_github(run),
     ):
         assert GOOD in text and BAD in text and BROKEN in text
+
+
+def test_github_annotations_attach_to_the_adapters_files(run: VerifyRun) -> None:
+    """A folder is not something GitHub can annotate: every finding names adapter_config.json or the weights."""
+    for line in render_github(run).splitlines()[:-1]:
+        file = line.split("file=", 1)[1].split(",", 1)[0]
+        if "unusable input" in line:
+            assert file == BROKEN
+        elif "(key: " in line:  # a tensor finding
+            assert file.endswith("/adapter_model.safetensors"), line
+        else:
+            assert file.endswith("/adapter_config.json"), line
+
+
+def test_github_annotation_lines_point_at_the_config_field(tmp_path: Path) -> None:
+    folder = tmp_path / "my adapter"
+    folder.mkdir()
+    config = {"r": 8, "lora_alpha": 16, "modules_to_save": ["lm_head"], "target_modules": ["q_proj"]}
+    (folder / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (folder / "adapter_model.bin").write_bytes(b"")
+    tensor = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"
+    report = VerifyReport(
+        adapter=str(folder),
+        path=str(folder),
+        findings=[
+            make("AD403", "modules_to_save is set", path=str(folder), key="modules_to_save"),
+            make("AD303", "1 NaN value(s)", path=str(folder), key=tensor),
+            make("AD229", "scaling", path=str(folder)),
+        ],
+    )
+    single = tmp_path / "loose.safetensors"
+    loose = VerifyReport(
+        adapter=str(single), path=str(single), findings=[make("AD229", "scaling", path=str(single))]
+    )
+    bare = tmp_path / "bare"  # weights but no adapter_config.json (its config was inferred): the weights file
+    bare.mkdir()
+    (bare / "adapter_model.safetensors").write_bytes(b"")
+    inferred = VerifyReport(
+        adapter=str(bare), path=str(bare), findings=[make("AD231", "inferred", path=str(bare))]
+    )
+    adapters = [report, loose, inferred]
+    text = render_github(VerifyRun(base="tiny:x", options=VerifyOptions(), adapters=adapters))
+    cfg = escape_property(str(folder / "adapter_config.json"))
+    assert text.splitlines()[:5] == [
+        f"::error file={cfg},line=4,title=AD403 vllm-modules-to-save::modules_to_save is set (key: modules_to_save)",
+        f"::error file={escape_property(str(folder / 'adapter_model.bin'))},title=AD303 non-finite-weights::"
+        f"1 NaN value(s) (key: {tensor})",
+        f"::notice file={cfg},title=AD229 lora-scaling::scaling",
+        f"::notice file={escape_property(str(single))},title=AD229 lora-scaling::scaling",
+        f"::warning file={escape_property(str(bare / 'adapter_model.safetensors'))},title=AD231 "
+        "adapter-config-inferred::inferred",
+    ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +37,6 @@ def _adapter(folder: Path, layout: str) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv (system site-packages only for torch and friends: no network) with adapterdoc installed."""
-    env_dir = tmp_path_factory.mktemp("venv") / "env"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)], check=True)
-    pip = [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps"]
-    subprocess.run([*pip, str(ROOT)], check=True, capture_output=True)
-    return env_dir
-
-
 def _hook() -> dict[str, Any]:
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     (hook,) = [h for h in hooks if h["id"] == "adapterdoc-verify"]
@@ -62,22 +51,25 @@ def test_hook_definition_matches_adapter_files() -> None:
     assert hook["pass_filenames"] is True and hook["language"] == "python"
 
 
-def test_hook_runs_from_a_fresh_venv(venv: Path, tmp_path: Path) -> None:
+def test_hook_runs_from_a_fresh_venv(wheel_venv: Any, tmp_path: Path) -> None:
+    """The wheel installed in a fresh venv (the way pre-commit builds its hook environment), run without the
+    source tree on the path: passes from a global install and from inside a virtualenv alike."""
     hook = _hook()
-    entry = venv / "bin" / hook["entry"]
+    entry = wheel_venv.bin / hook["entry"]
     assert entry.exists(), "the console script the hook names is not installed"
+    env = wheel_venv.env
     good = _adapter(tmp_path / "good", "qwen3_5_text")
     bad = _adapter(tmp_path / "bad", "qwen3_5_vl")  # a VL adapter on a text base: must fail, with the fix
     args = ["--base", "tiny:qwen3_5_text"]
     files = [str(good / "adapter_config.json"), str(good / "adapter_model.safetensors")]
-    ok = subprocess.run([str(entry), *args, *files], capture_output=True, text=True, cwd=tmp_path)
+    ok = subprocess.run([str(entry), *args, *files], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     files.append(str(bad / "adapter_model.safetensors"))
-    fail = subprocess.run([str(entry), *args, *files], capture_output=True, text=True, cwd=tmp_path)
+    fail = subprocess.run([str(entry), *args, *files], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert fail.returncode == 1, fail.stdout + fail.stderr
     assert "adapterdoc remap" in fail.stdout and "--vl" in fail.stdout
     nothing = subprocess.run(
-        [str(entry), *args, str(tmp_path / "unrelated.txt")], capture_output=True, cwd=tmp_path
+        [str(entry), *args, str(tmp_path / "unrelated.txt")], capture_output=True, cwd=tmp_path, env=env
     )
     assert nothing.returncode == 0
 
@@ -93,3 +85,13 @@ def test_an_option_value_that_is_a_path_stays_an_option(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_:
         precommit_main(["--base", str(base), str(adapter / "adapter_config.json")])
     assert exit_.value.code == 0
+
+
+def test_the_cpu_torch_route_for_pre_commit_is_documented_where_the_hook_is() -> None:
+    """pre-commit takes no pip options; the README's recipe and the hook file name the same environment route."""
+    route = "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu pre-commit install-hooks"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### In pre-commit") : readme.index("### In GitHub Actions")]
+    assert route in section
+    assert route in (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
+    assert _hook()["additional_dependencies"] == ["adapterdoc[ml]"]

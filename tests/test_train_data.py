@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -124,3 +125,15 @@ def test_shards_are_equal_length_and_cover_every_row_once(n: int, count: int) ->
     for k, s in enumerate(shards):
         own = len(examples[k::count])
         assert all(e.weight == 1.0 for e in s[:own]) and all(e.weight == 0.0 for e in s[own:])
+
+
+def test_the_reference_rows_are_package_data() -> None:
+    """Read through importlib.resources from inside the package, so a wheel install has them (not from fixtures/)."""
+    import adapterdoc
+
+    pkg = Path(adapterdoc.__file__).resolve().parent
+    assert Path(str(D.DEFAULT_DATA)).resolve() == pkg / "data" / "smoke.jsonl"
+    ds = D.load_dataset()
+    assert len(ds.train) >= 32 and len(ds.val) >= 8
+    assert {r.category for r in ds.val} <= set(ds.classes)  # the pooled head can score every val row
+    assert len({r.id for r in ds.train + ds.val}) == len(ds.train) + len(ds.val)

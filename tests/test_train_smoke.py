@@ -153,3 +153,44 @@ def test_the_train_command_imports_no_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_cli_data_file_that_cannot_be_used_is_one_exit_3_line_before_any_training(cli, tmp_path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"split": "train", "prompt": "p", "answer": {"a": 1}}\nnot json\n')
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes('{"split": "train", "prompt": "caf\u00e9", "answer": {"a": 1}}\n'.encode("latin-1"))
+    cases = [
+        (tmp_path / "nope.jsonl", "training data file not found"),
+        (tmp_path, "is a folder"),
+        (bad, "line 2 is not JSON"),
+        (latin, "not UTF-8 text"),
+    ]
+    for data, why in cases:
+        out = tmp_path / "runs"
+        res = cli("train-smoke", "--layout", "all", "--data", data, "--out", out, "--json")
+        assert res.exit_code == 3, res.output
+        (line,) = res.stderr.splitlines()
+        assert line.startswith("adapterdoc: error: ") and str(data) in line and why in line
+        assert "AD609" not in res.stdout and json.loads(res.stdout)["ok"] is False
+        assert not out.exists()  # refused before any layout ran
+
+
+def test_cli_data_option_trains_on_the_given_rows(cli, tmp_path) -> None:
+    from adapterdoc.train import data as D
+
+    rows = [line for line in D.DEFAULT_DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
+    mine = tmp_path / "my rows.jsonl"
+    mine.write_text("\n".join(rows[:30]) + "\n", encoding="utf-8")
+    expected = D.load_dataset(mine)
+    res = cli(
+        "train-smoke", "--layout", "modernbert_mlm", "--steps", "2", "--data", mine, "--out", tmp_path / "o"
+    )
+    assert res.exit_code == 0, res.output
+    meta = json.loads((tmp_path / "o" / "modernbert_mlm" / "training_metadata.json").read_text())
+    assert meta["data"] == str(mine)
+    setup = [
+        json.loads(x) for x in (tmp_path / "o" / "modernbert_mlm" / "progress.jsonl").read_text().splitlines()
+    ]
+    (row,) = [e for e in setup if e.get("event") == "setup"]
+    assert row["train_rows"] == len(expected.train) < len(D.load_dataset().train)

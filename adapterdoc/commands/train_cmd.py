@@ -1,4 +1,4 @@
-"""`adapterdoc train-smoke [--layout NAME|all] [--steps N] [--out DIR] [--json]`."""
+"""`adapterdoc train-smoke [--layout NAME|all] [--steps N] [--data FILE] [--out DIR] [--json]`."""
 
 from __future__ import annotations
 
@@ -23,6 +23,14 @@ from adapterdoc.commands._common import emit, handle_errors, is_quiet
     "--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps per layout [default: 24]."
 )
 @click.option(
+    "--data",
+    type=click.Path(dir_okay=True),
+    default=None,
+    metavar="FILE.jsonl",
+    help="Training rows (JSONL: prompt, answer object, split train|val) [default: the reference rows bundled "
+    "with adapterdoc].",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, dir_okay=True),
     default=None,
@@ -33,7 +41,13 @@ from adapterdoc.commands._common import emit, handle_errors, is_quiet
 @click.pass_context
 @handle_errors
 def command(
-    ctx: click.Context, layout: str, steps: int | None, out: str | None, as_json: bool, verbose: bool
+    ctx: click.Context,
+    layout: str,
+    steps: int | None,
+    data: str | None,
+    out: str | None,
+    as_json: bool,
+    verbose: bool,
 ) -> None:
     """Train a reference LoRA on a tiny model per layout, then run the doctor on it.
 
@@ -49,7 +63,7 @@ def command(
         raise click.BadParameter(str(e.args[0]), param_hint="--layout") from None
     quiet = is_quiet()
     with _Progress(len(layouts), enabled=not quiet) as progress:
-        report = run_smoke(layouts, steps=steps, out=out, on_event=progress.on_event)
+        report = run_smoke(layouts, steps=steps, out=out, on_event=progress.on_event, data=data)
     if as_json:
         from adapterdoc.report import render
 

@@ -55,7 +55,17 @@ TABLE_KEYS = {
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default text).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option(
-    "--output-file", type=click.Path(dir_okay=False), help="Write the output here instead of stdout."
+    "--output-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Write the report (in --format) to FILE instead of stdout; stdout stays empty.",
+)
+@click.option(
+    "--junit-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Also write a JUnit XML report to FILE, whatever --format prints (e.g. --format github annotations on "
+    "stdout and a JUnit file for the test dashboard, in one run).",
 )
 @click.option(
     "--exit-zero", is_flag=True, help="Exit 0 even when findings are errors (unusable inputs still exit 3)."
@@ -74,6 +84,7 @@ def command(
     fmt: str | None,
     as_json: bool,
     output_file: str | None,
+    junit_file: str | None,
     exit_zero: bool,
 ) -> None:
     """Check adapters against a base before they are deployed: keys, shapes, weights, serving rules.
@@ -89,8 +100,13 @@ def command(
 
     from adapterdoc.verify import VerifyOptions, verify, verify_own_bases
 
-    if output_file:
-        _check_output_file(output_file, [*adapters, base or ""])
+    for option, path in (("--output-file", output_file), ("--junit-file", junit_file)):
+        if path:
+            _check_output_file(path, [*adapters, base or ""], option)
+    if output_file and junit_file and os.path.realpath(output_file) == os.path.realpath(junit_file):
+        raise click.BadParameter(
+            "--junit-file and --output-file name the same file", param_hint="--junit-file"
+        )
 
     try:
         options = VerifyOptions(
@@ -106,10 +122,10 @@ def command(
     run = verify(list(adapters), base, options) if base else verify_own_bases(list(adapters), options)
     run.exit_zero = exit_zero
     text = _render(run, fmt)
+    if junit_file:
+        _write_report(junit_file, text if fmt == "junit" else _render(run, "junit"))
     if output_file:
-        from adapterdoc.st.atomic import atomic_write_bytes
-
-        atomic_write_bytes(output_file, text.encode("utf-8"))
+        _write_report(output_file, text)
     elif fmt != "text" or not is_quiet():
         emit(text)
     else:  # --quiet: nothing but errors, one line each
@@ -123,15 +139,22 @@ def command(
     ctx.exit(run.exit_code)
 
 
-def _check_output_file(path: str, inputs: list[str]) -> None:
-    """Refuse an --output-file that would overwrite an input (an adapter's or the base's files), has no folder, or
+def _write_report(path: str, text: str) -> None:
+    """One report file (``--output-file`` / ``--junit-file``), through the atomic writer (CLI.md's output rules)."""
+    from adapterdoc.st.atomic import atomic_write_bytes
+
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _check_output_file(path: str, inputs: list[str], option: str = "--output-file") -> None:
+    """Refuse a report file that would overwrite an input (an adapter's or the base's files), has no folder, or
     may not be written (CLI.md's output-path rules: :func:`adapterdoc.st.atomic.resolve_output`)."""
     from adapterdoc.errors import InputNotFoundError, RefusedError
     from adapterdoc.st.atomic import resolve_output
 
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise InputNotFoundError(path, "the folder for --output-file does not exist")
+        raise InputNotFoundError(path, f"the folder for {option} does not exist")
     if resolve_output(path).direct:
         return  # a device, pipe or descriptor: written through, never an input
     target = os.path.realpath(path)
@@ -141,7 +164,7 @@ def _check_output_file(path: str, inputs: list[str]) -> None:
         real = os.path.realpath(spec)
         if target == real or target.startswith(real.rstrip(os.sep) + os.sep):
             raise RefusedError(
-                path, f"--output-file would overwrite or sit inside the input {spec}; choose another path"
+                path, f"{option} would overwrite or sit inside the input {spec}; choose another path"
             )
 
 

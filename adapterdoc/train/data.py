@@ -12,10 +12,16 @@ import os
 import random
 from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from adapterdoc.errors import ConfigError, InputNotFoundError
+from adapterdoc.errors import ConfigError, InputNotFoundError, UnsupportedInputError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+    DataSource = str | os.PathLike[str] | Traversable
 
 IGNORE = -100
 """Label value cross-entropy skips (prompt, padding, unmasked encoder positions)."""
@@ -30,7 +36,10 @@ TOKENIZER_VOCAB = 512
 MASK_FRACTION = 0.4
 """Share of answer tokens hidden in the masked-LM task (at least one per row)."""
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "fixtures" / "data" / "smoke.jsonl"
+DEFAULT_DATA: Traversable = files("adapterdoc") / "data" / "smoke.jsonl"
+"""The reference rows, shipped inside the package (package data, so a wheel install has them too).
+
+A :class:`pathlib.Path` for every ordinary install; anything that reads it goes through ``is_file``/``open``."""
 
 
 @dataclass(frozen=True)
@@ -74,17 +83,28 @@ class Dataset:
     classes: list[str] = field(default_factory=list)
 
 
-def load_rows(path: str | os.PathLike[str] = DEFAULT_DATA) -> list[Row]:
-    """Read and validate the JSONL rows (``prompt`` str, ``answer`` object, ``split`` str, optional ``id``)."""
-    p = os.fspath(path)
-    if not os.path.isfile(p):
-        raise InputNotFoundError(p, "training data file not found")
+def load_rows(path: DataSource = DEFAULT_DATA) -> list[Row]:
+    """Read and validate the JSONL rows (``prompt`` str, ``answer`` object, ``split`` str, optional ``id``).
+
+    A missing, unreadable or non-UTF-8 file is one :class:`~adapterdoc.errors.AdapterdocError` (exit 3)."""
+    src = Path(os.path.expanduser(os.fspath(path))) if isinstance(path, (str, os.PathLike)) else path
+    p = str(src)
+    if not src.is_file():
+        why = "is a folder, not a JSONL file" if src.is_dir() else "training data file not found"
+        raise InputNotFoundError(p, why)
     rows: list[Row] = []
-    with open(p, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            rows.append(_parse_row(p, n, line))
+    try:
+        with src.open("r", encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                rows.append(_parse_row(p, n, line))
+    except PermissionError as e:
+        raise UnsupportedInputError(p, "training data file is not readable (permission denied)") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(p, f"training data file is not UTF-8 text ({e.reason} at byte {e.start})") from e
+    except OSError as e:
+        raise UnsupportedInputError(p, f"cannot read the training data file: {e.strerror or e}") from e
     if not rows:
         raise ConfigError(p, "holds no rows")
     return rows
@@ -107,15 +127,15 @@ def _parse_row(path: str, n: int, line: str) -> Row:
     return Row(str(obj.get("id", f"line{n}")), split, prompt, answer)
 
 
-def load_dataset(path: str | os.PathLike[str] = DEFAULT_DATA) -> Dataset:
+def load_dataset(path: DataSource = DEFAULT_DATA) -> Dataset:
     """The rows split into ``train`` and ``val`` (other split names are ignored), with the class list."""
     rows = load_rows(path)
     train = [r for r in rows if r.split == "train"]
     val = [r for r in rows if r.split == "val"]
     if not train:
-        raise ConfigError(os.fspath(path), "no row has split 'train'")
+        raise ConfigError(str(path), "no row has split 'train'")
     classes = sorted({r.category for r in train})
-    return Dataset(os.fspath(path), train, val, classes)
+    return Dataset(str(path), train, val, classes)
 
 
 def prompt_text(row: Row) -> str:

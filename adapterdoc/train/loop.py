@@ -1,8 +1,12 @@
 """The training loop (accelerate): answer-token cross-entropy with a tail-only output projection, AdamW, gradient
 accumulation and clipping, sharded data and gathered evaluation, and the run's records.
 
-One process (``train(...)`` from Python or the CLI) or several (``accelerate launch --num_processes 2 --cpu -m
-adapterdoc.train.loop --layout NAME --out DIR``). Only the main process writes files.
+One process (``train(...)`` from Python or the CLI) or several: ``accelerate launch --multi_gpu --num_processes 2
+--num_machines 1 --mixed_precision no -m adapterdoc.train.loop --layout NAME --out DIR --processes 2`` runs two CPU
+processes (torchrun; the loop pins the CPU and gloo itself, no GPU is needed). ``accelerate launch --cpu
+--num_processes 2`` is NOT that: accelerate 1.x's ``--cpu`` takes its simple launcher, which starts one process
+unless ``--mpirun_hostfile`` is given (``--processes 2`` makes the loop refuse such a launch instead of training
+alone; tests/test_train_loop.py pins both). Only the main process writes files.
 """
 
 from __future__ import annotations

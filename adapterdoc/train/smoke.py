@@ -503,8 +503,11 @@ def _prepare_folder(path: str) -> None:
     )
 
 
-def run_layout(layout: str, work: str, settings: Any, on_event: OnEvent | None = None) -> LayoutRun:
-    """Train ``layout`` into ``work`` and run every check on the output."""
+def run_layout(
+    layout: str, work: str, settings: Any, on_event: OnEvent | None = None, *, data: Any = None
+) -> LayoutRun:
+    """Train ``layout`` into ``work`` (on ``data``, default the bundled rows) and run every check on the output."""
+    from adapterdoc.train import data as D
     from adapterdoc.train import loop
 
     t0 = time.perf_counter()
@@ -512,7 +515,9 @@ def run_layout(layout: str, work: str, settings: Any, on_event: OnEvent | None =
     emit = on_event or (lambda e: None)
     try:
         _prepare_folder(work)
-        result = loop.train(layout, work, settings, on_event=on_event)
+        result = loop.train(
+            layout, work, settings, data=D.DEFAULT_DATA if data is None else data, on_event=on_event
+        )
     except AdapterdocError as e:
         run.error = str(e)
         code = {"TowerLeakError": "AD601", "EmptyAdapterStateError": "AD602"}.get(type(e).__name__, "AD609")
@@ -564,9 +569,17 @@ def run_smoke(
     out: str | os.PathLike[str] | None = None,
     settings: Any = None,
     on_event: OnEvent | None = None,
+    data: Any = None,
 ) -> SmokeReport:
-    """Run :func:`run_layout` for each layout into ``out/<layout>`` (a temporary folder when ``out`` is None)."""
+    """Run :func:`run_layout` for each layout into ``out/<layout>`` (a temporary folder when ``out`` is None).
+
+    ``data`` (a JSONL file; default the rows bundled with the package) is read and validated once, before any
+    training: a missing or malformed file raises one :class:`AdapterdocError`, not one finding per layout."""
+    from adapterdoc.train import data as D
+
     t0 = time.perf_counter()
+    data = D.DEFAULT_DATA if data is None else data
+    D.load_dataset(data)
     import_seconds = _import_ml()
     from adapterdoc.train.loop import TrainSettings
 
@@ -589,7 +602,7 @@ def run_smoke(
         with torch_threads(s.threads), quiet_libraries():
             for i, layout in enumerate(layouts):
                 emit({"event": "layout_start", "layout": layout, "index": i, "total": len(layouts)})
-                run = run_layout(layout, os.path.join(root, layout), s, on_event)
+                run = run_layout(layout, os.path.join(root, layout), s, on_event, data=data)
                 if tmp:
                     run.out = run.adapter_dir = None
                 runs.append(run)

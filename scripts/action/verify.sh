@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The Action's verify step: `adapterdoc verify` with the Action's inputs, every value passed as one quoted argument.
+#
+# Inputs arrive as environment variables (action.yml passes each through `env:`):
+#   ADAPTERDOC_ADAPTERS        adapter folders: one per line, or space-separated on one line; glob patterns
+#                              (adapters/*) expand, a path with spaces needs a line of its own
+#   ADAPTERDOC_BASE            --base (empty: [tool.adapterdoc] base, else each adapter's own base)
+#   ADAPTERDOC_PROFILE         --profile (empty: [tool.adapterdoc] profile, else peft)
+#   ADAPTERDOC_MAX_LORA_RANK   --max-lora-rank (empty: [tool.adapterdoc] or 16)
+#   ADAPTERDOC_FORMAT          --format on stdout (default github: annotations on the pull request)
+#   ADAPTERDOC_OUTPUT_FILE     --output-file: the --format report goes to this file INSTEAD of stdout
+#   ADAPTERDOC_JUNIT_FILE      --junit-file: also a JUnit XML here, beside the annotations
+# Nothing is evaluated: a value is an argument, never shell code.
+set -euo pipefail
+
+adapters=()
+if [[ "${ADAPTERDOC_ADAPTERS-}" == *$'\n'* ]]; then
+    mapfile -t words <<< "${ADAPTERDOC_ADAPTERS}"
+else
+    read -r -a words <<< "${ADAPTERDOC_ADAPTERS-}"
+fi
+for word in "${words[@]}"; do
+    word="${word#"${word%%[![:space:]]*}"}"   # trim the indentation of a YAML block
+    word="${word%"${word##*[![:space:]]}"}"
+    [ -n "$word" ] || continue
+    if [[ "$word" == *[*?[]* ]] && compgen -G "$word" > /dev/null; then
+        while IFS= read -r match; do adapters+=("$match"); done < <(compgen -G "$word")
+    else
+        adapters+=("$word")
+    fi
+done
+if [ "${#adapters[@]}" -eq 0 ]; then
+    echo "adapterdoc: error: the action's 'adapters' input names no adapter folder" >&2
+    exit 3
+fi
+
+args=(verify --format "${ADAPTERDOC_FORMAT:-github}")
+if [ -n "${ADAPTERDOC_BASE-}" ]; then args+=(--base "$ADAPTERDOC_BASE"); fi
+if [ -n "${ADAPTERDOC_PROFILE-}" ]; then args+=(--profile "$ADAPTERDOC_PROFILE"); fi
+if [ -n "${ADAPTERDOC_MAX_LORA_RANK-}" ]; then args+=(--max-lora-rank "$ADAPTERDOC_MAX_LORA_RANK"); fi
+if [ -n "${ADAPTERDOC_OUTPUT_FILE-}" ]; then args+=(--output-file "$ADAPTERDOC_OUTPUT_FILE"); fi
+if [ -n "${ADAPTERDOC_JUNIT_FILE-}" ]; then args+=(--junit-file "$ADAPTERDOC_JUNIT_FILE"); fi
+export NO_COLOR=1
+exec python -m adapterdoc "${args[@]}" -- "${adapters[@]}"
