@@ -237,11 +237,10 @@ def train_on_base(
     the base, the tokenizer and every row were found usable."""
     t0 = time.time()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    for p in (data, val_data):
-        if p is not None and not os.path.isfile(p):
-            R.read_rows(p)  # raises the not-found error
-    rows_for_tok = R.texts(R.read_rows(data)) if base_spec.startswith("tiny:") else None
-    base = open_base(base_spec, rows_for_tok)
+    rows = R.read_rows(data)  # a malformed row fails here, before anything is loaded or written
+    if val_data is not None:
+        R.read_rows(val_data)
+    base = open_base(base_spec, R.texts(rows))
     objective = loop.objective_for(base.layout)
     enc = encode_data(
         objective,
