@@ -445,9 +445,19 @@ def load_head(folder: str) -> Any:
 def _accelerator(settings: TrainSettings) -> Any:
     """The run's accelerator; the tiny reference runs pin the CPU (gloo between processes) so that they never
     depend on a GPU being present. FSDP/DeepSpeed come from ``accelerate launch``'s own config."""
+    import torch
     from accelerate import Accelerator
 
-    return Accelerator(cpu=settings.cpu, gradient_accumulation_steps=settings.grad_accum)
+    # without an accelerator, cpu=False under torchrun gives N independent single-process runs: pin the CPU
+    cpu = settings.cpu or not (torch.cuda.is_available() or torch.backends.mps.is_available())
+    acc = Accelerator(cpu=cpu, gradient_accumulation_steps=settings.grad_accum)
+    launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if acc.num_processes != launched:
+        raise AdapterdocError(
+            "accelerate",
+            f"the launcher started {launched} processes but they joined a group of {acc.num_processes}",
+        )
+    return acc
 
 
 def evaluate(
