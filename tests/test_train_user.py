@@ -297,3 +297,38 @@ def test_two_processes_give_the_adapter_of_one_for_the_same_global_batch(fx, tmp
         assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), k
     events = [json.loads(x)["event"] for x in (tmp_path / "two" / "progress.jsonl").read_text().splitlines()]
     assert events.count("save_done") == 1
+
+
+def test_ctrl_c_leaves_the_last_complete_checkpoint_and_resume_finishes(fx, tmp_path) -> None:
+    """A tiny base (tokenizer trained on the rows, saved with the adapter); interrupted at step 3 with a
+    checkpoint every 2 steps; --epochs derives the steps."""
+    data, out = str(fx.data["text"]), tmp_path / "run"
+
+    def stop(event: dict) -> None:
+        if event.get("event") == "step" and event["step"] == 3:
+            raise KeyboardInterrupt
+
+    s = dict(batch_size=4, lr=5e-3, save_steps=2, cpu=True, max_length=48)
+    with pytest.raises(KeyboardInterrupt):
+        S.train_on_base(
+            "tiny:ministral3_text", data, str(out), loop.TrainSettings(steps=4, **s), on_event=stop
+        )
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000002"]
+    assert (out / "checkpoints" / "step-000002" / "trainer_state.json").is_file()
+    assert not (out / "adapter").exists()
+    events = [json.loads(x)["event"] for x in (out / "progress.jsonl").read_text().splitlines()]
+    assert events[-1] == "interrupted"
+    # 48 rows / batch 4 = 12 steps per epoch: 1/3 epoch is 4 steps
+    done = S.train_on_base(
+        "tiny:ministral3_text", data, str(out), loop.TrainSettings(epochs=1 / 3, resume=True, **s)
+    )
+    assert done.ok and done.steps == 4 and done.verify["ok"]
+    assert (out / "adapter" / "tokenizer.json").is_file()
+
+
+def test_targets_that_match_nothing_are_an_input_error(fx, tmp_path, cli) -> None:
+    res, _ = _train(
+        cli, "tiny:ministral3_text", fx.data["text"], tmp_path / "run", "--steps", "1", "--targets", "nope"
+    )
+    assert res.exit_code == 3 and "--targets: PEFT refused" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "run" / "adapter").exists()

@@ -636,7 +636,13 @@ def _run(
         if hasattr(base.config, "use_cache"):
             base.config.use_cache = False
     lora_cfg = plan_lora_config(plan, s)
-    peft_model = L.inject(base, layout, seed=s.seed, config=lora_cfg)
+    try:
+        peft_model = L.inject(base, layout, seed=s.seed, config=lora_cfg)
+    except ValueError as e:  # PEFT: no module matched the targets
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise AdapterdocError(
+            "--targets" if s.targets else plan.base_name, f"PEFT refused: {first}"
+        ) from None
     n_lora = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
     if objective == POOLED:
         model = pooled_classifier(peft_model, encoder_width(peft_model), len(plan.classes), s.seed)
