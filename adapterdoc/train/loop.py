@@ -160,7 +160,7 @@ def build_base(layout: str, seed: int = 0) -> Any:
     return model
 
 
-def _pooled_module_class() -> Any:
+def pooled_module_class() -> Any:
     import torch
 
     class PooledClassifier(torch.nn.Module):
@@ -187,7 +187,7 @@ def pooled_classifier(encoder: Any, in_features: int, classes: int, seed: int = 
     state = torch.random.get_rng_state()
     torch.manual_seed(seed + 1)
     try:
-        return _pooled_module_class()(encoder, in_features, classes)
+        return pooled_module_class()(encoder, in_features, classes)
     finally:
         torch.random.set_rng_state(state)
 
@@ -442,7 +442,7 @@ def load_head(folder: str) -> Any:
 # ---------------------------------------------------------------------------------------------- the loop
 
 
-def _accelerator(settings: TrainSettings) -> Any:
+def accelerator_for(settings: TrainSettings) -> Any:
     """The run's accelerator; the tiny reference runs pin the CPU (gloo between processes) so that they never
     depend on a GPU being present. FSDP/DeepSpeed come from ``accelerate launch``'s own config."""
     import torch
@@ -598,7 +598,7 @@ def _run(
 
     t0 = time.time()
     out = os.path.abspath(os.fspath(out_dir))
-    acc = _accelerator(s)
+    acc = accelerator_for(s)
     main = acc.is_main_process
     rank, world = acc.process_index, acc.num_processes
     s = dataclasses.replace(s, steps=steps_for(s, len(plan.train), world))

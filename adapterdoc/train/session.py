@@ -256,8 +256,7 @@ def train_on_base(
             "--dropout", "PEFT's fused-expert wrapper refuses lora_dropout != 0 for this layout; use 0"
         )
     target = os.path.abspath(out or default_out(base_spec))
-    if _is_main():
-        prepare_out(target, settings.resume)
+    prepare_out(target, settings.resume)  # on every process, before any of them joins the group
     plan = loop.Plan(
         layout=base.layout,
         objective=objective,
@@ -325,10 +324,6 @@ def get_target_parameters(layout: str) -> tuple[str, ...]:
     from adapterdoc.layouts import get_layout
 
     return get_layout(layout).target_parameters
-
-
-def _is_main() -> bool:
-    return os.environ.get("RANK", "0") in ("", "0")
 
 
 def _save_tokenizer(tok: Any, folder: str) -> None:
@@ -515,14 +510,14 @@ def eval_on_base(
     )
     report = EvalReport(adapter, base_spec, rows=len(rows), min_improvement=min_improvement)
     with loop.torch_threads(1), loop.quiet_libraries():
-        acc = loop._accelerator(loop.TrainSettings(cpu=True))
+        acc = loop.accelerator_for(loop.TrainSettings(cpu=True))
         model = load_model(base, dtype).eval()
         loss_fn = loop.LOSSES[objective]
 
         def score(m: Any) -> loop.Metrics:
             module = m
             if objective == loop.POOLED:
-                module = loop._pooled_module_class()(m, head.in_features, len(classes or []))
+                module = loop.pooled_module_class()(m, head.in_features, len(classes or []))
                 module.head.load_state_dict(head.state_dict())
             out_head = None if objective == loop.POOLED else loop.output_head(m)
             return loop.evaluate(
@@ -530,9 +525,9 @@ def eval_on_base(
             )
 
         report.base = _metrics_dict(score(model))
-        from adapterdoc.train.smoke import _load_peft
+        from adapterdoc.train.lora import load_peft
 
-        peft_model, missing = _load_peft(model, adapter)
+        peft_model, missing = load_peft(model, adapter)
         if missing:
             report.findings.append(make("AD624", missing[0][:300], path=adapter))
         report.adapted = _metrics_dict(score(peft_model))
