@@ -176,21 +176,32 @@ def test_malformed_row_exits_3_naming_the_line_and_writes_nothing(fx, tmp_path, 
 
 
 @pytest.mark.parametrize(
-    ("layout", "rows"),
+    ("layout", "rows", "extra"),
     [
-        ("mistral3_vl", "messages"),
-        ("qwen3_omni_thinker", "messages"),
-        ("modernbert_mlm", "prompt_completion"),
-        ("embeddinggemma2", "classes"),
+        ("mistral3_vl", "messages", ("--gradient-checkpointing",)),
+        ("qwen3_omni_thinker", "messages", ()),
+        ("modernbert_mlm", "prompt_completion", ("--warmup", "1")),
+        ("embeddinggemma2", "classes", ("--val-data", "VAL")),
     ],
 )
-def test_each_fixture_layout_trains_and_verifies(fx, tmp_path, cli, layout: str, rows: str) -> None:
-    res, d = _train(
-        cli, fx.model(layout), fx.data[rows], tmp_path / "run", "--steps", "3", "--max-length", "64"
-    )
+def test_each_fixture_layout_trains_and_verifies(fx, tmp_path, cli, layout: str, rows: str, extra) -> None:
+    extra = [str(fx.data[rows]) if x == "VAL" else x for x in extra]
+    out = tmp_path / "run"
+    res, d = _train(cli, fx.model(layout), fx.data[rows], out, "--steps", "3", "--max-length", "64", *extra)
     assert res.exit_code == 0, res.stderr + res.stdout
     assert d["layout"] == layout and d["verify"]["ok"] and d["verify"]["tower_lora"] == 0
     assert d["train_loss"]["after"] < d["train_loss"]["before"]
+    assert (d["val_loss"] is not None) == ("--val-data" in extra)
+    if layout == "embeddinggemma2":
+        head = json.loads((out / "head" / loop.HEAD_CONFIG).read_text())
+        assert head["classes"] == ["cancel", "order", "return", "track"]
+        ev = cli("eval", d["adapter"], "--base", fx.model(layout), "--data", fx.data[rows], "--json")
+        assert ev.exit_code == 0, ev.stderr
+        e = json.loads(ev.stdout)
+        assert e["base"]["tokens"] == e["adapter"]["tokens"] == 48  # pooled: one per row
+    if "--warmup" in extra:
+        events = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
+        assert [e["lr"] for e in events if e["event"] == "step"] == [5e-3 / 2, 5e-3, 5e-3]
 
 
 # ----------------------------------------------------------------------------------- row encodings (no model)
