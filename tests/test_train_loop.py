@@ -49,7 +49,7 @@ def test_tail_only_projection_gives_the_full_projection_loss_and_gradients(rows,
     model = _trained_like(L.inject(loop.build_base(layout), layout, r=2))
     head = loop.output_head(model)
     seen: list[int] = []
-    handle = head.register_forward_hook(lambda m, a, out: seen.append(a[0].shape[1]))
+    handle = head.register_forward_hook(lambda m, a, out: seen.append(a[0].shape[0] * a[0].shape[1]))
     loss_fn = loop.LOSSES[objective]
     results = []
     for tail in (True, False):
@@ -60,8 +60,12 @@ def test_tail_only_projection_gives_the_full_projection_loss_and_gradients(rows,
         results.append((t, grads))
     handle.remove()
     (tail_t, tail_g), (full_t, full_g) = results
-    width = batch["input_ids"].shape[1]
-    assert seen[1] == width and seen[0] < width  # the tail run projected fewer positions
+    labels = batch["labels"]
+    every = labels.numel()
+    supervised = (
+        int((labels[:, 1:] != D.IGNORE).sum()) if objective == loop.CAUSAL else int((labels != -100).sum())
+    )
+    assert seen[1] == every and seen[0] == supervised < every  # only the supervised positions were projected
     assert float(tail_t.count) == float(full_t.count) > 0
     assert float(tail_t.correct) == float(full_t.correct)
     assert torch.allclose(tail_t.loss, full_t.loss, rtol=0, atol=1e-6)

@@ -1,4 +1,5 @@
-"""AD6xx: training findings (the reference runs of ``train-smoke`` and the doctor checks on their output)."""
+"""AD6xx: training findings (the reference runs of ``train-smoke``, ``train`` and ``eval``, and the doctor's
+checks on their output)."""
 
 from adapterdoc.codes import Code
 
@@ -104,5 +105,73 @@ CODES = [
         "verify's expectations, and the same complaint would block real adapters at the deploy gate.",
         "verify runs/smoke/qwen3_5_vl/adapter --base tiny:qwen3_5_vl: 2 missing",
         "Compare the saved keys with `adapterdoc verify --format json` output and fix whichever side is wrong.",
+    ),
+    Code(
+        "AD620",
+        "trained-adapter-fails-verify",
+        "error",
+        "The adapter `adapterdoc train` just wrote does not verify against the base it was trained on.",
+        "The run trained and saved this adapter on exactly that base, so missing, unexpected or mis-shaped keys (or "
+        "another verify error) mean the saved naming is not what a loader of that base reads: a server would load "
+        "it with LoRA modules silently missing.",
+        "verify runs/q35/adapter --base ./qwen3.5-0.8b: 24 missing",
+        "Run `adapterdoc verify OUT/adapter --base BASE` for the details and report it with `--debug`.",
+    ),
+    Code(
+        "AD621",
+        "trained-adapter-has-tower-lora",
+        "error",
+        "The adapter `adapterdoc train` wrote holds LoRA tensors on a vision/audio tower, projector, talker or MTP head.",
+        "Towers are frozen and excluded by default; tower LoRA in the output means `--targets` reached into a tower, "
+        "and text-only servers drop or refuse such keys.",
+        "base_model.model.model.visual.blocks.0.attn.qkv.lora_A.weight",
+        "Name language-model leaves in `--targets` (or leave the default), then train again.",
+    ),
+    Code(
+        "AD622",
+        "trained-lora-b-zero",
+        "error",
+        "A `lora_B` tensor of the adapter `adapterdoc train` wrote is all zeros.",
+        "`lora_B` starts at zero, so a zero one after training means its module never got a gradient (no "
+        "supervised token reached it, a learning rate of zero, or too few steps with warmup): it does nothing.",
+        "3/56 lora_B tensors are all zero",
+        "Check that the rows have supervised tokens (assistant turns, completions), the learning rate and --warmup.",
+    ),
+    Code(
+        "AD623",
+        "train-loss-did-not-fall",
+        "warning",
+        "The training loss of `adapterdoc train` is not lower after the run than before it.",
+        "On a user's data a few steps may not move the loss, but usually it means the learning rate is too low "
+        "or too high, or the supervised tokens are not the ones meant (check the chat template's mask).",
+        "train loss 2.113 -> 2.140",
+        "Train longer or tune --lr; `adapterdoc eval` on held-out rows tells whether the adapter helps.",
+    ),
+    Code(
+        "AD624",
+        "eval-adapter-does-not-load",
+        "error",
+        "`adapterdoc eval`: PEFT reported missing adapter keys when loading the adapter onto the base.",
+        "PEFT only warns and leaves those modules at zero, so the adapter's numbers would silently be the base's.",
+        "Found missing adapter keys while loading the checkpoint: [...language_model.layers.0...]",
+        "Remap the adapter to the base's layout (`adapterdoc remap ADAPTER --vl` or `--to LAYOUT`) and evaluate again.",
+    ),
+    Code(
+        "AD625",
+        "eval-improvement-below-gate",
+        "error",
+        "`adapterdoc eval --min-improvement X`: the adapter lowers the loss by less than X.",
+        "The gate lets CI refuse an adapter that does not help on the evaluation rows.",
+        "loss 2.31 -> 2.29: improvement 0.02 < --min-improvement 0.1",
+        "Train longer or on better data, or lower the gate if the threshold was too strict.",
+    ),
+    Code(
+        "AD626",
+        "loss-curve-skipped",
+        "info",
+        "RUN_REPORT.md has no loss-curve picture because matplotlib is not installed.",
+        "The picture is optional (the `plot` extra); the numbers are in progress.jsonl either way.",
+        "loss curve skipped: matplotlib is not installed",
+        "`pip install matplotlib` (or `adapterdoc[plot]`) and train again.",
     ),
 ]

@@ -13,6 +13,8 @@ _MODULES = (
     "merge_cmd",
     "roundtrip_cmd",
     "train_cmd",
+    "fit_cmd",
+    "eval_cmd",
     "explain_cmd",
 )
 

@@ -224,3 +224,16 @@ def jsonable(o: Any) -> Any:
     if hasattr(o, "value"):  # enums (task_type, peft_type)
         return o.value
     return str(o)
+
+
+def load_peft(base: Any, adapter_dir: str) -> tuple[Any, list[str]]:
+    """``PeftModel.from_pretrained`` plus the LoRA keys it reported missing (PEFT only warns about them)."""
+    import warnings
+
+    from peft import PeftModel
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = PeftModel.from_pretrained(base, adapter_dir)
+    missing = [str(w.message) for w in caught if "missing adapter keys" in str(w.message)]
+    return model.eval(), missing

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 import time
 import traceback
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from adapterdoc.errors import AdapterdocError, RefusedError
 from adapterdoc.layouts import get_layout
 from adapterdoc.report.findings import Finding, make, sort_findings
+from adapterdoc.train import lora
 
 SMOKE_LAYOUTS = (
     "qwen3_5_vl",
@@ -231,17 +231,6 @@ def _max_diff(a: dict[str, Any], b: dict[str, Any], mask: Any) -> tuple[float, f
     return worst, scale, names
 
 
-def _load_peft(base: Any, adapter_dir: str) -> tuple[Any, list[str]]:
-    """``PeftModel.from_pretrained`` plus the LoRA keys it reported missing (PEFT only warns about them)."""
-    from peft import PeftModel
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model = PeftModel.from_pretrained(base, adapter_dir)
-    missing = [str(w.message) for w in caught if "missing adapter keys" in str(w.message)]
-    return model.eval(), missing
-
-
 # ------------------------------------------------------------------------------------------------------- the checks
 
 
@@ -259,7 +248,6 @@ def check_loss(ctx: Ctx) -> CheckResult:
 
 
 def check_towers(ctx: Ctx) -> CheckResult:
-    from adapterdoc.train import lora
 
     model = ctx.result.model
     lay = get_layout(ctx.layout)
@@ -295,7 +283,7 @@ def check_reload(ctx: Ctx) -> CheckResult:
 
     s = ctx.result.settings
     base = _fresh_saved_base(ctx)
-    model, missing = _load_peft(base, ctx.result.adapter_dir)
+    model, missing = lora.load_peft(base, ctx.result.adapter_dir)
     head = loop.load_head(ctx.result.head_dir) if ctx.result.head_dir else None
     got = _outputs(model, ctx.batch, ctx.objective, head=head)
     diff, _, names = _max_diff(ctx.reference, got, ctx.batch["attention_mask"])
@@ -372,7 +360,7 @@ def check_remap(ctx: Ctx) -> CheckResult:
         return CheckResult("remap", False, f"remap {src} -> {dst} refused: {codes}", impl, code="AD607")
     s = ctx.result.settings
     base = build_counterpart(build_tiny(src, s.base_seed), src, dst)
-    model, missing = _load_peft(base, out)
+    model, missing = lora.load_peft(base, out)
     head = loop.load_head(ctx.result.head_dir) if ctx.result.head_dir else None
     if ctx.objective == loop.CAUSAL:
         got = _outputs(model, ctx.batch, ctx.objective)
@@ -428,7 +416,7 @@ def _float32() -> Any:
 
 
 def _merge_in_memory(ctx: Ctx) -> CheckResult:
-    model, _ = _load_peft(_fresh_saved_base(ctx), ctx.result.adapter_dir)
+    model, _ = lora.load_peft(_fresh_saved_base(ctx), ctx.result.adapter_dir)
     merged = model.merge_and_unload().eval()
     return _compare_merged(ctx, merged, "peft merge_and_unload (in memory)", "")
 

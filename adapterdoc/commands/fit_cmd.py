@@ -1,0 +1,229 @@
+"""`adapterdoc train --base BASE --data FILE.jsonl [--out DIR] [--steps N | --epochs N] [--json] [options]`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from adapterdoc.commands._common import emit, handle_errors, is_quiet
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+def _main_process() -> bool:
+    """Under ``accelerate launch`` only rank 0 prints (the environment says which rank we are, torch-free)."""
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+@click.command("train")
+@click.option(
+    "--base",
+    "base",
+    required=True,
+    help="A model folder (weights + tokenizer), a cached repo id or tiny:LAYOUT.",
+)
+@click.option(
+    "--data",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="JSONL rows: messages, prompt + completion, or text.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Run folder [default: ./adapterdoc-train-BASE].",
+)
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps.")
+@click.option(
+    "--epochs",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Passes over the rows [default: 1].",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Rows per process and micro-step.",
+)
+@click.option(
+    "--grad-accum",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Micro-steps per optimizer step.",
+)
+@click.option(
+    "--lr", type=click.FloatRange(min=0), default=2e-4, show_default=True, help="AdamW learning rate."
+)
+@click.option(
+    "--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Linear warmup steps."
+)
+@click.option("--r", "rank", type=click.IntRange(min=1), default=8, show_default=True, help="LoRA rank.")
+@click.option("--alpha", type=float, default=None, help="lora_alpha [default: 2 r].")
+@click.option("--dropout", type=click.FloatRange(0, 1), default=0.0, show_default=True, help="lora_dropout.")
+@click.option(
+    "--targets",
+    default=None,
+    help="Comma-separated target_modules [default: the layout's language-model leaves].",
+)
+@click.option(
+    "--max-length", type=click.IntRange(min=2), default=None, help="Truncate rows to this many tokens."
+)
+@click.option(
+    "--dtype", type=click.Choice(DTYPES), default="float32", show_default=True, help="The base's dtype."
+)
+@click.option("--gradient-checkpointing", is_flag=True, help="Recompute activations in the backward pass.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--val-split",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="Hold out this fraction.",
+)
+@click.option(
+    "--val-data", type=click.Path(dir_okay=False), default=None, help="Validation rows from a second file."
+)
+@click.option(
+    "--save-steps",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="Checkpoint every N steps (0: never).",
+)
+@click.option("--resume", is_flag=True, help="Continue from the last complete checkpoint in --out.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@click.pass_context
+@handle_errors
+def command(ctx: click.Context, as_json: bool, **o: Any) -> None:
+    """Train a LoRA adapter on your own model and data, then run the doctor on what was written.
+
+    The layout comes from the base's config; LoRA goes on the language-model leaves (towers excluded, fused MoE
+    experts through target_parameters). Rows follow TRL: `messages` (loss on assistant turns), `prompt` +
+    `completion` (loss on the completion), `text` (loss on every token). Under `accelerate launch ... -m
+    adapterdoc train ...` the run is data-parallel. Writes OUT/adapter, progress.jsonl, training_metadata.json,
+    RUN_REPORT.md (with a loss curve when matplotlib is installed) and checkpoints/step-N. Exit 1 if the doctor
+    finds an error in the output.
+    """
+    if o["steps"] is not None and o["epochs"] is not None:
+        raise click.BadParameter("give --steps or --epochs, not both", param_hint="--steps/--epochs")
+    if o["val_split"] and o["val_data"]:
+        raise click.BadParameter(
+            "give --val-split or --val-data, not both", param_hint="--val-split/--val-data"
+        )
+    from adapterdoc.ml.meta import require_ml
+
+    require_ml("train")
+    from adapterdoc.train.loop import TrainSettings
+    from adapterdoc.train.session import train_on_base
+
+    targets = tuple(t.strip() for t in o["targets"].split(",") if t.strip()) if o["targets"] else None
+    settings = TrainSettings(
+        steps=o["steps"] or 1,
+        epochs=o["epochs"] if o["steps"] is None else None,
+        batch_size=o["batch_size"],
+        grad_accum=o["grad_accum"],
+        lr=o["lr"],
+        warmup=o["warmup"],
+        r=o["rank"],
+        alpha=o["alpha"],
+        dropout=o["dropout"],
+        targets=targets,
+        max_length=o["max_length"],
+        dtype=o["dtype"],
+        gradient_checkpointing=o["gradient_checkpointing"],
+        seed=o["seed"],
+        save_steps=o["save_steps"],
+        resume=o["resume"],
+        cpu=False,
+        threads=None,
+    )
+    if settings.epochs is None and o["steps"] is None:
+        settings.epochs = 1.0
+    main = _main_process()
+    with _Bar(enabled=main and not is_quiet() and sys.stderr.isatty()) as bar:
+        report = train_on_base(
+            o["base"],
+            o["data"],
+            o["out"],
+            settings,
+            val_data=o["val_data"],
+            val_split=o["val_split"],
+            on_event=bar.on_event,
+        )
+    if main:
+        if as_json:
+            from adapterdoc.report import render
+
+            emit(render.to_json(report.to_dict()))
+        elif not is_quiet():
+            emit(_human(report))
+    ctx.exit(0 if report.ok else 1)
+
+
+def _human(r: Any) -> str:
+    def pair(d: dict[str, Any] | None) -> str:
+        return "–" if not d else f"{d['before']:.4f} → {d['after']:.4f}"
+
+    v = r.verify
+    lines = [
+        f"train: {r.base} ({r.layout}), {r.steps} steps on {r.num_processes} process(es)",
+        f"  train loss {pair(r.train_loss)}; val loss {pair(r.val_loss)}",
+        f"  adapter {r.adapter}",
+        f"  doctor: verify {'passed' if v.get('ok') else 'FAILED'}, lora_B non-zero "
+        f"{v.get('lora_b', {}).get('nonzero', 0)}/{v.get('lora_b', {}).get('total', 0)}, tower LoRA {v.get('tower_lora', 0)}",
+        f"  report {os.path.join(r.out, 'RUN_REPORT.md')}",
+    ]
+    lines += [f"  {f.code} {f.severity}: {f.message}" for f in r.findings]
+    return "\n".join(lines)
+
+
+class _Bar:
+    """A rich progress bar on stderr over the optimizer steps (terminals only)."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
+        self.progress: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> _Bar:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} steps"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("loading", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if self.progress is None:
+            return
+        if event.get("event") == "setup":
+            self.progress.update(self.task, total=event.get("steps"), description="training")
+        elif event.get("event") == "step":
+            self.progress.update(
+                self.task,
+                completed=event["step"],
+                description=f"loss {event['loss']:.4f}  {event['tokens_per_s']:.0f} tok/s",
+            )
+        elif event.get("event") == "eval":
+            self.progress.update(self.task, description=f"evaluating ({event.get('when')})")
