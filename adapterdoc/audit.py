@@ -199,6 +199,33 @@ def render_heatmap(audit: Audit, path: str | os.PathLike[str]) -> str:
     return render(audit, path)
 
 
+HEATMAP_FILE = "delta_heatmap.png"
+
+
+def report_section(adapter: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> str:
+    """Markdown for a run report: the audit's totals and findings, and the heat map (written to
+    ``out_dir/delta_heatmap.png``) when matplotlib is installed. Never raises for a missing extra."""
+    lines = ["## What the adapter changes (weights audit)", ""]
+    try:
+        audit = audit_adapter(adapter)
+    except UnsupportedInputError as e:
+        return "\n".join([*lines, f"Not audited: {e.reason}", ""])
+    n = len(audit.measured)
+    lines.append(
+        f"{n} LoRA module(s), {audit.inert_count} inert ({audit.inert_share:.0%}), "
+        f"total delta norm {audit.total_norm:.4g} (`adapterdoc inspect ADAPTER --weights`)."
+    )
+    lines += [f"- {f.code} ({f.severity}): {f.message}" for f in audit.findings]
+    lines.append("")
+    try:
+        render_heatmap(audit, os.path.join(os.fspath(out_dir), HEATMAP_FILE))
+    except UnsupportedInputError as e:
+        lines += [f"No heat map: {e.reason}", ""]
+    else:
+        lines += [f"![LoRA delta norm per layer and module]({HEATMAP_FILE})", ""]
+    return "\n".join(lines)
+
+
 def require_numpy(what: str | None) -> Any:
     try:
         import numpy

@@ -48,15 +48,19 @@ def panels(audit: Any) -> list[Panel]:
         else:
             other.append(m)
     out: list[Panel] = []
+    spans: dict[str, list[Any]] = {}
+    for m in audit.modules:
+        if m.layer is not None:
+            spans.setdefault(m.group, []).append(m)
     for group, mods in stacks.items():
-        layers = _layer_range(mods)
+        layers = _layer_range(spans[group])
         cols = list(dict.fromkeys(m.leaf for m in mods))
         p = Panel(f"{group}.N", [str(i) for i in layers], cols)
         for m in mods:
             p.cells[(layers.index(m.layer), cols.index(m.leaf))] = m
         out.append(p)
     for (group, leaf), mods in experts.items():
-        layers = _layer_range(mods)
+        layers = _layer_range(spans[group])
         n = max(m.expert for m in mods) + 1
         p = Panel(f"{group}.N.{leaf}, per expert", [str(i) for i in layers], [str(e) for e in range(n)])
         p.xlabel = "expert"
@@ -92,7 +96,9 @@ def render_png(audit: Any, *, title: str | None = None) -> bytes:
     cmap = plt.colormaps["viridis"]
     widest = max((len(p.cols) for p in ps), default=1)
     heights = [max(1.2, 0.32 * len(p.rows) + 1.1) for p in ps] or [1.0]
-    fig = Figure(figsize=(min(40.0, max(7.0, 2.8 + 0.62 * widest)), sum(heights) + 1.4), dpi=110)
+    fig = Figure(
+        figsize=(min(40.0, max(7.0, 2.8 + 0.62 * widest)), sum(heights) + 1.6), dpi=110, layout="constrained"
+    )
     FigureCanvasAgg(fig)
     n, inert = len(audit.measured), audit.inert_count
     head = title or f"LoRA delta ‖scaling·B A‖_F per module: {_short(audit.path)}"
@@ -103,20 +109,24 @@ def render_png(audit: Any, *, title: str | None = None) -> bytes:
     if not ps:
         fig.text(0.5, 0.5, "no LoRA modules measured", ha="center")
     else:
-        grid = fig.add_gridspec(len(ps), 1, height_ratios=heights, hspace=0.9)
-        for i, p in enumerate(ps):
-            _draw(fig.add_subplot(grid[i]), p, norm, cmap)
+        axes = fig.subplots(len(ps), 1, squeeze=False, height_ratios=heights)[:, 0]
+        for ax, p in zip(axes, ps):
+            _draw(ax, p, norm, cmap)
         fig.colorbar(
-            ScalarMappable(norm=norm, cmap=cmap), ax=fig.axes, fraction=0.025, pad=0.02, label="delta norm"
+            ScalarMappable(norm=norm, cmap=cmap),
+            ax=list(axes),
+            shrink=min(1.0, 4.0 / sum(heights) + 0.3),
+            label="delta norm",
         )
         fig.legend(
             handles=[
                 Patch(facecolor=INERT_RGBA, edgecolor="0.4", label="inert (≈0)"),
                 Patch(facecolor=ABSENT_RGBA, edgecolor="0.4", label="no LoRA"),
+                Patch(facecolor=(1.0, 0.0, 0.0, 1.0), edgecolor="0.4", label="NaN/Inf"),
             ],
-            loc="lower left",
+            loc="outside lower center",
             fontsize=8,
-            ncols=2,
+            ncols=3,
             frameon=False,
         )
     buf = io.BytesIO()
