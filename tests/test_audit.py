@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from adapterdoc.audit import ENERGY, audit_adapter, fp8_value, place, render_heatmap
+from adapterdoc.audit import ENERGY, audit_adapter, core_singular_values, fp8_value, place, render_heatmap
 from adapterdoc.report.heatmap import panels
 
 pytestmark = pytest.mark.ml
@@ -210,6 +210,30 @@ def test_fp8_decoding_is_exact(name: str) -> None:
     mine = [fp8_value(name, b) for b in range(256)]
     for b, (x, y) in enumerate(zip(mine, values)):
         assert (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y)), b
+
+
+@pytest.mark.parametrize("spread", [1e-1, 1e-3, 1e-6, 1e-12, 0.0])
+def test_core_singular_values_match_dense_svd(spread: float) -> None:
+    """Both routes (Gram for well-conditioned deltas, QR once a singular value falls under 1e-4 of the largest)
+    agree with the dense float64 SVD of B @ A to eps·σ_max, however the spectrum decays."""
+    import numpy as np
+
+    g = torch.Generator().manual_seed(7)
+    r, out, fan_in = 8, 300, 200
+    u = torch.linalg.qr(torch.randn(out, r, generator=g, dtype=torch.float64))[0]
+    v = torch.linalg.qr(torch.randn(fan_in, r, generator=g, dtype=torch.float64))[0]
+    s = torch.tensor(
+        [spread ** (i / (r - 1)) if spread else float(i < 3) for i in range(r)], dtype=torch.float64
+    )
+    mix = torch.linalg.qr(torch.randn(r, r, generator=g, dtype=torch.float64))[0]
+    b, a = (u * s) @ mix, mix.T @ v.T  # B A = U diag(s) Vᵀ, with B and A individually unstructured
+    mine = core_singular_values(np, a.numpy(), b.numpy())
+    full = torch.linalg.svdvals(b @ a)
+    dense = full[:r].numpy()
+    assert np.allclose(mine, dense, rtol=0, atol=1e-13 * dense[0])
+    assert int((mine > mine[0] * fan_in * 2.220446049250313e-16).sum()) == int(
+        torch.linalg.matrix_rank(b @ a)
+    )
 
 
 def _energy_rank(sv: torch.Tensor) -> int:
