@@ -93,8 +93,10 @@ def build(folder: str, gib: float, rank: int) -> tuple[str, int, int, int]:
 
 
 def warm(path: str) -> None:
+    """Read the file into the page cache through one small buffer (the parent's peak RSS is every child's floor)."""
+    buf = bytearray(1 << 20)
     with open(path, "rb", buffering=0) as f:
-        while f.read(64 << 20):
+        while f.readinto(buf):
             pass
 
 
@@ -128,12 +130,32 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=128)
     ap.add_argument("--workdir")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--build-only", metavar="DIR", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.build_only:
+        print(json.dumps(build(args.build_only, args.gib, args.rank)))
+        return
     work = args.workdir or tempfile.mkdtemp(prefix="adapterdoc-audit-bench-")
     folder = os.path.join(work, "adapter")
     try:
         t0 = time.perf_counter()
-        path, size, data_bytes, modules = build(folder, args.gib, args.rank)
+        # built in a child: ru_maxrss survives fork, so a parent holding numpy buffers would inflate every figure
+        made = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--build-only",
+                folder,
+                "--gib",
+                str(args.gib),
+                "--rank",
+                str(args.rank),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        path, size, data_bytes, modules = json.loads(made.stdout)
         built = time.perf_counter() - t0
         print(
             f"adapter: {modules} modules, r={args.rank}, {size / 2**30:.2f} GiB BF16 (built in {built:.1f} s)"
