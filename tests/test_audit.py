@@ -416,6 +416,9 @@ def test_verify_gates_on_the_inert_share(tmp_path: Path, tiny_model: Any, cli: A
     assert "AD313" in [f["code"] for f in from_table["adapters"][0]["findings"]]
     r = cli("verify", folder, *base[:2], "--max-inert-share", "1.5")
     assert r.exit_code == 2
+    (tmp_path / "pyproject.toml").write_text('[tool.adapterdoc]\nmax-inert-share = "half"\n')
+    r = cli("verify", folder, *base[:2])
+    assert r.exit_code == 3 and "max-inert-share must be a number from 0 to 1" in r.stderr
 
 
 def test_nan_factor_is_reported_and_not_measured(tmp_path: Path, tiny_model: Any, cli: Any) -> None:
@@ -441,9 +444,10 @@ def test_text_output_and_place() -> None:
 def test_text_report(tmp_path: Path, tiny_model: Any, cli: Any) -> None:
     folder = _one_layer(tmp_path, tiny_model)
     out = cli("inspect", folder, "--weights").stdout
-    assert "28 LoRA module(s) measured, 21 inert (75%)" in out
-    assert re.search(r"model\.layers\.2\s.*100\.0%", out)
-    assert "AD311" in out
+    assert "28 LoRA modules measured, 21 inert (75%)" in out
+    assert re.search(r"^  2 +7 +0 +100\.0% ", out, re.M)  # the per-layer table: layer 2 holds all the change
+    assert re.search(r"^  0 +7 +7 +0\.0% ", out, re.M)
+    assert "AD311" in out and max(len(line) for line in out.splitlines()) <= 80
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:

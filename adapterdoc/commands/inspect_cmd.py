@@ -46,12 +46,7 @@ def command(ctx: click.Context, path: str, weights: bool, plot: str | None, as_j
         from adapterdoc.report.inspect_text import render_inspect
 
         if not is_quiet():
-            text = render_inspect(report)
-            if report.weights is not None:
-                from adapterdoc.report.audit_text import render_audit
-
-                text = text.rstrip("\n") + "\n" + render_audit(report.weights)
-            emit(text)
+            emit(render_inspect(report))
     ctx.exit(0 if report.ok else 1)
 
 
@@ -61,10 +56,12 @@ def _audit(report: object, plot: str | None) -> None:
     from adapterdoc.checkpoint import open_checkpoint
     from adapterdoc.report.findings import sort_findings
 
-    if plot:  # fail on a missing extra before reading any tensor
-        from adapterdoc.report.heatmap import _matplotlib
+    if plot:  # fail on a missing extra or an unwritable path before reading any tensor
+        from adapterdoc.report.heatmap import require_matplotlib
+        from adapterdoc.st.atomic import resolve_output
 
-        _matplotlib(plot)
+        require_matplotlib(plot)
+        resolve_output(plot)
     audit = audit_checkpoint(open_checkpoint(report.spec))  # type: ignore[attr-defined]
     report.weights = audit  # type: ignore[attr-defined]
     report.findings = sort_findings([*report.findings, *audit.findings])  # type: ignore[attr-defined]

@@ -256,6 +256,11 @@ def project_defaults(start: str | None = None) -> dict[str, Any]:
         raise ConfigError(
             path, f"[tool.adapterdoc] max-lora-rank must be one of {', '.join(map(str, RANKS))}"
         )
+    share = out.get("max_inert_share")
+    if "max_inert_share" in out and (
+        isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
+    ):
+        raise ConfigError(path, "[tool.adapterdoc] max-inert-share must be a number from 0 to 1")
     if "base" in out:
         base = out["base"]
         if not isinstance(base, str) or not base:

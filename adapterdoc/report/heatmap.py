@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapterdoc.errors import InputNotFoundError, UnsupportedInputError
+from adapterdoc.errors import UnsupportedInputError
 
 PLOT_SUFFIXES = (".png", ".html", ".htm")
 INERT_RGBA = (0.78, 0.78, 0.78, 1.0)
@@ -83,7 +83,7 @@ def _layer_range(mods: list[Any]) -> list[int]:
 
 def render_png(audit: Any, *, title: str | None = None) -> bytes:
     """The heat map as PNG bytes."""
-    plt = _matplotlib(audit.path)
+    plt = require_matplotlib(audit.path)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
@@ -231,15 +231,13 @@ def render_heatmap(audit: Any, path: str | os.PathLike[str]) -> str:
     suffix = os.path.splitext(spath)[1].lower()
     if suffix not in PLOT_SUFFIXES:
         raise UnsupportedInputError(spath, "--plot writes .png or .html files")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(spath))):
-        raise InputNotFoundError(spath, "the folder for --plot does not exist")
     png = render_png(audit)
     data = png if suffix == ".png" else render_html(audit, png).encode("utf-8")
     atomic_write_bytes(spath, data)
     return spath
 
 
-def _matplotlib(what: str) -> Any:
+def require_matplotlib(what: str) -> Any:
     try:
         import matplotlib as mpl
     except ImportError:
