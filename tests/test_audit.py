@@ -493,3 +493,41 @@ def test_missing_extra_is_one_line_exit_3(
 def test_plot_suffix_is_a_usage_error(tmp_path: Path, cli: Any) -> None:
     r = cli("inspect", tmp_path, "--plot", tmp_path / "map.svg")
     assert r.exit_code == 2 and "must end in .png or .html" in r.output
+
+
+def test_per_expert_keys_get_an_expert_panel(tmp_path: Path) -> None:
+    """Per-expert LoRA (``experts.E.gate_proj``, the transformers 4.x layout): one entry per expert, its own
+    panel (layers × experts), norms equal to the direct float64 ``scaling · B @ A``."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(3)
+    state, want = {}, {}
+    for layer in range(2):
+        for e in range(3):
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                key = f"base_model.model.model.layers.{layer}.mlp.experts.{e}.{proj}"
+                a = torch.randn(4, 16, generator=g).to(torch.bfloat16)
+                b = (torch.randn(24, 4, generator=g) * (0 if (layer, e) == (1, 2) else 1)).to(torch.bfloat16)
+                state[f"{key}.lora_A.weight"], state[f"{key}.lora_B.weight"] = a, b
+                want[key.removeprefix("base_model.model.")] = float(
+                    torch.linalg.norm(2.5 * b.double() @ a.double())
+                )
+    folder = tmp_path / "per-expert"
+    folder.mkdir()
+    save_file(state, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+    cfg = {
+        "peft_type": "LORA",
+        "r": 4,
+        "lora_alpha": 10,
+        "target_modules": ["gate_proj", "up_proj", "down_proj"],
+    }
+    (folder / "adapter_config.json").write_text(json.dumps(cfg))
+    audit = audit_adapter(folder)
+    assert {m.module: m.delta_norm for m in audit.modules} == pytest.approx(want, rel=1e-12)
+    assert {(m.layer, m.expert) for m in audit.modules if m.inert} == {(1, 2)}
+    ps = panels(audit)
+    assert [p.xlabel for p in ps] == ["expert"] * 3 and all(p.cols == ["0", "1", "2"] for p in ps)
+    assert {p.title for p in ps} == {
+        f"model.layers.N.mlp.experts.{x}, per expert" for x in ("gate_proj", "up_proj", "down_proj")
+    }
+    _check_png(Path(render_heatmap(audit, tmp_path / "experts.png")).read_bytes(), min_bytes=10_000)

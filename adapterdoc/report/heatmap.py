@@ -168,7 +168,8 @@ def _draw(ax: Any, p: Panel, norm: Any, cmap: Any) -> None:
             else:
                 rgba = cmap(norm(m.delta_norm))
                 dark = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2] < 0.5
-                label = f"{m.delta_norm:.2g}"
+                v = m.delta_norm
+                label = f"{v:.0f}" if 100 <= v < 1e5 else f"{v:.2g}"
             ax.text(c, r, label, ha="center", va="center", fontsize=6, color="white" if dark else "black")
 
 
