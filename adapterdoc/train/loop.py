@@ -822,7 +822,7 @@ def _run(
         from adapterdoc.audit import report_section
         from adapterdoc.st.atomic import atomic_write_bytes
 
-        text = run_report(result) + "\n" + report_section(adapter_dir, out)
+        text = run_report(result, [report_section(adapter_dir, out)])
         atomic_write_bytes(os.path.join(out, "RUN_REPORT.md"), text.encode())
         log("complete", seconds=round(result.seconds, 3))
     return result
