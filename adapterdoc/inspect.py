@@ -88,6 +88,8 @@ class InspectReport:
     weights_format: str = "safetensors"
     bytes_received: int | None = None
     """For ``hf://`` inputs: bytes fetched over HTTP (headers only)."""
+    weights: Any = None
+    """The weights audit (:class:`adapterdoc.audit.Audit`) with ``--weights``, else ``None``."""
 
     @property
     def ok(self) -> bool:
@@ -118,6 +120,8 @@ class InspectReport:
             d["bytes_received"] = self.bytes_received
         if self.lora:
             d["lora"]["ranks"] = {str(k): v for k, v in self.lora.ranks.items()}
+        if self.weights is not None:
+            d.update(self.weights.to_dict())
         return d
 
 

@@ -26,7 +26,7 @@ from adapterdoc.adapter import (
 )
 from adapterdoc.checkpoint import Checkpoint, load_bin, open_checkpoint
 from adapterdoc.codes.serving import VLLM_DEFAULT_MAX_LORA_RANK, VLLM_MAX_LORA_RANKS, VLLM_VERSION
-from adapterdoc.errors import AdapterdocError, ConfigError, MissingExtraError
+from adapterdoc.errors import AdapterdocError, ConfigError, MissingExtraError, UnsupportedInputError
 from adapterdoc.inspect import inspect_checkpoint
 from adapterdoc.layouts import LAYOUTS, STRIP_LANGUAGE_MODEL, Rule, remap_path, tower_segment
 from adapterdoc.report.findings import Finding, has_errors, make, sort_findings
@@ -59,6 +59,8 @@ class VerifyOptions:
     """``text`` or ``vl``; ``None`` infers it from the base."""
     load: bool = False
     scan: str = "all"
+    max_inert_share: float | None = None
+    """Fail (AD313) when more than this share of the LoRA modules is inert (the weights audit)."""
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -72,6 +74,11 @@ class VerifyOptions:
             raise ValueError(f"served_as must be text or vl, got {self.served_as!r}")
         if self.scan not in SCAN_MODES:
             raise ValueError(f"scan must be one of {', '.join(SCAN_MODES)}, got {self.scan!r}")
+        share = self.max_inert_share
+        if share is not None and (
+            isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
+        ):
+            raise ValueError(f"max_inert_share must be a number from 0 to 1, got {share!r}")
 
 
 @dataclass
@@ -99,6 +106,8 @@ class VerifyReport:
     """The diagnosed layout move, when the mismatch is one."""
     served_as: str | None = None
     load: dict[str, Any] | None = None
+    weights: dict[str, Any] | None = None
+    """The weights audit's summary (modules, inert, inert_share, total_delta_norm), when it ran."""
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None
     """Set when the adapter could not be examined at all (exit code 3)."""
@@ -108,7 +117,7 @@ class VerifyReport:
         return self.error is None and not has_errors(self.findings)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "adapter": self.adapter,
             "ok": self.ok,
             "error": self.error,
@@ -129,6 +138,9 @@ class VerifyReport:
             "load": self.load,
             "findings": [f.to_dict() for f in self.findings],
         }
+        if self.weights is not None:
+            d["weights"] = self.weights
+        return d
 
 
 @dataclass
@@ -433,7 +445,7 @@ def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> Ver
 
     findings += _key_findings(spec, ckpt, keys, meta, km, report, acfg)
     findings += _config_findings(spec, acfg, meta, keys)
-    findings += _weight_findings(spec, ckpt, keys, options.scan, report)
+    findings += _weight_findings(spec, ckpt, keys, options.scan, report, options.max_inert_share)
     if options.profile == "vllm":
         findings += _vllm_findings(spec, acfg, inferred, keys, meta, options, report)
     if options.load:
@@ -699,11 +711,26 @@ def _config_findings(spec: str, acfg: AdapterConfig, meta: Any, keys: list[LoraK
 
 
 def _weight_findings(
-    spec: str, ckpt: Checkpoint, keys: list[LoraKey], mode: str, report: VerifyReport
+    spec: str,
+    ckpt: Checkpoint,
+    keys: list[LoraKey],
+    mode: str,
+    report: VerifyReport,
+    max_inert_share: float | None = None,
 ) -> list[Finding]:
     b_keys = [k.key for k in keys if k.role in ("lora_B", "lora_embedding_B")]
-    other = [k.key for k in keys if k.key not in set(b_keys)] if mode == "all" else []
-    results = _scan(ckpt, b_keys, other, mode)
+    audit = _audit(spec, ckpt, mode, max_inert_share)
+    results: dict[str, tuple[bool, int | None, int]] = {}
+    if audit is not None:  # the audit decoded every LoRA factor once: reuse its zero and NaN/Inf counts
+        wanted = set(b_keys) if mode == "lora-b" else None
+        for name, t in audit.tensors.items():
+            if t.scanned and (wanted is None or name in wanted):
+                results[name] = (True, 0 if t.nonzero else None, t.nonfinite)
+    rest_b = [k for k in b_keys if k not in results]
+    other = (
+        [k.key for k in keys if k.key not in set(b_keys) and k.key not in results] if mode == "all" else []
+    )
+    results.update(_scan(ckpt, rest_b, other, mode))
     out: list[Finding] = []
     zero: list[str] = []
     nonzero = 0
@@ -738,6 +765,42 @@ def _weight_findings(
         out.append(make("AD303", f"{bad} NaN/Inf value(s) ({dtype})", path=spec, key=name))
     if unscanned:
         out.append(make("AD304", f"{len(unscanned)} tensor(s) not scanned", path=spec, key=unscanned[0]))
+    if audit is not None:
+        out += _audit_findings(spec, audit, max_inert_share, all_b_zero=any(f.code == "AD301" for f in out))
+        report.weights = audit.summary()
+    return out
+
+
+def _audit(spec: str, ckpt: Checkpoint, mode: str, max_inert_share: float | None) -> Any:
+    """The weights audit of a safetensors adapter, unless the scan is the quick ``nonzero`` one (which stops at
+    each lora_B's first non-zero element) and no inert-share gate asks for it; ``None`` without numpy then."""
+    if ckpt.weights_format != "safetensors" or (mode == "nonzero" and max_inert_share is None):
+        return None
+    from adapterdoc.audit import audit_checkpoint
+
+    try:
+        return audit_checkpoint(ckpt)
+    except UnsupportedInputError:
+        if max_inert_share is not None:
+            raise
+        return None
+
+
+def _audit_findings(spec: str, audit: Any, limit: float | None, *, all_b_zero: bool) -> list[Finding]:
+    """The audit's delta findings (AD310-AD312; AD310 only when AD301 has not said it already) and the gate."""
+    keep = ("AD311", "AD312") if all_b_zero else ("AD310", "AD311", "AD312")
+    out = [_at(f, spec) for f in audit.findings if f.code in keep]
+    n = len(audit.measured)
+    if limit is not None and n and audit.inert_share > limit:
+        out.append(
+            make(
+                "AD313",
+                f"{audit.inert_count} of {n} LoRA module(s) ({audit.inert_share:.0%}) are inert; "
+                f"the limit is {limit:.0%}",
+                path=spec,
+                hint=f"adapterdoc inspect {shlex.quote(spec)} --weights --plot inert.png",
+            )
+        )
     return out
 
 

@@ -100,6 +100,9 @@ def test_run_records_and_gradient_accumulation(tmp_path) -> None:
     assert sorted(meta["saved_keys"]) == result.saved_keys and len(result.saved_keys) == 56
     report = (tmp_path / "RUN_REPORT.md").read_text()
     assert "mistral3_vl" in report and "supervised tail" in report
+    assert "28 LoRA module(s), 0 inert" in report  # 56 tensors; 3 steps move every lora_B off zero
+    assert "![LoRA delta norm per layer and module](delta_heatmap.png)" in report
+    assert (tmp_path / "delta_heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {p.name for p in (tmp_path / "adapter").iterdir()} == {
         "adapter_config.json",
         "adapter_model.safetensors",

@@ -102,10 +102,12 @@ def test_a_run_leaves_its_records(vl_run) -> None:
     assert meta["lora"]["r"] == 8 and meta["settings"]["steps"] == 4
     report = (out / "RUN_REPORT.md").read_text()
     assert "The doctor's verdict" in report and "passed" in report and "towers untouched: yes" in report
-    assert "supervised tail" in report and "Weights heat map" in report
+    assert "supervised tail" in report and "## What the adapter changes (weights audit)" in report
     if importlib.util.find_spec("matplotlib"):
         assert (out / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert "![loss curve](loss_curve.png)" in report
+        assert (out / "delta_heatmap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert "![LoRA delta norm per layer and module](delta_heatmap.png)" in report
     else:
         assert "Skipped: matplotlib is not installed" in report
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000002", "step-000004"]

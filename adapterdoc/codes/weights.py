@@ -1,4 +1,5 @@
-"""AD3xx: weight findings, from reading the adapter's tensors (``lora_B`` for zeros, every LoRA tensor for NaN/Inf)."""
+"""AD3xx: weight findings, from reading the adapter's tensors (``lora_B`` for zeros, every LoRA tensor for NaN/Inf,
+the weights audit of each module's delta for AD310-AD319)."""
 
 from adapterdoc.codes import Code
 
@@ -48,5 +49,57 @@ CODES = [
         "or non-finite.",
         "a lora_B tensor stored as F6_E2M3",
         "Save adapters in F32, BF16 or F16 (PEFT's default is the training dtype), or install torch to read .bin files.",
+    ),
+    Code(
+        "AD310",
+        "adapter-delta-zero",
+        "error",
+        "The weights audit found every LoRA module's delta `scaling · B @ A` to be exactly zero.",
+        "The adapter is an identity: it loads and serves, and the model answers as the base. Besides an all-zero "
+        "`lora_B` (AD301, PEFT's initial state), this also catches an all-zero `lora_A` with a trained `lora_B`, "
+        "and factors whose products cancel, which the lora_B scan alone cannot see. (A delta that is merely small "
+        "everywhere is not inert by this rule: inertness is measured relative to the adapter's other modules.)",
+        "`adapterdoc inspect ADAPTER --weights`: 56 of 56 modules inert, total delta norm 0",
+        "Re-export the adapter from the trained model; check that training updated the LoRA parameters at all "
+        "(learning rate, frozen parameters, a load whose keys matched nothing).",
+    ),
+    Code(
+        "AD311",
+        "many-modules-inert",
+        "warning",
+        "At least a quarter of the adapter's LoRA modules (or experts) are inert: their delta norm "
+        "`‖scaling · B A‖_F` is zero or at most 1e-3 of the root-mean-square delta norm of all modules.",
+        "Those modules carry rank, memory and serving cost but change nothing next to the rest: part of the model "
+        "was frozen, a layer range never received gradients, experts were never routed to, or the adapter was "
+        "assembled from a partial state dict. The heat map (`inspect --weights --plot FILE.png`) shows where.",
+        "`adapterdoc inspect ADAPTER --weights`: 23 of 24 LoRA modules (96%) are inert; only layer 11 changed",
+        "If the modules were meant to train, check the trainer's frozen parameters, the layer range and the data; "
+        "otherwise drop them from `target_modules` (or use `layers_to_transform`). `verify --max-inert-share` "
+        "turns the share into a gate.",
+    ),
+    Code(
+        "AD312",
+        "rank-above-effective-rank",
+        "info",
+        "Every non-inert module of some rank needs at most a quarter of that rank: the top-k singular values of "
+        "each module's `B @ A` hold 99% of its squared Frobenius norm for a k no larger than rank / 4.",
+        "The extra rank costs adapter size, optimizer memory and, on servers that pad to `--max-lora-rank`, "
+        "serving memory for every request, without changing the model: a truncated SVD to the effective rank "
+        "keeps the delta within 10% (Frobenius).",
+        "rank 64, but no module of that rank needs more than 9 for 99% of its delta (56 module(s)): r=16 would do",
+        "Train with the suggested rank (or set `rank_pattern` for the modules that need less), or compress the "
+        "adapter by a truncated SVD of each module's delta.",
+    ),
+    Code(
+        "AD313",
+        "inert-share-over-limit",
+        "error",
+        "The share of inert LoRA modules is above the limit set with `verify --max-inert-share` (or "
+        "`max-inert-share` in `[tool.adapterdoc]`).",
+        "A gate for pipelines that must not ship adapters where a large part of the targeted modules learned "
+        "nothing, e.g. after a trainer silently froze most layers.",
+        "38 of 56 LoRA modules (68%) are inert; the limit is 25%",
+        "Find the inert modules with `adapterdoc inspect ADAPTER --weights --plot map.png`, fix the training run, "
+        "or raise the limit if the adapter is lopsided by design.",
     ),
 ]

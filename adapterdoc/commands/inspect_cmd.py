@@ -1,23 +1,45 @@
-"""`adapterdoc inspect PATH [--json]`."""
+"""`adapterdoc inspect PATH [--weights] [--plot FILE.png|FILE.html] [--json]`."""
 
 from __future__ import annotations
+
+import os
 
 import click
 
 from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
 
 
+def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and os.path.splitext(value)[1].lower() not in (".png", ".html", ".htm"):
+        raise click.BadParameter("must end in .png or .html", ctx=ctx, param=param)
+    return value
+
+
 @click.command("inspect", epilog=INPUT_FORMS)
 @click.argument("path")
+@click.option(
+    "--weights",
+    is_flag=True,
+    help="Also read the LoRA tensors: each module's delta ‖scaling·B A‖, effective rank and inert modules.",
+)
+@click.option(
+    "--plot",
+    "plot",
+    metavar="FILE.png|FILE.html",
+    callback=_plot_path,
+    help="Draw the delta norms as a layer × module heat map (implies --weights; needs the plot extra).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.pass_context
 @handle_errors
-def command(ctx: click.Context, path: str, as_json: bool) -> None:
-    """Describe an adapter, checkpoint or cached repo from its headers alone."""
+def command(ctx: click.Context, path: str, weights: bool, plot: str | None, as_json: bool) -> None:
+    """Describe an adapter, checkpoint or cached repo from its headers alone (with --weights, its LoRA tensors)."""
     from adapterdoc.inspect import inspect
     from adapterdoc.report import render
 
     report = inspect(path)
+    if weights or plot:
+        _audit(report, plot)
     if as_json:
         emit(render.to_json(report.to_dict()))
     else:
@@ -26,3 +48,22 @@ def command(ctx: click.Context, path: str, as_json: bool) -> None:
         if not is_quiet():
             emit(render_inspect(report))
     ctx.exit(0 if report.ok else 1)
+
+
+def _audit(report: object, plot: str | None) -> None:
+    """Run the weights audit (torch is imported only for .bin adapters) and draw it when asked."""
+    from adapterdoc.audit import audit_checkpoint, render_heatmap
+    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.report.findings import sort_findings
+
+    if plot:  # fail on a missing extra or an unwritable path before reading any tensor
+        from adapterdoc.report.heatmap import require_matplotlib
+        from adapterdoc.st.atomic import resolve_output
+
+        require_matplotlib(plot)
+        resolve_output(plot)
+    audit = audit_checkpoint(open_checkpoint(report.spec))  # type: ignore[attr-defined]
+    report.weights = audit  # type: ignore[attr-defined]
+    report.findings = sort_findings([*report.findings, *audit.findings])  # type: ignore[attr-defined]
+    if plot:
+        render_heatmap(audit, plot)

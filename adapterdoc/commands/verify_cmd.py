@@ -20,6 +20,7 @@ TABLE_KEYS = {
     "max-lora-rank": "max_lora_rank",
     "base": "base",
     "served-as": "served_as",
+    "max-inert-share": "max_inert_share",
 }
 """``[tool.adapterdoc]`` keys (underscores accepted too) → option names."""
 
@@ -52,6 +53,11 @@ TABLE_KEYS = {
     show_default=True,
     help="Weight scan: NaN/Inf in every tensor and zeros in lora_B; lora_B only; or lora_B zeros only.",
 )
+@click.option(
+    "--max-inert-share",
+    type=click.FloatRange(0, 1),
+    help="Fail when more than this share of LoRA modules is inert (weights audit; e.g. 0.25).",
+)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default text).")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option(
@@ -81,6 +87,7 @@ def command(
     served_as: str | None,
     load: bool,
     scan: str,
+    max_inert_share: float | None,
     fmt: str | None,
     as_json: bool,
     output_file: str | None,
@@ -115,6 +122,9 @@ def command(
             served_as=served_as or defaults.get("served_as"),
             load=load,
             scan=scan,
+            max_inert_share=max_inert_share
+            if max_inert_share is not None
+            else defaults.get("max_inert_share"),
         )
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
@@ -246,6 +256,11 @@ def project_defaults(start: str | None = None) -> dict[str, Any]:
         raise ConfigError(
             path, f"[tool.adapterdoc] max-lora-rank must be one of {', '.join(map(str, RANKS))}"
         )
+    share = out.get("max_inert_share")
+    if "max_inert_share" in out and (
+        isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
+    ):
+        raise ConfigError(path, "[tool.adapterdoc] max-inert-share must be a number from 0 to 1")
     if "base" in out:
         base = out["base"]
         if not isinstance(base, str) or not base:

@@ -42,6 +42,10 @@ def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
         w.para("•", ev, indent=2)
     if report.lora:
         _render_lora(w, report)
+    if report.weights is not None:  # inspect --weights
+        from adapterdoc.report.audit_text import write_audit
+
+        write_audit(w, report.weights)
     write_findings(w, report.findings, context=(report.spec,))
     w.para(count_line(report.findings))
     return w.getvalue()

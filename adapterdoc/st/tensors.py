@@ -119,6 +119,12 @@ def read_tensor_bytes(header: Header, name: str) -> bytes:
     return b"".join(bytes(buf) for _, buf in _windows(header, info))
 
 
+def tensor_windows(header: Header, name: str) -> Iterator[tuple[int, memoryview]]:
+    """(byte offset inside the tensor, bytes) windows over tensor ``name``, at most :data:`CHUNK_BYTES` each and
+    a whole number of elements; each view is valid only until the next one is taken (release what you derive)."""
+    return _windows(header, header.tensors[name])
+
+
 def _windows(header: Header, info: TensorInfo, chunk: int | None = None) -> Iterator[tuple[int, memoryview]]:
     """(byte offset inside the tensor, bytes) windows over one tensor, each through its own short-lived mmap."""
     if info.nbytes == 0:

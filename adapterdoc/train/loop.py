@@ -819,9 +819,11 @@ def _run(
             **plan.extra,
         )
         write_json(os.path.join(out, "training_metadata.json"), meta)
+        from adapterdoc.audit import report_section
         from adapterdoc.st.atomic import atomic_write_bytes
 
-        atomic_write_bytes(os.path.join(out, "RUN_REPORT.md"), run_report(result).encode())
+        text = run_report(result, [report_section(adapter_dir, out)])
+        atomic_write_bytes(os.path.join(out, "RUN_REPORT.md"), text.encode())
         log("complete", seconds=round(result.seconds, 3))
     return result
 

@@ -426,8 +426,10 @@ def write_loss_curve(history: list[dict[str, Any]], path: str) -> bool:
 
 
 def weights_heatmap_section(adapter_dir: str, out: str) -> str:
-    """The spot for the weights heat map of issue 18 (``render_heatmap(audit, path)``), once it is on main."""
-    return "## Weights heat map\n\nNot drawn: this build has no weights audit (issue 18)."
+    """The weights audit's totals and findings, and its heat map (``delta_heatmap.png``), for RUN_REPORT.md."""
+    from adapterdoc.audit import report_section
+
+    return report_section(adapter_dir, out).rstrip("\n")
 
 
 # --------------------------------------------------------------------------------------------------- eval
