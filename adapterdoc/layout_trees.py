@@ -31,7 +31,8 @@ class Node:
     kind: str = OTHER
     """``linear``, ``embedding``, ``conv``, ``experts`` (fused 3-D expert Parameters) or ``other``."""
     params: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    """The module's own Parameters (``recurse=False``), for linear, embedding and experts modules."""
+    """The module's own Parameters (``recurse=False``), for linear, embedding and experts modules (and a conv
+    whose weight is 3-D, which the meta path's leaf census counts like fused experts)."""
 
 
 @dataclass
@@ -247,7 +248,6 @@ def _qwen35_text(t: Tree, f: _Fields, p: str, moe: bool) -> tuple[int, int]:
     kd = f.int("linear_key_head_dim") * f.int("linear_num_key_heads")
     nv = f.int("linear_num_value_heads")
     vd = f.int("linear_value_head_dim") * nv
-    f.int("linear_conv_kernel_dim")
     types = _layer_types(f, n)
     t.embedding(p + "embed_tokens", v, h)
     t.input_embedding = p + "embed_tokens"
@@ -258,7 +258,7 @@ def _qwen35_text(t: Tree, f: _Fields, p: str, moe: bool) -> tuple[int, int]:
         if kind == "linear_attention":
             a = q + ".linear_attn"
             t.add(a)
-            t.add(a + ".conv1d", CONV)
+            t.add(a + ".conv1d", CONV, (("weight", (2 * kd + vd, 1, f.int("linear_conv_kernel_dim"))),))
             t.add(a + ".norm")
             t.linear(a + ".out_proj", vd, h)
             t.linear(a + ".in_proj_qkv", h, 2 * kd + vd)
