@@ -92,6 +92,11 @@ class VerifyReport:
     layout_candidates: list[str] = field(default_factory=list)
     """Other layouts the keys fit (all of them when ``layout`` is ``ambiguous``)."""
     base_layout: str | None = None
+    expected_keys_from: str | None = None
+    """``registry`` (the layout registry's module tree and PEFT's rules, torch-free) or ``meta-device`` (PEFT
+    injected into the base built on the meta device)."""
+    expected_keys_note: str | None = None
+    """Why the registry did not decide, when the meta-device path did."""
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     shape_mismatch: list[str] = field(default_factory=list)
@@ -125,6 +130,8 @@ class VerifyReport:
             "layout": self.layout,
             "layout_candidates": self.layout_candidates,
             "base_layout": self.base_layout,
+            "expected_keys_from": self.expected_keys_from,
+            "expected_keys_note": self.expected_keys_note,
             "missing": self.missing,
             "unexpected": self.unexpected,
             "shape_mismatch": self.shape_mismatch,
@@ -334,25 +341,67 @@ def best_move(
 # --------------------------------------------------------------------------------------------- the run
 
 
+class _Base:
+    """The resolved base and the two ways to its expected keys: the registry's module tree (torch-free) when it
+    describes the config exactly, else the transformers config for the meta-device model (loaded on first use)."""
+
+    def __init__(self, spec: Any, tree: Any, why: str | None, raw: dict[str, Any] | None) -> None:
+        self.spec, self.tree, self.why, self.raw = spec, tree, why, raw
+        self._config: Any = None
+
+    @classmethod
+    def resolve(cls, base: str) -> _Base:
+        from adapterdoc.layout_trees import Unmodeled, build_tree
+        from adapterdoc.ml import meta as M
+
+        spec = M.resolve_base(base)
+        if spec.kind == "tiny":
+            return cls(spec, None, "tiny reference bases are built by transformers", None)
+        raw = M.read_config_json(spec)
+        try:
+            return cls(spec, build_tree(raw), None, raw)
+        except Unmodeled as e:
+            return cls(spec, None, str(e), raw)
+
+    def config(self, why: str | None = None) -> Any:
+        """The transformers config (the meta-device path); exit 3 naming the ML extra when it is not installed."""
+        from adapterdoc.ml import meta as M
+
+        if self._config is None:
+            reason = why or self.why
+            what = (
+                self.spec.spec if not reason else f"{self.spec.spec} (the registry cannot decide: {reason})"
+            )
+            self._config = M.load_config(self.spec, what)
+        return self._config
+
+    @property
+    def model_type(self) -> Any:
+        if self.raw is not None:
+            return self.raw.get("model_type")
+        return getattr(self.config(), "model_type", None)
+
+
 def verify(adapters: Iterable[str], base: str, options: VerifyOptions | None = None) -> VerifyRun:
-    """Verify each adapter against ``base``; an unusable base raises, an unusable adapter is reported."""
+    """Verify each adapter against ``base``; an unusable base raises, an unusable adapter is reported.
+
+    Expected keys come from the registry's module tree and PEFT's rules (:mod:`adapterdoc.expected`, no torch)
+    when the registry describes the base config and the adapter config exactly, else from PEFT on the meta
+    device; each report says which (``expected_keys_from``)."""
     from adapterdoc.ml import meta as M
 
     options = options or VerifyOptions()
-    spec = M.resolve_base(base)
-    M.require_ml(base)
-    config = M.load_config(spec)
-    info = {
-        "kind": spec.kind,
-        "has_weights": spec.has_weights,
-        "model_type": getattr(config, "model_type", None),
-    }
+    b = _Base.resolve(base)
+    spec = b.spec
+    if options.load:
+        M.require_ml("--load")
+    info = {"kind": spec.kind, "has_weights": spec.has_weights, "model_type": b.model_type}
     if options.load and not spec.has_weights:
         raise MissingWeightsError(base, "--load needs a base with weights (config.json alone is not enough)")
     reports: list[VerifyReport] = []
     for adapter in adapters:
         try:
-            reports.append(verify_one(adapter, spec, config, options))
+            reports.append(verify_one(adapter, b, options))
         except MissingExtraError:
             raise
         except AdapterdocError as e:
@@ -407,10 +456,8 @@ class MissingWeightsError(AdapterdocError):
     """``--load`` on a base that has only a config."""
 
 
-def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> VerifyReport:
-    """Verify one adapter (``base`` is a resolved :class:`~adapterdoc.ml.meta.BaseSpec`)."""
-    from adapterdoc.ml import meta as M
-
+def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
+    """Verify one adapter (``base`` is a resolved :class:`_Base`)."""
     ckpt = open_checkpoint(spec)
     where = ckpt.root
     insp = inspect_checkpoint(ckpt)
@@ -429,12 +476,11 @@ def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> Ver
         findings.append(
             make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)
         )
-    lora_cfg = M.lora_config_from_raw(acfg.raw, acfg.path)
-    meta = M.build_meta_adapter(base, lora_cfg, config=config, as_class=_auto_mapping_class(acfg))
-    report.base_layout = meta.layout
-    if meta.built_as is not None:
-        findings.append(_built_as_finding(spec, meta.built_as))
     shapes = {k: tuple(t.shape) for k, t in ckpt.tensors.items()}
+    meta = _expected_model(base, acfg, shapes, report)
+    report.base_layout = meta.layout
+    if getattr(meta, "built_as", None) is not None:
+        findings.append(_built_as_finding(spec, meta.built_as))
     km = meta.match(shapes)
     report.missing, report.unexpected = km.missing, km.unexpected
     report.shape_mismatch = [k for k, _, _ in km.shape_mismatch]
@@ -449,7 +495,7 @@ def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> Ver
     if options.profile == "vllm":
         findings += _vllm_findings(spec, acfg, inferred, keys, meta, options, report)
     if options.load:
-        findings += _load_findings(spec, ckpt, base, report, meta.built_as)
+        findings += _load_findings(spec, ckpt, base.spec, report, getattr(meta, "built_as", None))
     report.findings = sort_findings(_dedupe(findings))
     return report
 
@@ -469,6 +515,33 @@ def _built_as_finding(spec: str, b: Any) -> Finding:
         path=spec,
         key="auto_mapping",
     )
+
+
+def _expected_model(
+    base: _Base, acfg: AdapterConfig, shapes: dict[str, tuple[int, ...]], report: VerifyReport
+) -> Any:
+    """The registry's expected keys when it can say exactly, else PEFT's own on the meta device."""
+    from adapterdoc.layout_trees import Unmodeled
+    from adapterdoc.ml import meta as M
+
+    why = base.why
+    as_class = _auto_mapping_class(acfg)
+    if base.tree is not None and as_class not in (None, base.tree.model_class):
+        why = f"the adapter's auto_mapping names {as_class}, which the meta device builds from this config"
+    elif base.tree is not None:
+        from adapterdoc.expected import registry_adapter
+
+        try:
+            meta = registry_adapter(base.tree, acfg, shapes, base=base.spec)
+            report.expected_keys_from = "registry"
+            return meta
+        except Unmodeled as e:
+            why = str(e)
+    config = base.config(why)
+    lora_cfg = M.lora_config_from_raw(acfg.raw, acfg.path)
+    report.expected_keys_from = "meta-device"
+    report.expected_keys_note = why
+    return M.build_meta_adapter(base.spec, lora_cfg, config=config, as_class=as_class)
 
 
 def _at(f: Finding, spec: str) -> Finding:
