@@ -61,6 +61,9 @@ class VerifyOptions:
     scan: str = "all"
     max_inert_share: float | None = None
     """Fail (AD313) when more than this share of the LoRA modules is inert (the weights audit)."""
+    expected_keys: str = "auto"
+    """``auto``: the registry's torch-free expected keys where it describes the base exactly, else the meta device;
+    ``meta-device``: always PEFT on the meta device (the oracle the registry is tested against)."""
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -72,6 +75,8 @@ class VerifyOptions:
             )
         if self.served_as not in (None, *SERVED_AS):
             raise ValueError(f"served_as must be text or vl, got {self.served_as!r}")
+        if self.expected_keys not in ("auto", "meta-device"):
+            raise ValueError(f"expected_keys must be auto or meta-device, got {self.expected_keys!r}")
         if self.scan not in SCAN_MODES:
             raise ValueError(f"scan must be one of {', '.join(SCAN_MODES)}, got {self.scan!r}")
         share = self.max_inert_share
@@ -477,7 +482,7 @@ def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
             make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)
         )
     shapes = {k: tuple(t.shape) for k, t in ckpt.tensors.items()}
-    meta = _expected_model(base, acfg, shapes, report)
+    meta = _expected_model(base, acfg, shapes, report, options.expected_keys == "auto")
     report.base_layout = meta.layout
     if getattr(meta, "built_as", None) is not None:
         findings.append(_built_as_finding(spec, meta.built_as))
@@ -518,17 +523,17 @@ def _built_as_finding(spec: str, b: Any) -> Finding:
 
 
 def _expected_model(
-    base: _Base, acfg: AdapterConfig, shapes: dict[str, tuple[int, ...]], report: VerifyReport
+    base: _Base, acfg: AdapterConfig, shapes: dict[str, tuple[int, ...]], report: VerifyReport, registry: bool
 ) -> Any:
     """The registry's expected keys when it can say exactly, else PEFT's own on the meta device."""
     from adapterdoc.layout_trees import Unmodeled
     from adapterdoc.ml import meta as M
 
-    why = base.why
+    why = base.why if registry else "meta-device path requested"
     as_class = _auto_mapping_class(acfg)
-    if base.tree is not None and as_class not in (None, base.tree.model_class):
+    if registry and base.tree is not None and as_class not in (None, base.tree.model_class):
         why = f"the adapter's auto_mapping names {as_class}, which the meta device builds from this config"
-    elif base.tree is not None:
+    elif registry and base.tree is not None:
         from adapterdoc.expected import registry_adapter
 
         try:
