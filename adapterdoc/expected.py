@@ -317,7 +317,13 @@ def registry_adapter(
             add(f"{name}.{p}", shape, f"{name}.modules_to_save.{ADAPTER}.{p}")
             aux.add(WRAPPER + f"{name}.{p}")
     for key in shapes or ():
-        if parse_key(key).role == "full" and key not in expected:
+        if key in expected:
+            continue
+        if tree.load_conversion:
+            raise Unmodeled(
+                f"`{key}` is not a key PEFT creates, and PEFT's load-time conversion for {tree.model_type} may rename it"
+            )
+        if parse_key(key).role == "full":
             raise Unmodeled(f"adapter key `{key}` may name a base weight (PEFT's loader would compare it)")
     after = _snapshot(tm, tp, rank_pattern, alpha_pattern, mts)
     return RegistryAdapterModel(

@@ -48,6 +48,10 @@ class Tree:
     input_embedding: str | None = None
     tied: bool = False
     """Whether the output layer shares the input embedding's weight (``tie_word_embeddings``)."""
+    load_conversion: bool = False
+    """Whether transformers registers load-time renames for this model type, which PEFT's loader also applies to
+    adapter keys (``convert_peft_adapter_state_dict_for_transformers``): keys that do not match exactly may then
+    be renamed into place, so only the meta device can judge them."""
 
     def add(self, name: str, kind: str = OTHER, params: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> None:
         self.nodes.append(Node(name, kind, params))
@@ -529,6 +533,11 @@ def model_class_name(raw: Mapping[str, Any]) -> str:
     raise Unmodeled(f"no registry layout has model_type {raw.get('model_type')!r}")
 
 
+LOAD_CONVERSIONS = frozenset({"qwen3_5_text", "qwen3_5_moe_text", "mistral3"})
+"""Model types among :data:`TREES` with a ``transformers.conversion_mapping`` entry (transformers 5.24; pinned by
+``tests/test_expected_keys.py``)."""
+
+
 def build_tree(raw: Mapping[str, Any]) -> Tree:
     """The module tree of the model a ``config.json`` dict describes; :class:`Unmodeled` when the registry cannot
     describe it exactly."""
@@ -537,4 +546,6 @@ def build_tree(raw: Mapping[str, Any]) -> Tree:
     builder = TREES.get((str(mt), cls))
     if builder is None:
         raise Unmodeled(f"the registry has no module tree for {cls} with model_type {mt!r}")
-    return builder(raw)
+    tree = builder(raw)
+    tree.load_conversion = tree.model_type in LOAD_CONVERSIONS
+    return tree
