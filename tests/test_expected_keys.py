@@ -244,7 +244,7 @@ def lora_configs(d: st.DrawFn, module_names: list[str]) -> dict[str, Any]:
         raw["modules_to_save"] = d(
             st.sampled_from([["lm_head"], ["embed_tokens"], ["merging_layer"], ["norm"]])
         )
-    if d(st.integers(0, 4)) == 0:
+    if "target_parameters" not in raw and d(st.integers(0, 4)) == 0:  # PEFT's ParamWrapper refuses dropout
         raw["lora_dropout"] = 0.1
     if d(st.integers(0, 4)) == 0:
         raw["use_rslora"] = True
@@ -367,23 +367,33 @@ def cases(d: st.DrawFn, layout: str) -> tuple[Any, dict[str, Any], int]:
 
 @pytest.mark.parametrize("layout", REGISTRY_LAYOUTS)
 def test_registry_equals_meta_device(layout: str) -> None:
+    outcomes: list[str] = []
+
     @FAST
     @given(cases(layout))
     def run(case: tuple[Any, dict[str, Any], int]) -> None:
-        check_equal(*case)
+        outcomes.append(check_equal(*case))
 
     run()
+    assert outcomes.count("declined") <= 0.6 * len(outcomes), (
+        outcomes
+    )  # the registry decides most generated cases
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", REGISTRY_LAYOUTS)
 def test_registry_equals_meta_device_slow(layout: str) -> None:
+    outcomes: list[str] = []
+
     @SLOW
     @given(cases(layout))
     def run(case: tuple[Any, dict[str, Any], int]) -> None:
-        check_equal(*case)
+        outcomes.append(check_equal(*case))
 
     run()
+    assert outcomes.count("declined") <= 0.6 * len(outcomes), (
+        outcomes
+    )  # the registry decides most generated cases
 
 
 @pytest.mark.parametrize("layout", REGISTRY_LAYOUTS)
