@@ -1,7 +1,8 @@
 """`adapterdoc verify`: the pre-deploy gate. Does an adapter load, fully and meaningfully, on this base (and server)?
 
 Per adapter: its header (every inspect finding), its keys against what PEFT builds on the base from the config alone
-(meta device, PEFT's own injection, :mod:`adapterdoc.ml.meta`), a diagnosis of known layout moves with the exact
+(the registry's module tree and PEFT's rules, torch-free, :mod:`adapterdoc.expected`; else PEFT's own injection on
+the meta device, :mod:`adapterdoc.ml.meta`), a diagnosis of known layout moves with the exact
 ``adapterdoc remap`` command, config checks, the ``lora_B`` zero and NaN/Inf scans (:mod:`adapterdoc.st.tensors`),
 optional serving-profile rules (vLLM) and an optional real PEFT load (:mod:`adapterdoc.ml.load`).
 Torch is imported only inside the functions that need it.

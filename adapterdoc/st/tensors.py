@@ -190,7 +190,9 @@ def _first_nonzero(buf: memoryview, dtype: str, bits: _Bits | None) -> int | Non
     np = _np()
     if np is not None:
         arr = np.frombuffer(buf, dtype=_UINT[width])
-        if len(arr) > _PROBE:  # a non-zero tensor usually shows it at once: look at a prefix before the window
+        if (
+            len(arr) > _PROBE
+        ):  # a non-zero tensor usually shows it at once: look at a prefix before the window
             head = _first_nonzero(buf[: _PROBE * width], dtype, bits)
             if head is not None:
                 return head
