@@ -95,10 +95,24 @@ def _comparable(report: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("layout", sorted(CASES))
 def test_no_torch_verify_equals_the_ml_path(tmp_path: Path, layout: str) -> None:
     base = _base(tmp_path, layout)
-    for adapter in _adapters(tmp_path, layout, base):
-        ml = verify([str(adapter)], str(base), VerifyOptions(expected_keys="meta-device")).to_dict()
+    runs = [(a, "peft") for a in _adapters(tmp_path, layout, base)]
+    runs.append((runs[-1][0], "vllm"))  # the vLLM profile reads the module tree too (served names, leaves)
+    for adapter, profile in runs:
+        options = VerifyOptions(expected_keys="meta-device", profile=profile)
+        ml = verify([str(adapter)], str(base), options).to_dict()
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, "verify", str(adapter), "--base", str(base), "--json"],
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                "verify",
+                str(adapter),
+                "--base",
+                str(base),
+                "--json",
+                "--profile",
+                profile,
+            ],
             capture_output=True,
             text=True,
             timeout=120,
