@@ -92,6 +92,8 @@ class RegistryAdapterModel:
     inject_error: str | None = None
     peft_warnings: list[str] = field(default_factory=list)
     source: str = "registry"
+    built_as: Any = None
+    """Always ``None``: the registry decides only when the base is built as its config's own class."""
     _aux: frozenset[str] = frozenset()
     """Expected keys of ``modules_to_save`` copies (never reported missing, as PEFT's loader does not)."""
     _by_model_name: dict[str, str] = field(default_factory=dict)
