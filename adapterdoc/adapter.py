@@ -448,22 +448,29 @@ class AdapterConfig:
         return alpha / math.sqrt(r) if self.use_rslora else alpha / r
 
     def targets(self, module: str) -> bool:
-        """Whether PEFT's ``target_modules``/``exclude_modules`` rules select ``module`` (header-only mirror)."""
-        excl = self.exclude_modules
-        if excl:
-            if isinstance(excl, str):
-                if re.fullmatch(excl, module):
-                    return False
-            elif module in excl or any(module.endswith(f".{e}") for e in excl):
-                return False
+        """Whether PEFT's ``target_modules``/``exclude_modules``/``modules_to_save``/``layers_to_transform`` rules
+        select ``module`` (header-only mirror; ``all-linear`` counts as a match here, the registry resolves it)."""
         tm = self.target_modules
-        if tm is None:
+        if isinstance(tm, str) and tm.lower() == "all-linear":
+            tm = None if self.excludes(module) else [module]
+        try:
+            return peft_selects(
+                module,
+                tm,
+                self.exclude_modules,
+                self.raw.get("modules_to_save"),
+                self.raw.get("layers_to_transform"),
+                self.raw.get("layers_pattern"),
+            )
+        except (re.error, TypeError):  # PEFT itself fails on such a config; inspect reports what it can
             return False
-        if isinstance(tm, str):
-            if tm == "all-linear":
-                return True
-            return re.fullmatch(tm, module) is not None
-        return module in tm or any(module.endswith(f".{t}") for t in tm)
+
+    def excludes(self, module: str) -> bool:
+        """Whether ``exclude_modules`` or ``modules_to_save`` keep LoRA off ``module``."""
+        try:
+            return not peft_selects(module, [module], self.exclude_modules, self.raw.get("modules_to_save"))
+        except (re.error, TypeError):
+            return False
 
     def targets_parameter(self, module: str) -> bool:
         """Whether a fused-expert module (``...mlp.experts``) is reached through ``target_parameters``."""
@@ -534,6 +541,65 @@ _TYPED_FIELDS: tuple[tuple[str, Any, str, str], ...] = (
     ),
     ("lora_dropout", _is_number, "a number", "PEFT raises TypeError when it builds the LoRA layers"),
 )
+
+
+def peft_selects(
+    module: str,
+    target_modules: Any,
+    exclude_modules: Any = None,
+    modules_to_save: Any = None,
+    layers_to_transform: Any = None,
+    layers_pattern: Any = None,
+) -> bool:
+    """PEFT's ``check_target_module_exists`` (peft.tuners.tuners_utils, 0.21) on one module name, torch-free.
+
+    ``target_modules`` is a regex (full match) or a collection of names (exact or ``.name`` suffix);
+    ``exclude_modules`` likewise; a ``modules_to_save`` entry keeps LoRA off every module under it; with a list of
+    targets, ``layers_to_transform`` (an int or a list) keeps only modules in those layers, the layer index being
+    the first number after ``layers_pattern`` (or after the second path segment when no pattern is given).
+    """
+    if exclude_modules:
+        if isinstance(exclude_modules, str):
+            if re.fullmatch(exclude_modules, module):
+                return False
+        elif module in exclude_modules or any(module.endswith(f".{e}") for e in exclude_modules):
+            return False
+    if modules_to_save and any(re.match(rf"(^|.*\.){m}($|\..*)", module) for m in modules_to_save):
+        return False
+    if target_modules is None:
+        return False
+    if isinstance(target_modules, str):
+        return re.fullmatch(target_modules, module) is not None
+    if module in target_modules:
+        return True
+    found = any(module.endswith(f".{t}") for t in target_modules)
+    using_layers = layers_to_transform is not None and (
+        len(layers_to_transform) != 0 if isinstance(layers_to_transform, list) else True
+    )
+    if not (using_layers and found):
+        return found
+    match = None
+    if not layers_pattern:
+        match = re.match(r".*?\.[^.]*\.(?P<idx>\d+)\.", module)
+    else:
+        for pattern in [layers_pattern] if isinstance(layers_pattern, str) else layers_pattern:
+            match = re.match(rf"(?:^|.*?\.){pattern}\.(?P<idx>\d+)\.", module)
+            if match is not None:
+                break
+    if match is None:
+        return False
+    index = int(match["idx"])
+    return (
+        index == layers_to_transform if isinstance(layers_to_transform, int) else index in layers_to_transform
+    )
+
+
+def pattern_key(keys: Iterable[str], name: str) -> str | None:
+    """PEFT's ``get_pattern_key``: the first ``rank_pattern``/``alpha_pattern`` key matching ``name``."""
+    for key in keys:
+        if module_name_matches(key, name):
+            return key
+    return None
 
 
 def _no_constants(name: str) -> Any:

@@ -2,7 +2,8 @@
 
 Every naming rule adapterdoc knows lives here. Module paths below are PEFT module paths *without* the
 ``base_model.model.`` wrapper (``model.language_model.layers.0.self_attn.q_proj``). Nothing in this module
-imports torch; the tiny reference configs are built by :mod:`adapterdoc.train.tiny` from the names here.
+imports torch; the tiny reference configs are built by :mod:`adapterdoc.ml.tiny` from the names here, and each
+layout's module tree (from ``config.json``, torch-free) lives in :mod:`adapterdoc.layout_trees`.
 """
 
 from __future__ import annotations

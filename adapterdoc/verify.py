@@ -1,7 +1,8 @@
 """`adapterdoc verify`: the pre-deploy gate. Does an adapter load, fully and meaningfully, on this base (and server)?
 
 Per adapter: its header (every inspect finding), its keys against what PEFT builds on the base from the config alone
-(meta device, PEFT's own injection, :mod:`adapterdoc.ml.meta`), a diagnosis of known layout moves with the exact
+(the registry's module tree and PEFT's rules, torch-free, :mod:`adapterdoc.expected`; else PEFT's own injection on
+the meta device, :mod:`adapterdoc.ml.meta`), a diagnosis of known layout moves with the exact
 ``adapterdoc remap`` command, config checks, the ``lora_B`` zero and NaN/Inf scans (:mod:`adapterdoc.st.tensors`),
 optional serving-profile rules (vLLM) and an optional real PEFT load (:mod:`adapterdoc.ml.load`).
 Torch is imported only inside the functions that need it.
@@ -61,6 +62,9 @@ class VerifyOptions:
     scan: str = "all"
     max_inert_share: float | None = None
     """Fail (AD313) when more than this share of the LoRA modules is inert (the weights audit)."""
+    expected_keys: str = "auto"
+    """``auto``: the registry's torch-free expected keys where it describes the base exactly, else the meta device;
+    ``meta-device``: always PEFT on the meta device (the oracle the registry is tested against)."""
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -72,6 +76,8 @@ class VerifyOptions:
             )
         if self.served_as not in (None, *SERVED_AS):
             raise ValueError(f"served_as must be text or vl, got {self.served_as!r}")
+        if self.expected_keys not in ("auto", "meta-device"):
+            raise ValueError(f"expected_keys must be auto or meta-device, got {self.expected_keys!r}")
         if self.scan not in SCAN_MODES:
             raise ValueError(f"scan must be one of {', '.join(SCAN_MODES)}, got {self.scan!r}")
         share = self.max_inert_share
@@ -92,6 +98,11 @@ class VerifyReport:
     layout_candidates: list[str] = field(default_factory=list)
     """Other layouts the keys fit (all of them when ``layout`` is ``ambiguous``)."""
     base_layout: str | None = None
+    expected_keys_from: str | None = None
+    """``registry`` (the layout registry's module tree and PEFT's rules, torch-free) or ``meta-device`` (PEFT
+    injected into the base built on the meta device)."""
+    expected_keys_note: str | None = None
+    """Why the registry did not decide, when the meta-device path did."""
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     shape_mismatch: list[str] = field(default_factory=list)
@@ -125,6 +136,8 @@ class VerifyReport:
             "layout": self.layout,
             "layout_candidates": self.layout_candidates,
             "base_layout": self.base_layout,
+            "expected_keys_from": self.expected_keys_from,
+            "expected_keys_note": self.expected_keys_note,
             "missing": self.missing,
             "unexpected": self.unexpected,
             "shape_mismatch": self.shape_mismatch,
@@ -334,25 +347,67 @@ def best_move(
 # --------------------------------------------------------------------------------------------- the run
 
 
+class _Base:
+    """The resolved base and the two ways to its expected keys: the registry's module tree (torch-free) when it
+    describes the config exactly, else the transformers config for the meta-device model (loaded on first use)."""
+
+    def __init__(self, spec: Any, tree: Any, why: str | None, raw: dict[str, Any] | None) -> None:
+        self.spec, self.tree, self.why, self.raw = spec, tree, why, raw
+        self._config: Any = None
+
+    @classmethod
+    def resolve(cls, base: str) -> _Base:
+        from adapterdoc.layout_trees import Unmodeled, build_tree
+        from adapterdoc.ml import meta as M
+
+        spec = M.resolve_base(base)
+        if spec.kind == "tiny":
+            return cls(spec, None, "tiny reference bases are built by transformers", None)
+        raw = M.read_config_json(spec)
+        try:
+            return cls(spec, build_tree(raw), None, raw)
+        except Unmodeled as e:
+            return cls(spec, None, str(e), raw)
+
+    def config(self, why: str | None = None) -> Any:
+        """The transformers config (the meta-device path); exit 3 naming the ML extra when it is not installed."""
+        from adapterdoc.ml import meta as M
+
+        if self._config is None:
+            reason = why or self.why
+            what = (
+                self.spec.spec if not reason else f"{self.spec.spec} (the registry cannot decide: {reason})"
+            )
+            self._config = M.load_config(self.spec, what)
+        return self._config
+
+    @property
+    def model_type(self) -> Any:
+        if self.raw is not None:
+            return self.raw.get("model_type")
+        return getattr(self.config(), "model_type", None)
+
+
 def verify(adapters: Iterable[str], base: str, options: VerifyOptions | None = None) -> VerifyRun:
-    """Verify each adapter against ``base``; an unusable base raises, an unusable adapter is reported."""
+    """Verify each adapter against ``base``; an unusable base raises, an unusable adapter is reported.
+
+    Expected keys come from the registry's module tree and PEFT's rules (:mod:`adapterdoc.expected`, no torch)
+    when the registry describes the base config and the adapter config exactly, else from PEFT on the meta
+    device; each report says which (``expected_keys_from``)."""
     from adapterdoc.ml import meta as M
 
     options = options or VerifyOptions()
-    spec = M.resolve_base(base)
-    M.require_ml(base)
-    config = M.load_config(spec)
-    info = {
-        "kind": spec.kind,
-        "has_weights": spec.has_weights,
-        "model_type": getattr(config, "model_type", None),
-    }
+    b = _Base.resolve(base)
+    spec = b.spec
+    if options.load:
+        M.require_ml("--load")
+    info = {"kind": spec.kind, "has_weights": spec.has_weights, "model_type": b.model_type}
     if options.load and not spec.has_weights:
         raise MissingWeightsError(base, "--load needs a base with weights (config.json alone is not enough)")
     reports: list[VerifyReport] = []
     for adapter in adapters:
         try:
-            reports.append(verify_one(adapter, spec, config, options))
+            reports.append(verify_one(adapter, b, options))
         except MissingExtraError:
             raise
         except AdapterdocError as e:
@@ -407,10 +462,8 @@ class MissingWeightsError(AdapterdocError):
     """``--load`` on a base that has only a config."""
 
 
-def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> VerifyReport:
-    """Verify one adapter (``base`` is a resolved :class:`~adapterdoc.ml.meta.BaseSpec`)."""
-    from adapterdoc.ml import meta as M
-
+def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
+    """Verify one adapter (``base`` is a resolved :class:`_Base`)."""
     ckpt = open_checkpoint(spec)
     where = ckpt.root
     insp = inspect_checkpoint(ckpt)
@@ -429,12 +482,11 @@ def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> Ver
         findings.append(
             make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)
         )
-    lora_cfg = M.lora_config_from_raw(acfg.raw, acfg.path)
-    meta = M.build_meta_adapter(base, lora_cfg, config=config, as_class=_auto_mapping_class(acfg))
-    report.base_layout = meta.layout
-    if meta.built_as is not None:
-        findings.append(_built_as_finding(spec, meta.built_as))
     shapes = {k: tuple(t.shape) for k, t in ckpt.tensors.items()}
+    meta = _expected_model(base, acfg, shapes, report, options.expected_keys == "auto")
+    report.base_layout = meta.layout
+    if getattr(meta, "built_as", None) is not None:
+        findings.append(_built_as_finding(spec, meta.built_as))
     km = meta.match(shapes)
     report.missing, report.unexpected = km.missing, km.unexpected
     report.shape_mismatch = [k for k, _, _ in km.shape_mismatch]
@@ -449,7 +501,7 @@ def verify_one(spec: str, base: Any, config: Any, options: VerifyOptions) -> Ver
     if options.profile == "vllm":
         findings += _vllm_findings(spec, acfg, inferred, keys, meta, options, report)
     if options.load:
-        findings += _load_findings(spec, ckpt, base, report, meta.built_as)
+        findings += _load_findings(spec, ckpt, base.spec, report, getattr(meta, "built_as", None))
     report.findings = sort_findings(_dedupe(findings))
     return report
 
@@ -469,6 +521,33 @@ def _built_as_finding(spec: str, b: Any) -> Finding:
         path=spec,
         key="auto_mapping",
     )
+
+
+def _expected_model(
+    base: _Base, acfg: AdapterConfig, shapes: dict[str, tuple[int, ...]], report: VerifyReport, registry: bool
+) -> Any:
+    """The registry's expected keys when it can say exactly, else PEFT's own on the meta device."""
+    from adapterdoc.layout_trees import Unmodeled
+    from adapterdoc.ml import meta as M
+
+    why = base.why if registry else "meta-device path requested"
+    as_class = _auto_mapping_class(acfg)
+    if registry and base.tree is not None and as_class not in (None, base.tree.model_class):
+        why = f"the adapter's auto_mapping names {as_class}, which the meta device builds from this config"
+    elif registry and base.tree is not None:
+        from adapterdoc.expected import registry_adapter
+
+        try:
+            meta = registry_adapter(base.tree, acfg, shapes, base=base.spec)
+            report.expected_keys_from = "registry"
+            return meta
+        except Unmodeled as e:
+            why = str(e)
+    config = base.config(why)
+    lora_cfg = M.lora_config_from_raw(acfg.raw, acfg.path)
+    report.expected_keys_from = "meta-device"
+    report.expected_keys_note = why
+    return M.build_meta_adapter(base.spec, lora_cfg, config=config, as_class=as_class)
 
 
 def _at(f: Finding, spec: str) -> Finding:

@@ -6,10 +6,13 @@ variant (the Qwen3.5-397B-A17B shape, ~397B parameters). For each, the script wr
 shapes PEFT builds for that config; every element BF16 0.01, or holes with one non-zero element per lora_B with ``--sparse``) and runs `adapterdoc verify` in
 a child process that reports its own wall time and peak RSS (``resource.getrusage``).
 
-Anchors in the same run: the import of torch + transformers + peft alone, and PEFT's own
-``load_adapter(..., low_cpu_mem_usage=True)`` on the meta-device base (which materialises the adapter's tensors).
+Rows per case: verify with the registry's torch-free expected keys (``registry``), verify forced onto the
+meta-device path (``meta-device``, how verify worked before the registry path), and the anchors: the import of
+torch + transformers + peft alone, and PEFT's own ``load_adapter(..., low_cpu_mem_usage=True)`` on the
+meta-device base. Wall time is each fresh process's whole life; peak RSS is ``/usr/bin/time``'s (the process's
+own), else ``resource.getrusage``. The last lines give registry verify / PEFT's check, wall and peak.
 
-    python benchmarks/verify_scale.py [--keep DIR] [--sparse] [--peft-anchor default|all|none]
+    python benchmarks/verify_scale.py [--keep DIR] [--sparse] [--peft-anchor default|all|none] [--case TEXT]
 """
 
 from __future__ import annotations
@@ -153,14 +156,17 @@ mode, a, b, c = sys.argv[1:5]
 if mode == "imports":
     import torch, transformers, peft  # noqa
     out = {}
-elif mode == "verify":
-    import torch, transformers, peft  # noqa
+elif mode in ("verify", "registry"):
+    if mode == "verify":  # the meta-device path, as verify ran before the registry path existed
+        import torch, transformers, peft  # noqa
     t1 = time.perf_counter()
     from adapterdoc.verify import VerifyOptions, verify
-    run = verify([a], b, VerifyOptions(scan=c))
+    keys = "meta-device" if mode == "verify" else "auto"
+    run = verify([a], b, VerifyOptions(scan=c, expected_keys=keys))
     r = run.adapters[0]
     out = {"verify_s": time.perf_counter() - t1, "ok": r.ok, "error": r.error, "missing": len(r.missing),
-           "unexpected": len(r.unexpected), "lora_b": r.lora_b, "codes": sorted({f.code for f in r.findings})}
+           "unexpected": len(r.unexpected), "lora_b": r.lora_b, "codes": sorted({f.code for f in r.findings}),
+           "from": r.expected_keys_from, "torch": "torch" in sys.modules}
 elif mode == "peft":
     import torch, transformers, peft
     from peft import PeftModel
@@ -178,13 +184,27 @@ print(json.dumps(out))
 
 
 def child(mode: str, a: str = "", b: str = "", c: str = "") -> dict[str, Any]:
+    """One fresh process; ``wall_s`` is its whole life (interpreter start to exit) seen from here."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    # /usr/bin/time reports the child's own peak RSS: a process forked from this one (which holds torch) would
+    # otherwise report this process's peak too (Linux keeps ru_maxrss across execve)
+    timer = ["/usr/bin/time", "-f", "peak_kb=%M"] if os.path.exists("/usr/bin/time") else []
+    t = time.perf_counter()
     p = subprocess.run(
-        [sys.executable, "-c", CHILD, mode, a, b, c], capture_output=True, text=True, env=env, check=False
+        [*timer, sys.executable, "-c", CHILD, mode, a, b, c],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
+    wall = time.perf_counter() - t
     if p.returncode != 0:
         return {"error": (p.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    out = {**json.loads(p.stdout.strip().splitlines()[-1]), "wall_s": wall}
+    peaks = [line for line in p.stderr.splitlines() if line.startswith("peak_kb=")]
+    if peaks:
+        out["peak_mb"] = int(peaks[-1].split("=")[1]) / 1024
+    return out
 
 
 def main() -> None:
@@ -192,24 +212,28 @@ def main() -> None:
     ap.add_argument("--keep", help="write the cases here and keep them")
     ap.add_argument("--sparse", action="store_true", help="write adapter data as holes (fast, little disk)")
     ap.add_argument("--peft-anchor", choices=("default", "all", "none"), default="default")
+    ap.add_argument("--case", action="append", help="only cases whose name contains this (repeatable)")
     args = ap.parse_args()
     root = args.keep or tempfile.mkdtemp(prefix="verify-scale-")
     t = time.perf_counter()
-    cases = {name: write_case(root, name, spec, args.sparse) for name, spec in CASES.items()}
+    chosen = {n: s for n, s in CASES.items() if not args.case or any(c in n for c in args.case)}
+    cases = {name: write_case(root, name, spec, args.sparse) for name, spec in chosen.items()}
     print(f"wrote {len(cases)} cases under {root} in {time.perf_counter() - t:.1f} s\n")
     imp = child("imports")
     print(
         f"anchor: import torch + transformers + peft alone: {imp['total_s']:.2f} s, peak {imp['peak_mb']:.0f} MB\n"
     )
     head = (
-        f"| {'case':<29} | {'base params':>11} | {'tensors':>7} | {'adapter':>9} | {'mode':<21} | "
-        f"{'total s':>7} | {'verify s':>8} | {'peak MB':>7} | result |"
+        f"| {'case':<29} | {'base params':>11} | {'tensors':>7} | {'adapter':>9} | {'mode':<22} | "
+        f"{'wall s':>7} | {'verify s':>8} | {'peak MB':>7} | result |"
     )
     print(head)
     print("|" + "|".join("-" * len(c) for c in head.split("|")[1:-1]) + "|")
+    ratios: list[str] = []
     for i, (name, info) in enumerate(cases.items()):
-        rows = [("verify --scan nonzero", child("verify", info["adapter"], info["base"], "nonzero"))]
-        rows.append(("verify --scan all", child("verify", info["adapter"], info["base"], "all")))
+        rows = [("registry, scan nonzero", child("registry", info["adapter"], info["base"], "nonzero"))]
+        rows.append(("meta-device, nonzero", child("verify", info["adapter"], info["base"], "nonzero")))
+        rows.append(("registry, scan all", child("registry", info["adapter"], info["base"], "all")))
         if args.peft_anchor == "all" or (args.peft_anchor == "default" and i in (0, len(cases) - 1)):
             rows.append(("PEFT load (anchor)", child("peft", info["adapter"], info["base"])))
         for mode, res in rows:
@@ -217,19 +241,29 @@ def main() -> None:
                 result = f"FAILED: {res['error'][:60]}"
                 print(
                     f"| {name:<29} | {info['params'] / 1e9:>10.1f}B | {info['tensors']:>7} | "
-                    f"{info['bytes'] / 2**30:>6.2f}GiB | {mode:<21} | {'-':>7} | {'-':>8} | {'-':>7} | {result} |"
+                    f"{info['bytes'] / 2**30:>6.2f}GiB | {mode:<22} | {'-':>7} | {'-':>8} | {'-':>7} | {result} |"
                 )
                 continue
             if mode.startswith("PEFT"):
                 result = "loaded"
             else:
                 result = "ok" if res["ok"] else "errors: " + ",".join(c for c in res["codes"] if c < "AD3")
-                result += f" (lora_B {res['lora_b']['nonzero']}/{res['lora_b']['total']})"
+                result += f" (lora_B {res['lora_b']['nonzero']}/{res['lora_b']['total']}; {res['from']}"
+                result += ", torch imported)" if res["torch"] else ", no torch)"
             print(
                 f"| {name:<29} | {info['params'] / 1e9:>10.1f}B | {info['tensors']:>7} | "
-                f"{info['bytes'] / 2**30:>6.2f}GiB | {mode:<21} | {res['total_s']:>7.2f} | {res['verify_s']:>8.2f} | "
+                f"{info['bytes'] / 2**30:>6.2f}GiB | {mode:<22} | {res['wall_s']:>7.2f} | {res['verify_s']:>8.2f} | "
                 f"{res['peak_mb']:>7.0f} | {result} |"
             )
+        by_mode = {m: r for m, r in rows if "wall_s" in r}
+        fast, anchor = by_mode.get("registry, scan nonzero"), by_mode.get("PEFT load (anchor)")
+        if fast and anchor:
+            ratios.append(
+                f"{name}: registry verify / PEFT meta-device load_adapter = "
+                f"{fast['wall_s'] / anchor['wall_s']:.3f}x wall, {fast['peak_mb'] / anchor['peak_mb']:.3f}x peak RSS"
+            )
+    for line in ratios:
+        print("\n" + line)
     if not args.keep:
         import shutil
 

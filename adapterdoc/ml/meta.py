@@ -113,16 +113,8 @@ def require_ml(what: str | None = None) -> None:
             raise MissingExtraError(what, pkg) from e
 
 
-def load_config(base: BaseSpec) -> Any:
-    """The transformers config of ``base``; never runs repository code, never touches the network."""
-    require_ml(base.spec)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if base.kind == "tiny":
-        from adapterdoc.ml.tiny import tiny_config
-
-        return tiny_config(base.tiny_layout or "")
-    from transformers import AutoConfig
-
+def read_config_json(base: BaseSpec) -> dict[str, Any]:
+    """The base's ``config.json`` as a dict, torch-free; refuses what no path can use (remote code, no type)."""
     assert base.config_path is not None
     try:
         with open(base.config_path, "rb") as f:
@@ -138,6 +130,21 @@ def load_config(base: BaseSpec) -> Any:
         )
     if "model_type" not in raw:
         raise ConfigError(base.config_path, "config.json has no `model_type`")
+    return raw
+
+
+def load_config(base: BaseSpec, what: str | None = None) -> Any:
+    """The transformers config of ``base``; never runs repository code, never touches the network."""
+    if base.kind != "tiny":
+        read_config_json(base)
+    require_ml(what or base.spec)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if base.kind == "tiny":
+        from adapterdoc.ml.tiny import tiny_config
+
+        return tiny_config(base.tiny_layout or "")
+    from transformers import AutoConfig
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -552,6 +559,7 @@ __all__ = [
     "load_config",
     "lora_config_from_raw",
     "model_class_for",
+    "read_config_json",
     "require_ml",
     "resolve_base",
     "tower_modules",

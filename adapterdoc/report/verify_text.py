@@ -45,6 +45,15 @@ def _header(w: Writer, run: VerifyRun) -> None:
         w.para(f"profile: {o.profile}", indent=2)
 
 
+def _source(r: VerifyReport) -> str:
+    """Which path decided the expected keys."""
+    if r.expected_keys_from == "registry":
+        return " (from the layout registry)"
+    if r.expected_keys_from == "meta-device":
+        return " (from PEFT on the meta device)"
+    return ""
+
+
 def _render_one(w: Writer, r: VerifyReport) -> None:
     if r.error:
         w.para(("✗", "bold red"), (r.adapter, "bold"), hang=4)
@@ -58,7 +67,7 @@ def _render_one(w: Writer, r: VerifyReport) -> None:
         w.para(mark, (r.adapter, "bold"), hang=4)
         w.para(layouts, indent=2)
     cfg = r.config
-    keys = [f"{cfg.get('expected_keys', 0):,} expected"]
+    keys = [f"{cfg.get('expected_keys', 0):,} expected{_source(r)}"]
     for n, word, many in (
         (len(r.missing), "missing", "missing"),
         (len(r.unexpected), "unexpected", "unexpected"),

@@ -176,6 +176,8 @@ def _np():  # type: ignore[no-untyped-def]
 
 
 _UINT = {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}
+_PROBE = 4096
+"""Elements checked before a whole window is searched for its first non-zero element."""
 
 
 def _first_nonzero(buf: memoryview, dtype: str, bits: _Bits | None) -> int | None:
@@ -188,6 +190,12 @@ def _first_nonzero(buf: memoryview, dtype: str, bits: _Bits | None) -> int | Non
     np = _np()
     if np is not None:
         arr = np.frombuffer(buf, dtype=_UINT[width])
+        if (
+            len(arr) > _PROBE
+        ):  # a non-zero tensor usually shows it at once: look at a prefix before the window
+            head = _first_nonzero(buf[: _PROBE * width], dtype, bits)
+            if head is not None:
+                return head
         hits = (
             np.flatnonzero(arr & np.array(mask, dtype=arr.dtype))
             if mask != (1 << 8 * width) - 1

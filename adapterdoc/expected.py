@@ -1,0 +1,390 @@
+"""The LoRA keys and shapes PEFT creates for an adapter config on a base, from ``config.json`` alone (torch-free).
+
+The registry's module tree (:mod:`adapterdoc.layout_trees`) stands in for the meta-device model and PEFT 0.21's
+injection rules are applied to it: ``all-linear`` (every Linear but the output layer), the minimal-suffix rewrite of
+long target lists, ``target_modules`` / ``exclude_modules`` / ``modules_to_save`` / ``layers_to_transform``
+(:func:`adapterdoc.adapter.peft_selects`), ``target_parameters`` (nested ParamWrappers over fused experts),
+``rank_pattern`` / ``alpha_pattern``, embeddings (``lora_embedding_A/B``) and ``modules_to_save`` copies. Then an
+adapter's names and shapes are matched the way ``PeftModel.load_adapter`` matches them.
+
+Anything outside what is modelled (a LoRA variant, a field with a non-default value, a target PEFT would refuse or
+handle specially, a key PEFT's transformers conversion could rename) raises :class:`~adapterdoc.layout_trees.Unmodeled`,
+and verify builds the base on the meta device instead (:mod:`adapterdoc.ml.meta`, the oracle this module is tested
+against in ``tests/test_expected_keys.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.adapter import (
+    WRAPPER,
+    AdapterConfig,
+    parse_key,
+    pattern_key,
+    peft_selects,
+)
+from adapterdoc.layout_trees import EMBEDDING, EXPERTS, LINEAR, Tree, Unmodeled, build_tree
+from adapterdoc.layouts import tower_segment
+
+ADAPTER = "default"
+_MIN_TARGETS_FOR_OPTIMIZATION = 20
+"""peft.utils.constants.MIN_TARGET_MODULES_FOR_OPTIMIZATION: longer target lists are condensed to suffixes."""
+_EXPERT_PARAMS = ("gate_up_proj", "down_proj")
+
+_MODELLED = frozenset(
+    {
+        "r",
+        "lora_alpha",
+        "target_modules",
+        "exclude_modules",
+        "layers_to_transform",
+        "layers_pattern",
+        "target_parameters",
+        "rank_pattern",
+        "alpha_pattern",
+        "modules_to_save",
+        "use_rslora",
+        "lora_dropout",
+        "init_lora_weights",
+        "task_type",
+        "bias",
+        "fan_in_fan_out",
+    }
+)
+_METADATA = frozenset(
+    {
+        "peft_type",
+        "peft_version",
+        "base_model_name_or_path",
+        "revision",
+        "auto_mapping",
+        "inference_mode",
+        "megatron_core",
+        "qalora_group_size",
+    }
+)
+"""Fields that change nothing PEFT creates (``megatron_core``/``qalora_group_size`` only matter when their
+feature is switched on, which is refused below)."""
+_TASK_TYPES = (None, "CAUSAL_LM", "FEATURE_EXTRACTION")
+"""Task types whose PeftModel class adds no modules of its own (sequence classification adds its head)."""
+
+
+@dataclass
+class RegistryAdapterModel:
+    """The registry's answer to "what does PEFT build for this adapter config on this base" (the surface of
+    :class:`adapterdoc.ml.meta.MetaAdapterModel` that verify reads)."""
+
+    base: Any
+    model_class: str
+    model_type: str
+    base_modules: list[str]
+    lora_capable_leaves: dict[str, bool]
+    expected: dict[str, tuple[int, ...]]
+    """Saved-naming key → shape, as ``get_peft_model_state_dict`` writes them."""
+    injected_modules: list[str]
+    config_before: dict[str, Any]
+    config_after: dict[str, Any]
+    layout: str | None = None
+    inject_error: str | None = None
+    peft_warnings: list[str] = field(default_factory=list)
+    source: str = "registry"
+    built_as: Any = None
+    """Always ``None``: the registry decides only when the base is built as its config's own class."""
+    _aux: frozenset[str] = frozenset()
+    """Expected keys of ``modules_to_save`` copies (never reported missing, as PEFT's loader does not)."""
+    _by_model_name: dict[str, str] = field(default_factory=dict)
+    """Model naming (``lora_A.default.weight``) → saved naming, for adapters that kept the adapter name."""
+
+    @property
+    def rewritten(self) -> bool:
+        return self.config_before != self.config_after
+
+    @property
+    def effective_config(self) -> Any:
+        return None
+
+    def match(self, shapes: Mapping[str, tuple[int, ...]]) -> Any:
+        """Missing, unexpected and shape-mismatched keys, as :meth:`MetaAdapterModel.match` finds them."""
+        from adapterdoc.ml.meta import KeyMatch
+
+        loaded: dict[str, tuple[int, ...]] = {}
+        unexpected: list[str] = []
+        for key, shape in shapes.items():
+            saved = key if key in self.expected else self._by_model_name.get(key)
+            if saved is None:
+                unexpected.append(key)
+            else:
+                loaded[saved] = tuple(shape)
+        missing = sorted(k for k in self.expected if k not in loaded and k not in self._aux)
+        mismatch = sorted((k, s, self.expected[k]) for k, s in loaded.items() if s != self.expected[k])
+        return KeyMatch(missing, sorted(unexpected), mismatch, len(loaded))
+
+
+# --------------------------------------------------------------------------------------------- the adapter config
+
+
+def _check_fields(raw: Mapping[str, Any]) -> None:
+    for key, value in raw.items():
+        if key in _MODELLED or key in _METADATA:
+            continue
+        if value in (None, False, {}, [], 0, "", ()):
+            continue
+        raise Unmodeled(f"adapter config field `{key}` = {value!r} is not modelled")
+    if str(raw.get("peft_type", "LORA")).upper() != "LORA":
+        raise Unmodeled("not a LoRA adapter")
+    if raw.get("task_type") not in _TASK_TYPES:
+        raise Unmodeled(f"task_type {raw.get('task_type')!r} adds modules of its own")
+    if raw.get("bias", "none") != "none":
+        raise Unmodeled(f"bias {raw.get('bias')!r} saves base biases")
+    if raw.get("fan_in_fan_out"):
+        raise Unmodeled("fan_in_fan_out is set")
+    if raw.get("init_lora_weights", True) not in (True, False, "gaussian"):
+        raise Unmodeled(f"init_lora_weights {raw.get('init_lora_weights')!r} is validated by PEFT")
+    dropout = raw.get("lora_dropout", 0.0)
+    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool):
+        raise Unmodeled("lora_dropout is not a number")
+    for name in ("r", "lora_alpha"):
+        v = raw.get(name, 8)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or (name == "r" and not isinstance(v, int)):
+            raise Unmodeled(f"`{name}` is {v!r}")
+
+
+def _strings(value: Any, name: str) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise Unmodeled(f"`{name}` is not a list of strings")
+    return value
+
+
+def _as_set_snapshot(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, list, tuple)):
+        value = sorted(value)
+    elif isinstance(value, dict):
+        value = dict(sorted(value.items()))
+    return value or None
+
+
+def _snapshot(tm: Any, tp: Any, rank: dict[str, Any], alpha: dict[str, Any], mts: Any) -> dict[str, Any]:
+    """The fields :func:`adapterdoc.ml.meta._snapshot` records, in its normal form."""
+    return {
+        "target_modules": _as_set_snapshot(tm),
+        "target_parameters": _as_set_snapshot(tp),
+        "rank_pattern": _as_set_snapshot(rank),
+        "alpha_pattern": _as_set_snapshot(alpha),
+        "modules_to_save": _as_set_snapshot(mts),
+    }
+
+
+def _minimal_targets(targets: set[str], others: set[str]) -> set[str]:
+    """peft.tuners.tuners_utils._find_minimal_target_modules."""
+
+    def suffixes(s: str) -> list[str]:
+        parts = s.split(".")
+        return [".".join(parts[i:]) for i in range(len(parts))][::-1]
+
+    other_suffixes = {x for item in others for x in suffixes(item)}
+    required: set[str] = set()
+    for item, sufs in sorted(((t, suffixes(t)) for t in targets), key=lambda tup: tup[1]):
+        for suffix in sufs:
+            if suffix in required or suffix in other_suffixes:
+                continue
+            if not any(item.endswith("." + r) for r in required):
+                required.add(suffix)
+                break
+    return required or set(targets)
+
+
+# --------------------------------------------------------------------------------------------- injection
+
+
+def registry_adapter(
+    tree: Tree, acfg: AdapterConfig, shapes: Mapping[str, tuple[int, ...]] | None = None, base: Any = None
+) -> RegistryAdapterModel:
+    """What PEFT creates for ``acfg`` on ``tree``; :class:`Unmodeled` when the registry cannot say exactly.
+
+    ``shapes`` (the adapter's tensor names and shapes) lets the registry refuse adapters whose keys PEFT's loader
+    would rename or read in ways not modelled here (per-expert keys, DoRA magnitudes, whole weights)."""
+    raw = acfg.raw
+    _check_fields(raw)
+    r = int(raw.get("r", 8))
+    tm_raw = raw.get("target_modules")
+    tm: Any = tm_raw if isinstance(tm_raw, str) else _strings(tm_raw, "target_modules")
+    excl_raw = raw.get("exclude_modules")
+    excl: Any = excl_raw if isinstance(excl_raw, str) else _strings(excl_raw, "exclude_modules")
+    tp = _strings(raw.get("target_parameters"), "target_parameters")
+    mts = _strings(raw.get("modules_to_save"), "modules_to_save")
+    rank_pattern, alpha_pattern = dict(raw.get("rank_pattern") or {}), dict(raw.get("alpha_pattern") or {})
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in rank_pattern.values()):
+        raise Unmodeled("rank_pattern has a rank that is not a positive integer")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in alpha_pattern.values()):
+        raise Unmodeled("alpha_pattern has a value that is not a number")
+    ltt, lp = raw.get("layers_to_transform"), raw.get("layers_pattern")
+    if ltt is not None and not (
+        (isinstance(ltt, int) and not isinstance(ltt, bool))
+        or (isinstance(ltt, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ltt))
+    ):
+        raise Unmodeled("layers_to_transform is not an int or a list of ints")
+    if lp is not None and not isinstance(lp, str):
+        _strings(lp, "layers_pattern")
+    if isinstance(tm, str) and (ltt is not None or lp is not None):
+        raise Unmodeled("layers_to_transform/layers_pattern with a regex target_modules (PEFT refuses it)")
+    if lp and ltt is None:
+        raise Unmodeled("layers_pattern without layers_to_transform (PEFT refuses it)")
+    if tm is None and tp is None:
+        raise Unmodeled("no target_modules: PEFT would pick its default targets for the model type")
+    if tp is not None and any(p.rpartition(".")[2] not in _EXPERT_PARAMS for p in tp):
+        raise Unmodeled("target_parameters other than fused-expert gate_up_proj/down_proj")
+    if tp and raw.get("lora_dropout", 0.0) != 0:
+        raise Unmodeled("lora_dropout != 0 with target_parameters (PEFT refuses it)")
+    if shapes is not None:
+        _check_keys(shapes)
+
+    before = _snapshot(set(tm) if isinstance(tm, list) else tm, tp, rank_pattern, alpha_pattern, mts)
+    nodes = {n.name: n for n in tree.nodes}
+    names = tree.names
+    try:
+        if isinstance(tm, str) and tm.lower() == "all-linear":
+            tm = {n.name for n in tree.nodes if n.kind == LINEAR} - {tree.output_embedding}
+        elif isinstance(tm, list):
+            tm = set(tm)
+        if isinstance(tm, set) and len(tm) >= _MIN_TARGETS_FOR_OPTIMIZATION:
+            if "" in tm:
+                raise Unmodeled("an empty target_modules entry")
+            suffixes = tuple("." + s for s in tm)
+            others = {n for n in names if n not in tm and not n.endswith(suffixes)}
+            condensed = _minimal_targets(tm, others)
+            if len(condensed) < len(tm):
+                tm = condensed
+        selected = [n for n in names if peft_selects(n, tm, excl, mts, ltt, lp)]
+        saved_copies = _modules_to_save(tree, mts, nodes)
+    except re.error as e:
+        raise Unmodeled(f"a pattern is not a valid regex: {e}") from None
+
+    expected: dict[str, tuple[int, ...]] = {}
+    by_model: dict[str, str] = {}
+    injected: list[str] = []
+
+    def add(key: str, shape: tuple[int, ...], model_key: str) -> None:
+        expected[WRAPPER + key] = shape
+        by_model[WRAPPER + model_key] = WRAPPER + key
+
+    for name in selected:
+        node = nodes[name]
+        if node.kind not in (LINEAR, EMBEDDING):
+            raise Unmodeled(
+                f"target `{name}` is a {node.kind} module (PEFT wraps it differently or refuses it)"
+            )
+        if tree.tied and name in (tree.output_embedding, tree.input_embedding):
+            raise Unmodeled(f"target `{name}` shares its weight with the tied embeddings")
+        k = pattern_key(rank_pattern, name)
+        rank = int(rank_pattern[k]) if k is not None else r
+        weight = dict(node.params)["weight"]
+        if node.kind == LINEAR:
+            add(f"{name}.lora_A.weight", (rank, weight[1]), f"{name}.lora_A.{ADAPTER}.weight")
+            add(f"{name}.lora_B.weight", (weight[0], rank), f"{name}.lora_B.{ADAPTER}.weight")
+        else:
+            add(f"{name}.lora_embedding_A", (rank, weight[0]), f"{name}.lora_embedding_A.{ADAPTER}")
+            add(f"{name}.lora_embedding_B", (weight[1], rank), f"{name}.lora_embedding_B.{ADAPTER}")
+        injected.append(name)
+
+    for node in tree.nodes if tp else ():
+        hits = [
+            (p, shape)
+            for p, shape in node.params
+            if f"{node.name}.{p}" in tp or any(f"{node.name}.{p}".endswith(f".{t}") for t in tp)
+        ]
+        if not hits:
+            continue
+        if node.kind != EXPERTS or node.name in selected:
+            raise Unmodeled(f"target_parameters reach `{node.name}`, which is not a fused-expert module")
+        for depth, (p, shape) in enumerate(hits):
+            path = node.name + ".base_layer" * (len(hits) - 1 - depth)
+            k = pattern_key(rank_pattern, f"{node.name}.{p}")
+            rank = int(rank_pattern[k]) if k is not None else r
+            experts, dim1, dim2 = shape
+            add(f"{path}.lora_A.weight", (rank * experts, dim2), f"{path}.lora_A.{ADAPTER}.weight")
+            add(f"{path}.lora_B.weight", (dim1, rank * experts), f"{path}.lora_B.{ADAPTER}.weight")
+        injected.append(node.name)
+    if not injected:
+        raise Unmodeled("the config targets nothing on this base (PEFT raises; its message is the verdict)")
+
+    aux: set[str] = set()
+    for name in saved_copies:
+        for p, shape in nodes[name].params:
+            add(f"{name}.{p}", shape, f"{name}.modules_to_save.{ADAPTER}.{p}")
+            aux.add(WRAPPER + f"{name}.{p}")
+    for key in shapes or ():
+        if key in expected:
+            continue
+        if tree.load_conversion:
+            raise Unmodeled(
+                f"`{key}` is not a key PEFT creates, and PEFT's load-time conversion for {tree.model_type} may rename it"
+            )
+        if parse_key(key).role == "full":
+            raise Unmodeled(f"adapter key `{key}` may name a base weight (PEFT's loader would compare it)")
+    after = _snapshot(tm, tp, rank_pattern, alpha_pattern, mts)
+    return RegistryAdapterModel(
+        base=base,
+        model_class=tree.model_class,
+        model_type=tree.model_type,
+        base_modules=list(names),
+        lora_capable_leaves=_leaf_kinds(tree),
+        expected=expected,
+        injected_modules=sorted(set(injected)),
+        config_before=before,
+        config_after=after,
+        layout=tree.layout,
+        _aux=frozenset(aux),
+        _by_model_name=by_model,
+    )
+
+
+def _modules_to_save(tree: Tree, mts: list[str] | None, nodes: dict[str, Any]) -> list[str]:
+    """Modules PEFT copies for ``modules_to_save`` (``name.endswith(entry)``), where the registry can say exactly."""
+    out: list[str] = []
+    for entry in mts or ():
+        hits = [n for n in tree.names if n.endswith(entry)]
+        for name in hits:
+            node = nodes[name]
+            if node.kind not in (LINEAR, EMBEDDING):
+                raise Unmodeled(f"modules_to_save `{entry}` reaches `{name}`, a {node.kind} module")
+            if not re.match(rf"(^|.*\.){entry}($|\..*)", name):
+                raise Unmodeled(f"modules_to_save `{entry}` matches `{name}` as a suffix only")
+            if tree.tied and name in (tree.output_embedding, tree.input_embedding):
+                raise Unmodeled(f"modules_to_save `{name}` shares its weight with the tied embeddings")
+            out.append(name)
+    if len(set(out)) != len(out) or any(a != b and b.startswith(a + ".") for a in out for b in out):
+        raise Unmodeled("modules_to_save entries overlap")
+    return out
+
+
+def _check_keys(shapes: Mapping[str, tuple[int, ...]]) -> None:
+    for key in shapes:
+        k = parse_key(key)
+        if k.role not in ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B", "full"):
+            raise Unmodeled(f"adapter key `{key}` ({k.role}) is read by PEFT in ways not modelled")
+        if re.search(r"\.experts\.\d+\.", k.module):
+            raise Unmodeled(f"per-expert key `{key}`: PEFT's transformers conversion may fuse it")
+        if k.role == "full" and not key.startswith(WRAPPER):
+            raise Unmodeled(f"adapter key `{key}` is not a LoRA tensor")
+
+
+def _leaf_kinds(tree: Tree) -> dict[str, bool]:
+    """:func:`adapterdoc.ml.meta._leaf_kinds` on the registry tree."""
+    leaves: dict[str, bool] = {}
+    for node in tree.nodes:
+        fused = any(len(shape) == 3 for _, shape in node.params)
+        if node.kind not in (LINEAR, EMBEDDING) and not fused:
+            continue
+        leaf = node.name.rpartition(".")[2]
+        key = "experts" if fused and leaf == "experts" else leaf
+        leaves[key] = leaves.get(key, False) or tower_segment(node.name) is None
+    return leaves
+
+
+__all__ = ["RegistryAdapterModel", "Unmodeled", "build_tree", "registry_adapter"]

@@ -1,0 +1,507 @@
+"""The registry's torch-free expected keys equal PEFT's on the meta device, over generated configs.
+
+For every layout the registry describes (:data:`adapterdoc.layout_trees.TREES`): hypothesis draws a base config
+(layer counts and types, experts, tying, tower sizes) written as transformers writes ``config.json``, and a LoRA
+config (target_modules as a list / regex / ``all-linear`` / long explicit lists, exclude_modules,
+layers_to_transform / layers_pattern, target_parameters, rank_pattern / alpha_pattern, modules_to_save,
+embeddings, dropout). The registry either declines (``Unmodeled``: verify then takes the meta-device path) or its
+module tree, expected keys and shapes, PEFT's config rewrite and key matching equal what PEFT builds exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from adapterdoc.adapter import AdapterConfig
+from adapterdoc.errors import ConfigError
+from adapterdoc.expected import registry_adapter
+from adapterdoc.layout_trees import TREES, Unmodeled, build_tree
+from adapterdoc.ml import meta as M
+
+REGISTRY_LAYOUTS = [
+    "qwen3_5_text",
+    "qwen3_5_vl",
+    "qwen3_5_moe_text",
+    "qwen3_5_moe_vl",
+    "ministral3_text",
+    "mistral3_vl",
+]
+FAST = settings(
+    max_examples=25, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None
+)
+SLOW = settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+
+_LEAVES = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "in_proj_qkv",
+    "in_proj_z",
+    "in_proj_a",
+    "in_proj_b",
+    "out_proj",
+    "qkv",
+    "proj",
+    "linear_fc1",
+    "linear_fc2",
+    "lm_head",
+    "embed_tokens",
+    "shared_expert_gate",
+    "merging_layer",
+    "linear_1",
+    "pos_embed",
+    "no_such_module",
+]
+_TOWERS = r"(^|.*\.)(visual|vision_tower|multi_modal_projector)(\..*|$)"
+_REGEXES = [
+    r".*\.layers\.\d+\.(self_attn|linear_attn)\.[a-z_]+",
+    r".*\.(q|v)_proj",
+    r"model\.(language_model\.)?layers\.[01]\.mlp\..*",
+    r".*shared_expert\.(gate|up)_proj",
+]
+_PATTERN_KEYS = [
+    "q_proj",
+    "down_proj",
+    r"layers\.0\..*",
+    "experts.gate_up_proj",
+    "gate_up_proj",
+    "embed_tokens",
+]
+
+
+# --------------------------------------------------------------------------------------------- base configs
+
+
+def _qwen_text(d: st.DrawFn, moe: bool) -> dict[str, Any]:
+    n = d(st.integers(1, 5))
+    heads = d(st.sampled_from([1, 2, 4]))
+    cfg: dict[str, Any] = {
+        "hidden_size": d(st.sampled_from([16, 32, 48])),
+        "num_hidden_layers": n,
+        "num_attention_heads": heads,
+        "num_key_value_heads": d(st.sampled_from([k for k in (1, 2, 4) if heads % k == 0])),
+        "head_dim": d(st.sampled_from([8, 16])),
+        "vocab_size": d(st.sampled_from([64, 100])),
+        "linear_num_key_heads": d(st.sampled_from([1, 2])),
+        "linear_num_value_heads": d(st.sampled_from([2, 4])),
+        "linear_key_head_dim": 8,
+        "linear_value_head_dim": d(st.sampled_from([8, 16])),
+        "tie_word_embeddings": d(st.booleans()),
+        "max_position_embeddings": 128,
+    }
+    if d(st.booleans()):
+        cfg["layer_types"] = d(
+            st.lists(st.sampled_from(["linear_attention", "full_attention"]), min_size=n, max_size=n)
+        )
+    if moe:
+        cfg.update(
+            num_experts=d(st.integers(1, 6)),
+            num_experts_per_tok=1,
+            moe_intermediate_size=d(st.sampled_from([8, 24])),
+            shared_expert_intermediate_size=d(st.sampled_from([8, 16])),
+        )
+    else:
+        cfg["intermediate_size"] = d(st.sampled_from([24, 64]))
+    return cfg
+
+
+def _qwen_vision(d: st.DrawFn, out: int) -> dict[str, Any]:
+    return {
+        "depth": d(st.integers(0, 2)),
+        "hidden_size": d(st.sampled_from([16, 32])),
+        "intermediate_size": d(st.sampled_from([24, 64])),
+        "num_heads": d(st.sampled_from([1, 2])),
+        "spatial_merge_size": d(st.sampled_from([1, 2])),
+        "out_hidden_size": out,
+        "num_position_embeddings": d(st.sampled_from([16, 64])),
+    }
+
+
+def _ministral(d: st.DrawFn) -> dict[str, Any]:
+    heads = d(st.sampled_from([2, 4]))
+    cfg = {
+        "hidden_size": d(st.sampled_from([16, 32])),
+        "intermediate_size": d(st.sampled_from([24, 48])),
+        "num_hidden_layers": d(st.integers(1, 4)),
+        "num_attention_heads": heads,
+        "num_key_value_heads": d(st.sampled_from([1, 2])),
+        "head_dim": d(st.sampled_from([None, 8])),
+        "vocab_size": d(st.sampled_from([64, 100])),
+        "tie_word_embeddings": d(st.booleans()),
+        "max_position_embeddings": 128,
+    }
+    if cfg["head_dim"] is None:  # left out: the config derives it from hidden_size / heads
+        del cfg["head_dim"]
+    return cfg
+
+
+def _pixtral(d: st.DrawFn) -> dict[str, Any]:
+    return {
+        "hidden_size": d(st.sampled_from([16, 32])),
+        "intermediate_size": d(st.sampled_from([24, 48])),
+        "num_hidden_layers": d(st.integers(0, 2)),
+        "num_attention_heads": 2,
+        "head_dim": 8,
+        "image_size": 32,
+        "patch_size": 8,
+    }
+
+
+@st.composite
+def base_configs(d: st.DrawFn, layout: str) -> Any:
+    import transformers as tf
+
+    if layout in ("qwen3_5_text", "qwen3_5_moe_text"):
+        moe = "moe" in layout
+        kwargs = _qwen_text(d, moe)
+        cfg = (tf.Qwen3_5MoeTextConfig if moe else tf.Qwen3_5TextConfig)(**kwargs)
+        cls = "Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM"
+    elif layout in ("qwen3_5_vl", "qwen3_5_moe_vl"):
+        moe = "moe" in layout
+        text = _qwen_text(d, moe)
+        vision = _qwen_vision(d, text["hidden_size"])
+        top = {"tie_word_embeddings": text["tie_word_embeddings"]}
+        cfg = (tf.Qwen3_5MoeConfig if moe else tf.Qwen3_5Config)(
+            text_config=text, vision_config=vision, **top
+        )
+        cls = "Qwen3_5MoeForConditionalGeneration" if moe else "Qwen3_5ForConditionalGeneration"
+    elif layout == "ministral3_text":
+        cfg = tf.Ministral3Config(**_ministral(d))
+        cls = "Ministral3ForCausalLM"
+    else:
+        text = _ministral(d)
+        cfg = tf.Mistral3Config(
+            text_config={"model_type": "ministral3", **text},
+            vision_config={"model_type": "pixtral", **_pixtral(d)},
+            spatial_merge_size=d(st.sampled_from([1, 2])),
+            vision_feature_layer=d(st.sampled_from([-1, [-1, -2]])),
+            multimodal_projector_bias=d(st.booleans()),
+            tie_word_embeddings=text["tie_word_embeddings"],
+        )
+        cls = "Mistral3ForConditionalGeneration"
+    cfg.architectures = [cls]
+    return cfg
+
+
+@st.composite
+def lora_configs(d: st.DrawFn, module_names: list[str]) -> dict[str, Any]:
+    moe = any(n.endswith(".experts") for n in module_names)
+    kinds = ["list", "list", "regex", "all-linear", "names"] + (["none"] if moe else [])
+    kind = d(st.sampled_from(kinds))  # "none": target_parameters alone (only MoE bases have any to target)
+    raw: dict[str, Any] = {
+        "peft_type": "LORA",
+        "r": d(st.integers(1, 6)),
+        "lora_alpha": d(st.sampled_from([1, 8, 16])),
+    }
+    if kind == "list":
+        raw["target_modules"] = d(st.lists(st.sampled_from(_LEAVES), min_size=1, max_size=8, unique=True))
+    elif kind == "regex":
+        raw["target_modules"] = d(st.sampled_from(_REGEXES))
+    elif kind == "all-linear":
+        raw["target_modules"] = "all-linear"
+    elif kind == "names":
+        linear = [n for n in module_names if n.rpartition(".")[2] in _LEAVES]
+        raw["target_modules"] = d(st.lists(st.sampled_from(linear), min_size=1, max_size=30, unique=True))
+    if kind == "none" or d(st.integers(0, 3)) == 0:
+        raw["target_parameters"] = d(
+            st.lists(
+                st.sampled_from(
+                    ["mlp.experts.gate_up_proj", "mlp.experts.down_proj", "gate_up_proj", "down_proj"]
+                ),
+                min_size=1,
+                max_size=3,
+                unique=True,
+            )
+        )
+    if d(st.booleans()):
+        raw["exclude_modules"] = d(
+            st.one_of(
+                st.just(_TOWERS), st.lists(st.sampled_from(_LEAVES), min_size=1, max_size=3, unique=True)
+            )
+        )
+    if kind in ("list", "names") and d(st.integers(0, 2)) == 0:
+        raw["layers_to_transform"] = d(st.one_of(st.integers(0, 3), st.lists(st.integers(0, 4), max_size=3)))
+        raw["layers_pattern"] = d(st.sampled_from([None, "layers", ["layers"], "blocks"]))
+    if d(st.booleans()):
+        raw["rank_pattern"] = d(
+            st.dictionaries(st.sampled_from(_PATTERN_KEYS), st.integers(1, 5), max_size=3)
+        )
+    if d(st.booleans()):
+        raw["alpha_pattern"] = d(
+            st.dictionaries(st.sampled_from(_PATTERN_KEYS), st.sampled_from([2, 32]), max_size=2)
+        )
+    if d(st.integers(0, 3)) == 0:
+        raw["modules_to_save"] = d(
+            st.sampled_from([["lm_head"], ["embed_tokens"], ["merging_layer"], ["norm"]])
+        )
+    if "target_parameters" not in raw and d(st.integers(0, 4)) == 0:  # PEFT's ParamWrapper refuses dropout
+        raw["lora_dropout"] = 0.1
+    if d(st.integers(0, 4)) == 0:
+        raw["use_rslora"] = True
+    raw["task_type"] = d(st.sampled_from([None, "CAUSAL_LM"]))
+    return raw
+
+
+# --------------------------------------------------------------------------------------------- the comparison
+
+
+def _write_base(cfg: Any) -> tuple[Any, dict[str, Any]]:
+    folder = tempfile.mkdtemp(prefix="adapterdoc-expected-")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg.save_pretrained(folder)
+    raw = json.loads((Path(folder) / "config.json").read_text())
+    return M.resolve_base(folder), raw
+
+
+def _meta_tree(model: Any) -> dict[str, tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]]:
+    import torch
+
+    out = {}
+    for name, mod in model.named_modules():
+        if not name:
+            continue
+        own = tuple((p, tuple(v.shape)) for p, v in mod.named_parameters(recurse=False))
+        if isinstance(mod, torch.nn.Linear):
+            kind = "linear"
+        elif isinstance(mod, torch.nn.Embedding):
+            kind = "embedding"
+        elif isinstance(mod, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+            kind = "conv"
+        elif any(len(s) == 3 for _, s in own):
+            kind = "experts"
+        else:
+            kind = "other"
+        keep = kind in ("linear", "embedding", "experts") or any(len(s) == 3 for _, s in own)
+        out[name] = (kind, own if keep else ())
+    return out
+
+
+def _perturbed(expected: dict[str, tuple[int, ...]], seed: int) -> dict[str, tuple[int, ...]]:
+    """An adapter's names and shapes: PEFT's expected keys with some dropped, reshaped, renamed or added."""
+    import random
+
+    rnd = random.Random(seed)
+    out: dict[str, tuple[int, ...]] = {}
+    for k, s in expected.items():
+        roll = rnd.random()
+        if roll < 0.1:
+            continue
+        if roll < 0.15:
+            s = (s[0] + 1, *s[1:])
+        if roll > 0.95 and ".lora_A.weight" in k:
+            k = k.replace(".lora_A.weight", ".lora_A.default.weight")
+        out[k] = s
+    if rnd.random() < 0.5:
+        out["base_model.model.model.layers.99.self_attn.q_proj.lora_A.weight"] = (2, 16)
+    if rnd.random() < 0.3 and expected:
+        first = next(iter(expected))
+        out[first.removeprefix("base_model.model.")] = expected[first]
+    return out
+
+
+def _event(text: str) -> None:
+    with contextlib.suppress(InvalidArgument):  # called outside a hypothesis test
+        event(text)
+
+
+def check_equal(cfg: Any, lora: dict[str, Any], seed: int = 0) -> str:
+    spec, raw = _write_base(cfg)
+    tree = build_tree(raw)
+    config = M.load_config(spec)
+    model = M.build_meta_model(spec, config)
+    assert {n.name: (n.kind, n.params) for n in tree.nodes} == _meta_tree(model)
+    acfg = AdapterConfig(lora)
+    try:
+        reg = registry_adapter(tree, acfg)
+    except Unmodeled as e:
+        _event(f"registry declined: {str(e).split(':')[0][:50]}")
+        return "declined"
+    try:
+        lora_cfg = M.lora_config_from_raw(lora)
+    except ConfigError as e:  # pragma: no cover - a failure of the test's subject
+        raise AssertionError(f"the registry accepted a config PEFT refuses: {e}") from None
+    meta = M.build_meta_adapter(spec, lora_cfg, model=M.build_meta_model(spec, config))
+    assert meta.inject_error is None, (
+        f"the registry accepted a config PEFT cannot inject: {meta.inject_error}"
+    )
+    assert reg.expected == meta.expected
+    assert reg.injected_modules == meta.injected_modules
+    assert reg.config_before == meta.config_before
+    assert reg.config_after == meta.config_after
+    assert reg.rewritten == meta.rewritten
+    assert sorted(reg.base_modules) == sorted(meta.base_modules)
+    assert reg.lora_capable_leaves == meta.lora_capable_leaves
+    assert (reg.layout, reg.model_class, reg.model_type) == (meta.layout, meta.model_class, meta.model_type)
+    clean = registry_adapter(tree, acfg, meta.expected)  # a clean adapter is always the registry's to judge
+    assert clean.match(meta.expected) == meta.match(meta.expected)
+    shapes = _perturbed(meta.expected, seed)
+    try:
+        reg = registry_adapter(tree, acfg, shapes)
+    except Unmodeled as e:
+        _event(f"registry declined the keys: {str(e).split(':')[0][:50]}")
+        assert tree.load_conversion  # elsewhere every generated adapter's keys are the registry's to judge
+        return "keys-declined"
+    assert reg.match(shapes) == meta.match(shapes)
+    _event("registry decided")
+    return "decided"
+
+
+@st.composite
+def cases(d: st.DrawFn, layout: str) -> tuple[Any, dict[str, Any], int]:
+    cfg = d(base_configs(layout))
+    _spec, raw = _write_base(cfg)
+    names = build_tree(raw).names
+    return cfg, d(lora_configs(names)), d(st.integers(0, 10_000))
+
+
+@pytest.mark.parametrize("layout", REGISTRY_LAYOUTS)
+def test_registry_equals_meta_device(layout: str) -> None:
+    outcomes: list[str] = []
+
+    @FAST
+    @given(cases(layout))
+    def run(case: tuple[Any, dict[str, Any], int]) -> None:
+        outcomes.append(check_equal(*case))
+
+    run()
+    assert outcomes.count("declined") <= 0.7 * len(outcomes), (
+        outcomes
+    )  # the registry decides most generated cases
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", REGISTRY_LAYOUTS)
+def test_registry_equals_meta_device_slow(layout: str) -> None:
+    outcomes: list[str] = []
+
+    @SLOW
+    @given(cases(layout))
+    def run(case: tuple[Any, dict[str, Any], int]) -> None:
+        outcomes.append(check_equal(*case))
+
+    run()
+    assert outcomes.count("declined") <= 0.7 * len(outcomes), (
+        outcomes
+    )  # the registry decides most generated cases
+
+
+@pytest.mark.parametrize("layout", REGISTRY_LAYOUTS)
+def test_registry_decides_the_tiny_reference_configs(layout: str) -> None:
+    """The registry is no empty promise: the tiny reference configs and common LoRA configs are decided by it."""
+    from adapterdoc.ml.tiny import model_class, tiny_config
+
+    cfg = tiny_config(layout)
+    cfg.architectures = [model_class(layout).__name__]
+    leaves = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "in_proj_qkv"]
+    for lora in (
+        {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": leaves},
+        {
+            "peft_type": "LORA",
+            "r": 2,
+            "lora_alpha": 4,
+            "target_modules": "all-linear",
+            "exclude_modules": _TOWERS,
+        },
+        {
+            "peft_type": "LORA",
+            "r": 2,
+            "target_modules": ["q_proj"],
+            "rank_pattern": {"layers.1.self_attn.q_proj": 3},
+        },
+    ):
+        assert check_equal(cfg, lora) != "declined"
+
+
+def test_fused_experts_keys_and_nesting() -> None:
+    """Pinned PEFT fact: two target_parameters on one experts module nest (gate_up inner, down outer); lora_A is
+    ``[r*E, in]``, lora_B ``[out, r*E]`` with in/out swapped from the ``[E, out, in]`` Parameter."""
+    from adapterdoc.ml.tiny import tiny_config
+
+    cfg = tiny_config("qwen3_5_moe_text")
+    cfg.architectures = ["Qwen3_5MoeForCausalLM"]
+    lora = {
+        "peft_type": "LORA",
+        "r": 2,
+        "target_modules": ["o_proj"],
+        "target_parameters": ["gate_up_proj", "down_proj"],
+    }
+    assert check_equal(cfg, lora) != "declined"
+    _spec, raw = _write_base(cfg)
+    reg = registry_adapter(build_tree(raw), AdapterConfig(lora))
+    e, h, mi = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+    m = "base_model.model.model.layers.0.mlp.experts"
+    assert reg.expected[f"{m}.base_layer.lora_A.weight"] == (2 * e, h)
+    assert reg.expected[f"{m}.base_layer.lora_B.weight"] == (2 * mi, 2 * e)
+    assert reg.expected[f"{m}.lora_A.weight"] == (2 * e, mi)
+    assert reg.expected[f"{m}.lora_B.weight"] == (h, 2 * e)
+
+
+def test_load_conversions_are_transformers_own() -> None:
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    from adapterdoc.layout_trees import LOAD_CONVERSIONS
+
+    assert {mt for mt, _ in TREES if get_checkpoint_conversion_mapping(mt) is not None} == LOAD_CONVERSIONS
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (
+            {"model_type": "qwen3_omni_moe", "architectures": ["Qwen3OmniMoeForConditionalGeneration"]},
+            "no module tree",
+        ),
+        ({"mtp_num_hidden_layers": 1}, "does not model"),
+        ({"layer_types": ["sliding_attention"] * 4}, "not modelled"),
+    ],
+)
+def test_registry_declines_what_it_does_not_model(change: dict[str, Any], why: str) -> None:
+    from adapterdoc.ml.tiny import tiny_config
+
+    cfg = tiny_config("qwen3_5_text")
+    cfg.architectures = ["Qwen3_5ForCausalLM"]
+    _, raw = _write_base(cfg)
+    raw.update(change)
+    with pytest.raises(Unmodeled, match=why):
+        build_tree(raw)
+
+
+@pytest.mark.parametrize(
+    "lora",
+    [
+        {"use_dora": True},
+        {"lora_bias": True},
+        {"target_modules": None},
+        {"task_type": "SEQ_CLS"},
+        {"init_lora_weights": "pissa"},
+        {"layers_pattern": "layers"},
+        {"target_modules": ["conv1d"]},
+        {"trainable_token_indices": [1, 2]},
+        {"some_future_field": {"on": True}},
+    ],
+)
+def test_adapter_configs_the_registry_declines(lora: dict[str, Any]) -> None:
+    from adapterdoc.ml.tiny import tiny_config
+
+    cfg = tiny_config("qwen3_5_text")
+    cfg.architectures = ["Qwen3_5ForCausalLM"]
+    _, raw = _write_base(cfg)
+    with pytest.raises(Unmodeled):
+        registry_adapter(
+            build_tree(raw), AdapterConfig({"peft_type": "LORA", "target_modules": ["q_proj"], **lora})
+        )

@@ -1,0 +1,162 @@
+"""`verify` with the base install only: the registry's expected keys give the ML path's verdicts, codes and key
+lists on a config-only base, with torch made un-importable; what the registry cannot decide exits 3 naming the
+ML extra."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapterdoc.ml import meta as M
+from adapterdoc.verify import VerifyOptions, verify
+
+CHILD = """
+import sys
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "peft", "accelerate"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, _NotInstalled())
+import adapterdoc.cli
+try:
+    adapterdoc.cli.main(sys.argv[1:])
+except SystemExit as e:
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers", "peft"))
+    assert not heavy, heavy
+    raise
+"""
+LORA = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+CASES = {
+    "qwen3_5_moe_vl": {**LORA, "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]},
+    "qwen3_5_vl": {**LORA, "target_modules": "all-linear"},
+    "qwen3_5_text": LORA,
+    "mistral3_vl": {**LORA, "exclude_modules": r"(^|.*\.)(vision_tower|multi_modal_projector)(\..*|$)"},
+    "ministral3_text": {**LORA, "rank_pattern": {"layers.0.self_attn.q_proj": 3}},
+}
+
+
+def _base(root: Path, layout: str) -> Path:
+    from adapterdoc.ml.tiny import model_class, tiny_config
+
+    cfg = tiny_config(layout)
+    cfg.architectures = [model_class(layout).__name__]
+    folder = root / f"base-{layout}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg.save_pretrained(folder)
+    return folder
+
+
+def _adapter(folder: Path, lora: dict[str, Any], keys: dict[str, tuple[int, ...]]) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(json.dumps(lora))
+    save_file({k: torch.full(s, 0.01) for k, s in keys.items()}, str(folder / "adapter_model.safetensors"))
+    return folder
+
+
+def _adapters(root: Path, layout: str, base: Path) -> list[Path]:
+    """A clean adapter, one with keys left out and one reshaped, and (where the base is a VL class) one saved
+    with the text class's names: the move verify names."""
+    lora = CASES[layout]
+    spec = M.resolve_base(str(base))
+    meta = M.build_meta_adapter(spec, M.lora_config_from_raw(lora), config=M.load_config(spec))
+    keys = dict(meta.expected)
+    out = [_adapter(root / f"{layout}-clean", lora, keys)]
+    partial = dict(list(keys.items())[3:])
+    first = next(iter(partial))
+    partial[first] = (partial[first][0] + 1, *partial[first][1:])
+    out.append(_adapter(root / f"{layout}-partial", lora, partial))
+    if layout.endswith("_vl"):
+        text = {k.replace(".language_model.", ".", 1): s for k, s in keys.items() if ".language_model." in k}
+        out.append(_adapter(root / f"{layout}-textnames", lora, text))
+    return out
+
+
+def tree_converts(base: Path) -> bool:
+    from adapterdoc.layout_trees import build_tree
+
+    return build_tree(json.loads((base / "config.json").read_text())).load_conversion
+
+
+def _comparable(report: dict[str, Any]) -> dict[str, Any]:
+    drop = {"expected_keys_from", "expected_keys_note"}
+    return {k: v for k, v in report.items() if k not in drop}
+
+
+@pytest.mark.parametrize("layout", sorted(CASES))
+def test_no_torch_verify_equals_the_ml_path(tmp_path: Path, layout: str) -> None:
+    base = _base(tmp_path, layout)
+    runs = [(a, "peft") for a in _adapters(tmp_path, layout, base)]
+    runs.append((runs[-1][0], "vllm"))  # the vLLM profile reads the module tree too (served names, leaves)
+    for adapter, profile in runs:
+        options = VerifyOptions(expected_keys="meta-device", profile=profile)
+        ml = verify([str(adapter)], str(base), options).to_dict()
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                "verify",
+                str(adapter),
+                "--base",
+                str(base),
+                "--json",
+                "--profile",
+                profile,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if tree_converts(base) and adapter.name.endswith("textnames"):
+            # keys PEFT does not create, on a model type whose load-time conversion PEFT also applies to adapter
+            # keys: only the meta device can judge them (the registry does not model transformers' renames)
+            assert proc.returncode == 3 and "adapterdoc[ml]" in proc.stderr
+            continue
+        assert proc.returncode in (0, 1), proc.stderr
+        fast = json.loads(proc.stdout)
+        assert fast["adapters"][0]["expected_keys_from"] == "registry"
+        assert ml["adapters"][0]["expected_keys_from"] == "meta-device"
+        assert _comparable(fast["adapters"][0]) == _comparable(ml["adapters"][0])
+        assert fast["findings"] == ml["findings"]
+        assert proc.returncode == (0 if ml["ok"] else 1)
+        if adapter.name.endswith("partial"):
+            assert fast["adapters"][0]["missing"] and fast["adapters"][0]["shape_mismatch"]
+
+
+def test_no_torch_fallback_names_the_ml_extra(tmp_path: Path) -> None:
+    base = _base(tmp_path, "qwen3_omni_thinker")
+    adapter = _adapter(tmp_path / "omni", LORA, {"base_model.model.x.q_proj.lora_A.weight": (2, 4)})
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, "verify", str(adapter), "--base", str(base)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 3
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("adapterdoc: error: ")
+    assert "the registry cannot decide" in lines[0] and "adapterdoc[ml]" in lines[0]
+
+
+def test_load_still_needs_the_ml_extra(tmp_path: Path) -> None:
+    base = _base(tmp_path, "qwen3_5_text")
+    (adapter,) = _adapters(tmp_path, "qwen3_5_text", base)[:1]
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, "verify", str(adapter), "--base", str(base), "--load"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 3
+    assert "--load" in proc.stderr and "adapterdoc[ml]" in proc.stderr
