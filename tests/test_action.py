@@ -83,16 +83,11 @@ TAIL = ["--no-cache-dir", "torch<3"]
 @pytest.mark.parametrize(
     ("inputs", "torch_call"),
     [
-        ({}, None),  # the base package only: verify's static checks need no torch
-        ({"load": "true"}, [*PIP, "--index-url", CPU_INDEX, "torch"]),
-        (
-            {"load": "true", "torch_spec": "torch==2.5.1+cpu"},
-            [*PIP, "--index-url", CPU_INDEX, "torch==2.5.1+cpu"],
-        ),
-        ({"load": "true", "torch_index_url": ""}, [*PIP, "torch"]),  # opt out: pip's default index
+        ({}, [*PIP, "--index-url", CPU_INDEX, "torch"]),
+        ({"torch_spec": "torch==2.5.1+cpu"}, [*PIP, "--index-url", CPU_INDEX, "torch==2.5.1+cpu"]),
+        ({"torch_index_url": ""}, [*PIP, "torch"]),  # opt out: pip's default index
         (
             {
-                "load": "true",
                 "pip_args": "--extra-index-url https://mirror.example/simple  --no-cache-dir",
                 "torch_spec": "torch<3",
             },
@@ -101,10 +96,9 @@ TAIL = ["--no-cache-dir", "torch<3"]
     ],
 )
 def test_install_step_pip_command_lines(
-    fake_python: tuple[Path, Path], tmp_path: Path, inputs: dict[str, str], torch_call: list[str] | None
+    fake_python: tuple[Path, Path], tmp_path: Path, inputs: dict[str, str], torch_call: list[str]
 ) -> None:
-    """The action's own folder alone; with load, CPU torch from PyTorch's index first, then the folder with the ml
-    extra (torch satisfied)."""
+    """CPU torch from PyTorch's index first, then the action's own folder with the ml extra (torch satisfied)."""
     action_path = tmp_path / "my action"  # the runner's checkout of the action; a space in it must not matter
     shutil.copytree(ROOT / "scripts" / "action", action_path / "scripts" / "action")
     bindir, log = fake_python
@@ -112,10 +106,7 @@ def test_install_step_pip_command_lines(
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
     res = _run_step(_step("Install"), env, tmp_path)
     assert res.returncode == 0, res.stderr
-    if torch_call is None:
-        assert _calls(log) == [[*PIP, str(action_path)]]
-    else:
-        assert _calls(log) == [torch_call, [*PIP, f"{action_path}[ml]"]]
+    assert _calls(log) == [torch_call, [*PIP, f"{action_path}[ml]"]]
 
 
 def test_install_step_stops_at_the_first_failure(tmp_path: Path) -> None:

@@ -94,4 +94,4 @@ def test_the_cpu_torch_route_for_pre_commit_is_documented_where_the_hook_is() ->
     section = readme[readme.index("### In pre-commit") : readme.index("### In GitHub Actions")]
     assert route in section
     assert route in (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
-    assert _hook()["additional_dependencies"] == []  # the base package: static verify needs no torch
+    assert _hook()["additional_dependencies"] == ["adapterdoc[ml]"]

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# The Action's install step: the base package (verify's static checks need no torch); with ADAPTERDOC_LOAD=true,
-# torch first (the CPU build by default), then adapterdoc with the ml extra.
+# The Action's install step: torch first (the CPU build by default), then adapterdoc with the ml extra.
 #
 # Inputs arrive as environment variables (action.yml passes each through `env:`; nothing is interpolated into this
 # script):
@@ -8,7 +7,6 @@
 #   ADAPTERDOC_TORCH_INDEX_URL  index for the torch install; empty: pip's own  (default: PyTorch's CPU wheel index)
 #   ADAPTERDOC_PIP_ARGS         extra pip arguments for the torch install, split on whitespace (no quoting)
 #   ADAPTERDOC_SOURCE           what to install as adapterdoc                  (default: this repository)
-#   ADAPTERDOC_LOAD             "true": torch and the ml extra (for verify --load)
 # `python` is the interpreter on PATH (actions/setup-python's). Torch goes first, from its own index, so that the
 # second install finds it satisfied and never pulls PyPI's multi-gigabyte CUDA build.
 set -euo pipefail
@@ -17,10 +15,6 @@ torch_spec="${ADAPTERDOC_TORCH_SPEC-torch}"
 index_url="${ADAPTERDOC_TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
 source_dir="${ADAPTERDOC_SOURCE:-$(dirname "$(dirname "$here")")}"
 read -r -a extra <<< "${ADAPTERDOC_PIP_ARGS-}"
-
-if [ "${ADAPTERDOC_LOAD-false}" != "true" ]; then
-    exec python -m pip install --disable-pip-version-check "${source_dir}"
-fi
 
 cmd=(python -m pip install --disable-pip-version-check)
 if [ -n "$index_url" ]; then cmd+=(--index-url "$index_url"); fi

@@ -10,7 +10,6 @@
 #   ADAPTERDOC_FORMAT          --format on stdout (default github: annotations on the pull request)
 #   ADAPTERDOC_OUTPUT_FILE     --output-file: the --format report goes to this file INSTEAD of stdout
 #   ADAPTERDOC_JUNIT_FILE      --junit-file: also a JUnit XML here, beside the annotations
-#   ADAPTERDOC_LOAD            "true": --load (the install step then installed the ml extra)
 # Nothing is evaluated: a value is an argument, never shell code.
 set -euo pipefail
 
@@ -39,7 +38,6 @@ args=(verify --format "${ADAPTERDOC_FORMAT:-github}")
 if [ -n "${ADAPTERDOC_BASE-}" ]; then args+=(--base "$ADAPTERDOC_BASE"); fi
 if [ -n "${ADAPTERDOC_PROFILE-}" ]; then args+=(--profile "$ADAPTERDOC_PROFILE"); fi
 if [ -n "${ADAPTERDOC_MAX_LORA_RANK-}" ]; then args+=(--max-lora-rank "$ADAPTERDOC_MAX_LORA_RANK"); fi
-if [ "${ADAPTERDOC_LOAD-false}" = "true" ]; then args+=(--load); fi
 if [ -n "${ADAPTERDOC_OUTPUT_FILE-}" ]; then args+=(--output-file "$ADAPTERDOC_OUTPUT_FILE"); fi
 if [ -n "${ADAPTERDOC_JUNIT_FILE-}" ]; then args+=(--junit-file "$ADAPTERDOC_JUNIT_FILE"); fi
 export NO_COLOR=1
