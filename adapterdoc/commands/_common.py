@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -19,12 +20,15 @@ BUG_EXIT = 4
 
 INPUT_FORMS = """\b
 Inputs (ADAPTER / PATH) may be:
-  FILE.safetensors        one safetensors (or PEFT .bin) file
-  DIR                     a PEFT adapter folder (adapter_config.json + adapter_model.safetensors|.bin)
-  DIR                     a sharded checkpoint folder (*.safetensors.index.json)
-  org/name[@revision]     a Hugging Face repo in the local cache (no network)
-  hf://org/name[@rev]     a repo on the Hugging Face Hub, headers read over the network (read-only commands)"""
-"""The input forms, shown in the help of every command that takes an input (CLI.md)."""
+  FILE.safetensors     one safetensors (or PEFT .bin) file
+  DIR                  a PEFT adapter folder: adapter_config.json and
+                       adapter_model.safetensors (or .bin)
+  DIR                  a sharded checkpoint folder (*.safetensors.index.json)
+  org/name[@revision]  a Hugging Face repo in the local cache (no network)
+  hf://org/name[@rev]  a repo on the Hugging Face Hub, headers read over the
+                       network (read-only commands)"""
+"""The input forms, shown in the help of every command that takes an input (CLI.md). Kept within 78 columns:
+click does not wrap a ``\\b`` block, and help must fit an 80-column terminal."""
 
 EXIT_CODES = """\b
 Exit codes:
@@ -32,7 +36,8 @@ Exit codes:
   1    the check failed: at least one error finding
   2    usage error
   3    an input cannot be used, or an operation was refused to protect data
-  4    an internal error (a bug in adapterdoc): please report it with the --debug output
+  4    an internal error (a bug in adapterdoc): please report it with the
+       --debug output
   130  interrupted (Ctrl-C); nothing half-written is left behind"""
 """The exit codes, shown in the top-level help (CLI.md's table)."""
 
@@ -119,12 +124,18 @@ def _emit_json_error(e: AdapterdocError) -> None:
         finding["path"] = e.what
     if e.key:
         finding["key"] = e.key
-    click.echo(json.dumps({"ok": False, "findings": [finding], "error": str(e)}, ensure_ascii=False))
+    # stdout itself may be what failed (a full disk, /dev/full): then the stderr line alone says why
+    with contextlib.suppress(OSError):
+        click.echo(json.dumps({"ok": False, "findings": [finding], "error": str(e)}, ensure_ascii=False))
 
 
 def emit(text: str) -> None:
-    """Write rendered output to stdout (one write, newline-terminated)."""
-    click.echo(text.rstrip("\n"))
+    """Write rendered output to stdout (one write, newline-terminated); a stdout that cannot take it (a full disk,
+    ``> /dev/full``) is one exit-3 line naming stdout."""
+    from adapterdoc.st.atomic import writing
+
+    with writing("stdout"):
+        click.echo(text.rstrip("\n"))
 
 
 def is_quiet() -> bool:

@@ -50,7 +50,7 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 )
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, dir_okay=True),
+    type=click.Path(),  # a file or link here is refused with exit 3 by the atomic module, not click
     metavar="DIR",
     help="Write a complete new adapter folder here (must not exist or be empty); the input is not touched.",
 )
@@ -73,8 +73,10 @@ def command(
 
     \b
     Exactly one of:
-      --vl            strip `.language_model.` (Qwen3.5 / Qwen3.5-MoE / Mistral3 VL adapter onto the text class)
-      --to LAYOUT     the registry's rules from the detected layout (or --from) to LAYOUT
+      --vl            strip `.language_model.` (Qwen3.5 / Qwen3.5-MoE / Mistral3
+                      VL adapter onto the text class)
+      --to LAYOUT     the registry's rules from the detected layout (or --from)
+                      to LAYOUT
       --rule R=>S     your own renames on the full key, in order
 
     Header-only: the tensor data bytes never change. The header is rewritten in place when the new one fits

@@ -12,9 +12,7 @@ from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_qui
 @click.option(
     "--base", default=None, help="Base with weights (model folder or tiny:LAYOUT) for the model-level trips."
 )
-@click.option(
-    "--keep", type=click.Path(file_okay=False), default=None, help="Keep the work files in this folder."
-)
+@click.option("--keep", type=click.Path(), default=None, help="Keep the work files in this folder.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.pass_context
 @handle_errors

@@ -32,7 +32,7 @@ from adapterdoc.commands._common import emit, handle_errors, is_quiet
 )
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, dir_okay=True),
+    type=click.Path(),  # a file or link here is refused with exit 3 by the atomic module, not click
     default=None,
     help="Keep the runs in DIR/<layout>/ (adapter, head, progress.jsonl, training_metadata.json, RUN_REPORT.md).",
 )

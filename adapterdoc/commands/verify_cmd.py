@@ -237,9 +237,10 @@ def project_defaults(start: str | None = None) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:  # TOML is UTF-8 only
         raise ConfigError(path, f"cannot read [tool.adapterdoc]: {e}") from None
-    table = data.get("tool", {}).get("adapterdoc", {})
+    tool = data.get("tool", {})
+    table = tool.get("adapterdoc", {}) if isinstance(tool, dict) else None
     if not isinstance(table, dict):
         raise ConfigError(path, "[tool.adapterdoc] must be a table")
     out: dict[str, Any] = {}

@@ -327,7 +327,7 @@ def _direct(target: Target) -> Iterator[BinaryIO]:
         if is_write_refusal(e):
             raise not_writable(target.path, e) from e
         raise
-    with os.fdopen(fd, "wb") as f:
+    with writing(target.path), os.fdopen(fd, "wb") as f:  # a full /dev/full names the path, as a file's would
         yield f
         f.flush()
 

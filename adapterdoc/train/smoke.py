@@ -392,6 +392,7 @@ def check_merge(ctx: Ctx) -> CheckResult:
     base_dir = os.path.join(ctx.result.out_dir, "base")
     merged_dir = os.path.join(ctx.result.out_dir, "merged")
     _fresh_saved_base(ctx).save_pretrained(base_dir)
+    _umask_modes(base_dir)
     report = merge(ctx.result.adapter_dir, base_dir, merged_dir)
     impl = "adapterdoc.merge (streamed, on disk) + from_pretrained"
     if not report.ok or report.unused:
@@ -491,10 +492,36 @@ def _prepare_folder(path: str) -> None:
     )
 
 
+def _umask_modes(folder: str) -> None:
+    """Give the files ``save_pretrained`` wrote the mode every other output gets (``0666 & ~umask``):
+    safetensors' ``save_file`` creates its file 0600 whatever the umask."""
+    from adapterdoc.st.atomic import new_file_mode
+
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path) and not os.path.islink(path):
+            os.chmod(path, new_file_mode())
+
+
 def run_layout(
     layout: str, work: str, settings: Any, on_event: OnEvent | None = None, *, data: Any = None
 ) -> LayoutRun:
-    """Train ``layout`` into ``work`` (on ``data``, default the bundled rows) and run every check on the output."""
+    """Train ``layout`` into ``work`` (on ``data``, default the bundled rows) and run every check on the output.
+
+    Interrupted (Ctrl-C) after ``work`` was made ours, the half-made layout folder is removed: nothing
+    half-written is left behind (CLI.md, exit 130)."""
+    prepared: list[bool] = []
+    try:
+        return _run_layout(layout, work, settings, on_event, data=data, prepared=prepared)
+    except KeyboardInterrupt:
+        if prepared:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _run_layout(
+    layout: str, work: str, settings: Any, on_event: OnEvent | None, *, data: Any, prepared: list[bool]
+) -> LayoutRun:
     from adapterdoc.train import data as D
     from adapterdoc.train import loop
 
@@ -503,6 +530,7 @@ def run_layout(
     emit = on_event or (lambda e: None)
     try:
         _prepare_folder(work)
+        prepared.append(True)
         result = loop.train(
             layout, work, settings, data=D.DEFAULT_DATA if data is None else data, on_event=on_event
         )
