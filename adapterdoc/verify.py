@@ -623,6 +623,7 @@ def _key_findings(
                 path=spec,
             )
         )
+        return out  # nothing is expected, so every key "mismatches": the refusal is the one finding
     move = None
     if km.unexpected or km.missing:
         current = (len(km.unexpected), len(km.missing))

@@ -253,6 +253,8 @@ def test_string_rank_pattern_value_is_reported_not_coerced(adapter: Path) -> Non
     code, rep = verify_json(adapter, "--base", f"tiny:{TEXT}")
     got = findings(rep)
     assert code == 1 and "AD113" in got and "AD226" in got  # PEFT refuses to inject it
+    # and nothing else about keys: with no layer built, "matches nothing" / "not targeted" would be false
+    assert not {"AD220", "AD221", "AD223", "AD224"} & set(got)
 
 
 def test_modules_to_save_string_and_bad_bias_are_reported(adapter: Path) -> None:
