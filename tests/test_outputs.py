@@ -20,9 +20,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from safetensors.numpy import save_file
+from small_adapters import write_small_adapter
 from test_merge_helpers import lora_kwargs, save_adapter, saved_base, tree_digest  # noqa: F401
 
 from adapterdoc.st.atomic import OUTPUT_MARKER, TEMP_PREFIX
@@ -31,22 +30,7 @@ BASE = "tiny:ministral3_text"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _adapter(folder: Path) -> Path:
-    """A small ministral3_text-shaped adapter (numpy, no torch needed to make it)."""
-    folder.mkdir()
-    key = "base_model.model.model.layers.0.self_attn.q_proj"
-    save_file(
-        {
-            f"{key}.lora_A.weight": np.ones((2, 64), np.float32),
-            f"{key}.lora_B.weight": np.ones((64, 2), np.float32),
-        },
-        folder / "adapter_model.safetensors",
-        metadata={"format": "pt"},
-    )
-    (folder / "adapter_config.json").write_text(
-        json.dumps({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"]})
-    )
-    return folder
+_adapter = write_small_adapter
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ non-editable install (qa12), each case as a test that failed before its fix.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -23,30 +22,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from safetensors.numpy import save_file
+from small_adapters import write_small_adapter
 
 BASE = "tiny:ministral3_text"
 
 
 @pytest.fixture
 def adapter(tmp_path: Path) -> Path:
-    folder = tmp_path / "adapter"
-    folder.mkdir()
-    key = "base_model.model.model.layers.0.self_attn.q_proj"
-    save_file(
-        {
-            f"{key}.lora_A.weight": np.ones((2, 64), np.float32),
-            f"{key}.lora_B.weight": np.ones((64, 2), np.float32),
-        },
-        folder / "adapter_model.safetensors",
-        metadata={"format": "pt"},
-    )
-    (folder / "adapter_config.json").write_text(
-        json.dumps({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"]})
-    )
-    return folder
+    return write_small_adapter(tmp_path / "adapter")
 
 
 def _run(*args: str, cwd: Path | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:

@@ -155,6 +155,11 @@ def build_tokenizer(rows: list[Row], vocab_size: int = TOKENIZER_VOCAB) -> Any:
 
 @lru_cache(maxsize=4)
 def _train_tokenizer(texts: tuple[str, ...], vocab_size: int) -> Any:
+    return train_bpe(list(texts), vocab_size, SPECIALS)
+
+
+def train_bpe(texts: list[str], vocab_size: int, specials: tuple[str, ...]) -> Any:
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``texts`` in that order; ``specials`` get ids 0, 1, ..."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -162,11 +167,11 @@ def _train_tokenizer(texts: tuple[str, ...], vocab_size: int) -> Any:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIALS),
+        special_tokens=list(specials),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(list(texts), trainer)
+    tok.train_from_iterator(texts, trainer)
     return tok
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from adapterdoc.train.data import SPECIALS, TOKENIZER_VOCAB
+from adapterdoc.train.data import SPECIALS, TOKENIZER_VOCAB, train_bpe
 
 SYSTEM = "<|system|>"
 CHAT_SPECIALS = (*SPECIALS, SYSTEM)
@@ -33,19 +33,9 @@ inside the generation markers, so ``return_assistant_tokens_mask`` supervises ex
 
 def chat_tokenizer(texts: Iterable[str], vocab_size: int = TOKENIZER_VOCAB) -> Any:
     """A deterministic byte-level BPE chat tokenizer trained on ``texts`` (no hub, no files)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(CHAT_SPECIALS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(sorted(set(texts)), trainer)
+    tok = train_bpe(sorted(set(texts)), vocab_size, CHAT_SPECIALS)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token=SPECIALS[0],
