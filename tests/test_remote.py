@@ -22,6 +22,7 @@ class _Hub:
     def __init__(self) -> None:
         self.files: dict[tuple[str, str], bytes] = {}
         self.served = 0
+        self.lock = threading.Lock()
         self.requests: list[str] = []
         self.auth: list[str | None] = []
 
@@ -53,8 +54,10 @@ def _handler(hub: _Hub) -> type[BaseHTTPRequestHandler]:
                 self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            # counted before the body goes out: the test reads the count as soon as the client has the bytes
+            with hub.lock:
+                hub.served += len(body)
             self.wfile.write(body)
-            hub.served += len(body)
 
     return Handler
 
