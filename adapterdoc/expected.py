@@ -1,6 +1,6 @@
 """The LoRA keys and shapes PEFT creates for an adapter config on a base, from ``config.json`` alone (torch-free).
 
-The registry's module tree (:mod:`adapterdoc.layout_trees`) stands in for the meta-device model and PEFT 0.21's
+The registry's module tree (:mod:`adapterdoc.layouts.trees`) stands in for the meta-device model and PEFT 0.21's
 injection rules are applied to it: ``all-linear`` (every Linear but the output layer), the minimal-suffix rewrite of
 long target lists, ``target_modules`` / ``exclude_modules`` / ``modules_to_save`` / ``layers_to_transform``
 (:func:`adapterdoc.adapter.peft_selects`), ``target_parameters`` (nested ParamWrappers over fused experts),
@@ -8,7 +8,7 @@ long target lists, ``target_modules`` / ``exclude_modules`` / ``modules_to_save`
 adapter's names and shapes are matched the way ``PeftModel.load_adapter`` matches them.
 
 Anything outside what is modelled (a LoRA variant, a field with a non-default value, a target PEFT would refuse or
-handle specially, a key PEFT's transformers conversion could rename) raises :class:`~adapterdoc.layout_trees.Unmodeled`,
+handle specially, a key PEFT's transformers conversion could rename) raises :class:`~adapterdoc.layouts.trees.Unmodeled`,
 and verify builds the base on the meta device instead (:mod:`adapterdoc.ml.meta`, the oracle this module is tested
 against in ``tests/test_expected_keys.py``).
 """
@@ -27,8 +27,8 @@ from adapterdoc.adapter import (
     pattern_key,
     peft_selects,
 )
-from adapterdoc.layout_trees import EMBEDDING, EXPERTS, LINEAR, Tree, Unmodeled, build_tree
 from adapterdoc.layouts import tower_segment
+from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Tree, Unmodeled, build_tree
 
 ADAPTER = "default"
 _MIN_TARGETS_FOR_OPTIMIZATION = 20

@@ -39,6 +39,7 @@ from adapterdoc.layouts import (
     exclusion_regex,
     get_layout,
     remap_path,
+    strip_language_model,
     tower_segment,
 )
 from adapterdoc.report.findings import Finding, make, sort_findings
@@ -160,12 +161,6 @@ def parse_rule(text: str) -> Rule:
     return Rule(pattern, replacement)
 
 
-def strip_infix(key: str) -> str:
-    """Remove the first ``.language_model.`` from a full key (keeping one dot)."""
-    i = key.find(INFIX)
-    return key if i < 0 else key[:i] + "." + key[i + len(INFIX) :]
-
-
 def _apply_rules(rules: Sequence[Rule], path: str) -> str:
     for rule in rules:
         path = rule.apply(path)
@@ -195,16 +190,8 @@ class _Move:
     target_towers: tuple[str, ...] = ()
 
 
-def strip_segment(path: str) -> str:
-    """:data:`~adapterdoc.layouts.STRIP_LANGUAGE_MODEL` on a module path, as plain string operations."""
-    if path.startswith("language_model."):
-        return path[len("language_model.") :]
-    i = path.find(INFIX)
-    return path if i < 0 else path[: i + 1] + path[i + len(INFIX) :]
-
-
 def _vl_move() -> _Move:
-    return _Move("vl", lambda k, _: strip_infix(k), strip_segment, strips_infix=True)
+    return _Move("vl", lambda k, _: strip_language_model(k), strip_language_model, strips_infix=True)
 
 
 def _layout_move(rules: Sequence[Rule], source: str, target: str) -> _Move:

@@ -21,7 +21,8 @@ import sys
 import tempfile
 import time
 
-from adapterdoc.remap import remap, strip_infix
+from adapterdoc.layouts import strip_language_model
+from adapterdoc.remap import remap
 from adapterdoc.st import rewrite
 from adapterdoc.st.header import TensorInfo, read_header, serialize_header
 
@@ -82,7 +83,7 @@ def bench(
     header = read_header(path)
     with open(path, "rb") as f:
         original = f.read(header.data_start)
-    mapping = {k: strip_infix(k) for k in header.tensors}
+    mapping = {k: strip_language_model(k) for k in header.tensors}
     body, _ = rewrite.renamed_header(original[8:], mapping)
     other = os.path.join(root, f"{label}-copy.safetensors")
 

@@ -1,6 +1,6 @@
 """The registry's torch-free expected keys equal PEFT's on the meta device, over generated configs.
 
-For every layout the registry describes (:data:`adapterdoc.layout_trees.TREES`): hypothesis draws a base config
+For every layout the registry describes (:data:`adapterdoc.layouts.trees.TREES`): hypothesis draws a base config
 (layer counts and types, experts, tying, tower sizes) written as transformers writes ``config.json``, and a LoRA
 config (target_modules as a list / regex / ``all-linear`` / long explicit lists, exclude_modules,
 layers_to_transform / layers_pattern, target_parameters, rank_pattern / alpha_pattern, modules_to_save,
@@ -25,7 +25,7 @@ from hypothesis.errors import InvalidArgument
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.errors import ConfigError
 from adapterdoc.expected import registry_adapter
-from adapterdoc.layout_trees import TREES, Unmodeled, build_tree
+from adapterdoc.layouts.trees import TREES, Unmodeled, build_tree
 from adapterdoc.ml import meta as M
 
 REGISTRY_LAYOUTS = [
@@ -454,7 +454,7 @@ def test_fused_experts_keys_and_nesting() -> None:
 def test_load_conversions_are_transformers_own() -> None:
     from transformers.conversion_mapping import get_checkpoint_conversion_mapping
 
-    from adapterdoc.layout_trees import LOAD_CONVERSIONS
+    from adapterdoc.layouts.trees import LOAD_CONVERSIONS
 
     assert {mt for mt, _ in TREES if get_checkpoint_conversion_mapping(mt) is not None} == LOAD_CONVERSIONS
 

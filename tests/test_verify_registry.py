@@ -82,7 +82,7 @@ def _adapters(root: Path, layout: str, base: Path) -> list[Path]:
 
 
 def tree_converts(base: Path) -> bool:
-    from adapterdoc.layout_trees import build_tree
+    from adapterdoc.layouts.trees import build_tree
 
     return build_tree(json.loads((base / "config.json").read_text())).load_conversion
 

@@ -3,7 +3,7 @@
 Every naming rule adapterdoc knows lives here. Module paths below are PEFT module paths *without* the
 ``base_model.model.`` wrapper (``model.language_model.layers.0.self_attn.q_proj``). Nothing in this module
 imports torch; the tiny reference configs are built by :mod:`adapterdoc.ml.tiny` from the names here, and each
-layout's module tree (from ``config.json``, torch-free) lives in :mod:`adapterdoc.layout_trees`.
+layout's module tree (from ``config.json``, torch-free) lives in :mod:`adapterdoc.layouts.trees`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,14 @@ class Rule:
 
 STRIP_LANGUAGE_MODEL = Rule(r"^((?:[^.]+\.)*?)language_model\.", r"\1")
 """Remove the first ``language_model`` segment: ``model.language_model.layers`` → ``model.layers``."""
+
+
+def strip_language_model(path: str) -> str:
+    """The one "strip ``language_model``" (``remap --vl`` and the move verify suggests): remove the first
+    ``language_model`` segment of a module path or full key, keeping the dots around it."""
+    return STRIP_LANGUAGE_MODEL.apply(path)
+
+
 ADD_LANGUAGE_MODEL = Rule(r"^model\.(?!language_model\.)", "model.language_model.")
 """``model.layers`` → ``model.language_model.layers`` (a text adapter onto a VL class)."""
 

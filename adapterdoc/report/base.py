@@ -1,0 +1,55 @@
+"""The report model every command returns and every emitter consumes: ``ok``, ``findings`` and the JSON envelope.
+
+A command's report is a dataclass that subclasses :class:`Report` and adds its own fields; it writes those fields
+in :meth:`Report.body`, never the envelope itself. The envelope (``ok``, ``findings``, then the body) is built
+here once, and so is the envelope of an input that could not be used at all (finding ``AD100``, exit code 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.report.findings import Finding, has_errors
+
+UNUSABLE = "AD100"
+"""The code of "this input cannot be used at all" (exit code 3), in every command's JSON."""
+
+
+def envelope(
+    ok: bool, findings: list[Finding] | list[dict[str, Any]], body: dict[str, Any]
+) -> dict[str, Any]:
+    """The one JSON envelope: ``{"ok": ..., "findings": [...], **body}`` (findings as objects or dicts)."""
+    rows = [f if isinstance(f, dict) else f.to_dict() for f in findings]
+    return {"ok": ok, "findings": rows, **body}
+
+
+def unusable_finding(message: str, *, path: str | None = None, key: str | None = None) -> dict[str, Any]:
+    """Finding ``AD100`` as a JSON object: the input could not be examined at all."""
+    row: dict[str, Any] = {"code": UNUSABLE, "severity": "error", "message": message}
+    if path:
+        row["path"] = path
+    if key:
+        row["key"] = key
+    return row
+
+
+@dataclass(kw_only=True)
+class Report:
+    """The base of every command's report: its findings, ``ok`` (no error finding) and the JSON envelope.
+
+    ``findings`` is keyword-only, so a subclass declares its own fields first, positional or not.
+    """
+
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not has_errors(self.findings)
+
+    def body(self) -> dict[str, Any]:
+        """The command's own fields for the JSON form (everything but ``ok`` and ``findings``)."""
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return envelope(self.ok, self.findings, self.body())
