@@ -73,11 +73,12 @@ def resolve_base(spec: str) -> BaseSpec:
     """Resolve ``--base``: a model directory, a ``config.json``, ``tiny:LAYOUT`` or a cached ``org/name[@rev]``."""
     if spec.startswith(TINY_PREFIX):
         layout = spec[len(TINY_PREFIX) :]
-        from adapterdoc.ml.tiny import TINY_LAYOUTS
+        from adapterdoc.layouts import tiny_layouts
 
-        if layout not in TINY_LAYOUTS:
+        have = tiny_layouts()
+        if layout not in have:
             raise UnsupportedInputError(
-                spec, f"no tiny reference model for {layout!r}; have: {', '.join(TINY_LAYOUTS)}"
+                spec, f"no tiny reference model for {layout!r}; have: {', '.join(have)}"
             )
         return BaseSpec(spec, "tiny", tiny_layout=layout, has_weights=True)
     if os.path.isdir(spec):
