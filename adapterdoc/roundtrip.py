@@ -324,7 +324,8 @@ def _bitwise_equal(a: Any, b: Any) -> bool:
 
 
 def _model_roundtrips(report: RoundtripReport, original: str, layout: str, base_spec: str, work: str) -> None:
-    from adapterdoc.ml.meta import require_ml, resolve_base
+    from adapterdoc.bases import resolve_base
+    from adapterdoc.ml.build import require_ml
 
     require_ml(base_spec)
     quiet_transformers()
@@ -417,7 +418,7 @@ def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
 
     import torch
 
-    from adapterdoc.ml.meta import resolve_base
+    from adapterdoc.bases import resolve_base
 
     merged = load_base(dataclasses.replace(resolve_base(out)))
     with torch.no_grad():

@@ -86,7 +86,7 @@ def load_base(base: Any, built_as: Any = None) -> Any:
     model = _load_own(base)
     if built_as is None:
         return model
-    from adapterdoc.ml.meta import counterpart_class
+    from adapterdoc.ml.build import counterpart_class
     from adapterdoc.ml.tiny import build_counterpart
 
     picked = counterpart_class(model.config, base, built_as.model_class)
@@ -111,7 +111,7 @@ def _load_own(base: Any) -> Any:
         from adapterdoc.ml.tiny import build_tiny
 
         return build_tiny(base.tiny_layout, 0)
-    from adapterdoc.ml.meta import load_config, model_class_for
+    from adapterdoc.ml.build import load_config, model_class_for
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     quiet_transformers()
