@@ -24,6 +24,7 @@ from adapterdoc.adapter import ADAPTER_CONFIG
 from adapterdoc.checkpoint import ADAPTER_WEIGHTS, Checkpoint, open_checkpoint
 from adapterdoc.errors import AdapterdocError, UnsupportedInputError
 from adapterdoc.layouts import LAYOUTS, detect_layout, remap_path
+from adapterdoc.ml.quiet import quiet_transformers
 from adapterdoc.report.findings import Finding, make
 
 MERGE_RTOL = 1e-4
@@ -323,10 +324,11 @@ def _bitwise_equal(a: Any, b: Any) -> bool:
 
 
 def _model_roundtrips(report: RoundtripReport, original: str, layout: str, base_spec: str, work: str) -> None:
-    from adapterdoc.ml.meta import require_ml, resolve_base
+    from adapterdoc.bases import resolve_base
+    from adapterdoc.ml.build import require_ml
 
     require_ml(base_spec)
-    _quiet_transformers()
+    quiet_transformers()
     base = resolve_base(base_spec)
     if not base.has_weights:
         report.checks.append(
@@ -358,16 +360,6 @@ def _model_roundtrips(report: RoundtripReport, original: str, layout: str, base_
         "counterpart:remapped on text class",
         lambda: _counterpart(state, load_base(base), layout, original, work),
     )
-
-
-def _quiet_transformers() -> None:
-    """No log lines or progress bars from transformers/huggingface_hub in our output."""
-    from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    disable_progress_bars()
 
 
 def _peft_outputs(model: Any, adapter_dir: str) -> tuple[Any, Any]:
@@ -426,7 +418,7 @@ def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
 
     import torch
 
-    from adapterdoc.ml.meta import resolve_base
+    from adapterdoc.bases import resolve_base
 
     merged = load_base(dataclasses.replace(resolve_base(out)))
     with torch.no_grad():
@@ -439,10 +431,6 @@ def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
             f"merged outputs differ from the unmerged adapter model's by {diff:.3g} (bound {bound:.3g})"
         )
     return f"max |merged − unmerged| = {diff:.3g} ≤ {bound:.3g}"
-
-
-_COUNTERPART_INSIDE = {"modernbert_mlm": "model"}
-"""Layouts whose text counterpart is a submodule: outputs are compared at that submodule."""
 
 
 def _counterpart(state: dict[str, Any], base_model: Any, layout: str, original: str, work: str) -> str:
@@ -462,8 +450,8 @@ def _counterpart(state: dict[str, Any], base_model: Any, layout: str, original: 
         raise _Skip(f"cannot build {target} with the base's weights: {e}") from None
     _, got = _peft_outputs(other, folder)
     want = state["outputs"]
-    inner = _COUNTERPART_INSIDE.get(layout)
-    if inner:  # the counterpart is a part of this model (ModernBERT without its MLM head): compare that part
+    inner = LAYOUTS[layout].counterpart_module
+    if inner:  # the counterpart is a part of this model (an encoder without its head): compare that part
         from adapterdoc.ml.load import forward, probe_inputs
 
         pm, _ = _peft_outputs(base_model, original)
