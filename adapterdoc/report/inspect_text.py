@@ -1,5 +1,5 @@
-"""Human rendering of an :class:`~adapterdoc.inspect.InspectReport`: a few lines, a file list only for several
-files, findings grouped by code."""
+"""Human rendering of an :class:`~adapterdoc.report.inspect_report.InspectReport`: a few lines, a file list
+only for several files, findings grouped by code."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from adapterdoc.report.render import (
 )
 
 if TYPE_CHECKING:
-    from adapterdoc.inspect import InspectReport
+    from adapterdoc.report.inspect_report import InspectReport
 
 
 def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
