@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from adapterdoc.report.registry import Group, View, register
 from adapterdoc.report.render import (
     KEEP,
     Span,
@@ -22,6 +23,12 @@ if TYPE_CHECKING:
     from adapterdoc.report.inspect_report import InspectReport
 
 
+def _view(report: InspectReport) -> View:
+    """One group: the inspect input and its findings."""
+    return View("inspect", [Group(report.spec, report.findings)])
+
+
+@register("InspectReport", view=_view)
 def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
     w = Writer(width)
     w.para((report.spec, "bold"), f"({report.kind}, {report.weights_format})", hang=2)
