@@ -17,6 +17,7 @@ from adapterdoc.report.findings import Finding, has_errors
 
 TEXT_MODULES = (
     "inspect_text",
+    "explain_text",
     "remap_text",
     "verify_text",
     "merge_text",
