@@ -43,6 +43,10 @@ ENTRIES: tuple[Layout, ...] = (
         },
         hint=r"qwen[23](\.5)?-?vl",
         move_words={"qwen_vl": "pre-4.52 VL naming on a current VL base"},
+        no_tiny=(
+            "no model class: this layout exists only as adapter keys written with transformers < 4.52, which "
+            "transformers 5 cannot build; the qwen_vl row's remap and roundtrip cells move adapters to it and back"
+        ),
     ),
     Layout(
         name="qwen_vl",

@@ -108,6 +108,8 @@ class Layout:
     """How a move from this layout to the named one reads in a finding (default: the VL/text wording)."""
     tiny: Tiny | None = None
     """The tiny reference config (``None``: no tiny model, e.g. a layout that exists only as adapter keys)."""
+    no_tiny: str = ""
+    """Why a layout without ``tiny`` has none (the layout × operation matrix prints it for its n/a cells)."""
     tree: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
     """The torch-free module-tree builder (``config.json`` dict → :class:`adapterdoc.layouts.trees.Tree`) for
     ``(model_type, model_class)``; ``None``: the meta device builds the model instead."""
@@ -149,6 +151,8 @@ def register(*layouts: Layout, smoke: Sequence[str] = ()) -> None:
     for layout in layouts:
         if layout.name in LAYOUTS:
             raise ValueError(f"layout {layout.name!r} is registered twice")
+        if layout.tiny is None and not layout.no_tiny:
+            raise ValueError(f"layout {layout.name!r} has no tiny config and no `no_tiny` reason")
         LAYOUTS[layout.name] = layout
         if layout.tree is not None:
             TREES.setdefault((layout.model_type, layout.model_class), layout.tree)
