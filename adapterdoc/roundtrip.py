@@ -17,7 +17,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from adapterdoc.adapter import ADAPTER_CONFIG
@@ -25,49 +24,11 @@ from adapterdoc.checkpoint import ADAPTER_WEIGHTS, Checkpoint, open_checkpoint
 from adapterdoc.errors import AdapterdocError, UnsupportedInputError
 from adapterdoc.layouts import LAYOUTS, detect_layout, remap_path
 from adapterdoc.ml.quiet import quiet_transformers
-from adapterdoc.report.findings import Finding, make
+from adapterdoc.report.findings import make
+from adapterdoc.report.roundtrip_report import Check, RoundtripReport
 
 MERGE_RTOL = 1e-4
 """Merged vs unmerged outputs: max |diff| ≤ MERGE_RTOL · max(1, max |output|) (float32 rounding of W + s·BA)."""
-
-
-@dataclass
-class Check:
-    """One round trip and its verdict."""
-
-    name: str
-    status: str
-    """``pass``, ``fail`` or ``skipped``."""
-    detail: str = ""
-    seconds: float = 0.0
-
-
-@dataclass
-class RoundtripReport:
-    input: str
-    layout: str
-    base: str | None
-    checks: list[Check] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not any(c.status == "fail" for c in self.checks) and not any(
-            f.severity == "error" for f in self.findings
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "findings": [f.to_dict() for f in self.findings],
-            "input": self.input,
-            "layout": self.layout,
-            "base": self.base,
-            "checks": [c.__dict__ for c in self.checks],
-            "passed": sum(c.status == "pass" for c in self.checks),
-            "failed": sum(c.status == "fail" for c in self.checks),
-            "skipped": sum(c.status == "skipped" for c in self.checks),
-        }
 
 
 class _Fail(Exception):

@@ -9,7 +9,7 @@ from adapterdoc.report.registry import Group, View, register
 from adapterdoc.report.render import Writer, write_findings
 
 if TYPE_CHECKING:
-    from adapterdoc.roundtrip import RoundtripReport
+    from adapterdoc.report.roundtrip_report import RoundtripReport
 
 _MARK = {"pass": ("✓", "green"), "fail": ("✗", "bold red"), "skipped": ("–", "yellow")}
 _ORDER = ("fail", "pass", "skipped")
