@@ -15,7 +15,7 @@ from adapterdoc.codes import catalogue
 
 if TYPE_CHECKING:
     from adapterdoc.report.findings import Finding
-    from adapterdoc.verify import VerifyReport, VerifyRun
+    from adapterdoc.report.verify_report import VerifyReport, VerifyRun
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILES = ("adapter_model.safetensors", "adapter_model.bin")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from adapterdoc.report.findings import Finding
-    from adapterdoc.verify import VerifyRun
+    from adapterdoc.report.verify_report import VerifyRun
 
 SUITE = "adapterdoc verify"
 CLASSNAME = "adapterdoc.verify"
