@@ -5,23 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapterdoc.layouts import LAYOUTS, remap_path, tower_segment
+from adapterdoc.layouts import LAYOUTS, move_rules, rename, tower_segment
 
 SERVED_AS = ("text", "vl")
 
-_VL_SEGMENTS = (
-    "visual",
-    "vision_tower",
-    "multi_modal_projector",
-    "audio_tower",
-    "embed_vision",
-    "embed_audio",
-)
-
 
 def is_vl(layout: str | None) -> bool:
-    """Whether the registry layout has a vision or audio tower (a vision-language class)."""
-    return bool(layout in LAYOUTS and any(t in _VL_SEGMENTS for t in LAYOUTS[layout].towers))
+    """Whether ``layout`` is a registry layout with a vision or audio tower (a vision-language class)."""
+    return layout in LAYOUTS and LAYOUTS[layout].is_vl
 
 
 def served_layout(base_layout: str | None, served_as: str) -> str | None:
@@ -49,14 +40,8 @@ def served_modules(meta: Any, layout: str | None) -> set[str] | None:
         return None
     if layout == meta.layout:
         return set(meta.base_modules)
-    path = remap_path(meta.layout, layout) if meta.layout else None
-    if path is None:
+    rules = move_rules(meta.layout, layout) if meta.layout else None
+    if rules is None:
         return None
-    rules = [r for _, rs in path for r in rs]
-    out = set()
-    for name in meta.base_modules:
-        for r in rules:
-            name = r.apply(name)
-        if is_vl(layout) or tower_segment(name) is None:
-            out.add(name)
-    return out
+    names = (rename(rules, name) for name in meta.base_modules)
+    return {name for name in names if is_vl(layout) or tower_segment(name) is None}
