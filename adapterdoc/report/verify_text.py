@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from adapterdoc.report.registry import Group, View, register
 from adapterdoc.report.render import (
     Writer,
     count_line,
@@ -17,6 +18,20 @@ if TYPE_CHECKING:
     from adapterdoc.report.verify_report import VerifyReport, VerifyRun
 
 
+def _view(run: VerifyRun) -> View:
+    """One group per adapter (an unusable one carries its error); the run's base and serving profile."""
+    d = run.to_dict()
+    props = [
+        ("base", run.base),
+        ("profile", run.options.profile),
+        ("max_lora_rank", d["max_lora_rank"]),
+        ("vllm_version", d["vllm_version"]),
+    ]
+    groups = [Group(a.adapter, a.findings, path=a.path, error=a.error) for a in run.adapters]
+    return View("verify", groups, unit="adapter", properties=props)
+
+
+@register("VerifyRun", view=_view)
 def render_verify(run: VerifyRun, *, width: int | None = None) -> str:
     w = Writer(width)
     _header(w, run)

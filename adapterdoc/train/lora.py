@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from adapterdoc.adapter import WRAPPER as _PEFT_ROOT
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.layouts import TOWER_SEGMENTS, Layout, get_layout
 
@@ -15,7 +16,6 @@ DEFAULT_RANK = 8
 EXTRA_TOWER_SEGMENTS = ("embed_vision", "embed_audio")
 _WRAPPERS = ("module.", "_orig_mod.")
 """Prefixes a distributed or compiled wrapper adds in front of parameter names."""
-_PEFT_ROOT = "base_model.model."
 
 
 class TowerLeakError(AdapterdocError):
