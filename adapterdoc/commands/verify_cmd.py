@@ -17,11 +17,13 @@ from adapterdoc.commands._common import (
     output_options,
     write_report,
 )
+from adapterdoc.verify.profiles import PROFILES as _REGISTRY
+from adapterdoc.verify.profiles.served import SERVED_AS
+from adapterdoc.verify.profiles.vllm import VLLM_MAX_LORA_RANKS as RANKS
 
-PROFILES = ("peft", "vllm")
-SERVED_AS = ("text", "vl")
+PROFILES = tuple(_REGISTRY)
+"""The profile registry's names (read when the command line starts)."""
 SCANS = ("all", "lora-b", "nonzero")
-RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 TABLE_KEYS = {
     "profile": "profile",
     "max-lora-rank": "max_lora_rank",
@@ -32,6 +34,13 @@ TABLE_KEYS = {
 """``[tool.adapterdoc]`` keys (underscores accepted too) → option names."""
 
 
+def _profile_help() -> str:
+    """``Rules to apply: A, B or C.``, from each registered profile's summary."""
+    summaries = [p.summary for p in _REGISTRY.values()]
+    listed = ", ".join(summaries[:-1]) + " or " + summaries[-1] if len(summaries) > 1 else summaries[0]
+    return f"Rules to apply: {listed}."
+
+
 @click.command("verify", epilog=INPUT_FORMS)
 @click.argument("adapters", nargs=-1, required=True)
 @click.option(
@@ -39,9 +48,7 @@ TABLE_KEYS = {
     help="Model directory, config.json, cached repo id, or tiny:LAYOUT. Default: [tool.adapterdoc] base, else "
     "each adapter's own base_model_name_or_path (when it resolves locally).",
 )
-@click.option(
-    "--profile", type=click.Choice(PROFILES), help="Rules to apply: PEFT loading (default) or vLLM serving."
-)
+@click.option("--profile", type=click.Choice(PROFILES), help=_profile_help())
 @click.option(
     "--max-lora-rank",
     type=click.Choice([str(r) for r in RANKS]),

@@ -1,4 +1,4 @@
-"""Human rendering of a :class:`~adapterdoc.verify.VerifyRun`: a block per adapter, findings grouped by code, and
+"""Human rendering of a :class:`~adapterdoc.report.verify_report.VerifyRun`: a block per adapter, findings grouped by code, and
 a pytest-like summary line."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from adapterdoc.report.render import (
 )
 
 if TYPE_CHECKING:
-    from adapterdoc.verify import VerifyReport, VerifyRun
+    from adapterdoc.report.verify_report import VerifyReport, VerifyRun
 
 
 def _view(run: VerifyRun) -> View:
@@ -44,7 +44,7 @@ def render_verify(run: VerifyRun, *, width: int | None = None) -> str:
 
 
 def _header(w: Writer, run: VerifyRun) -> None:
-    from adapterdoc.verify import OWN_BASE
+    from adapterdoc.report.verify_report import OWN_BASE
 
     o = run.options
     b = run.base_info
