@@ -50,7 +50,7 @@ def command(ctx: click.Context, adapter: str, base: str, data: str, as_json: boo
     from adapterdoc.ml.meta import require_ml
 
     require_ml("eval")
-    from adapterdoc.train.session import eval_on_base
+    from adapterdoc.train.evaluation import eval_on_base
 
     report = eval_on_base(
         adapter,

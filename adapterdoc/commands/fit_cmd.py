@@ -120,8 +120,8 @@ def command(ctx: click.Context, as_json: bool, **o: Any) -> None:
     from adapterdoc.ml.meta import require_ml
 
     require_ml("train")
-    from adapterdoc.train.loop import TrainSettings
     from adapterdoc.train.session import train_on_base
+    from adapterdoc.train.settings import TrainSettings
 
     targets = tuple(t.strip() for t in o["targets"].split(",") if t.strip()) if o["targets"] else None
     settings = TrainSettings(

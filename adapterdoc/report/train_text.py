@@ -1,14 +1,12 @@
-"""Human rendering of a train-smoke :class:`~adapterdoc.train.smoke.SmokeReport`: a borderless table with one
+"""Human rendering of a train-smoke :class:`~adapterdoc.report.smoke_report.SmokeReport`: a borderless table with one
 row per layout (the checks as counts), the failures below it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from adapterdoc.report.render import Span, Writer, columns, plural, write_findings
-
-if TYPE_CHECKING:
-    from adapterdoc.train.smoke import LayoutRun, SmokeReport
+from adapterdoc.report.smoke_report import CHECK_NAMES, LayoutRun, SmokeReport
 
 _MARK = {True: ("✓", "green"), False: ("✗", "bold red"), None: ("–", "dim")}
 
@@ -20,8 +18,6 @@ def _loss(before: float | None, after: float | None) -> str:
 
 
 def check_names(report: SmokeReport) -> list[str]:
-    from adapterdoc.train.smoke import CHECK_NAMES
-
     seen = [c.name for r in report.runs for c in r.checks]
     return [n for n in CHECK_NAMES if n in seen] + sorted({n for n in seen if n not in CHECK_NAMES})
 
