@@ -402,7 +402,9 @@ def _lora_checksum(model: Any) -> float:
     return total
 
 
-if __name__ == "__main__":  # the entry lives in launch; run it as the script (this file is not the loop module then)
+if (
+    __name__ == "__main__"
+):  # the entry lives in launch; run it as the script (this file is not the loop module then)
     import runpy
 
     runpy.run_module("adapterdoc.train.launch", run_name="__main__", alter_sys=True)
