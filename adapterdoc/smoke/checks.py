@@ -194,8 +194,8 @@ def check_merge(ctx: Ctx) -> CheckResult:
             code="AD608",
         )
     merged = model_class(ctx.saved_layout).from_pretrained(merged_dir, dtype=_float32()).eval()
-    if ctx.saved_layout == ctx.layout and hasattr(merged, "thinker"):
-        merged.forward = merged.thinker.forward
+    if ctx.saved_layout == ctx.layout:
+        M.route_forward(merged, ctx.layout)
     return _compare_merged(ctx, merged, impl, f"{len(report.applied)} module(s) merged on disk; ")
 
 

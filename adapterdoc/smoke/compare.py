@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapterdoc.layouts import forward_module
 from adapterdoc.train import models
 from adapterdoc.train.objectives import CAUSAL, MASKED, POOLED
 from adapterdoc.train.records import TrainResult
@@ -24,7 +25,8 @@ class Ctx:
     result: TrainResult
     work: str
     saved_layout: str
-    """The layout of the saved adapter's keys (the thinker's when an Omni wrapper saved thinker naming)."""
+    """The layout of the saved adapter's keys (a forward-routing wrapper saved in its inner module's naming:
+    that module's layout, :func:`~adapterdoc.layouts.forward_layout`)."""
     reference: dict[str, Any] = field(default_factory=dict)
     verify_report: Any = None
     """``adapterdoc.verify``'s report on the saved adapter, once the verify check ran."""
@@ -91,4 +93,4 @@ def fresh_saved_base(ctx: Ctx) -> Any:
     seed = ctx.result.settings.base_seed
     if ctx.saved_layout == ctx.layout:
         return models.build_base(ctx.layout, seed)
-    return models.build_base(ctx.layout, seed).thinker  # an Omni wrapper saved in thinker naming
+    return forward_module(models.build_base(ctx.layout, seed))  # a wrapper saved in its inner module's naming

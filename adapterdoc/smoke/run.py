@@ -12,20 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 from adapterdoc.errors import AdapterdocError, RefusedError
+from adapterdoc.layouts import forward_layout, smoke_layouts, tiny_layouts
 from adapterdoc.report.findings import make, sort_findings
 from adapterdoc.report.smoke_report import LayoutRun, SmokeReport
 from adapterdoc.smoke.checks import CHECKS, one_line, run_check
 from adapterdoc.smoke.compare import Ctx, outputs
 
-SMOKE_LAYOUTS = (
-    "qwen3_5_vl",
-    "qwen3_5_moe_vl",
-    "qwen3_omni_thinker",
-    "qwen3_omni",
-    "mistral3_vl",
-    "modernbert_mlm",
-    "embeddinggemma2",
-)
+SMOKE_LAYOUTS = smoke_layouts()
 """``--layout all``: every VL/wrapper layout and both encoders of the registry."""
 
 _MARKER = "progress.jsonl"
@@ -35,16 +28,15 @@ OnEvent = Callable[[dict[str, Any]], None]
 
 def resolve_layouts(spec: str) -> list[str]:
     """``all``, one layout name, or a comma-separated list; raises ``KeyError`` for names without a tiny model."""
-    from adapterdoc.ml.tiny import TINY_LAYOUTS
-
+    tiny = tiny_layouts()
     if spec == "all":
         return list(SMOKE_LAYOUTS)
     names = [s.strip() for s in spec.split(",") if s.strip()]
-    bad = [n for n in names if n not in TINY_LAYOUTS]
+    bad = [n for n in names if n not in tiny]
     if bad or not names:
         raise KeyError(
             f"no tiny reference model for {', '.join(bad) or repr(spec)}; choose all or one of: "
-            + ", ".join(TINY_LAYOUTS)
+            + ", ".join(tiny)
         )
     return names
 
@@ -78,7 +70,7 @@ def _run_layout(
     layout: str, work: str, settings: Any, on_event: OnEvent | None, *, data: Any, prepared: list[bool]
 ) -> LayoutRun:
     from adapterdoc.train import data as D
-    from adapterdoc.train import loop, models
+    from adapterdoc.train import loop
 
     t0 = time.perf_counter()
     run = LayoutRun(layout, out=work)
@@ -117,9 +109,7 @@ def _run_layout(
     if result.val_before and result.val_after:
         run.val_loss_before, run.val_loss_after = result.val_before.loss, result.val_after.loss
         run.accuracy_before, run.accuracy_after = result.val_before.accuracy, result.val_after.accuracy
-    saved = (
-        "qwen3_omni_thinker" if settings.unwrap_thinker and models.routes_through_thinker(layout) else layout
-    )
+    saved = forward_layout(layout) if settings.unwrap_thinker else layout
     ctx = Ctx(layout, result, work, saved)
     ctx.reference = outputs(result.model, result.val_batch, result.objective)
     for check in CHECKS:

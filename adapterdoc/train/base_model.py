@@ -1,6 +1,6 @@
 """A user's ``--base`` for `adapterdoc train` and `adapterdoc eval`: a model folder (weights + tokenizer), a cached
 repo id (offline) or ``tiny:LAYOUT`` (a tokenizer is trained on the rows). The layout comes from the base's config
-through the registry; the weights are loaded forward routed (the Omni wrapper to its thinker)."""
+through the registry; the weights are loaded forward routed (through the layout's ``forward_via``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapterdoc.errors import AdapterdocError, UnsupportedInputError
-from adapterdoc.train.models import routes_through_thinker
+from adapterdoc.train.models import route_forward
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 
@@ -97,7 +97,7 @@ def torch_dtype(name: str) -> Any:
 
 
 def load_model(base: Base, dtype: str = "float32", seed: int = 0) -> Any:
-    """The base's weights (a tiny base from its fixed seed), forward routed (the Omni wrapper to its thinker)."""
+    """The base's weights (a tiny base from its fixed seed), forward routed (:func:`~adapterdoc.train.models.route_forward`)."""
     if base.kind == "tiny":
         from adapterdoc.ml.tiny import build_tiny
 
@@ -109,9 +109,7 @@ def load_model(base: Base, dtype: str = "float32", seed: int = 0) -> Any:
             model = base.model_class.from_pretrained(
                 base.root, dtype=torch_dtype(dtype), local_files_only=True
             )
-    if routes_through_thinker(base.layout):
-        model.forward = model.thinker.forward
-    return model
+    return route_forward(model, base.layout)
 
 
 def check_dtype(name: str) -> str:

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from adapterdoc.errors import AdapterdocError
-from adapterdoc.layouts import get_layout
+from adapterdoc.layouts import forward_module, get_layout
 from adapterdoc.train import data as D
 from adapterdoc.train import lora as L
 from adapterdoc.train.records import write_json
@@ -18,19 +18,20 @@ HEAD_WEIGHTS = "pooled_head.safetensors"
 HEAD_CONFIG = "pooled_head_config.json"
 
 
-def routes_through_thinker(layout: str) -> bool:
-    """The Omni wrapper has no forward of its own: train and evaluate through ``.thinker``."""
-    return get_layout(layout).model_class == "Qwen3OmniMoeForConditionalGeneration"
+def route_forward(model: Any, layout: str) -> Any:
+    """Route ``model``'s forward to the submodule that runs it where the layout names one (``forward_via``: a
+    wrapper without a forward of its own is trained and evaluated through it); ``model``, routed."""
+    via = get_layout(layout).forward_via
+    if via:
+        model.forward = getattr(model, via).forward
+    return model
 
 
 def build_base(layout: str, seed: int = 0) -> Any:
-    """The tiny base of ``layout``; the Omni wrapper's calls are routed to its thinker."""
+    """The tiny base of ``layout``, forward routed (:func:`route_forward`)."""
     from adapterdoc.ml.tiny import build_tiny
 
-    model = build_tiny(layout, seed)
-    if routes_through_thinker(layout):
-        model.forward = model.thinker.forward
-    return model
+    return route_forward(build_tiny(layout, seed), layout)
 
 
 def pooled_module_class() -> Any:
@@ -82,8 +83,7 @@ def encoder_width(model: Any) -> int:
 def output_head(model: Any) -> Any:
     """The module that projects hidden states to vocabulary logits (``lm_head``, the MLM ``decoder``)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if hasattr(base, "thinker"):
-        base = base.thinker
+    base = forward_module(base)
     head = base.get_output_embeddings()
     if head is None:
         raise AdapterdocError(type(base).__name__, "has no output projection to restrict to the answer tail")

@@ -36,7 +36,8 @@ class TrainSettings:
     """Project only the supervised tail through the output head (the loss is the same as with the full projection)."""
     eval_batch_size: int = 8
     unwrap_thinker: bool = False
-    """Save an Omni wrapper's adapter in thinker naming (``thinker.`` dropped)."""
+    """Save a forward-routing wrapper's adapter in the naming of the module that runs it (the layout's
+    ``forward_via`` level dropped)."""
     threads: int | None = 1
     """torch intra-op threads while training (``None``: leave as is). Tiny models gain nothing from more, and on a
     busy machine two spinning threads per op were 10-20x slower than one."""
@@ -68,7 +69,7 @@ class Plan:
     base_name: str
     """``base_model_name_or_path`` in the saved adapter config (and the base the doctor verifies against)."""
     build_model: Callable[[], Any]
-    """Returns the base model, forward routed (the Omni wrapper to its thinker), gradients off."""
+    """Returns the base model, forward routed (through the layout's ``forward_via``), gradients off."""
     train: list[D.Example]
     val: list[D.Example]
     classes: list[str] = field(default_factory=list)
