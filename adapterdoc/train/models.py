@@ -72,7 +72,7 @@ def mean_pool(hidden: Any, mask: Any) -> Any:
 
 
 def encoder_width(model: Any) -> int:
-    """The width of the encoder's ``last_hidden_state`` (EmbeddingGemma projects after the norm)."""
+    """The width of the encoder's ``last_hidden_state`` (an encoder may project after its final norm)."""
     import torch
 
     with torch.no_grad():
