@@ -70,7 +70,7 @@ class LayoutBench:
         )
 
     def _train_smoke(self) -> tuple[bool, str]:
-        from adapterdoc.train.smoke import run_smoke
+        from adapterdoc.smoke import run_smoke
 
         out = os.path.join(self.work, "smoke")
         report = run_smoke([self.layout], steps=SMOKE_STEPS, out=out)
