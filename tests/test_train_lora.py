@@ -83,10 +83,10 @@ def test_adapter_state_strips_wrappers_and_keeps_only_lora() -> None:
         "module.base_model.model.thinker.model.layers.0.q_proj.base_layer.weight": t,
         "module.module.base_model.model.thinker.lm_head.weight": t,
     }
-    out = L.adapter_state(state, unwrap_thinker=True)
+    out = L.adapter_state(state, unwrap_forward=True)
     assert list(out) == ["base_model.model.model.layers.0.q_proj.lora_A.default.weight"]
     assert out[next(iter(out))] is not t  # a CPU copy, not the live parameter
-    kept = L.adapter_state({"thinker.model.x.lora_B.default.weight": t}, unwrap_thinker=True)
+    kept = L.adapter_state({"thinker.model.x.lora_B.default.weight": t}, unwrap_forward=True)
     assert list(kept) == ["model.x.lora_B.default.weight"]
     assert list(L.adapter_state({"_orig_mod.a.lora_A.default.weight": t})) == ["a.lora_A.default.weight"]
 
@@ -107,13 +107,13 @@ def test_thinker_adapter_saved_from_the_omni_wrapper_loads_on_the_thinker(tmp_pa
             if ".lora_B." in n:
                 p.normal_(0, 0.05)
     state = L.adapter_state(L.trainable_state(wrapper))
-    renamed = L.adapter_state(state, unwrap_thinker=True)
+    renamed = L.adapter_state(state, unwrap_forward=True)
     assert all(k.startswith("base_model.model.model.language_model.") for k in renamed)
     # PEFT keeps only names of the model's own LoRA layers: a renamed state would save as an empty adapter
     with pytest.raises(L.EmptyAdapterStateError, match="only 0 of"):
         L.save_adapter(wrapper, renamed, tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
-    saved = L.save_adapter(wrapper, state, tmp_path, base_name="tiny:qwen3_omni", unwrap_thinker=True)
+    saved = L.save_adapter(wrapper, state, tmp_path, base_name="tiny:qwen3_omni", unwrap_forward=True)
     assert len(saved) == len(state) and all(".default." not in k for k in saved)
     assert all(k.startswith("base_model.model.model.language_model.") for k in saved)
     cfg = json.loads((tmp_path / "adapter_config.json").read_text())

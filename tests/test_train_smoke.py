@@ -72,7 +72,7 @@ def test_smoke_run_per_layout(tmp_path, layout: str) -> None:
 
 def test_omni_wrapper_saved_in_thinker_naming_passes_every_check_as_a_thinker_adapter(tmp_path) -> None:
     """Train the full Omni wrapper through .thinker, save the thinker's adapter (the production Omni trainer's way)."""
-    s = TrainSettings(steps=4, unwrap_thinker=True)
+    s = TrainSettings(steps=4, unwrap_forward=True)
     run = smoke.run_layout("qwen3_omni", str(tmp_path / "omni"), s)
     assert run.ok, {c.name: c.detail for c in run.checks if not c.ok}
     assert run.check("inspect").detail == "detected qwen3_omni_thinker"

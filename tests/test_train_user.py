@@ -17,11 +17,11 @@ pytest.importorskip("accelerate")
 
 from safetensors.torch import load_file  # noqa: E402
 
+from adapterdoc.fit import session as S  # noqa: E402
 from adapterdoc.layouts import tower_segment  # noqa: E402
 from adapterdoc.train import data as D  # noqa: E402
 from adapterdoc.train import models, runtime  # noqa: E402
 from adapterdoc.train import rows as R  # noqa: E402
-from adapterdoc.train import session as S  # noqa: E402
 from adapterdoc.train.settings import TrainSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

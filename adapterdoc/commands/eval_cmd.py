@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import emit, handle_errors, is_quiet
+from adapterdoc.commands._common import Output, finish, handle_errors, output_options
 from adapterdoc.commands._train_options import base_and_data, length_and_dtype
 
 
@@ -24,10 +24,10 @@ from adapterdoc.commands._train_options import base_and_data, length_and_dtype
     default=None,
     help="Exit 1 unless the adapter lowers the loss by at least this much (base loss - adapter loss).",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@output_options(json_help="One JSON object on stdout (same as --format json).")
 @click.pass_context
 @handle_errors
-def command(ctx: click.Context, adapter: str, base: str, data: str, as_json: bool, **o: Any) -> None:
+def command(ctx: click.Context, adapter: str, base: str, data: str, output: Output, **o: Any) -> None:
     """Loss and token accuracy of the base and of base + adapter on the same rows.
 
     The rows are encoded with train's label rules (assistant turns, completions, all tokens), with the tokenizer
@@ -37,7 +37,7 @@ def command(ctx: click.Context, adapter: str, base: str, data: str, as_json: boo
     from adapterdoc.ml.meta import require_ml
 
     require_ml("eval")
-    from adapterdoc.train.evaluation import eval_on_base
+    from adapterdoc.fit.evaluation import eval_on_base
 
     report = eval_on_base(
         adapter,
@@ -49,12 +49,4 @@ def command(ctx: click.Context, adapter: str, base: str, data: str, as_json: boo
         dtype=o["dtype"],
         min_improvement=o["min_improvement"],
     )
-    if as_json:
-        from adapterdoc.report import render
-
-        emit(render.to_json(report.to_dict()))
-    elif not is_quiet():
-        from adapterdoc.report.train_text import render_eval
-
-        emit(render_eval(report))
-    ctx.exit(0 if report.ok else 1)
+    finish(report, output)

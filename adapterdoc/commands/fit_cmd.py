@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import emit, handle_errors, is_quiet
+from adapterdoc.commands._common import Output, finish, handle_errors, is_quiet, output_options
 from adapterdoc.commands._train_options import base_and_data, length_and_dtype
 
 
@@ -81,10 +81,10 @@ def _main_process() -> bool:
     help="Checkpoint every N steps (0: never).",
 )
 @click.option("--resume", is_flag=True, help="Continue from the last complete checkpoint in --out.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@output_options(json_help="One JSON object on stdout (same as --format json).")
 @click.pass_context
 @handle_errors
-def command(ctx: click.Context, as_json: bool, **o: Any) -> None:
+def command(ctx: click.Context, output: Output, **o: Any) -> None:
     """Train a LoRA adapter on your own model and data, then run the doctor on what was written.
 
     The layout comes from the base's config; LoRA goes on the language-model leaves (towers excluded, fused MoE
@@ -103,7 +103,7 @@ def command(ctx: click.Context, as_json: bool, **o: Any) -> None:
     from adapterdoc.ml.meta import require_ml
 
     require_ml("train")
-    from adapterdoc.train.session import train_on_base
+    from adapterdoc.fit.session import train_on_base
     from adapterdoc.train.settings import TrainSettings
 
     targets = tuple(t.strip() for t in o["targets"].split(",") if t.strip()) if o["targets"] else None
@@ -140,16 +140,9 @@ def command(ctx: click.Context, as_json: bool, **o: Any) -> None:
             val_split=o["val_split"],
             on_event=bar.on_event,
         )
-    if main:
-        if as_json:
-            from adapterdoc.report import render
-
-            emit(render.to_json(report.to_dict()))
-        elif not is_quiet():
-            from adapterdoc.report.train_text import render_train
-
-            emit(render_train(report))
-    ctx.exit(0 if report.ok else 1)
+    if not main:  # accelerate's other processes: the main one reports
+        ctx.exit(0 if report.ok else 1)
+    finish(report, output)
 
 
 class _Bar:

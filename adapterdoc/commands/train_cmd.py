@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import emit, handle_errors, is_quiet
+from adapterdoc.commands._common import Output, finish, handle_errors, is_quiet, output_options
 
 
 @click.command("train-smoke")
@@ -36,7 +36,7 @@ from adapterdoc.commands._common import emit, handle_errors, is_quiet
     default=None,
     help="Keep the runs in DIR/<layout>/ (adapter, head, progress.jsonl, training_metadata.json, RUN_REPORT.md).",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@output_options(json_help="One JSON object on stdout (same as --format json).")
 @click.option("--verbose", "-v", is_flag=True, help="Print every check's measurement and implementation.")
 @click.pass_context
 @handle_errors
@@ -46,7 +46,7 @@ def command(
     steps: int | None,
     data: str | None,
     out: str | None,
-    as_json: bool,
+    output: Output,
     verbose: bool,
 ) -> None:
     """Train a reference LoRA on a tiny model per layout, then run the doctor on it.
@@ -64,15 +64,7 @@ def command(
     quiet = is_quiet()
     with _Progress(len(layouts), enabled=not quiet) as progress:
         report = run_smoke(layouts, steps=steps, out=out, on_event=progress.on_event, data=data)
-    if as_json:
-        from adapterdoc.report import render
-
-        emit(render.to_json(report.to_dict()))
-    elif not quiet:
-        from adapterdoc.report.train_text import render_smoke
-
-        emit(render_smoke(report, verbose=verbose))
-    ctx.exit(0 if report.ok else 1)
+    finish(report, output, text_options={"verbose": verbose})
 
 
 class _Progress:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from adapterdoc.report.registry import register
 from adapterdoc.report.render import Span, Writer, columns, plural, write_findings
 from adapterdoc.report.smoke_report import CHECK_NAMES, LayoutRun, SmokeReport
 from adapterdoc.report.train_report import EvalReport, TrainReport
@@ -69,6 +70,7 @@ def _failures(report: SmokeReport) -> list[tuple[str, str]]:
     return lines
 
 
+@register("SmokeReport")
 def render_smoke(report: SmokeReport, *, verbose: bool = False, width: int | None = None) -> str:
     w = Writer(width)
     names = check_names(report)
@@ -127,6 +129,7 @@ def progress_line(event: dict[str, Any]) -> str | None:
     return None
 
 
+@register("TrainReport")
 def render_train(r: TrainReport) -> str:
     """`adapterdoc train`'s summary: losses, the adapter, the doctor's verdict, the report, the findings."""
 
@@ -146,6 +149,7 @@ def render_train(r: TrainReport) -> str:
     return "\n".join(lines)
 
 
+@register("EvalReport")
 def render_eval(report: EvalReport) -> str:
     """`adapterdoc eval`'s summary: loss and accuracy of the base and of base + adapter, the improvement."""
     lines = [f"eval: {report.adapter} on {report.base_spec} ({report.rows} rows)"]

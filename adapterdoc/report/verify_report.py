@@ -24,6 +24,10 @@ class RunOptions(Protocol):
         """The run-level JSON keys the serving profiles add (after ``profile``)."""
         ...
 
+    def profile_label(self) -> str:
+        """The profile as the text report names it (``peft``; ``vllm 0.33.0, max LoRA rank 16``)."""
+        ...
+
 
 @dataclass
 class VerifyReport(Report):

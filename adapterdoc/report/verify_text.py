@@ -20,13 +20,7 @@ if TYPE_CHECKING:
 
 def _view(run: VerifyRun) -> View:
     """One group per adapter (an unusable one carries its error); the run's base and serving profile."""
-    d = run.to_dict()
-    props = [
-        ("base", run.base),
-        ("profile", run.options.profile),
-        ("max_lora_rank", d["max_lora_rank"]),
-        ("vllm_version", d["vllm_version"]),
-    ]
+    props = [("base", run.base), ("profile", run.options.profile), *run.options.profile_fields().items()]
     groups = [Group(a.adapter, a.findings, path=a.path, error=a.error) for a in run.adapters]
     return View("verify", groups, unit="adapter", properties=props)
 
@@ -54,10 +48,7 @@ def _header(w: Writer, run: VerifyRun) -> None:
     else:
         parts = [p for p in (b.get("model_type"), f"layout {b['layout']}" if b.get("layout") else None) if p]
         w.para("base:", (run.base, "bold"), f"({', '.join(parts)})" if parts else "", indent=2)
-    if o.profile == "vllm":
-        w.para(f"profile: vllm {run.to_dict()['vllm_version']}, max LoRA rank {o.max_lora_rank}", indent=2)
-    else:
-        w.para(f"profile: {o.profile}", indent=2)
+    w.para(f"profile: {o.profile_label()}", indent=2)
 
 
 def _source(r: VerifyReport) -> str:

@@ -109,7 +109,7 @@ def _run_layout(
     if result.val_before and result.val_after:
         run.val_loss_before, run.val_loss_after = result.val_before.loss, result.val_after.loss
         run.accuracy_before, run.accuracy_after = result.val_before.accuracy, result.val_after.accuracy
-    saved = forward_layout(layout) if settings.unwrap_thinker else layout
+    saved = forward_layout(layout) if settings.unwrap_forward else layout
     ctx = Ctx(layout, result, work, saved)
     ctx.reference = outputs(result.model, result.val_batch, result.objective)
     for check in CHECKS:

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name))
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--full-projection", action="store_true", help="project every position (no tail cut)")
-    p.add_argument("--unwrap-thinker", action="store_true")
+    p.add_argument("--unwrap-forward", action="store_true")
     p.add_argument(
         "--processes",
         type=int,
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         r=a.r,
         lr=a.lr,
         tail_only=not a.full_projection,
-        unwrap_thinker=a.unwrap_thinker,
+        unwrap_forward=a.unwrap_forward,
     )
     try:
         result = train(a.layout, a.out, settings, data=a.data)

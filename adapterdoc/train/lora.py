@@ -118,8 +118,8 @@ def trainable_state(model: Any) -> dict[str, Any]:
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
 
 
-def strip_wrappers(name: str, *, unwrap_thinker: bool = False) -> str:
-    """Remove ``module.``/``_orig_mod.`` prefixes and, with ``unwrap_thinker``, a forward-routing wrapper's level
+def strip_wrappers(name: str, *, unwrap_forward: bool = False) -> str:
+    """Remove ``module.``/``_orig_mod.`` prefixes and, with ``unwrap_forward``, a forward-routing wrapper's level
     (a registry layout's ``forward_via``)."""
     changed = True
     while changed:
@@ -127,7 +127,7 @@ def strip_wrappers(name: str, *, unwrap_thinker: bool = False) -> str:
         for w in _WRAPPERS:
             if name.startswith(w):
                 name, changed = name[len(w) :], True
-    if unwrap_thinker:
+    if unwrap_forward:
         for level in _forward_levels():
             if name.startswith(_PEFT_ROOT + level):
                 name = _PEFT_ROOT + name[len(_PEFT_ROOT + level) :]
@@ -143,7 +143,7 @@ def _forward_levels() -> tuple[str, ...]:
     return tuple(dict.fromkeys(f"{lay.forward_via}." for lay in LAYOUTS.values() if lay.forward_via))
 
 
-def adapter_state(state: Mapping[str, Any], *, unwrap_thinker: bool = False, what: str | None = None) -> dict:
+def adapter_state(state: Mapping[str, Any], *, unwrap_forward: bool = False, what: str | None = None) -> dict:
     """The LoRA tensors of a (possibly full, possibly gathered) state dict, on the CPU, with wrappers stripped.
 
     Refuses an empty tensor (a ZeRO-3 shard saved before gathering) and a state without any LoRA tensor:
@@ -151,7 +151,7 @@ def adapter_state(state: Mapping[str, Any], *, unwrap_thinker: bool = False, wha
     """
     out: dict[str, Any] = {}
     for name, tensor in state.items():
-        clean = strip_wrappers(name, unwrap_thinker=unwrap_thinker)
+        clean = strip_wrappers(name, unwrap_forward=unwrap_forward)
         if "lora_" not in clean:
             continue
         if tensor.numel() == 0:
@@ -172,12 +172,12 @@ def save_adapter(
     out_dir: str | os.PathLike[str],
     *,
     base_name: str | None = None,
-    unwrap_thinker: bool = False,
+    unwrap_forward: bool = False,
 ) -> dict[str, Any]:
     """Write ``adapter_model.safetensors`` and ``adapter_config.json`` atomically; returns the saved tensors.
 
-    ``state`` is in ``peft_model``'s own naming (from :func:`adapter_state` without ``unwrap_thinker``). The adapter
-    name is dropped by PEFT's own ``get_peft_model_state_dict``; with ``unwrap_thinker`` the forward-routing level
+    ``state`` is in ``peft_model``'s own naming (from :func:`adapter_state` without ``unwrap_forward``). The adapter
+    name is dropped by PEFT's own ``get_peft_model_state_dict``; with ``unwrap_forward`` the forward-routing level
     is removed afterwards. PEFT selects entries by the model's LoRA layers and silently drops names it does not know
     (``save_pretrained(state_dict=...)`` then writes an adapter with no tensors), so every tensor of ``state`` must
     survive, or nothing is written. The config is written as ``save_pretrained`` writes it.
@@ -198,7 +198,7 @@ def save_adapter(
         )
     saved = {}
     for k, v in sorted(kept.items()):
-        name = strip_wrappers(k, unwrap_thinker=unwrap_thinker)
+        name = strip_wrappers(k, unwrap_forward=unwrap_forward)
         if name in saved:
             raise EmptyAdapterStateError(what, "two tensors map to the same adapter key", key=name)
         saved[name] = v.contiguous()
@@ -212,7 +212,7 @@ def save_adapter(
         cfg["base_model_name_or_path"] = base_name
     if cfg.get("task_type") is None:
         base = peft_model.get_base_model()
-        if unwrap_thinker:
+        if unwrap_forward:
             base = forward_module(base)
         cfg["auto_mapping"] = {
             "base_model_class": type(base).__name__,

@@ -30,7 +30,7 @@ def save_outputs(
     state = L.adapter_state(peft_part, what=adapter_dir)
     target = unwrapped.encoder if pooled else unwrapped
     saved = L.save_adapter(
-        target, state, adapter_dir, base_name=plan.base_name, unwrap_thinker=s.unwrap_thinker
+        target, state, adapter_dir, base_name=plan.base_name, unwrap_forward=s.unwrap_forward
     )
     if head_dir:
         save_head(

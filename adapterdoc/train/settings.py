@@ -35,7 +35,7 @@ class TrainSettings:
     tail_only: bool = True
     """Project only the supervised tail through the output head (the loss is the same as with the full projection)."""
     eval_batch_size: int = 8
-    unwrap_thinker: bool = False
+    unwrap_forward: bool = False
     """Save a forward-routing wrapper's adapter in the naming of the module that runs it (the layout's
     ``forward_via`` level dropped)."""
     threads: int | None = 1

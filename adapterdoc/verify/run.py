@@ -14,7 +14,7 @@ from typing import Any
 from adapterdoc.adapter import parse_key
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
 from adapterdoc.errors import AdapterdocError, ConfigError, MissingExtraError
-from adapterdoc.inspect import inspect_checkpoint
+from adapterdoc.facts import header_facts
 from adapterdoc.layouts import Detection
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.verify_report import OWN_BASE, VerifyReport, VerifyRun
@@ -138,7 +138,7 @@ def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
 
 
 def _header(ckpt: Checkpoint, spec: str) -> tuple[Detection, dict[str, int], list[Finding]]:
-    """What the header alone says, read from inspect's report (left as it is): the detected layout, the dtypes and
-    copies of its findings under ``spec``, less AD205 (the key findings say more: AD221, AD224)."""
-    insp = inspect_checkpoint(ckpt)
-    return insp.layout, dict(insp.dtypes), [at(f, spec) for f in insp.findings if f.code != "AD205"]
+    """What the header alone says (:func:`adapterdoc.facts.header_facts`): the detected layout, the dtypes and its
+    findings under ``spec``, less AD205 (the key findings say more: AD221, AD224)."""
+    facts = header_facts(ckpt)
+    return facts.layout, dict(facts.dtypes), [at(f, spec) for f in facts.findings if f.code != "AD205"]

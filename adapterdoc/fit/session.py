@@ -1,6 +1,6 @@
 """`adapterdoc train` on a user's own base: open the base and its tokenizer (:mod:`~adapterdoc.train.base_model`),
 encode the rows, run the shared loop (:func:`adapterdoc.train.loop.run`), then the doctor on what was written
-(:mod:`~adapterdoc.train.doctor`). `adapterdoc eval` is :mod:`~adapterdoc.train.evaluation`.
+(:mod:`~adapterdoc.fit.doctor`). `adapterdoc eval` is :mod:`~adapterdoc.fit.evaluation`.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import time
 from typing import Any
 
 from adapterdoc.errors import ConfigError, RefusedError
+from adapterdoc.fit.doctor import examine
 from adapterdoc.report.findings import sort_findings
 from adapterdoc.report.train_report import TrainReport
 from adapterdoc.train import loop
 from adapterdoc.train import rows as R
 from adapterdoc.train.base_model import Base, load_model, open_base
-from adapterdoc.train.doctor import examine
 from adapterdoc.train.objectives import objective_for
 from adapterdoc.train.records import TrainResult
 from adapterdoc.train.settings import OnEvent, Plan, TrainSettings
