@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 import click
 
 from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
@@ -105,7 +108,7 @@ def command(
         rules=rules,
         out=out,
         dry_run=dry_run,
-        progress=not as_json and not is_quiet(),
+        progress=None if as_json or is_quiet() else copy_bar,
     )
     if as_json:
         emit(render.to_json(report.to_dict()))
@@ -114,3 +117,38 @@ def command(
 
         emit(render_remap(report))
     ctx.exit(0 if report.ok else 1)
+
+
+PROGRESS_MIN_BYTES = 256 * 1024 * 1024
+"""Streamed copies of at least this many data bytes show a progress bar (on a terminal)."""
+
+
+@contextlib.contextmanager
+def copy_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr for a large copy on a terminal; a no-op callback otherwise."""
+    if total < PROGRESS_MIN_BYTES:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("copying {task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from adapterdoc.report.render import KEEP, MORE, Span, Writer, plural, write_findings
 
 if TYPE_CHECKING:
-    from adapterdoc.remap import ConfigChange, RemapReport
+    from adapterdoc.report.remap_report import ConfigChange, RemapReport
 
 SHOWN = 6
 """Rename patterns listed; the rest are counted (``--json`` lists the keys)."""

@@ -1,0 +1,167 @@
+"""How a remap renames: the three kinds of move (``--vl``, ``--to LAYOUT``, ``--rule``), each acting on whole keys
+and on module paths alike, and the choice of source layout when detection is ambiguous."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from adapterdoc.adapter import WRAPPER, LoraKey
+from adapterdoc.errors import RefusedError, UnsupportedInputError
+from adapterdoc.layouts import (
+    LAYOUTS,
+    STRIP_LANGUAGE_MODEL,
+    Detection,
+    Rule,
+    detect_layout,
+    get_layout,
+    remap_path,
+    strip_language_model,
+)
+
+INFIX = ".language_model."
+"""What ``--vl`` removes (once) from every key that has it."""
+_INDEX = re.compile(r"\.\d+(?=\.)")
+
+
+def parse_rule(text: str) -> Rule:
+    """``'REGEX=>REPLACEMENT'`` → a :class:`Rule` (``re.sub`` syntax, first match only); ``ValueError`` if bad."""
+    pattern, sep, replacement = text.partition("=>")
+    if not sep:
+        raise ValueError(f"{text!r} is not REGEX=>REPLACEMENT")
+    if not pattern:
+        raise ValueError(f"{text!r} has an empty REGEX")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as e:
+        raise ValueError(f"{text!r}: bad REGEX: {e}") from None
+    try:
+        compiled.sub(replacement, "", count=1)  # parses the template and its group references
+    except (re.error, IndexError) as e:
+        raise ValueError(f"{text!r}: bad REPLACEMENT: {e}") from None
+    return Rule(pattern, replacement)
+
+
+def apply_rules(rules: Sequence[Rule], path: str) -> str:
+    for rule in rules:
+        path = rule.apply(path)
+    return path
+
+
+def _split(key: str, k: LoraKey) -> tuple[str, str, str]:
+    """(wrapper, module path, suffix) of a tensor name, so ``wrapper + module + suffix == key``."""
+    prefix = WRAPPER if k.wrapped else ""
+    rest = key[len(prefix) :]
+    if not rest.startswith(k.module):
+        return prefix, rest, ""
+    return prefix, k.module, rest[len(k.module) :]
+
+
+@dataclass
+class RemapMove:
+    """How one remap renames keys and module paths."""
+
+    mode: str
+    key_fn: Callable[[str, LoraKey], str]
+    path_fn: Callable[[str], str]
+    """The same move on a module path without the wrapper (used for config entries)."""
+    strips_infix: bool
+    source: str | None = None
+    target: str | None = None
+    target_towers: tuple[str, ...] = ()
+
+
+def vl_move() -> RemapMove:
+    return RemapMove("vl", lambda k, _: strip_language_model(k), strip_language_model, strips_infix=True)
+
+
+def _layout_move(rules: Sequence[Rule], source: str, target: str) -> RemapMove:
+    def key_fn(key: str, parsed: LoraKey) -> str:
+        prefix, module, suffix = _split(key, parsed)
+        return prefix + apply_rules(rules, module) + suffix
+
+    strips = any(r == STRIP_LANGUAGE_MODEL for r in rules)
+    towers = get_layout(target).towers
+    return RemapMove("to", key_fn, lambda p: apply_rules(rules, p), strips, source, target, towers)
+
+
+def user_move(rules: Sequence[Rule]) -> RemapMove:
+    def path_fn(path: str) -> str:
+        new = apply_rules(rules, WRAPPER + path)
+        return new[len(WRAPPER) :] if new.startswith(WRAPPER) else path
+
+    return RemapMove("rule", lambda k, _: apply_rules(rules, k), path_fn, strips_infix=False)
+
+
+def detect(modules: list[str], hint: str | list[str] | None) -> Detection:
+    """Layout detection on the distinct module shapes (layer numbers folded to 0): same verdict, O(shapes)."""
+    shapes = sorted({_INDEX.sub(".0", m) for m in modules})
+    return detect_layout(shapes, hint)
+
+
+def resolve_layout_move(
+    weights: str,
+    modules: list[str],
+    hint: str | list[str] | None,
+    to: str,
+    source: str | None,
+    notes: list[str],
+) -> RemapMove:
+    if to not in LAYOUTS:
+        raise UnsupportedInputError(to, f"unknown layout; known: {', '.join(LAYOUTS)}")
+    detection = detect(modules, hint)
+    if source is None:
+        if detection.name == "ambiguous":
+            source = settle_ambiguity(weights, modules, detection.candidates, to, notes)
+        elif detection.name == "unknown":
+            raise RefusedError(
+                weights,
+                f"the keys match no registry layout ({'; '.join(detection.evidence)}); "
+                "pass --from LAYOUT or use --rule",
+            )
+        else:
+            source = detection.name
+    elif source not in LAYOUTS:
+        raise UnsupportedInputError(source, f"unknown layout; known: {', '.join(LAYOUTS)}")
+    elif detection.name != source:
+        notes.append(f"--from {source} given; detection says {detection.name}")
+    steps = remap_path(source, to)
+    if steps is None:
+        raise RefusedError(
+            weights, f"the registry has no move from {source} to {to}; use --rule 'REGEX=>REPLACEMENT'"
+        )
+    if steps:
+        notes.append("moves: " + " → ".join([source, *(s[0] for s in steps)]))
+    rules = [r for _, rs in steps for r in rs]
+    return _layout_move(rules, source, to)
+
+
+def settle_ambiguity(
+    weights: str, modules: list[str], candidates: Sequence[str], to: str, notes: list[str]
+) -> str:
+    """Several layouts fit the keys: fine when only one of them moves to ``to``, or all move the same way."""
+    moves: dict[str, list[str]] = {}
+    for cand in candidates:
+        steps = remap_path(cand, to)
+        if steps is not None:
+            rules = [r for _, rs in steps for r in rs]
+            moves[cand] = [apply_rules(rules, m) for m in modules]
+    distinct = {tuple(v) for v in moves.values()}
+    if len(distinct) == 1:
+        chosen = next(iter(moves))
+        notes.append(
+            f"the keys fit {', '.join(candidates)} equally; {chosen} is used "
+            + (
+                "(the only one with a move to " + to + ")"
+                if len(moves) == 1
+                else "(all of them move the same way)"
+            )
+        )
+        return chosen
+    raise RefusedError(
+        weights,
+        f"cannot tell the source layout: {', '.join(candidates)} fit equally"
+        + (f" and move to {to} differently" if moves else "")
+        + "; pass --from LAYOUT",
+    )
