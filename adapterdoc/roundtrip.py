@@ -441,10 +441,6 @@ def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
     return f"max |merged − unmerged| = {diff:.3g} ≤ {bound:.3g}"
 
 
-_COUNTERPART_INSIDE = {"modernbert_mlm": "model"}
-"""Layouts whose text counterpart is a submodule: outputs are compared at that submodule."""
-
-
 def _counterpart(state: dict[str, Any], base_model: Any, layout: str, original: str, work: str) -> str:
     import torch
 
@@ -462,8 +458,8 @@ def _counterpart(state: dict[str, Any], base_model: Any, layout: str, original: 
         raise _Skip(f"cannot build {target} with the base's weights: {e}") from None
     _, got = _peft_outputs(other, folder)
     want = state["outputs"]
-    inner = _COUNTERPART_INSIDE.get(layout)
-    if inner:  # the counterpart is a part of this model (ModernBERT without its MLM head): compare that part
+    inner = LAYOUTS[layout].counterpart_module
+    if inner:  # the counterpart is a part of this model (an encoder without its head): compare that part
         from adapterdoc.ml.load import forward, probe_inputs
 
         pm, _ = _peft_outputs(base_model, original)

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.adapter import WRAPPER, parse_key
 
 TOWER_SEGMENTS = (
     "visual",
@@ -23,6 +26,16 @@ TOWER_SEGMENTS = (
     "mtp",
 )
 """Module-path segments that must never carry LoRA when a multimodal model is trained or served as text."""
+
+MODALITY_SEGMENTS = (
+    "visual",
+    "vision_tower",
+    "multi_modal_projector",
+    "audio_tower",
+    "embed_vision",
+    "embed_audio",
+)
+"""Tower segments that make a model multimodal (:attr:`Layout.is_vl`); MTP and the Omni talker do not."""
 
 
 def exclusion_regex(segments: Iterable[str] = TOWER_SEGMENTS) -> str:
@@ -88,10 +101,37 @@ class Layout:
     counterpart_config: str | None = None
     """The attribute of this layout's config that holds the config ``text_counterpart`` is built from (``None``: the
     same config), so that a base of this layout can also be loaded as its counterpart's class."""
+    hint: str | None = None
+    """A regex (``re.search``, any case) on a model name or path that names this layout's family; it breaks ties
+    between layouts the keys fit equally."""
+    forward_via: str | None = None
+    """The attribute whose ``forward`` runs this model (the Omni wrapper has none of its own: ``thinker``); that
+    submodule is a model of layout ``text_counterpart``."""
+    counterpart_module: str | None = None
+    """The attribute of this model that *is* its ``text_counterpart`` model (ModernBERT-MLM's ``model``): outputs
+    of the two compare at that submodule."""
+    move_words: dict[str, str] = field(default_factory=dict)
+    """How a move from this layout to the named one reads in a finding (default: the VL/text wording)."""
+    tiny: Tiny | None = None
+    """The tiny reference config (``None``: no tiny model, e.g. a layout that exists only as adapter keys)."""
 
     @property
     def exclude_regex(self) -> str | None:
         return exclusion_regex(self.towers) if self.towers else None
+
+    @property
+    def is_vl(self) -> bool:
+        """Whether the model carries a vision/audio tower or projector (served with its multimodal class)."""
+        return any(t in MODALITY_SEGMENTS for t in self.towers)
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """A tiny reference config: the transformers config class and its keyword arguments, as plain data."""
+
+    config_class: str
+    kwargs: Callable[[], dict[str, Any]]
+    """Returns fresh keyword arguments for ``transformers.<config_class>(**kwargs)``."""
 
 
 _ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -111,6 +151,160 @@ _BERT_LEAF = r"\.(Wqkv|Wi|Wo)$"
 _VL_DECODER_OR_DELTANET = r"^model\.language_model\.layers\.\d+\.(self_attn|mlp|linear_attn)\.[^.]+$"
 _TEXT_DECODER_OR_DELTANET = r"^model\.layers\.\d+\.(self_attn|mlp|linear_attn)\.[^.]+$"
 """Qwen3.5 adapters that skip the Gated-DeltaNet projections look like any decoder's: then only a hint tells."""
+
+# tiny reference configs (plain dicts; ml/tiny builds the torch models)
+
+HIDDEN = 64
+VOCAB = 1000
+LAYERS = 4
+
+_DECODER = dict(
+    hidden_size=HIDDEN,
+    intermediate_size=128,
+    num_hidden_layers=LAYERS,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=VOCAB,
+    max_position_embeddings=512,
+    tie_word_embeddings=False,
+)
+_QWEN35_LINEAR = dict(
+    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16
+)
+_QWEN35_MOE = dict(
+    num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32
+)
+_QWEN_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN)
+
+
+def _qwen3_5_text() -> dict[str, Any]:
+    return {**_DECODER, **_QWEN35_LINEAR}
+
+
+def _qwen3_5_moe_text() -> dict[str, Any]:
+    return {**_DECODER, **_QWEN35_LINEAR, **_QWEN35_MOE}
+
+
+def _omni_text() -> dict[str, Any]:
+    return {
+        **_DECODER,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
+    }
+
+
+def _omni_thinker() -> dict[str, Any]:
+    return dict(
+        # Released Omni configs carry this; the thinker's 3-D position code reads it whenever an attention mask is given.
+        vision_start_token_id=151652,
+        text_config=_omni_text(),
+        audio_config=dict(
+            d_model=32,
+            encoder_layers=1,
+            encoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            num_mel_bins=16,
+            output_dim=HIDDEN,
+            n_window=4,
+            downsample_hidden_size=16,
+        ),
+        vision_config=dict(
+            depth=1,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            out_hidden_size=HIDDEN,
+            deepstack_visual_indexes=[0],
+        ),
+    )
+
+
+def _qwen2_5_vl() -> dict[str, Any]:
+    text = {**_DECODER, "num_hidden_layers": 2}
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
+    vision = dict(
+        depth=1,
+        hidden_size=32,
+        intermediate_size=64,
+        num_heads=2,
+        out_hidden_size=HIDDEN,
+        fullatt_block_indexes=[0],
+    )
+    return dict(text_config=text, vision_config=vision)
+
+
+def _ministral_text() -> dict[str, Any]:
+    return {
+        **_DECODER,
+        "tie_word_embeddings": True,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 1e6,
+            "factor": 16.0,
+            "original_max_position_embeddings": 32,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "mscale_all_dim": 1.0,
+            "mscale": 1.0,
+            "llama_4_scaling_beta": 0.1,
+        },
+    }
+
+
+def _pixtral() -> dict[str, Any]:
+    return dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        head_dim=16,
+        image_size=32,
+        patch_size=8,
+    )
+
+
+def _modernbert() -> dict[str, Any]:
+    return dict(
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        vocab_size=VOCAB,
+        max_position_embeddings=512,
+        global_attn_every_n_layers=2,
+        local_attention=32,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        cls_token_id=1,
+        sep_token_id=2,
+    )
+
+
+def _gemma2_text() -> dict[str, Any]:
+    return dict(
+        hidden_size=HIDDEN,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=VOCAB,
+        max_position_embeddings=512,
+        hidden_size_per_layer_input=16,
+        embedding_dim=32,
+        sliding_window=16,
+        global_head_dim=16,
+        num_global_key_value_heads=2,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+
 
 LAYOUTS: dict[str, Layout] = {}
 
@@ -136,6 +330,10 @@ _register(
         towers=("visual", "mtp"),
         remaps={"qwen3_5_text": (STRIP_LANGUAGE_MODEL,)},
         text_counterpart="qwen3_5_text",
+        hint=r"qwen3[._-]?[56]",
+        tiny=Tiny(
+            "Qwen3_5Config", lambda: dict(text_config=_qwen3_5_text(), vision_config=dict(_QWEN_VISION))
+        ),
     ),
     Layout(
         name="qwen3_5_text",
@@ -150,6 +348,8 @@ _register(
         lora_leaves=_ATTN + _MLP + _DELTANET,
         towers=("mtp",),
         remaps={"qwen3_5_vl": (ADD_LANGUAGE_MODEL,)},
+        hint=r"qwen3[._-]?[56]",
+        tiny=Tiny("Qwen3_5TextConfig", _qwen3_5_text),
     ),
     Layout(
         name="qwen3_5_moe_vl",
@@ -171,6 +371,11 @@ _register(
         towers=("visual", "mtp"),
         remaps={"qwen3_5_moe_text": (STRIP_LANGUAGE_MODEL,)},
         text_counterpart="qwen3_5_moe_text",
+        hint=r"qwen3[._-]?[56].*(a\d+b|moe)",
+        tiny=Tiny(
+            "Qwen3_5MoeConfig",
+            lambda: dict(text_config=_qwen3_5_moe_text(), vision_config=dict(_QWEN_VISION)),
+        ),
     ),
     Layout(
         name="qwen3_5_moe_text",
@@ -188,6 +393,8 @@ _register(
         target_parameters=_EXPERTS,
         towers=("mtp",),
         remaps={"qwen3_5_moe_vl": (ADD_LANGUAGE_MODEL,)},
+        hint=r"qwen3[._-]?[56].*(a\d+b|moe)",
+        tiny=Tiny("Qwen3_5MoeTextConfig", _qwen3_5_moe_text),
     ),
     Layout(
         name="qwen3_omni",
@@ -204,6 +411,12 @@ _register(
         towers=("audio_tower", "visual", "talker", "code2wav"),
         remaps={"qwen3_omni_thinker": (Rule(r"^thinker\.", ""),)},
         text_counterpart="qwen3_omni_thinker",
+        hint=r"omni",
+        tiny=Tiny(
+            "Qwen3OmniMoeConfig", lambda: dict(thinker_config=_omni_thinker(), enable_audio_output=False)
+        ),
+        forward_via="thinker",
+        move_words={"qwen3_omni_thinker": "Omni full-wrapper adapter on the thinker"},
     ),
     Layout(
         name="qwen3_omni_thinker",
@@ -226,6 +439,9 @@ _register(
             "qwen3_moe_text": (STRIP_LANGUAGE_MODEL,),
         },
         text_counterpart="qwen3_moe_text",
+        hint=r"omni",
+        tiny=Tiny("Qwen3OmniMoeThinkerConfig", _omni_thinker),
+        move_words={"qwen3_omni": "thinker adapter on the Omni full wrapper"},
     ),
     Layout(
         name="qwen3_moe_text",
@@ -239,6 +455,8 @@ _register(
         lora_leaves=_ATTN,
         target_parameters=("gate_up_proj", "down_proj"),
         remaps={"qwen3_omni_thinker": (ADD_LANGUAGE_MODEL,)},
+        hint=r"omni",
+        tiny=Tiny("Qwen3MoeConfig", lambda: {**_omni_text(), "num_local_experts": 4}),
     ),
     Layout(
         name="mistral3_vl",
@@ -258,6 +476,14 @@ _register(
         towers=("vision_tower", "multi_modal_projector"),
         remaps={"ministral3_text": (STRIP_LANGUAGE_MODEL,)},
         text_counterpart="ministral3_text",
+        hint=r"(mi|mini)stral",
+        tiny=Tiny(
+            "Mistral3Config",
+            lambda: dict(
+                text_config={"model_type": "ministral3", **_ministral_text()},
+                vision_config={"model_type": "pixtral", **_pixtral()},
+            ),
+        ),
     ),
     Layout(
         name="ministral3_text",
@@ -270,6 +496,8 @@ _register(
         forbids=(_LINEAR_ATTN, _MOE, r"^visual\.", _BERT_LEAF),
         lora_leaves=_ATTN + _MLP,
         remaps={"mistral3_vl": (ADD_LANGUAGE_MODEL,)},
+        hint=r"(mi|mini)stral",
+        tiny=Tiny("Ministral3Config", _ministral_text),
     ),
     Layout(
         name="qwen_vl_legacy",
@@ -287,6 +515,8 @@ _register(
                 Rule(r"^visual\.", "model.visual."),
             )
         },
+        hint=r"qwen[23](\.5)?-?vl",
+        move_words={"qwen_vl": "pre-4.52 VL naming on a current VL base"},
     ),
     Layout(
         name="qwen_vl",
@@ -306,6 +536,9 @@ _register(
                 Rule(r"^model\.visual\.", "visual."),
             )
         },
+        hint=r"qwen[23](\.5)?-?vl",
+        tiny=Tiny("Qwen2_5_VLConfig", _qwen2_5_vl),
+        move_words={"qwen_vl_legacy": "current VL naming on a pre-4.52 VL base"},
     ),
     Layout(
         name="modernbert_mlm",
@@ -320,6 +553,10 @@ _register(
         remaps={"modernbert": (Rule(r"^model\.", ""),)},
         text_counterpart="modernbert",
         is_encoder=True,
+        hint=r"modernbert",
+        tiny=Tiny("ModernBertConfig", _modernbert),
+        counterpart_module="model",
+        move_words={"modernbert": "MLM adapter on the bare encoder"},
     ),
     Layout(
         name="modernbert",
@@ -332,6 +569,9 @@ _register(
         lora_leaves=("Wqkv", "Wo", "Wi"),
         remaps={"modernbert_mlm": (Rule(r"^(?=(?:layers|embeddings|final_norm)\.)", "model."),)},
         is_encoder=True,
+        hint=r"modernbert",
+        tiny=Tiny("ModernBertConfig", _modernbert),
+        move_words={"modernbert_mlm": "bare-encoder adapter on the MLM model"},
     ),
     Layout(
         name="embeddinggemma2",
@@ -348,6 +588,8 @@ _register(
         remaps={"embeddinggemma2_text": (STRIP_LANGUAGE_MODEL,)},
         text_counterpart="embeddinggemma2_text",
         is_encoder=True,
+        hint=r"embedding-?gemma",
+        tiny=Tiny("EmbeddingGemma2Config", lambda: dict(text_config=_gemma2_text())),
     ),
     Layout(
         name="embeddinggemma2_text",
@@ -362,6 +604,8 @@ _register(
         lora_leaves=_ATTN + _MLP,
         remaps={"embeddinggemma2": (Rule(r"^(?!language_model\.)", "language_model."),)},
         is_encoder=True,
+        hint=r"embedding-?gemma",
+        tiny=Tiny("EmbeddingGemma2TextConfig", _gemma2_text),
     ),
 )
 
@@ -465,24 +709,12 @@ def detect_layout(module_paths: Iterable[str], hint: str | Iterable[str] | None 
     return Detection(best[0][1], tuple(best[0][2]), tuple(s[1] for s in scored[1:]))
 
 
-_FAMILY_HINTS = {
-    "qwen3_5": r"qwen3[._-]?[56]",
-    "qwen3_5_moe": r"qwen3[._-]?[56].*(a\d+b|moe)",
-    "qwen3_omni": r"omni",
-    "mistral3": r"(mi|mini)stral",
-    "qwen_vl": r"qwen[23](\.5)?-?vl",
-    "modernbert": r"modernbert",
-    "embeddinggemma2": r"embedding-?gemma",
-}
-
-
 def _hint_matches(layout: Layout, hint: str) -> bool:
     if hint.startswith("tiny:"):  # adapters trained on adapterdoc's tiny reference models name their layout
         return hint[len("tiny:") :] == layout.name
     if re.fullmatch(r"[A-Za-z0-9_]+For[A-Za-z]+|[A-Za-z0-9_]+Model", hint):  # a class name (auto_mapping)
         return hint == layout.model_class
-    rx = _FAMILY_HINTS.get(layout.family)
-    return bool(rx and re.search(rx, hint, re.IGNORECASE))
+    return bool(layout.hint and re.search(layout.hint, hint, re.IGNORECASE))
 
 
 class _Shape(str):
@@ -513,9 +745,117 @@ def _count(rx: str, paths: list[_Shape]) -> int:
     return sum(p.count for p in paths if pattern.search(p))
 
 
+def all_tower_segments() -> frozenset[str]:
+    """Every segment that must never carry LoRA: :data:`TOWER_SEGMENTS` and every layout's towers."""
+    return frozenset((*TOWER_SEGMENTS, *(t for lay in LAYOUTS.values() for t in lay.towers)))
+
+
 def tower_segment(module_path: str) -> str | None:
     """The tower/projector/talker segment a module path runs through, if any."""
+    towers = all_tower_segments()
     for seg in module_path.split("."):
-        if seg in TOWER_SEGMENTS or seg in ("embed_vision", "embed_audio"):
+        if seg in towers:
             return seg
     return None
+
+
+def tower_probes(segment: str) -> tuple[str, ...]:
+    """Module paths a tower ``segment`` sits at in the registry's layouts (bare, under ``model.``, under a
+    forward-routing wrapper's ``<attr>.model.``): an ``exclude_modules`` regex that matches them all already
+    excludes that tower."""
+    prefixes = ["", "model."]
+    for lay in LAYOUTS.values():
+        if lay.forward_via and f"{lay.forward_via}.model." not in prefixes:
+            prefixes.append(f"{lay.forward_via}.model.")
+    return tuple(f"{p}{segment}.x" for p in prefixes)
+
+
+# ------------------------------------------------------------------------------------------------ moves on keys
+
+
+def rename(rules: Sequence[Rule], path: str) -> str:
+    """``path`` (a module path or a whole state-dict name) through ``rules`` in order."""
+    for rule in rules:
+        path = rule.apply(path)
+    return path
+
+
+def apply_move(rules: Sequence[Rule], key: str) -> str:
+    """The one rename of an adapter tensor key by a chain of rules: the ``base_model.model.`` wrapper and the LoRA
+    suffix (``.lora_A.weight``, ...) stay, the module path goes through :func:`rename`."""
+    k = parse_key(key)
+    prefix = WRAPPER if k.wrapped else ""
+    rest = key[len(prefix) :]
+    if not rest.startswith(k.module):
+        return prefix + rename(rules, rest)
+    return prefix + rename(rules, k.module) + rest[len(k.module) :]
+
+
+VL_RULES: tuple[Rule, ...] = (STRIP_LANGUAGE_MODEL,)
+"""The rules of ``remap --vl``: :func:`apply_move` with these is :func:`strip_language_model` on the module path."""
+
+
+def move_rules(source: str, target: str) -> tuple[Rule, ...] | None:
+    """The rules of the shortest registry move from ``source`` to ``target`` in order (``None``: no move)."""
+    steps = remap_path(source, target)
+    return None if steps is None else tuple(r for _, rs in steps for r in rs)
+
+
+def move_words(source: str, target: str) -> str:
+    """How the move from ``source`` to ``target`` reads in a finding."""
+    src, dst = LAYOUTS.get(source), LAYOUTS.get(target)
+    if src and target in src.move_words:
+        return src.move_words[target]
+    if src and src.text_counterpart == target:
+        return "VL adapter on a text-only base"
+    if dst and dst.text_counterpart == source:
+        return "text-only adapter on a VL base"
+    return "layout move"
+
+
+# ------------------------------------------------------------------------------------------- forward routing
+
+
+def forward_layout(name: str) -> str:
+    """The layout of the module that runs ``name``'s forward (the Omni wrapper's: its thinker's), else ``name``."""
+    lay = LAYOUTS[name]
+    return lay.text_counterpart if lay.forward_via and lay.text_counterpart else name
+
+
+def forward_module(model: Any) -> Any:
+    """The module whose forward runs ``model`` (its ``thinker`` for the Omni wrapper), else ``model`` itself."""
+    for attr in dict.fromkeys(lay.forward_via for lay in LAYOUTS.values() if lay.forward_via):
+        inner = getattr(model, attr, None)
+        if inner is not None:
+            return inner
+    return model
+
+
+# ----------------------------------------------------------------------------------------------- tiny models
+
+
+def tiny_layouts() -> tuple[str, ...]:
+    """The layouts with a tiny reference config, in registry order."""
+    return tuple(name for name, lay in LAYOUTS.items() if lay.tiny is not None)
+
+
+SMOKE_ORDER: list[str] = []
+"""``train-smoke --layout all``: every VL/wrapper layout and both encoders, in the order the families list them."""
+
+
+def smoke_layouts() -> tuple[str, ...]:
+    """The layouts ``train-smoke --layout all`` runs."""
+    return tuple(SMOKE_ORDER)
+
+
+SMOKE_ORDER.extend(
+    (
+        "qwen3_5_vl",
+        "qwen3_5_moe_vl",
+        "qwen3_omni_thinker",
+        "qwen3_omni",
+        "mistral3_vl",
+        "modernbert_mlm",
+        "embeddinggemma2",
+    )
+)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapterdoc.adapter import WRAPPER, LoraKey, parse_key
-from adapterdoc.layouts import LAYOUTS, STRIP_LANGUAGE_MODEL, Rule, remap_path, tower_segment
+from adapterdoc.layouts import LAYOUTS, VL_RULES, Rule, apply_move, move_rules, move_words, tower_segment
 
 
 @dataclass(frozen=True)
@@ -32,13 +32,7 @@ class Move:
         if self.kind == "adapter-name":
             assert self.name is not None
             return re.sub(rf"\.({_ROLES})\.{re.escape(self.name)}(\.|$)", r".\1\2", key)
-        k = parse_key(key)
-        prefix = WRAPPER if k.wrapped else ""
-        rest = key[len(prefix) + len(k.module) :]
-        module = k.module
-        for rule in self.rules:
-            module = rule.apply(module)
-        return prefix + module + rest
+        return apply_move(self.rules, key)
 
     def command(self, spec: str, detected: str | None = None) -> str:
         """The ``adapterdoc remap`` call that performs this move (``--from`` when detection would pick another
@@ -50,7 +44,7 @@ class Move:
             return (
                 f"adapterdoc remap {q} --rule '\\.({_ROLES})\\.{re.escape(self.name or '')}(\\.|$)=>.\\1\\2'"
             )
-        if self.rules == (STRIP_LANGUAGE_MODEL,):
+        if self.rules == VL_RULES:
             return f"adapterdoc remap {q} --vl"
         source = f" --from {self.source}" if detected is not None and detected != self.source else ""
         return f"adapterdoc remap {q} --to {self.target}{source}"
@@ -60,7 +54,7 @@ class Move:
             return "keys lack `base_model.model.`"
         if self.kind == "adapter-name":
             return f"keys carry the adapter name {self.name!r}"
-        what = _MOVE_WORDS.get((self.source or "", self.target or ""), "layout move")
+        what = move_words(self.source or "", self.target or "")
         return f"{what} (adapter keys use {self.source} names, the base {self.target} names)"
 
     def to_dict(self, spec: str, detected: str | None = None) -> dict[str, Any]:
@@ -74,28 +68,6 @@ class Move:
 
 
 _ROLES = "lora_A|lora_B|lora_embedding_A|lora_embedding_B|lora_magnitude_vector"
-
-
-def _move_words() -> dict[tuple[str, str], str]:
-    words: dict[tuple[str, str], str] = {}
-    for name, lay in LAYOUTS.items():
-        cp = lay.text_counterpart
-        if not cp:
-            continue
-        if lay.family == "qwen3_omni" and name == "qwen3_omni":
-            pair = ("Omni full-wrapper adapter on the thinker", "thinker adapter on the Omni full wrapper")
-        elif lay.is_encoder and lay.family == "modernbert":
-            pair = ("MLM adapter on the bare encoder", "bare-encoder adapter on the MLM model")
-        else:
-            pair = ("VL adapter on a text-only base", "text-only adapter on a VL base")
-        words[(name, cp)] = pair[0]
-        words[(cp, name)] = pair[1]
-    words[("qwen_vl_legacy", "qwen_vl")] = "pre-4.52 VL naming on a current VL base"
-    words[("qwen_vl", "qwen_vl_legacy")] = "current VL naming on a pre-4.52 VL base"
-    return words
-
-
-_MOVE_WORDS = _move_words()
 
 
 def candidate_moves(preferred: Iterable[str], keys: Iterable[LoraKey]) -> list[Move]:
@@ -112,9 +84,9 @@ def candidate_moves(preferred: Iterable[str], keys: Iterable[LoraKey]) -> list[M
     sources += [n for n in LAYOUTS if n not in sources]
     for src in sources:
         for dst in LAYOUTS:
-            path = remap_path(src, dst) if dst != src else None
-            if path:
-                moves.append(Move("layout", src, dst, tuple(r for _, rs in path for r in rs)))
+            rules = move_rules(src, dst) if dst != src else None
+            if rules:
+                moves.append(Move("layout", src, dst, rules))
     return moves
 
 

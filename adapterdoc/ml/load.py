@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.layouts import forward_module
 
 ADAPTER_NAME = "default"
 """The name PeftModel.from_pretrained uses, so keys saved with it (`lora_A.default.weight`) load as they do there."""
@@ -144,7 +145,7 @@ def probe_inputs(model: Any) -> dict[str, Any]:
 
 
 def forward(model: Any, inputs: dict[str, Any]) -> Any:
-    target = getattr(model, "thinker", None) or model  # the Omni wrapper has no forward of its own
+    target = forward_module(model)  # a wrapper without a forward of its own runs through its inner model
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = target(**inputs)
