@@ -14,9 +14,12 @@ from adapterdoc.layouts import (
     STRIP_LANGUAGE_MODEL,
     Detection,
     Rule,
+    apply_move,
     detect_layout,
     get_layout,
+    move_rules,
     remap_path,
+    rename,
     strip_language_model,
 )
 
@@ -43,21 +46,6 @@ def parse_rule(text: str) -> Rule:
     return Rule(pattern, replacement)
 
 
-def apply_rules(rules: Sequence[Rule], path: str) -> str:
-    for rule in rules:
-        path = rule.apply(path)
-    return path
-
-
-def _split(key: str, k: LoraKey) -> tuple[str, str, str]:
-    """(wrapper, module path, suffix) of a tensor name, so ``wrapper + module + suffix == key``."""
-    prefix = WRAPPER if k.wrapped else ""
-    rest = key[len(prefix) :]
-    if not rest.startswith(k.module):
-        return prefix, rest, ""
-    return prefix, k.module, rest[len(k.module) :]
-
-
 @dataclass
 class RemapMove:
     """How one remap renames keys and module paths."""
@@ -77,21 +65,19 @@ def vl_move() -> RemapMove:
 
 
 def _layout_move(rules: Sequence[Rule], source: str, target: str) -> RemapMove:
-    def key_fn(key: str, parsed: LoraKey) -> str:
-        prefix, module, suffix = _split(key, parsed)
-        return prefix + apply_rules(rules, module) + suffix
-
     strips = any(r == STRIP_LANGUAGE_MODEL for r in rules)
     towers = get_layout(target).towers
-    return RemapMove("to", key_fn, lambda p: apply_rules(rules, p), strips, source, target, towers)
+    return RemapMove(
+        "to", lambda k, _: apply_move(rules, k), lambda p: rename(rules, p), strips, source, target, towers
+    )
 
 
 def user_move(rules: Sequence[Rule]) -> RemapMove:
     def path_fn(path: str) -> str:
-        new = apply_rules(rules, WRAPPER + path)
+        new = rename(rules, WRAPPER + path)
         return new[len(WRAPPER) :] if new.startswith(WRAPPER) else path
 
-    return RemapMove("rule", lambda k, _: apply_rules(rules, k), path_fn, strips_infix=False)
+    return RemapMove("rule", lambda k, _: rename(rules, k), path_fn, strips_infix=False)
 
 
 def detect(modules: list[str], hint: str | list[str] | None) -> Detection:
@@ -133,8 +119,7 @@ def resolve_layout_move(
         )
     if steps:
         notes.append("moves: " + " → ".join([source, *(s[0] for s in steps)]))
-    rules = [r for _, rs in steps for r in rs]
-    return _layout_move(rules, source, to)
+    return _layout_move([r for _, rs in steps for r in rs], source, to)
 
 
 def settle_ambiguity(
@@ -143,10 +128,9 @@ def settle_ambiguity(
     """Several layouts fit the keys: fine when only one of them moves to ``to``, or all move the same way."""
     moves: dict[str, list[str]] = {}
     for cand in candidates:
-        steps = remap_path(cand, to)
-        if steps is not None:
-            rules = [r for _, rs in steps for r in rs]
-            moves[cand] = [apply_rules(rules, m) for m in modules]
+        rules = move_rules(cand, to)
+        if rules is not None:
+            moves[cand] = [rename(rules, m) for m in modules]
     distinct = {tuple(v) for v in moves.values()}
     if len(distinct) == 1:
         chosen = next(iter(moves))

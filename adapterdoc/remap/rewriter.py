@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from adapterdoc.layouts import exclusion_regex
+from adapterdoc.layouts import exclusion_regex, tower_probes
 from adapterdoc.remap.moves import RemapMove
 from adapterdoc.report.remap_report import ConfigChange
 
@@ -177,8 +177,7 @@ class ConfigRewriter:
         if current in (None, "", []):
             return tower_rx
         if isinstance(current, str):
-            probes = ("{}.x", "model.{}.x", "thinker.model.{}.x")
-            if all(any(fullmatch(current, p.format(seg)) for p in probes) for seg in segments):
+            if all(any(fullmatch(current, p) for p in tower_probes(seg)) for seg in segments):
                 return None
             return f"(?:{current})|{tower_rx}"
         if isinstance(current, list) and all(isinstance(e, str) for e in current):
