@@ -16,7 +16,7 @@ from adapterdoc.report.render import (
 )
 
 if TYPE_CHECKING:
-    from adapterdoc.merge import MergeReport
+    from adapterdoc.report.merge_report import MergeReport
 
 
 def render_merge(report: MergeReport, *, width: int | None = None) -> str:
