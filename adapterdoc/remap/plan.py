@@ -223,11 +223,15 @@ def _parse_new(
 ) -> dict[str, LoraKey]:
     """The parsed new keys; for registry moves and --vl derived from the old parse (the move acts on the module)."""
     out: dict[str, LoraKey] = {}
+    moved: dict[str, str] = {}  # module → moved module (the factors of one module share it)
     for old, new in mapping.items():
         info = old_parsed[old]
         cut = len(WRAPPER) * info.wrapped + len(info.module)
         if move.mode == "to" or (move.mode == "vl" and 0 <= old.find(INFIX) < cut):
-            out[new] = LoraKey(new, info.wrapped, move.path_fn(info.module), info.role, info.adapter_name)
+            module = moved.get(info.module)
+            if module is None:
+                module = moved[info.module] = move.path_fn(info.module)
+            out[new] = LoraKey(new, info.wrapped, module, info.role, info.adapter_name)
         else:
             out[new] = parse_key(new)
     return out
@@ -236,9 +240,14 @@ def _parse_new(
 def _module_map(
     mapping: dict[str, str], old_parsed: dict[str, LoraKey], new_parsed: dict[str, LoraKey]
 ) -> dict[str, str]:
+    """Old module path → new one (fused-expert owners too); the first key of a module decides."""
     out: dict[str, str] = {}
+    seen: set[str] = set()
     for old, new in mapping.items():
         a, b = old_parsed[old], new_parsed[new]
+        if a.module in seen:
+            continue
+        seen.add(a.module)
         out.setdefault(a.module, b.module)
         out.setdefault(fused_expert_owner(a.module), fused_expert_owner(b.module))
     return out
@@ -257,11 +266,14 @@ def _tower_findings(
         return []
     keep = set(move.target_towers)
     towers: dict[str, list[str]] = {}
+    seg_of: dict[str, str | None] = {}
     for key, info in zip(keys, parsed):
         k = new_parsed[mapping[key]] if key in mapping else info
         if not k.is_lora:
             continue
-        seg = tower_segment(k.module)
+        if k.module not in seg_of:
+            seg_of[k.module] = tower_segment(k.module)
+        seg = seg_of[k.module]
         if seg and seg not in keep:
             towers.setdefault(seg, []).append(k.module)
     out = []
