@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from adapterdoc.adapter import ADAPTER_CONFIG, AdapterConfig
+from adapterdoc.bases import match_repo_id, resolve_cached_repo
 from adapterdoc.errors import (
     ConfigError,
     HeaderError,
@@ -19,11 +18,8 @@ from adapterdoc.errors import (
     MissingExtraError,
     UnsupportedInputError,
 )
+from adapterdoc.opened import ADAPTER_BIN, ADAPTER_WEIGHTS, Checkpoint, safe_shard_name
 from adapterdoc.st.header import Header, TensorInfo, read_header
-
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-ADAPTER_BIN = "adapter_model.bin"
-_REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 
 TORCH_TO_ST = {
     "torch.bool": "BOOL",
@@ -48,43 +44,6 @@ TORCH_TO_ST = {
 }
 
 
-@dataclass
-class Checkpoint:
-    """An opened input: its weight files' headers and, for adapters, the adapter config."""
-
-    spec: str
-    """What the user passed."""
-    kind: str
-    """``file``, ``adapter`` or ``sharded``."""
-    root: str
-    """The directory (adapter / sharded / cache snapshot) or the file itself."""
-    headers: list[Header] = field(default_factory=list)
-    """One per safetensors file, in shard order (empty for a .bin adapter)."""
-    tensors: dict[str, TensorInfo] = field(default_factory=dict)
-    tensor_file: dict[str, str] = field(default_factory=dict)
-    """Tensor name → the file holding it."""
-    adapter_config: AdapterConfig | None = None
-    weights_path: str | None = None
-    """The adapter's weights file (adapter kind) or the single file (file kind)."""
-    weights_format: str = "safetensors"
-    index_path: str | None = None
-    repo_id: str | None = None
-    extra_in_shards: list[tuple[str, str]] = field(default_factory=list)
-    """(file, tensor) pairs present in a shard but not named by the index."""
-    original_names: dict[str, str] = field(default_factory=dict)
-    """Tensor name as read → name in the file, when a reader renamed keys (merge reads them as PEFT does)."""
-    bytes_received: int = 0
-    """For ``hf://`` inputs: bytes fetched over HTTP (headers only)."""
-
-    @property
-    def is_adapter(self) -> bool:
-        return self.adapter_config is not None or self.kind == "adapter"
-
-    @property
-    def metadata(self) -> dict[str, str] | None:
-        return self.headers[0].metadata if len(self.headers) == 1 else None
-
-
 def open_checkpoint(spec: str | os.PathLike[str], *, read_bin: bool = True) -> Checkpoint:
     """Open ``spec`` (path or ``org/name[@revision]``) header-only; raise an :class:`AdapterdocError` if unusable."""
     s = os.fspath(spec)
@@ -96,32 +55,13 @@ def open_checkpoint(spec: str | os.PathLike[str], *, read_bin: bool = True) -> C
         return open_remote(s)
     if os.path.lexists(s):
         return _open_path(s, s, read_bin=read_bin)
-    m = _REPO_ID.match(s)
-    if m and not s.startswith((".", "/")):
+    m = match_repo_id(s)
+    if m:
         snapshot = resolve_cached_repo(m["repo"], m["rev"])
         ckpt = _open_path(snapshot, s, read_bin=read_bin)
         ckpt.repo_id = m["repo"]
         return ckpt
     raise InputNotFoundError(s, "no such file or directory")
-
-
-def resolve_cached_repo(repo_id: str, revision: str | None) -> str:
-    """The snapshot folder of ``repo_id`` in the local Hugging Face cache; never touches the network."""
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    what = f"{repo_id}@{revision}" if revision else repo_id
-    try:
-        return snapshot_download(repo_id, revision=revision, local_files_only=True)
-    except (LocalEntryNotFoundError, FileNotFoundError) as e:
-        raise InputNotFoundError(
-            what, "not a local path and not in the Hugging Face cache (adapterdoc never downloads)"
-        ) from e
-    except HFValidationError as e:
-        raise UnsupportedInputError(what, f"not a valid repo id: {e}") from e
-    except OSError as e:
-        raise InputNotFoundError(what, f"cannot read the Hugging Face cache: {e}") from e
 
 
 def _open_path(path: str, spec: str, *, read_bin: bool) -> Checkpoint:
@@ -203,20 +143,6 @@ def _load_index(index_path: str) -> dict[str, str]:
     return wm
 
 
-def safe_shard_name(index_path: str, name: str) -> str:
-    """Refuse absolute paths and ``..`` in a shard file name; return the file's path inside the folder."""
-    parts = re.split(r"[/\\]", name)
-    if (
-        not name
-        or os.path.isabs(name)
-        or name.startswith(("/", "\\"))
-        or ".." in parts
-        or re.match(r"^[A-Za-z]:", name)
-    ):
-        raise ConfigError(index_path, f"shard file name {name!r} points outside the checkpoint folder")
-    return os.path.join(os.path.dirname(index_path), *[p for p in parts if p not in ("", ".")])
-
-
 def _open_sharded(path: str, index_path: str, spec: str) -> Checkpoint:
     weight_map = _load_index(index_path)
     files: dict[str, list[str]] = {}
@@ -258,12 +184,11 @@ def load_bin(path: str) -> dict[str, Any]:
         import torch
     except ImportError as e:
         raise MissingExtraError(path, "torch") from e
-    import warnings
+    from adapterdoc.ml.quiet import no_warnings
 
     try:
-        with warnings.catch_warnings():
-            # torch's own warnings (pickle protocol, ...) would break the one-line error on stderr
-            warnings.simplefilter("ignore")
+        # torch's own warnings (pickle protocol, ...) would break the one-line error on stderr
+        with no_warnings():
             obj = torch.load(path, map_location="cpu", weights_only=True, mmap=False)
     except Exception as e:  # the unpickler raises many types; all mean "cannot use this file"
         raise UnsupportedInputError(
@@ -295,3 +220,16 @@ def describe_bin(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
             raise UnsupportedInputError(path, f"dtype {t.dtype} has no safetensors equivalent", key=name)
         out[name] = (dtype, tuple(t.shape))
     return out
+
+
+__all__ = [
+    "ADAPTER_BIN",
+    "ADAPTER_WEIGHTS",
+    "TORCH_TO_ST",
+    "Checkpoint",
+    "describe_bin",
+    "load_bin",
+    "open_checkpoint",
+    "resolve_cached_repo",
+    "safe_shard_name",
+]

@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, module_counts, parse_key
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
 from adapterdoc.layouts import LAYOUTS, Detection, detect_layout, tower_segment
 from adapterdoc.report.findings import Finding, make, sort_findings
+from adapterdoc.report.inspect_report import FileSummary, InspectReport, LoraSummary
 from adapterdoc.st.header import TensorInfo
 
 _SAVED_WHOLE = ("lm_head", "embed_tokens", "score", "classifier", "embed_out", "wte", "word_embeddings")
 _PT_FORMATS = ("pt", "tf", "flax", "mlx")
-
-
-@dataclass
-class FileSummary:
-    path: str
-    bytes: int
-    header_bytes: int
-    tensors: int
 
 
 @dataclass
@@ -47,82 +39,6 @@ class ModuleLora:
         if self.b is not None and len(self.b.shape) == 2:
             return self.b.shape[1]
         return None
-
-
-@dataclass
-class LoraSummary:
-    modules: int
-    ranks: dict[int, int]
-    """rank → number of modules (the rank dimension of lora_A; fused experts count r·E)."""
-    alpha: float | None
-    scaling: float | None
-    use_rslora: bool
-    use_dora: bool
-    target_modules: Any
-    exclude_modules: Any
-    target_parameters: list[str]
-    modules_to_save: list[str]
-    rank_pattern: dict[str, int]
-    alpha_pattern: dict[str, float]
-    per_prefix: dict[str, int]
-    per_leaf: dict[str, int]
-    fused_expert_modules: int
-    embedding_modules: int
-    config_r: int | None
-    peft_type: str | None
-
-
-@dataclass
-class InspectReport:
-    spec: str
-    kind: str
-    files: list[FileSummary]
-    tensors: int
-    parameters: int
-    bytes: int
-    dtypes: dict[str, int]
-    metadata: dict[str, str] | None
-    layout: Detection
-    lora: LoraSummary | None
-    findings: list[Finding] = field(default_factory=list)
-    weights_format: str = "safetensors"
-    bytes_received: int | None = None
-    """For ``hf://`` inputs: bytes fetched over HTTP (headers only)."""
-    weights: Any = None
-    """The weights audit (:class:`adapterdoc.audit.Audit`) with ``--weights``, else ``None``."""
-
-    @property
-    def ok(self) -> bool:
-        return not any(f.severity == "error" for f in self.findings)
-
-    def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        d: dict[str, Any] = {"ok": self.ok, "findings": [f.to_dict() for f in self.findings]}
-        d.update(
-            input=self.spec,
-            kind=self.kind,
-            weights_format=self.weights_format,
-            files=[asdict(f) for f in self.files],
-            tensors=self.tensors,
-            parameters=self.parameters,
-            bytes=self.bytes,
-            dtypes=self.dtypes,
-            metadata=self.metadata,
-            layout={
-                "name": self.layout.name,
-                "evidence": list(self.layout.evidence),
-                "candidates": list(self.layout.candidates),
-            },
-            lora=asdict(self.lora) if self.lora else None,
-        )
-        if self.bytes_received is not None:
-            d["bytes_received"] = self.bytes_received
-        if self.lora:
-            d["lora"]["ranks"] = {str(k): v for k, v in self.lora.ranks.items()}
-        if self.weights is not None:
-            d.update(self.weights.to_dict())
-        return d
 
 
 def inspect(spec: str | os.PathLike[str]) -> InspectReport:

@@ -21,11 +21,10 @@ OPERATIONS = ("train-smoke", "inspect", "remap", "verify", "merge", "roundtrip")
 SMOKE_STEPS = 4
 """Fast settings: enough steps for the loss to fall and lora_B to be non-zero."""
 
-_NO_TINY = (
-    "no model class: this layout exists only as adapter keys written with transformers < 4.52, which "
-    "transformers 5 cannot build; the qwen_vl row's remap and roundtrip cells move adapters to it and back"
-)
-NOT_APPLICABLE: dict[tuple[str, str], str] = {("qwen_vl_legacy", op): _NO_TINY for op in OPERATIONS}
+NOT_APPLICABLE: dict[tuple[str, str], str] = {
+    (name, op): lay.no_tiny for name, lay in LAYOUTS.items() if lay.tiny is None for op in OPERATIONS
+}
+"""Cells the registry lists but cannot run: every operation of a layout without a tiny model, with its reason."""
 
 
 @dataclass
@@ -71,7 +70,7 @@ class LayoutBench:
         )
 
     def _train_smoke(self) -> tuple[bool, str]:
-        from adapterdoc.train.smoke import run_smoke
+        from adapterdoc.smoke import run_smoke
 
         out = os.path.join(self.work, "smoke")
         report = run_smoke([self.layout], steps=SMOKE_STEPS, out=out)

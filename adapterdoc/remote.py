@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from adapterdoc.adapter import ADAPTER_CONFIG, AdapterConfig
+from adapterdoc.bases import REPO_PATTERN
 from adapterdoc.errors import (
     AdapterdocError,
     ConfigError,
@@ -20,10 +21,11 @@ from adapterdoc.errors import (
     InputNotFoundError,
     UnsupportedInputError,
 )
+from adapterdoc.opened import ADAPTER_WEIGHTS, Checkpoint, safe_shard_name
 from adapterdoc.st.header import MAX_HEADER_SIZE, Header, parse_header
 
 SCHEME = "hf://"
-_SPEC = re.compile(r"^hf://(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w.-]+))?(?:/(?P<file>.+))?$")
+_SPEC = re.compile(rf"^hf://(?P<repo>{REPO_PATTERN})(?:@(?P<rev>[\w.-]+))?(?:/(?P<file>.+))?$")
 
 
 def is_remote(spec: str) -> bool:
@@ -112,10 +114,8 @@ def _total_size(response: Any, got: int, label: str) -> int:
     raise UnsupportedInputError(label, "the server did not report the file size (no Content-Range)")
 
 
-def open_remote(spec: str) -> Any:
-    """Open ``hf://...`` header-only as a :class:`~adapterdoc.checkpoint.Checkpoint`."""
-    from adapterdoc.checkpoint import Checkpoint, safe_shard_name
-
+def open_remote(spec: str) -> Checkpoint:
+    """Open ``hf://...`` header-only as a :class:`~adapterdoc.opened.Checkpoint`."""
     repo = _Repo(spec)
     ckpt: Checkpoint
     if repo.file:
@@ -125,7 +125,7 @@ def open_remote(spec: str) -> Any:
         ckpt = Checkpoint(spec=spec, kind="file", root=spec, headers=[h], weights_path=h.path)
     elif repo.exists(ADAPTER_CONFIG):
         config = AdapterConfig.parse(repo.json(ADAPTER_CONFIG), repo.label(ADAPTER_CONFIG))
-        h = repo.header("adapter_model.safetensors")
+        h = repo.header(ADAPTER_WEIGHTS)
         ckpt = Checkpoint(
             spec=spec, kind="adapter", root=spec, headers=[h], weights_path=h.path, adapter_config=config
         )

@@ -17,56 +17,18 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from adapterdoc.adapter import ADAPTER_CONFIG
 from adapterdoc.checkpoint import ADAPTER_WEIGHTS, Checkpoint, open_checkpoint
 from adapterdoc.errors import AdapterdocError, UnsupportedInputError
 from adapterdoc.layouts import LAYOUTS, detect_layout, remap_path
-from adapterdoc.report.findings import Finding, make
+from adapterdoc.ml.quiet import quiet_transformers
+from adapterdoc.report.findings import make
+from adapterdoc.report.roundtrip_report import Check, RoundtripReport
 
 MERGE_RTOL = 1e-4
 """Merged vs unmerged outputs: max |diff| ≤ MERGE_RTOL · max(1, max |output|) (float32 rounding of W + s·BA)."""
-
-
-@dataclass
-class Check:
-    """One round trip and its verdict."""
-
-    name: str
-    status: str
-    """``pass``, ``fail`` or ``skipped``."""
-    detail: str = ""
-    seconds: float = 0.0
-
-
-@dataclass
-class RoundtripReport:
-    input: str
-    layout: str
-    base: str | None
-    checks: list[Check] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not any(c.status == "fail" for c in self.checks) and not any(
-            f.severity == "error" for f in self.findings
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "findings": [f.to_dict() for f in self.findings],
-            "input": self.input,
-            "layout": self.layout,
-            "base": self.base,
-            "checks": [c.__dict__ for c in self.checks],
-            "passed": sum(c.status == "pass" for c in self.checks),
-            "failed": sum(c.status == "fail" for c in self.checks),
-            "skipped": sum(c.status == "skipped" for c in self.checks),
-        }
 
 
 class _Fail(Exception):
@@ -323,10 +285,11 @@ def _bitwise_equal(a: Any, b: Any) -> bool:
 
 
 def _model_roundtrips(report: RoundtripReport, original: str, layout: str, base_spec: str, work: str) -> None:
-    from adapterdoc.ml.meta import require_ml, resolve_base
+    from adapterdoc.bases import resolve_base
+    from adapterdoc.ml.build import require_ml
 
     require_ml(base_spec)
-    _quiet_transformers()
+    quiet_transformers()
     base = resolve_base(base_spec)
     if not base.has_weights:
         report.checks.append(
@@ -358,16 +321,6 @@ def _model_roundtrips(report: RoundtripReport, original: str, layout: str, base_
         "counterpart:remapped on text class",
         lambda: _counterpart(state, load_base(base), layout, original, work),
     )
-
-
-def _quiet_transformers() -> None:
-    """No log lines or progress bars from transformers/huggingface_hub in our output."""
-    from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    disable_progress_bars()
 
 
 def _peft_outputs(model: Any, adapter_dir: str) -> tuple[Any, Any]:
@@ -426,7 +379,7 @@ def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
 
     import torch
 
-    from adapterdoc.ml.meta import resolve_base
+    from adapterdoc.bases import resolve_base
 
     merged = load_base(dataclasses.replace(resolve_base(out)))
     with torch.no_grad():

@@ -49,7 +49,7 @@ def cli_run(steps: int | None) -> tuple[float, dict]:
 
 def library_run(steps: int | None, threads: int | None) -> dict:
     code = (
-        "import json, sys; from adapterdoc.train.smoke import run_smoke; from adapterdoc.train.loop import "
+        "import json, sys; from adapterdoc.smoke import run_smoke; from adapterdoc.train.settings import "
         f"TrainSettings; r = run_smoke(settings=TrainSettings(threads={threads!r}), steps={steps!r}); "
         "print(json.dumps(r.to_dict()))"
     )

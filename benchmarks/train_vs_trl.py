@@ -89,18 +89,18 @@ def run_ours(a: argparse.Namespace) -> dict:
 
     from adapterdoc.train import loop
     from adapterdoc.train import rows as R
+    from adapterdoc.train.objectives import CAUSAL
+    from adapterdoc.train.settings import Plan, TrainSettings
 
     tok = tokenizer()
     data = [
         R.UserRow(i + 1, R.PROMPT_COMPLETION, prompt=r["prompt"], completion=r["completion"])
         for i, r in enumerate(rows(a.prompt_words))
     ]
-    examples = R.encode(loop.CAUSAL, tok, data, "bench", max_length=None, seed=0, classes=[])
+    examples = R.encode(CAUSAL, tok, data, "bench", max_length=None, seed=0, classes=[])
     model = build_model(a.vocab, a.device)  # built before the memory baseline, as for TRL
-    plan = loop.Plan(LAYOUT, loop.CAUSAL, "bench", lambda: model, examples, [])
-    s = loop.TrainSettings(
-        steps=a.steps, batch_size=a.batch_size, lr=1e-4, threads=None, cpu=a.device == "cpu"
-    )
+    plan = Plan(LAYOUT, CAUSAL, "bench", lambda: model, examples, [])
+    s = TrainSettings(steps=a.steps, batch_size=a.batch_size, lr=1e-4, threads=None, cpu=a.device == "cpu")
     s.tail_only = not a.full_projection
     cuda = a.device == "cuda"
     if cuda:

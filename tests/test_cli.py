@@ -184,3 +184,37 @@ def test_quiet_verify_prints_only_its_errors(cli: Any, tmp_path: Path) -> None:
     res = cli("--quiet", "verify", adapter, "--base", "tiny:qwen3_5_text")
     assert res.exit_code == 1 and res.stdout == ""
     assert res.stderr and all(" AD" in line for line in res.stderr.splitlines())
+
+
+def test_every_listed_command_module_exists_and_registers() -> None:
+    import importlib.util
+
+    from adapterdoc.commands import COMMANDS as LOADED
+    from adapterdoc.commands import MODULES
+
+    for name in MODULES:
+        assert importlib.util.find_spec(f"adapterdoc.commands.{name}") is not None, name
+    assert len(LOADED) == len(MODULES)
+
+
+def test_a_missing_command_module_is_an_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import adapterdoc.commands as catalogue
+
+    monkeypatch.setattr(catalogue, "MODULES", (*catalogue.MODULES, "no_such_cmd"))
+    with pytest.raises(ImportError):
+        catalogue._load()
+
+
+def test_the_format_choices_are_the_registry_s() -> None:
+    from adapterdoc.commands._common import ALL_FORMATS
+    from adapterdoc.report.formats import FORMATS
+
+    assert ALL_FORMATS == FORMATS
+
+
+def test_json_error_is_the_one_envelope(tmp_path: Path, cli: Any) -> None:
+    res = cli("inspect", tmp_path / "missing", "--json")
+    assert res.exit_code == 3
+    d = json.loads(res.stdout)
+    assert list(d) == ["ok", "findings", "error"] and d["ok"] is False
+    assert d["findings"][0]["code"] == "AD100" and d["findings"][0]["path"]

@@ -24,9 +24,9 @@ from hypothesis.errors import InvalidArgument
 
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.errors import ConfigError
-from adapterdoc.expected import registry_adapter
 from adapterdoc.layouts.trees import TREES, Unmodeled, build_tree
 from adapterdoc.ml import meta as M
+from adapterdoc.verify.expected import registry_adapter
 
 REGISTRY_LAYOUTS = [
     "qwen3_5_text",

@@ -77,3 +77,21 @@ def test_generated_page_lists_every_code(tmp_path: Any) -> None:
     assert main([str(out), "--check"]) == 0
     out.write_text(text + "stale\n")
     assert main([str(out), "--check"]) == 1
+
+
+def test_every_listed_area_module_exists() -> None:
+    import importlib.util
+
+    from adapterdoc.codes import area_modules
+
+    for area in AREAS:
+        assert importlib.util.find_spec(f"adapterdoc.codes.{area}") is not None, area
+    assert list(area_modules()) == list(AREAS)
+
+
+def test_a_missing_area_module_is_an_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import adapterdoc.codes as codes
+
+    monkeypatch.setattr(codes, "AREAS", (*codes.AREAS, "no_such_area"))
+    with pytest.raises(ImportError):
+        codes.area_modules()

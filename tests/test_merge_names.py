@@ -17,7 +17,9 @@ from safetensors import safe_open
 from test_merge_helpers import load, saved_base  # noqa: F401
 
 from adapterdoc.adapter import AdapterConfig
-from adapterdoc.ml import names
+from adapterdoc.bases import folder_base
+from adapterdoc.ml import build, names
+from adapterdoc.ml.inject import inventory
 from adapterdoc.ml.tiny import TINY_LAYOUTS, model_class
 
 
@@ -31,8 +33,8 @@ def _disk(folder: str) -> dict[str, torch.Tensor]:
 
 
 def _name_map(folder: str) -> tuple[names.NameMap, object]:
-    cfg = names.load_base_config(folder)
-    model = names.meta_model(cfg, folder)
+    base = folder_base(folder, "the name map needs it")
+    model = build.build_meta_model(base, build.folder_config(folder, "the name map needs it"))
     shapes = {k: tuple(v.shape) for k, v in _disk(folder).items()}
     return names.build_name_map(model, shapes), model
 
@@ -104,7 +106,7 @@ def test_peft_inventory_names_the_fused_parameter_of_each_wrapper(saved_base):
             "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
         }
     )
-    inv = names.inventory(model, cfg)
+    inv = inventory(model, cfg)
     outer = inv.targets["model.layers.0.mlp.experts"]
     inner = inv.targets["model.layers.0.mlp.experts.base_layer"]
     e, _two_i, hidden = nm.param_shapes["model.layers.0.mlp.experts.gate_up_proj"]
@@ -133,14 +135,14 @@ def test_peft_inventory_rslora_and_patterns(saved_base):
             "alpha_pattern": {"q_proj": 2},
         }
     )
-    inv = names.inventory(model, cfg)
+    inv = inventory(model, cfg)
     assert inv.targets["model.layers.3.self_attn.v_proj"].scaling == pytest.approx(8 / 4)  # 8 / sqrt(16)
     assert inv.targets["model.layers.3.self_attn.q_proj"].scaling == pytest.approx(2 / 2)  # 2 / sqrt(4)
 
 
 def test_peft_inventory_of_a_config_that_matches_nothing(saved_base):
     _, model = _name_map(saved_base("modernbert"))
-    inv = names.inventory(model, AdapterConfig({"peft_type": "LORA", "target_modules": ["q_proj"]}))
+    inv = inventory(model, AdapterConfig({"peft_type": "LORA", "target_modules": ["q_proj"]}))
     assert inv.targets == {} and inv.note
 
 

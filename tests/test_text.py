@@ -27,10 +27,10 @@ from adapterdoc.report.inspect_text import render_inspect
 from adapterdoc.report.merge_text import render_merge
 from adapterdoc.report.remap_text import render_remap
 from adapterdoc.report.roundtrip_text import render_roundtrip
+from adapterdoc.report.smoke_report import CHECK_NAMES, CheckResult, LayoutRun, SmokeReport
 from adapterdoc.report.train_text import render_smoke
 from adapterdoc.report.verify_text import render_verify
 from adapterdoc.roundtrip import Check, RoundtripReport
-from adapterdoc.train.smoke import CHECK_NAMES, CheckResult, LayoutRun, SmokeReport
 from adapterdoc.verify import OWN_BASE, VerifyOptions, VerifyReport, VerifyRun
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -14,13 +14,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
 from adapterdoc.train import data as D  # noqa: E402
-from adapterdoc.train import loop  # noqa: E402
+from adapterdoc.train import loop, models, objectives, runtime  # noqa: E402
 from adapterdoc.train import lora as L  # noqa: E402
+from adapterdoc.train.settings import TrainSettings  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
-    with loop.torch_threads(1):
+    with runtime.torch_threads(1):
         yield
 
 
@@ -43,14 +44,14 @@ def _trained_like(model, seed: int = 0):
     "layout", ["qwen3_5_vl", "qwen3_omni_thinker", "qwen3_omni", "mistral3_vl", "modernbert_mlm"]
 )
 def test_tail_only_projection_gives_the_full_projection_loss_and_gradients(rows, layout: str) -> None:
-    objective = loop.objective_for(layout)
+    objective = objectives.objective_for(layout)
     tok = D.build_tokenizer(rows.train + rows.val)
-    batch = D.collate(loop.encode_rows(objective, tok, rows.train[:4], rows.classes, 0))
-    model = _trained_like(L.inject(loop.build_base(layout), layout, r=2))
-    head = loop.output_head(model)
+    batch = D.collate(objectives.encode_rows(objective, tok, rows.train[:4], rows.classes, 0))
+    model = _trained_like(L.inject(models.build_base(layout), layout, r=2))
+    head = models.output_head(model)
     seen: list[int] = []
     handle = head.register_forward_hook(lambda m, a, out: seen.append(a[0].shape[0] * a[0].shape[1]))
-    loss_fn = loop.LOSSES[objective]
+    loss_fn = objectives.LOSSES[objective]
     results = []
     for tail in (True, False):
         model.zero_grad()
@@ -63,7 +64,9 @@ def test_tail_only_projection_gives_the_full_projection_loss_and_gradients(rows,
     labels = batch["labels"]
     every = labels.numel()
     supervised = (
-        int((labels[:, 1:] != D.IGNORE).sum()) if objective == loop.CAUSAL else int((labels != -100).sum())
+        int((labels[:, 1:] != D.IGNORE).sum())
+        if objective == objectives.CAUSAL
+        else int((labels != -100).sum())
     )
     assert seen[1] == every and seen[0] == supervised < every  # only the supervised positions were projected
     assert float(tail_t.count) == float(full_t.count) > 0
@@ -75,19 +78,19 @@ def test_tail_only_projection_gives_the_full_projection_loss_and_gradients(rows,
 
 def test_loss_ignores_prompt_padding_and_zero_weight_rows(rows) -> None:
     tok = D.build_tokenizer(rows.train + rows.val)
-    model = _trained_like(L.inject(loop.build_base("mistral3_vl"), "mistral3_vl", r=2)).eval()
-    head = loop.output_head(model)
+    model = _trained_like(L.inject(models.build_base("mistral3_vl"), "mistral3_vl", r=2)).eval()
+    head = models.output_head(model)
     ex = [D.encode_chat(tok, r) for r in rows.val[:3]]
     with torch.no_grad():
-        alone = loop.answer_token_loss(model, D.collate(ex[:1]), head)
+        alone = objectives.answer_token_loss(model, D.collate(ex[:1]), head)
         ex[1].weight = ex[2].weight = 0.0
-        padded = loop.answer_token_loss(model, D.collate(ex), head)
+        padded = objectives.answer_token_loss(model, D.collate(ex), head)
     assert float(padded.count) == float(alone.count) == sum(v != D.IGNORE for v in ex[0].labels)
     assert torch.allclose(padded.loss, alone.loss, atol=1e-6)
 
 
 def test_run_records_and_gradient_accumulation(tmp_path) -> None:
-    s = loop.TrainSettings(steps=3, grad_accum=2, batch_size=2)
+    s = TrainSettings(steps=3, grad_accum=2, batch_size=2)
     result = loop.train("mistral3_vl", tmp_path, s)
     events = [json.loads(line)["event"] for line in (tmp_path / "progress.jsonl").read_text().splitlines()]
     assert events[:3] == ["setup", "model_ready", "eval"]
@@ -111,11 +114,11 @@ def test_run_records_and_gradient_accumulation(tmp_path) -> None:
 
 
 def test_pooled_head_is_saved_with_its_config_and_reloads(tmp_path) -> None:
-    result = loop.train("embeddinggemma2", tmp_path, loop.TrainSettings(steps=4))
-    assert result.objective == loop.POOLED and result.head_dir
-    cfg = json.loads((tmp_path / "head" / loop.HEAD_CONFIG).read_text())
+    result = loop.train("embeddinggemma2", tmp_path, TrainSettings(steps=4))
+    assert result.objective == objectives.POOLED and result.head_dir
+    cfg = json.loads((tmp_path / "head" / models.HEAD_CONFIG).read_text())
     assert cfg["classes"] == ["cancel", "order", "return", "track"] and cfg["in_features"] == 32
-    head = loop.load_head(result.head_dir)
+    head = models.load_head(result.head_dir)
     for k, v in result.model.head.state_dict().items():
         assert torch.equal(head.state_dict()[k], v)
 
@@ -149,7 +152,7 @@ def test_two_process_run_shards_gathers_and_saves_once(tmp_path) -> None:
     assert meta["num_processes"] == 2
     sums = meta["replica_checksums"]
     assert len(sums) == 2 and sums[0] == sums[1]
-    single = loop.train("qwen3_5_moe_vl", tmp_path / "single", loop.TrainSettings(steps=0))
+    single = loop.train("qwen3_5_moe_vl", tmp_path / "single", TrainSettings(steps=0))
     assert meta["val_before"]["count"] == single.val_before.count
     assert meta["val_before"]["loss"] == pytest.approx(single.val_before.loss, abs=1e-5)
     assert meta["train_before"]["count"] == single.train_before.count
@@ -161,7 +164,7 @@ def test_two_process_run_shards_gathers_and_saves_once(tmp_path) -> None:
 
     from peft import PeftModel
 
-    model = PeftModel.from_pretrained(loop.build_base("qwen3_5_moe_vl"), tmp_path / "adapter").eval()
+    model = PeftModel.from_pretrained(models.build_base("qwen3_5_moe_vl"), tmp_path / "adapter").eval()
     n_nonzero = sum(bool(p.any()) for n, p in model.named_parameters() if ".lora_B." in n)
     assert n_nonzero == len(meta["saved_keys"]) // 2
 

@@ -12,12 +12,12 @@ pytest.importorskip("peft")
 
 from adapterdoc.layouts import get_layout  # noqa: E402
 from adapterdoc.train import lora as L  # noqa: E402
-from adapterdoc.train.loop import build_base  # noqa: E402
+from adapterdoc.train.models import build_base  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
-    from adapterdoc.train.loop import torch_threads
+    from adapterdoc.train.runtime import torch_threads
 
     with torch_threads(1):
         yield

@@ -11,7 +11,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from adapterdoc.train import loop, smoke  # noqa: E402
+from adapterdoc import smoke  # noqa: E402
+from adapterdoc.errors import RefusedError  # noqa: E402
+from adapterdoc.train import runtime  # noqa: E402
+from adapterdoc.train import settings as train_settings  # noqa: E402
+from adapterdoc.train.settings import TrainSettings  # noqa: E402
 
 FAST = 8
 """Steps per layout in these tests (the loss already falls after 2)."""
@@ -30,7 +34,7 @@ EXPECTED = {
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
-    with loop.torch_threads(1), loop.quiet_libraries():
+    with runtime.torch_threads(1), runtime.quiet_libraries():
         yield
 
 
@@ -43,7 +47,7 @@ def test_all_means_every_vl_wrapper_and_encoder_layout() -> None:
 
 @pytest.mark.parametrize("layout", list(EXPECTED))
 def test_smoke_run_per_layout(tmp_path, layout: str) -> None:
-    run = smoke.run_layout(layout, str(tmp_path / layout), loop.TrainSettings(steps=FAST))
+    run = smoke.run_layout(layout, str(tmp_path / layout), TrainSettings(steps=FAST))
     assert run.error is None
     assert [c.name for c in run.checks] == list(smoke.CHECK_NAMES)
     failed = {c.name: c.detail for c in run.checks if c.ok is not True}
@@ -68,7 +72,7 @@ def test_smoke_run_per_layout(tmp_path, layout: str) -> None:
 
 def test_omni_wrapper_saved_in_thinker_naming_passes_every_check_as_a_thinker_adapter(tmp_path) -> None:
     """Train the full Omni wrapper through .thinker, save the thinker's adapter (the production Omni trainer's way)."""
-    s = loop.TrainSettings(steps=4, unwrap_thinker=True)
+    s = TrainSettings(steps=4, unwrap_thinker=True)
     run = smoke.run_layout("qwen3_omni", str(tmp_path / "omni"), s)
     assert run.ok, {c.name: c.detail for c in run.checks if not c.ok}
     assert run.check("inspect").detail == "detected qwen3_omni_thinker"
@@ -88,7 +92,7 @@ def test_omni_wrapper_saved_in_thinker_naming_passes_every_check_as_a_thinker_ad
 def test_a_run_that_learns_nothing_fails_its_checks(tmp_path) -> None:
     """lr = 0: lora_B stays zero and the loss does not move; the doctor must say so (AD603, AD606, and verify's
     own all-zero lora_B error behind AD610)."""
-    report = smoke.run_smoke(["mistral3_vl"], out=tmp_path, settings=loop.TrainSettings(steps=2, lr=0.0))
+    report = smoke.run_smoke(["mistral3_vl"], out=tmp_path, settings=TrainSettings(steps=2, lr=0.0))
     assert not report.ok
     run = report.runs[0]
     assert run.check("loss").ok is False and run.check("lora_b").ok is False
@@ -102,7 +106,7 @@ def test_a_run_that_learns_nothing_fails_its_checks(tmp_path) -> None:
 def test_refuses_to_replace_a_folder_it_did_not_write(tmp_path) -> None:
     (tmp_path / "mistral3_vl").mkdir()
     (tmp_path / "mistral3_vl" / "precious.txt").write_text("keep me")
-    with pytest.raises(smoke.RefusedError, match="did not write"):
+    with pytest.raises(RefusedError, match="did not write"):
         smoke.run_smoke(["mistral3_vl"], out=tmp_path, steps=1)
     assert (tmp_path / "mistral3_vl" / "precious.txt").read_text() == "keep me"
 
@@ -131,7 +135,7 @@ def test_cli_human_table_and_failure_exit_code(cli, tmp_path, monkeypatch) -> No
     assert "outputs were temporary" in res.stdout
     import functools
 
-    monkeypatch.setattr(loop, "TrainSettings", functools.partial(loop.TrainSettings, lr=0.0))
+    monkeypatch.setattr(train_settings, "TrainSettings", functools.partial(TrainSettings, lr=0.0))
     res = cli("train-smoke", "--layout", "mistral3_vl", "--steps", "2", "--json")
     assert res.exit_code == 1
     doc = json.loads(res.stdout)

@@ -19,9 +19,10 @@ from safetensors.torch import load_file  # noqa: E402
 
 from adapterdoc.layouts import tower_segment  # noqa: E402
 from adapterdoc.train import data as D  # noqa: E402
-from adapterdoc.train import loop  # noqa: E402
+from adapterdoc.train import models, runtime  # noqa: E402
 from adapterdoc.train import rows as R  # noqa: E402
 from adapterdoc.train import session as S  # noqa: E402
+from adapterdoc.train.settings import TrainSettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +53,7 @@ def fx(tmp_path_factory):
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
-    with loop.torch_threads(1):
+    with runtime.torch_threads(1):
         yield
 
 
@@ -140,9 +141,9 @@ def test_eval_of_a_remapped_adapter_on_the_text_counterpart_gives_the_same_numbe
 def test_resume_continues_from_the_saved_step(fx, tmp_path) -> None:
     base, data = str(fx.model("qwen3_5_text")), str(fx.data["prompt_completion"])
     s = dict(batch_size=2, lr=5e-3, save_steps=2, cpu=True)
-    whole = S.train_on_base(base, data, str(tmp_path / "whole"), loop.TrainSettings(steps=4, **s))
-    S.train_on_base(base, data, str(tmp_path / "cut"), loop.TrainSettings(steps=2, **s))
-    again = S.train_on_base(base, data, str(tmp_path / "cut"), loop.TrainSettings(steps=4, resume=True, **s))
+    whole = S.train_on_base(base, data, str(tmp_path / "whole"), TrainSettings(steps=4, **s))
+    S.train_on_base(base, data, str(tmp_path / "cut"), TrainSettings(steps=2, **s))
+    again = S.train_on_base(base, data, str(tmp_path / "cut"), TrainSettings(steps=4, resume=True, **s))
     events = [json.loads(x) for x in (tmp_path / "cut" / "progress.jsonl").read_text().splitlines()]
     resume = [e for e in events if e["event"] == "resume"]
     assert len(resume) == 1 and resume[0]["step"] == 2
@@ -195,7 +196,7 @@ def test_each_fixture_layout_trains_and_verifies(fx, tmp_path, cli, layout: str,
     assert d["train_loss"]["after"] < d["train_loss"]["before"]
     assert (d["val_loss"] is not None) == ("--val-data" in extra)
     if layout == "embeddinggemma2":
-        head = json.loads((out / "head" / loop.HEAD_CONFIG).read_text())
+        head = json.loads((out / "head" / models.HEAD_CONFIG).read_text())
         assert head["classes"] == ["cancel", "order", "return", "track"]
         ev = cli("eval", d["adapter"], "--base", fx.model(layout), "--data", fx.data[rows], "--json")
         assert ev.exit_code == 0, ev.stderr
@@ -300,7 +301,7 @@ def test_two_processes_give_the_adapter_of_one_for_the_same_global_batch(fx, tmp
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count('"adapter"') == 1 and json.loads(proc.stdout)["num_processes"] == 2
     one = S.train_on_base(
-        base, data, str(tmp_path / "one"), loop.TrainSettings(steps=3, batch_size=4, lr=5e-3, cpu=True)
+        base, data, str(tmp_path / "one"), TrainSettings(steps=3, batch_size=4, lr=5e-3, cpu=True)
     )
     assert one.num_processes == 1
     a = load_file(tmp_path / "one" / "adapter" / "adapter_model.safetensors")
@@ -323,9 +324,7 @@ def test_ctrl_c_leaves_the_last_complete_checkpoint_and_resume_finishes(fx, tmp_
 
     s = dict(batch_size=4, lr=5e-3, save_steps=2, cpu=True, max_length=48)
     with pytest.raises(KeyboardInterrupt):
-        S.train_on_base(
-            "tiny:ministral3_text", data, str(out), loop.TrainSettings(steps=4, **s), on_event=stop
-        )
+        S.train_on_base("tiny:ministral3_text", data, str(out), TrainSettings(steps=4, **s), on_event=stop)
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000002"]
     assert (out / "checkpoints" / "step-000002" / "trainer_state.json").is_file()
     assert not (out / "adapter").exists()
@@ -333,7 +332,7 @@ def test_ctrl_c_leaves_the_last_complete_checkpoint_and_resume_finishes(fx, tmp_
     assert events[-1] == "interrupted"
     # 48 rows / batch 4 = 12 steps per epoch: 1/3 epoch is 4 steps
     done = S.train_on_base(
-        "tiny:ministral3_text", data, str(out), loop.TrainSettings(epochs=1 / 3, resume=True, **s)
+        "tiny:ministral3_text", data, str(out), TrainSettings(epochs=1 / 3, resume=True, **s)
     )
     assert done.ok and done.steps == 4 and done.verify["ok"]
     assert (out / "adapter" / "tokenizer.json").is_file()

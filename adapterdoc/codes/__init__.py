@@ -34,19 +34,12 @@ _CATALOGUE: dict[str, Code] | None = None
 
 
 def area_modules() -> dict[str, object]:
-    """Each area's module that exists (an area without codes yet has no module)."""
-    out: dict[str, object] = {}
-    for area in AREAS:
-        try:
-            out[area] = importlib.import_module(f"adapterdoc.codes.{area}")
-        except ModuleNotFoundError as e:
-            if e.name != f"adapterdoc.codes.{area}":
-                raise
-    return out
+    """Each area's module; a listed area whose module is missing is an ImportError, never skipped."""
+    return {area: importlib.import_module(f"adapterdoc.codes.{area}") for area in AREAS}
 
 
 def catalogue() -> dict[str, Code]:
-    """Every code, from every area module that exists."""
+    """Every code, from every area module."""
     global _CATALOGUE
     if _CATALOGUE is None:
         out: dict[str, Code] = {}
@@ -64,3 +57,9 @@ def get_code(code: str) -> Code:
         return catalogue()[code.upper()]
     except KeyError:
         raise KeyError(f"unknown finding code {code!r}") from None
+
+
+def area_of(code: str) -> str:
+    """The area of a code from its first digit (``AD301`` → ``weights``), or ``other``."""
+    digit = int(code[2]) if len(code) > 2 and code[2].isdigit() else 0
+    return AREAS[digit - 1] if 1 <= digit <= len(AREAS) else "other"

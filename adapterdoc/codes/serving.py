@@ -1,18 +1,13 @@
 """AD4xx: serving-profile findings (``verify --profile vllm``): vLLM's adapter rules as its own source states them.
 
-Every rule here describes :data:`VLLM_VERSION`; the messages say so, because vLLM changes these rules between releases.
+The rules themselves and the vLLM release they describe are the vLLM profile's (:mod:`adapterdoc.verify.profiles.vllm`,
+``VLLM_VERSION``); the explanations here name that release, because vLLM changes these rules between releases (a
+test keeps the two in step).
 """
 
 from adapterdoc.codes import Code
 
-VLLM_VERSION = "0.33.0"
-"""The vLLM release whose source (``vllm/lora/peft_helper.py``, ``lora_model.py``, ``utils.py``, ``config/lora.py``)
-these rules were read from."""
-
-VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-VLLM_DEFAULT_MAX_LORA_RANK = 16
-
-_V = f"Describes vLLM {VLLM_VERSION}."
+_V = "Describes vLLM 0.33.0."
 
 CODES = [
     Code(

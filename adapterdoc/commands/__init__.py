@@ -1,4 +1,4 @@
-"""One module per CLI command; each defines a click command and imports its library lazily."""
+"""One module per CLI command; each defines a click command and imports its library lazily. :data:`MODULES` is\nthe catalogue: every name in it must import."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib
 
 import click
 
-_MODULES = (
+MODULES = (
     "inspect_cmd",
     "remap_cmd",
     "verify_cmd",
@@ -20,16 +20,8 @@ _MODULES = (
 
 
 def _load() -> list[click.Command]:
-    cmds: list[click.Command] = []
-    for name in _MODULES:
-        try:
-            mod = importlib.import_module(f"adapterdoc.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"adapterdoc.commands.{name}":
-                raise
-            continue
-        cmds.append(mod.command)
-    return cmds
+    """Every listed command; a listed module that is missing is an ImportError here, never skipped."""
+    return [importlib.import_module(f"adapterdoc.commands.{name}").command for name in MODULES]
 
 
 COMMANDS = _load()

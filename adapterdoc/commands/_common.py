@@ -1,13 +1,16 @@
-"""Shared CLI plumbing: one-line errors (exit 3 for inputs, 4 for bugs), output, quiet mode, shared help text."""
+"""Shared CLI plumbing: one-line errors (exit 3 for inputs, 4 for bugs), the output options every command takes
+(``--format``, ``--json``, ``--output-file``) and :func:`finish` (render through the format registry, pick the exit
+code), quiet mode, shared help text."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import wraps
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -62,7 +65,12 @@ def handle_errors(func: F) -> F:
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        as_json = bool(kwargs.get("as_json") or kwargs.get("fmt") == "json")
+        output = kwargs.get("output")
+        as_json = bool(
+            kwargs.get("as_json")
+            or kwargs.get("fmt") == "json"
+            or (isinstance(output, Output) and output.json)
+        )
         try:
             return func(*args, **kwargs)
         except AdapterdocError as e:
@@ -116,17 +124,16 @@ def _bug(e: BaseException) -> None:
 
 
 def _emit_json_error(e: AdapterdocError) -> None:
-    """With --json, exit 3 still prints one JSON object (``ok`` false) so a CI parser always has one."""
+    """With --json, exit 3 still prints one JSON object (``ok`` false, finding AD100) so a CI parser always has
+    one."""
     import json
 
-    finding = {"code": "AD100", "severity": "error", "message": e.reason}
-    if e.what:
-        finding["path"] = e.what
-    if e.key:
-        finding["key"] = e.key
+    from adapterdoc.report.base import envelope, unusable_finding
+
+    finding = unusable_finding(e.reason, path=e.what, key=e.key)
     # stdout itself may be what failed (a full disk, /dev/full): then the stderr line alone says why
     with contextlib.suppress(OSError):
-        click.echo(json.dumps({"ok": False, "findings": [finding], "error": str(e)}, ensure_ascii=False))
+        click.echo(json.dumps(envelope(False, [finding], {"error": str(e)}), ensure_ascii=False))
 
 
 def emit(text: str) -> None:
@@ -142,3 +149,142 @@ def is_quiet() -> bool:
     ctx = click.get_current_context(silent=True)
     root = ctx.find_root() if ctx else None
     return bool(root and root.obj and root.obj.get("quiet"))
+
+
+# --------------------------------------------------------------------------------------------- output
+
+ALL_FORMATS = ("text", "json", "junit", "github", "sarif")
+"""``--format`` choices (the format registry's names: :data:`adapterdoc.report.formats.FORMATS`, kept here as
+data so that building the CLI imports no renderer; a test keeps the two equal)."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where and how a command's report goes: the format, and ``--output-file`` (instead of stdout)."""
+
+    fmt: str = "text"
+    file: str | None = None
+
+    @property
+    def json(self) -> bool:
+        return self.fmt == "json"
+
+    def check(self, *inputs: str | None) -> None:
+        """Refuse an ``--output-file`` that would overwrite one of ``inputs`` (before any work is done)."""
+        if self.file:
+            check_output_file(self.file, [i for i in inputs if i])
+
+
+def output_options(
+    formats: Sequence[str] = ALL_FORMATS,
+    *,
+    output_file: bool = False,
+    json_help: str = "Same as --format json.",
+) -> Callable[[F], F]:
+    """``--format`` (one of ``formats``), ``--json`` (the same as ``--format json``; CLI.md) and, with
+    ``output_file``, ``--output-file FILE``; the command receives them as one ``output: Output`` argument."""
+
+    def decorate(func: F) -> F:
+        @wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            fmt, as_json = kwargs.pop("fmt", None), kwargs.pop("as_json", False)
+            if as_json and fmt not in (None, "json"):
+                raise click.BadParameter("--json conflicts with --format " + str(fmt), param_hint="--json")
+            out = Output("json" if as_json else (fmt or "text"), kwargs.pop("output_file", None))
+            return func(*args, output=out, **kwargs)
+
+        options = [
+            click.option(
+                "--format", "fmt", type=click.Choice(list(formats)), help="Output format (default text)."
+            ),
+            click.option("--json", "as_json", is_flag=True, help=json_help),
+        ]
+        if output_file:
+            options.append(
+                click.option(
+                    "--output-file",
+                    type=click.Path(dir_okay=False),
+                    metavar="FILE",
+                    help="Write the report (in --format) to FILE instead of stdout; stdout stays empty.",
+                )
+            )
+        for option in reversed(options):
+            wrapper = option(wrapper)
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def finish(
+    report: Any,
+    output: Output,
+    *,
+    text: Callable[[], str] | None = None,
+    text_options: dict[str, Any] | None = None,
+    quiet: bool | None = None,
+    per_group: bool = False,
+) -> NoReturn:
+    """Render ``report`` in ``output.fmt`` through the format registry, write it (stdout or ``--output-file``) and
+    exit with the report's exit code (0 ok, 1 error findings; a report may say otherwise: ``exit_code``).
+
+    ``text`` replaces the registered text renderer; ``quiet`` (default: ``--quiet``) silences human output only.
+    ``per_group``: under ``--quiet``, print each error finding as ``NAME: CODE message`` on stderr, and always name
+    each unusable input of the report's view on stderr (verify's several adapters).
+    """
+    quiet = is_quiet() if quiet is None else quiet
+    silent = output.fmt == "text" and quiet and not output.file
+    if not silent:
+        if output.fmt == "text" and text is not None:
+            body = text()
+        else:
+            from adapterdoc.report.formats import render
+
+            body = render(report, output.fmt, **(text_options or {}))
+        if output.file:
+            write_report(output.file, body)
+        else:
+            emit(body)
+    if per_group:
+        from adapterdoc.report.registry import view_of
+
+        groups = view_of(report).groups
+        if silent:  # --quiet: nothing but errors, one line each
+            for g in groups:
+                for f in g.findings:
+                    if f.severity == "error":
+                        click.echo(f"{g.name}: {f.code} {f.message}", err=True)
+        for g in groups:
+            if g.error:
+                click.echo(f"adapterdoc: error: {g.error}", err=True)
+    code = getattr(report, "exit_code", None)
+    click.get_current_context().exit(code if isinstance(code, int) else (0 if report.ok else 1))
+    raise AssertionError("unreachable")  # pragma: no cover  (Context.exit raises)
+
+
+def write_report(path: str, text: str) -> None:
+    """One report file (``--output-file`` / ``--junit-file``), through the atomic writer (CLI.md's output rules)."""
+    from adapterdoc.st.atomic import atomic_write_bytes
+
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def check_output_file(path: str, inputs: list[str], option: str = "--output-file") -> None:
+    """Refuse a report file that would overwrite an input (an adapter's or the base's files), has no folder, or
+    may not be written (CLI.md's output-path rules: :func:`adapterdoc.st.atomic.resolve_output`)."""
+    from adapterdoc.errors import InputNotFoundError, RefusedError
+    from adapterdoc.st.atomic import resolve_output
+
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InputNotFoundError(path, f"the folder for {option} does not exist")
+    if resolve_output(path).direct:
+        return  # a device, pipe or descriptor: written through, never an input
+    target = os.path.realpath(path)
+    for spec in inputs:
+        if not spec or not os.path.lexists(spec):
+            continue
+        real = os.path.realpath(spec)
+        if target == real or target.startswith(real.rstrip(os.sep) + os.sep):
+            raise RefusedError(
+                path, f"{option} would overwrite or sit inside the input {spec}; choose another path"
+            )

@@ -7,27 +7,14 @@ from typing import Any
 import click
 
 from adapterdoc.commands._common import emit, handle_errors, is_quiet
+from adapterdoc.commands._train_options import base_and_data, length_and_dtype
 
 
 @click.command("eval")
 @click.argument("adapter", type=click.Path())
-@click.option(
-    "--base",
-    "base",
-    required=True,
-    help="A model folder (weights + tokenizer), a cached repo id or tiny:LAYOUT.",
-)
-@click.option("--data", required=True, type=click.Path(dir_okay=False), help="JSONL rows, as for train.")
+@base_and_data("JSONL rows, as for train.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option(
-    "--max-length", type=click.IntRange(min=2), default=None, help="Truncate rows to this many tokens."
-)
-@click.option(
-    "--dtype",
-    type=click.Choice(("auto", "bfloat16", "float16", "float32")),
-    default="float32",
-    show_default=True,
-)
+@length_and_dtype()
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seeds the masked-LM masks (as in train)."
 )
@@ -50,7 +37,7 @@ def command(ctx: click.Context, adapter: str, base: str, data: str, as_json: boo
     from adapterdoc.ml.meta import require_ml
 
     require_ml("eval")
-    from adapterdoc.train.session import eval_on_base
+    from adapterdoc.train.evaluation import eval_on_base
 
     report = eval_on_base(
         adapter,
@@ -67,12 +54,7 @@ def command(ctx: click.Context, adapter: str, base: str, data: str, as_json: boo
 
         emit(render.to_json(report.to_dict()))
     elif not is_quiet():
-        lines = [f"eval: {adapter} on {base} ({report.rows} rows)"]
-        for name, m in (("base", report.base), ("base + adapter", report.adapted)):
-            lines.append(
-                f"  {name:<15} loss {m['loss']:.4f}  accuracy {m['accuracy']:.3f}  ({m['tokens']:g} tokens)"
-            )
-        lines.append(f"  improvement {report.improvement:+.4f}")
-        lines += [f"  {f.code} {f.severity}: {f.message}" for f in report.findings]
-        emit("\n".join(lines))
+        from adapterdoc.report.train_text import render_eval
+
+        emit(render_eval(report))
     ctx.exit(0 if report.ok else 1)

@@ -6,35 +6,31 @@ import difflib
 
 import click
 
-from adapterdoc.commands._common import emit, handle_errors
+from adapterdoc.codes import area_of
+from adapterdoc.commands._common import Output, finish, handle_errors, output_options
+
+__all__ = ["area_of", "command", "lookup", "render_code"]
 
 
 @click.command("explain")
 @click.argument("code", required=False)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@output_options(("text", "json"), json_help="One JSON object on stdout (same as --format json).")
 @handle_errors
-def command(code: str | None, as_json: bool) -> None:
+def command(code: str | None, output: Output) -> None:
     """Explain a finding code (AD301) or name (lora-b-all-zero); without CODE, list every code."""
     from adapterdoc.codes import catalogue
+    from adapterdoc.report.explain_report import ExplainReport
 
     codes = catalogue()
     if code is None:
-        _list(codes, as_json)
-        return
+        finish(ExplainReport(list(codes.values()), listing=True), output, quiet=False)
     info = lookup(code)
     if info is None:
         names = list(codes) + [c.name for c in codes.values()]
         close = difflib.get_close_matches(code.upper() if code[:2].lower() == "ad" else code, names, n=3)
         more = f"; did you mean {', '.join(close)}?" if close else "; run `adapterdoc explain` for the list"
         raise click.BadParameter(f"unknown finding code {code!r}{more}", param_hint="CODE")
-    if as_json:
-        from dataclasses import asdict
-
-        from adapterdoc.report.render import to_json
-
-        emit(to_json({"ok": True, "findings": [], "area": area_of(info.code), **asdict(info)}))
-        return
-    emit(render_code(info))
+    finish(ExplainReport([info]), output, quiet=False)
 
 
 def lookup(code: str):  # type: ignore[no-untyped-def]
@@ -46,46 +42,8 @@ def lookup(code: str):  # type: ignore[no-untyped-def]
     return next((c for c in codes.values() if c.name == code.lower()), None)
 
 
-def area_of(code: str) -> str:
-    from adapterdoc.codes import AREAS
-
-    digit = int(code[2]) if len(code) > 2 and code[2].isdigit() else 0
-    return AREAS[digit - 1] if 1 <= digit <= len(AREAS) else "other"
-
-
 def render_code(info, width: int | None = None) -> str:  # type: ignore[no-untyped-def]
-    """The code's explanation at the output width (wrapped at spaces, names in backticks kept whole)."""
-    from adapterdoc.report.render import Writer
+    """The code's explanation at the output width (:func:`adapterdoc.report.explain_text.render_code`)."""
+    from adapterdoc.report.explain_text import render_code as render
 
-    w = Writer(width)
-    w.line(f"{info.code} {info.name} ({info.severity}, area {area_of(info.code)}, since {info.since})")
-    for title, text in (
-        ("What it means", info.summary),
-        ("Why it matters", info.why),
-        ("Example", info.example),
-        ("What to do instead", info.instead),
-    ):
-        w.blank()
-        w.line(title)
-        w.para(text, indent=2, hang=2)
-    return w.getvalue()
-
-
-def _list(codes, as_json: bool) -> None:  # type: ignore[no-untyped-def]
-    if as_json:
-        from adapterdoc.report.render import to_json
-
-        rows = [
-            {
-                "code": c.code,
-                "name": c.name,
-                "severity": c.severity,
-                "summary": c.summary,
-                "area": area_of(c.code),
-            }
-            for c in codes.values()
-        ]
-        emit(to_json({"ok": True, "findings": [], "codes": rows}))
-        return
-    width = max(len(c.name) for c in codes.values())
-    emit("\n".join(f"{c.code}  {c.name:<{width}}  {c.severity:<7}  {c.summary}" for c in codes.values()))
+    return render(info, width)

@@ -9,8 +9,7 @@ from typing import Any
 import click
 
 from adapterdoc.commands._common import emit, handle_errors, is_quiet
-
-DTYPES = ("auto", "bfloat16", "float16", "float32")
+from adapterdoc.commands._train_options import base_and_data, length_and_dtype
 
 
 def _main_process() -> bool:
@@ -19,18 +18,7 @@ def _main_process() -> bool:
 
 
 @click.command("train")
-@click.option(
-    "--base",
-    "base",
-    required=True,
-    help="A model folder (weights + tokenizer), a cached repo id or tiny:LAYOUT.",
-)
-@click.option(
-    "--data",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="JSONL rows: messages, prompt + completion, or text.",
-)
+@base_and_data("JSONL rows: messages, prompt + completion, or text.")
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
@@ -72,12 +60,7 @@ def _main_process() -> bool:
     default=None,
     help="Comma-separated target_modules [default: the layout's language-model leaves].",
 )
-@click.option(
-    "--max-length", type=click.IntRange(min=2), default=None, help="Truncate rows to this many tokens."
-)
-@click.option(
-    "--dtype", type=click.Choice(DTYPES), default="float32", show_default=True, help="The base's dtype."
-)
+@length_and_dtype("The base's dtype.")
 @click.option("--gradient-checkpointing", is_flag=True, help="Recompute activations in the backward pass.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
@@ -120,8 +103,8 @@ def command(ctx: click.Context, as_json: bool, **o: Any) -> None:
     from adapterdoc.ml.meta import require_ml
 
     require_ml("train")
-    from adapterdoc.train.loop import TrainSettings
     from adapterdoc.train.session import train_on_base
+    from adapterdoc.train.settings import TrainSettings
 
     targets = tuple(t.strip() for t in o["targets"].split(",") if t.strip()) if o["targets"] else None
     settings = TrainSettings(
@@ -163,25 +146,10 @@ def command(ctx: click.Context, as_json: bool, **o: Any) -> None:
 
             emit(render.to_json(report.to_dict()))
         elif not is_quiet():
-            emit(_human(report))
+            from adapterdoc.report.train_text import render_train
+
+            emit(render_train(report))
     ctx.exit(0 if report.ok else 1)
-
-
-def _human(r: Any) -> str:
-    def pair(d: dict[str, Any] | None) -> str:
-        return "–" if not d else f"{d['before']:.4f} → {d['after']:.4f}"
-
-    v = r.verify
-    lines = [
-        f"train: {r.base} ({r.layout}), {r.steps} steps on {r.num_processes} process(es)",
-        f"  train loss {pair(r.train_loss)}; val loss {pair(r.val_loss)}",
-        f"  adapter {r.adapter}",
-        f"  doctor: verify {'passed' if v.get('ok') else 'FAILED'}, lora_B non-zero "
-        f"{v.get('lora_b', {}).get('nonzero', 0)}/{v.get('lora_b', {}).get('total', 0)}, tower LoRA {v.get('tower_lora', 0)}",
-        f"  report {os.path.join(r.out, 'RUN_REPORT.md')}",
-    ]
-    lines += [f"  {f.code} {f.severity}: {f.message}" for f in r.findings]
-    return "\n".join(lines)
 
 
 class _Bar:

@@ -1,4 +1,4 @@
-"""`adapterdoc inspect PATH [--weights] [--plot FILE.png|FILE.html] [--json]`."""
+"""`adapterdoc inspect PATH [--weights] [--plot FILE.png|FILE.html] [--json | --format FORMAT] [--output-file FILE]`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
+from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, output_options
 
 
 def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -29,25 +29,18 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
     callback=_plot_path,
     help="Draw the delta norms as a layer × module heat map (implies --weights; needs the plot extra).",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@output_options(output_file=True, json_help="One JSON object on stdout (same as --format json).")
 @click.pass_context
 @handle_errors
-def command(ctx: click.Context, path: str, weights: bool, plot: str | None, as_json: bool) -> None:
+def command(ctx: click.Context, path: str, weights: bool, plot: str | None, output: Output) -> None:
     """Describe an adapter, checkpoint or cached repo from its headers alone (with --weights, its LoRA tensors)."""
     from adapterdoc.inspect import inspect
-    from adapterdoc.report import render
 
+    output.check(path)
     report = inspect(path)
     if weights or plot:
         _audit(report, plot)
-    if as_json:
-        emit(render.to_json(report.to_dict()))
-    else:
-        from adapterdoc.report.inspect_text import render_inspect
-
-        if not is_quiet():
-            emit(render_inspect(report))
-    ctx.exit(0 if report.ok else 1)
+    finish(report, output)
 
 
 def _audit(report: object, plot: str | None) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
+from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, is_quiet, output_options
 
 
 @click.command("merge", epilog=INPUT_FORMS)
@@ -34,25 +34,18 @@ from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_qui
     help="Replace a non-empty --out that holds a previous adapterdoc merge output (its .adapterdoc-output.json); "
     "never any other folder.",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@output_options(json_help="One JSON object on stdout (same as --format json).")
 @click.pass_context
 @handle_errors
 def command(
-    ctx: click.Context, adapter: str, base: str, out: str, dtype: str, force: bool, as_json: bool
+    ctx: click.Context, adapter: str, base: str, out: str, dtype: str, force: bool, output: Output
 ) -> None:
     """Merge a LoRA adapter into its base checkpoint, streaming one tensor at a time."""
     from adapterdoc.merge import merge
-    from adapterdoc.report import render
 
     with _progress(enabled=not is_quiet()) as progress:
         report = merge(adapter, base, out, dtype=dtype, force=force, progress=progress)
-    if as_json:
-        emit(render.to_json(report.to_dict()))
-    elif not is_quiet():
-        from adapterdoc.report.merge_text import render_merge
-
-        emit(render_merge(report))
-    ctx.exit(0 if report.ok else 1)
+    finish(report, output)
 
 
 class _progress:

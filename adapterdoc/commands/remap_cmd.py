@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
+from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, is_quiet, output_options
 from adapterdoc.layouts import LAYOUTS
 
 _LAYOUT = click.Choice(sorted(LAYOUTS), case_sensitive=True)
@@ -58,7 +58,7 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     help="Write a complete new adapter folder here (must not exist or be empty); the input is not touched.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the mapping and the strategy; write nothing.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@output_options(json_help="One JSON object on stdout (same as --format json).")
 @click.pass_context
 @handle_errors
 def command(
@@ -70,7 +70,7 @@ def command(
     rules: tuple[str, ...],
     out: str | None,
     dry_run: bool,
-    as_json: bool,
+    output: Output,
 ) -> None:
     """Rename an adapter's keys to another model layout and keep adapter_config.json consistent.
 
@@ -90,7 +90,6 @@ def command(
     read-only files) exit 3 and change nothing.
     """
     from adapterdoc.remap import remap
-    from adapterdoc.report import render
 
     modes = [m for m, on in (("--vl", vl), ("--to", to_layout is not None), ("--rule", bool(rules))) if on]
     if len(modes) != 1:
@@ -108,15 +107,9 @@ def command(
         rules=rules,
         out=out,
         dry_run=dry_run,
-        progress=None if as_json or is_quiet() else copy_bar,
+        progress=copy_bar if output.fmt == "text" and not is_quiet() else None,
     )
-    if as_json:
-        emit(render.to_json(report.to_dict()))
-    elif not is_quiet():
-        from adapterdoc.report.remap_text import render_remap
-
-        emit(render_remap(report))
-    ctx.exit(0 if report.ok else 1)
+    finish(report, output)
 
 
 PROGRESS_MIN_BYTES = 256 * 1024 * 1024

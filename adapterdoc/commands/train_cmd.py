@@ -55,7 +55,7 @@ def command(
     reloads the adapter with identical outputs, every lora_B is non-zero, the remap to the text-only counterpart
     loads there with identical outputs, and merging changes nothing. Exit 1 if any check fails.
     """
-    from adapterdoc.train.smoke import resolve_layouts, run_smoke
+    from adapterdoc.smoke import resolve_layouts, run_smoke
 
     try:
         layouts = resolve_layouts(layout)

@@ -8,13 +8,22 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, emit, handle_errors, is_quiet
+from adapterdoc.commands._common import (
+    INPUT_FORMS,
+    Output,
+    check_output_file,
+    finish,
+    handle_errors,
+    output_options,
+    write_report,
+)
+from adapterdoc.verify.profiles import PROFILES as _REGISTRY
+from adapterdoc.verify.profiles.served import SERVED_AS
+from adapterdoc.verify.profiles.vllm import VLLM_MAX_LORA_RANKS as RANKS
 
-FORMATS = ("text", "json", "junit", "github")
-PROFILES = ("peft", "vllm")
-SERVED_AS = ("text", "vl")
+PROFILES = tuple(_REGISTRY)
+"""The profile registry's names (read when the command line starts)."""
 SCANS = ("all", "lora-b", "nonzero")
-RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 TABLE_KEYS = {
     "profile": "profile",
     "max-lora-rank": "max_lora_rank",
@@ -25,6 +34,13 @@ TABLE_KEYS = {
 """``[tool.adapterdoc]`` keys (underscores accepted too) → option names."""
 
 
+def _profile_help() -> str:
+    """``Rules to apply: A, B or C.``, from each registered profile's summary."""
+    summaries = [p.summary for p in _REGISTRY.values()]
+    listed = ", ".join(summaries[:-1]) + " or " + summaries[-1] if len(summaries) > 1 else summaries[0]
+    return f"Rules to apply: {listed}."
+
+
 @click.command("verify", epilog=INPUT_FORMS)
 @click.argument("adapters", nargs=-1, required=True)
 @click.option(
@@ -32,9 +48,7 @@ TABLE_KEYS = {
     help="Model directory, config.json, cached repo id, or tiny:LAYOUT. Default: [tool.adapterdoc] base, else "
     "each adapter's own base_model_name_or_path (when it resolves locally).",
 )
-@click.option(
-    "--profile", type=click.Choice(PROFILES), help="Rules to apply: PEFT loading (default) or vLLM serving."
-)
+@click.option("--profile", type=click.Choice(PROFILES), help=_profile_help())
 @click.option(
     "--max-lora-rank",
     type=click.Choice([str(r) for r in RANKS]),
@@ -58,14 +72,7 @@ TABLE_KEYS = {
     type=click.FloatRange(0, 1),
     help="Fail when more than this share of LoRA modules is inert (weights audit; e.g. 0.25).",
 )
-@click.option("--format", "fmt", type=click.Choice(FORMATS), help="Output format (default text).")
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
-@click.option(
-    "--output-file",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Write the report (in --format) to FILE instead of stdout; stdout stays empty.",
-)
+@output_options(output_file=True)
 @click.option(
     "--junit-file",
     type=click.Path(dir_okay=False),
@@ -88,9 +95,7 @@ def command(
     load: bool,
     scan: str,
     max_inert_share: float | None,
-    fmt: str | None,
-    as_json: bool,
-    output_file: str | None,
+    output: Output,
     junit_file: str | None,
     exit_zero: bool,
 ) -> None:
@@ -99,18 +104,15 @@ def command(
     Defaults for --profile, --max-lora-rank, --base and --served-as come from a [tool.adapterdoc] table in the
     nearest pyproject.toml.
     """
-    if as_json and fmt not in (None, "json"):
-        raise click.BadParameter("--json conflicts with --format " + str(fmt), param_hint="--json")
-    fmt = "json" if as_json else (fmt or "text")
     defaults = project_defaults()
     base = base or defaults.get("base")
 
     from adapterdoc.verify import VerifyOptions, verify, verify_own_bases
 
-    for option, path in (("--output-file", output_file), ("--junit-file", junit_file)):
+    for option, path in (("--output-file", output.file), ("--junit-file", junit_file)):
         if path:
-            _check_output_file(path, [*adapters, base or ""], option)
-    if output_file and junit_file and os.path.realpath(output_file) == os.path.realpath(junit_file):
+            check_output_file(path, [*adapters, base or ""], option)
+    if output.file and junit_file and os.path.realpath(output.file) == os.path.realpath(junit_file):
         raise click.BadParameter(
             "--junit-file and --output-file name the same file", param_hint="--junit-file"
         )
@@ -131,69 +133,11 @@ def command(
     # without --base, each adapter is checked against the base its adapter_config.json names
     run = verify(list(adapters), base, options) if base else verify_own_bases(list(adapters), options)
     run.exit_zero = exit_zero
-    text = _render(run, fmt)
     if junit_file:
-        _write_report(junit_file, text if fmt == "junit" else _render(run, "junit"))
-    if output_file:
-        _write_report(output_file, text)
-    elif fmt != "text" or not is_quiet():
-        emit(text)
-    else:  # --quiet: nothing but errors, one line each
-        for report in run.adapters:
-            for f in report.findings:
-                if f.severity == "error":
-                    click.echo(f"{report.adapter}: {f.code} {f.message}", err=True)
-    for report in run.adapters:
-        if report.error:
-            click.echo(f"adapterdoc: error: {report.error}", err=True)
-    ctx.exit(run.exit_code)
+        from adapterdoc.report.formats import render
 
-
-def _write_report(path: str, text: str) -> None:
-    """One report file (``--output-file`` / ``--junit-file``), through the atomic writer (CLI.md's output rules)."""
-    from adapterdoc.st.atomic import atomic_write_bytes
-
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _check_output_file(path: str, inputs: list[str], option: str = "--output-file") -> None:
-    """Refuse a report file that would overwrite an input (an adapter's or the base's files), has no folder, or
-    may not be written (CLI.md's output-path rules: :func:`adapterdoc.st.atomic.resolve_output`)."""
-    from adapterdoc.errors import InputNotFoundError, RefusedError
-    from adapterdoc.st.atomic import resolve_output
-
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise InputNotFoundError(path, f"the folder for {option} does not exist")
-    if resolve_output(path).direct:
-        return  # a device, pipe or descriptor: written through, never an input
-    target = os.path.realpath(path)
-    for spec in inputs:
-        if not spec or not os.path.lexists(spec):
-            continue
-        real = os.path.realpath(spec)
-        if target == real or target.startswith(real.rstrip(os.sep) + os.sep):
-            raise RefusedError(
-                path, f"{option} would overwrite or sit inside the input {spec}; choose another path"
-            )
-
-
-def _render(run: Any, fmt: str) -> str:
-    if fmt == "json":
-        from adapterdoc.report.render import to_json
-
-        return to_json(run.to_dict()) + "\n"
-    if fmt == "junit":
-        from adapterdoc.report.junit import render_junit
-
-        return render_junit(run)
-    if fmt == "github":
-        from adapterdoc.report.github import render_github
-
-        return render_github(run)
-    from adapterdoc.report.verify_text import render_verify
-
-    return render_verify(run)
+        write_report(junit_file, render(run, "junit"))
+    finish(run, output, per_group=True)
 
 
 def _unknown_table_key(key: str) -> str:

@@ -1,17 +1,58 @@
-"""Layout moves: the renames a ``remap`` command performs, the candidates for a set of keys, and the search for
-the one that fits a base best (verify's diagnosis and merge's unused-module hint both call it)."""
+"""Layout moves: the one rename of keys by a chain of rules (:func:`apply_move`), the renames a ``remap`` command
+performs, the candidates for a set of keys, and the search for the one that fits a base best (verify's diagnosis
+and merge's unused-module hint both call it)."""
 
 from __future__ import annotations
 
 import re
 import shlex
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from adapterdoc.adapter import WRAPPER, LoraKey, parse_key
-from adapterdoc.layouts import LAYOUTS, VL_RULES, Rule, apply_move, move_rules, move_words, tower_segment
+from adapterdoc.layouts.registry import LAYOUTS, STRIP_LANGUAGE_MODEL, Rule, remap_path, tower_segment
+
+
+def rename(rules: Sequence[Rule], path: str) -> str:
+    """``path`` (a module path or a whole state-dict name) through ``rules`` in order."""
+    for rule in rules:
+        path = rule.apply(path)
+    return path
+
+
+def apply_move(rules: Sequence[Rule], key: str) -> str:
+    """The one rename of an adapter tensor key by a chain of rules: the ``base_model.model.`` wrapper and the LoRA
+    suffix (``.lora_A.weight``, ...) stay, the module path goes through :func:`rename`."""
+    k = parse_key(key)
+    prefix = WRAPPER if k.wrapped else ""
+    rest = key[len(prefix) :]
+    if not rest.startswith(k.module):
+        return prefix + rename(rules, rest)
+    return prefix + rename(rules, k.module) + rest[len(k.module) :]
+
+
+VL_RULES: tuple[Rule, ...] = (STRIP_LANGUAGE_MODEL,)
+"""The rules of ``remap --vl``: :func:`apply_move` with these is :func:`strip_language_model` on the module path."""
+
+
+def move_rules(source: str, target: str) -> tuple[Rule, ...] | None:
+    """The rules of the shortest registry move from ``source`` to ``target`` in order (``None``: no move)."""
+    steps = remap_path(source, target)
+    return None if steps is None else tuple(r for _, rs in steps for r in rs)
+
+
+def move_words(source: str, target: str) -> str:
+    """How the move from ``source`` to ``target`` reads in a finding."""
+    src, dst = LAYOUTS.get(source), LAYOUTS.get(target)
+    if src and target in src.move_words:
+        return src.move_words[target]
+    if src and src.text_counterpart == target:
+        return "VL adapter on a text-only base"
+    if dst and dst.text_counterpart == source:
+        return "text-only adapter on a VL base"
+    return "layout move"
 
 
 @dataclass(frozen=True)

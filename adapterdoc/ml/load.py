@@ -14,6 +14,7 @@ from typing import Any
 
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.layouts import forward_module
+from adapterdoc.ml.quiet import quiet_transformers
 
 ADAPTER_NAME = "default"
 """The name PeftModel.from_pretrained uses, so keys saved with it (`lora_A.default.weight`) load as they do there."""
@@ -44,7 +45,7 @@ def load_check(base: Any, ckpt: Any, built_as: Any = None) -> LoadResult:
     import torch
     from peft import LoraConfig, PeftModel
 
-    _quiet_transformers()
+    quiet_transformers()
     model = load_base(base, built_as)
     probe = probe_inputs(model)
     with torch.no_grad():
@@ -85,7 +86,7 @@ def load_base(base: Any, built_as: Any = None) -> Any:
     model = _load_own(base)
     if built_as is None:
         return model
-    from adapterdoc.ml.meta import counterpart_class
+    from adapterdoc.ml.build import counterpart_class
     from adapterdoc.ml.tiny import build_counterpart
 
     picked = counterpart_class(model.config, base, built_as.model_class)
@@ -110,10 +111,10 @@ def _load_own(base: Any) -> Any:
         from adapterdoc.ml.tiny import build_tiny
 
         return build_tiny(base.tiny_layout, 0)
-    from adapterdoc.ml.meta import load_config, model_class_for
+    from adapterdoc.ml.build import load_config, model_class_for
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    _quiet_transformers()
+    quiet_transformers()
     config = load_config(base)
     cls = model_class_for(config, base)
     try:
@@ -124,14 +125,6 @@ def _load_own(base: Any) -> Any:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UnsupportedInputError(base.spec, f"cannot load the base weights: {reason}") from e
     return model.eval()
-
-
-def _quiet_transformers() -> None:
-    """No progress bars or kernel-fallback notes on our stderr (the CLI's stderr is for errors)."""
-    from transformers.utils import logging as tlog
-
-    tlog.set_verbosity_error()
-    tlog.disable_progress_bar()
 
 
 def probe_inputs(model: Any) -> dict[str, Any]:

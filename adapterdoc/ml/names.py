@@ -4,23 +4,21 @@ Saved adapters use the module names of the model in memory; a base checkpoint ma
 under older names (transformers 5 renames on load: Mistral3's ``language_model.model.*``, the Omni thinker's
 ``model.layers.*``) and split (Qwen3.5-MoE experts stored one tensor per expert). Nothing here is a hand-written
 table: the mapping is transformers' own load-time conversion (``get_model_conversion_mapping`` on a model built
-on the meta device from the base's ``config.json``), applied to every on-disk name, and PEFT itself (injected on
-the same meta model) says which modules an adapter config creates, with which rank, scaling and layer type.
+on the meta device, :mod:`adapterdoc.ml.build`), applied to every on-disk name. Which modules an adapter config
+creates, with which rank and scaling, PEFT says on the same meta model (:mod:`adapterdoc.ml.inject`).
 
-Torch, transformers and peft are imported inside the functions that need them.
+transformers is imported inside the functions that need it.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapterdoc.adapter import WRAPPER, AdapterConfig, fused_expert_owner
-from adapterdoc.errors import ConfigError, UnsupportedInputError
-from adapterdoc.ml.meta import require_ml
+from adapterdoc.bases import BaseSpec
+from adapterdoc.ml.build import build_meta_model, folder_config
+from adapterdoc.ml.inject import LoraTarget, inventory
 
 
 @dataclass(frozen=True)
@@ -79,52 +77,6 @@ class NameMap:
             if self.by_param.get(alias):
                 return alias, self.by_param[alias]
         return None
-
-
-def load_base_config(base_dir: str) -> Any:
-    """The transformers config of the base model directory (``config.json``), read locally only."""
-    require_ml(base_dir)
-    cfg_path = os.path.join(base_dir, "config.json")
-    if not os.path.isfile(cfg_path):
-        raise ConfigError(
-            base_dir, "has no config.json; merge needs it to map adapter names to checkpoint names"
-        )
-    import transformers
-
-    try:
-        return transformers.AutoConfig.from_pretrained(base_dir, local_files_only=True)
-    except Exception as e:  # transformers raises ValueError/KeyError/OSError for unknown or broken configs
-        raise ConfigError(cfg_path, f"transformers cannot read it: {_first_line(e)}") from e
-
-
-def meta_model(config: Any, where: str | None = None) -> Any:
-    """The base model built on the meta device (no weights): the class named by ``architectures``."""
-    import torch
-    import transformers
-
-    cls = None
-    for name in getattr(config, "architectures", None) or []:
-        cls = getattr(transformers, name, None)
-        if cls is not None:
-            break
-    candidates = [cls] if cls is not None else []
-    candidates += [transformers.AutoModelForCausalLM, transformers.AutoModel]
-    last: Exception | None = None
-    for c in candidates:
-        try:
-            with torch.device("meta"), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                if hasattr(c, "_from_config"):
-                    return c._from_config(config)
-                return c.from_config(config)
-        except Exception as e:  # unknown architectures raise ValueError; broken configs anything
-            last = e
-    raise UnsupportedInputError(where, f"cannot build the model from config.json: {_first_line(last)}")
-
-
-def _first_line(e: BaseException | None) -> str:
-    text = str(e).strip() if e is not None else ""
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _split_transforms(model: Any) -> tuple[list[Any], list[Any]]:
@@ -275,160 +227,6 @@ def _slice_plan(
     return pieces
 
 
-# --------------------------------------------------------------------------------------------------------------
-# What PEFT creates for an adapter config on this model
-
-
-@dataclass(frozen=True)
-class LoraTarget:
-    """One module PEFT wraps for the adapter, described by PEFT's own layer object."""
-
-    module: str
-    """Module path as saved keys spell it (no ``base_model.model.``, ``.base_layer`` kept for nested wrappers)."""
-    kind: str
-    """``linear``, ``embedding``, ``experts`` (a ParamWrapper over a 2-D/3-D Parameter), ``tokens``, or the class name."""
-    param: str
-    """The in-memory base parameter the module's weight update lands in."""
-    scaling: float = 1.0
-    rank: int = 0
-    a_shape: tuple[int, ...] = ()
-    b_shape: tuple[int, ...] = ()
-    magnitude_shape: tuple[int, ...] | None = None
-    """DoRA's magnitude vector (``use_dora``)."""
-    lora_bias: bool = False
-    fan_in_fan_out: bool = False
-    num_experts: int = 1
-    experts_out_in: bool = True
-    """Fused experts stored ``[E, out, in]`` (PEFT swapped in/out features) rather than ``[E, in, out]``."""
-    token_indices: tuple[int, ...] = ()
-    variant: str | None = None
-    """PEFT's LoRA variant class for this layer (``DoraLinearVariant``, ``ALoraLinearVariant``, ...), if any."""
-
-
-@dataclass
-class Inventory:
-    targets: dict[str, LoraTarget] = field(default_factory=dict)
-    """LoRA layers by saved module path."""
-    tokens: dict[str, LoraTarget] = field(default_factory=dict)
-    """Trainable-token layers by the wrapped embedding's path."""
-    modules_to_save: tuple[str, ...] = ()
-    note: str | None = None
-    """Why PEFT created nothing (its error message), if it refused the config on this model."""
-
-
-def peft_config_from(adapter_config: AdapterConfig, where: str | None) -> Any:
-    """A PEFT ``LoraConfig`` from the adapter's config (only LoRA can be merged)."""
-    from peft import LoraConfig
-
-    if adapter_config.peft_type.upper() != "LORA":
-        raise UnsupportedInputError(
-            where, f"peft_type {adapter_config.peft_type} cannot be merged (only LORA)"
-        )
-    raw = dict(adapter_config.raw)
-    raw.pop("peft_type", None)
-    known = set(LoraConfig.__dataclass_fields__)
-    kwargs = {k: v for k, v in raw.items() if k in known}
-    # Neither changes the weights of a trained adapter; both only matter when training starts.
-    kwargs.update(inference_mode=True, lora_dropout=0.0, init_lora_weights=True)
-    for k in ("loftq_config", "eva_config", "corda_config"):
-        kwargs.pop(k, None)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return LoraConfig(**kwargs)
-    except Exception as e:  # LoraConfig validates combinations with ValueError/TypeError
-        raise ConfigError(where, f"PEFT refuses this LoRA config: {_first_line(e)}") from e
-
-
-def inventory(model: Any, adapter_config: AdapterConfig, where: str | None = None) -> Inventory:
-    """Inject the adapter config into the meta ``model`` with PEFT (no weights) and describe every LoRA layer.
-
-    Mutates ``model``; build the :class:`NameMap` first.
-    """
-    from peft import get_peft_model
-    from peft.tuners.lora import LoraLayer
-
-    cfg = peft_config_from(adapter_config, where)
-    inv = Inventory(modules_to_save=tuple(cfg.modules_to_save or ()))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            pm = get_peft_model(model, cfg, low_cpu_mem_usage=True)
-    except Exception as e:  # PEFT raises ValueError when no module matches; treat as "nothing targeted"
-        inv.note = _first_line(e)
-        return inv
-    for name, mod in pm.named_modules():
-        if not name.startswith(WRAPPER):
-            continue
-        path = name[len(WRAPPER) :]
-        if isinstance(mod, LoraLayer) and "default" in getattr(mod, "r", {}):
-            inv.targets[path] = _describe(path, mod)
-        elif type(mod).__name__ == "TrainableTokensLayer" and "default" in mod.trainable_tokens_delta:
-            target = _describe_tokens(path, mod)
-            inv.tokens.setdefault(target.module, target)
-    return inv
-
-
-def _shape(t: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in t.shape)
-
-
-def _describe(path: str, mod: Any) -> LoraTarget:
-    cls = type(mod).__name__
-    owner = fused_expert_owner(path)
-    common: dict[str, Any] = dict(
-        module=path,
-        scaling=float(mod.scaling["default"]),
-        rank=int(mod.r["default"]),
-        lora_bias=bool(getattr(mod, "lora_bias", {}).get("default", False)),
-        fan_in_fan_out=bool(getattr(mod, "fan_in_fan_out", False)),
-    )
-    variant = getattr(mod, "lora_variant", {}).get("default")
-    if variant is not None:
-        common["variant"] = type(variant).__name__
-    mag = getattr(mod, "lora_magnitude_vector", None)
-    if mag is not None and "default" in mag:
-        common["magnitude_shape"] = _shape(mag["default"].weight)
-    if cls == "ParamWrapper":
-        return LoraTarget(
-            kind="experts",
-            param=f"{owner}.{mod.parameter_name}",
-            a_shape=_shape(mod.lora_A["default"].weight),
-            b_shape=_shape(mod.lora_B["default"].weight),
-            num_experts=int(mod.num_experts),
-            experts_out_in=bool(getattr(mod, "_did_swap_in_out_features", False)),
-            **common,
-        )
-    if "default" in getattr(mod, "lora_embedding_A", {}):
-        return LoraTarget(
-            kind="embedding",
-            param=f"{path}.weight",
-            a_shape=_shape(mod.lora_embedding_A["default"]),
-            b_shape=_shape(mod.lora_embedding_B["default"]),
-            **common,
-        )
-    kind = "linear" if cls == "Linear" else cls
-    return LoraTarget(
-        kind=kind,
-        param=f"{path}.weight",
-        a_shape=_shape(mod.lora_A["default"].weight),
-        b_shape=_shape(mod.lora_B["default"].weight),
-        **common,
-    )
-
-
-def _describe_tokens(path: str, mod: Any) -> LoraTarget:
-    owner = path.rsplit(".token_adapter", 1)[0]
-    delta = mod.trainable_tokens_delta["default"]
-    return LoraTarget(
-        module=owner,
-        kind="tokens",
-        param=f"{owner}.weight",
-        a_shape=_shape(delta),
-        token_indices=tuple(int(i) for i in mod.token_indices["default"]),
-    )
-
-
 def saved_weight_param(module: str, param: str) -> str:
     """The in-memory base parameter a saved whole weight (``full`` key) loads into.
 
@@ -440,3 +238,26 @@ def saved_weight_param(module: str, param: str) -> str:
         path = path[: -len(".base_layer")]
     path = path.replace(".base_layer.", ".")
     return f"{path}.{param}" if path else param
+
+
+# Merge's plan still reaches the config, the meta model and PEFT's inventory through this module; their homes
+# are adapterdoc.ml.build and adapterdoc.ml.inject, and these go when merge calls those directly.
+def load_base_config(base_dir: str) -> Any:
+    return folder_config(base_dir, "merge needs it to map adapter names to checkpoint names")
+
+
+def meta_model(config: Any, where: str | None = None) -> Any:
+    return build_meta_model(BaseSpec(where or "", "dir", root=where), config)
+
+
+__all__ = [
+    "LoraTarget",
+    "NameMap",
+    "Piece",
+    "build_name_map",
+    "inventory",
+    "load_base_config",
+    "meta_model",
+    "saved_weight_param",
+    "to_memory_name",
+]

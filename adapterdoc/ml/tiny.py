@@ -1,5 +1,8 @@
 """Tiny random reference models for every layout in the registry, deterministic per seed.
 
+The configs are plain data in the family modules (:attr:`adapterdoc.layouts.Layout.tiny`); this module only turns
+them into transformers configs and torch models.
+
 The same (layout, seed) always gives the same base weights, so a base rebuilt later (``verify --base tiny:LAYOUT``)
 is identical to the one an adapter was trained on. Each builds in well under a second on CPU.
 """
@@ -23,7 +26,7 @@ def tiny_config(layout: str) -> Any:
 
 
 TINY_LAYOUTS = tiny_layouts()
-"""Layouts with a tiny reference model (the pre-4.52 VL layout exists only as adapter keys)."""
+"""Layouts with a tiny reference model (:func:`adapterdoc.layouts.tiny_layouts`)."""
 
 
 def model_class(layout: str) -> Any:

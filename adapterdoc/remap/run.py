@@ -68,9 +68,9 @@ def _writable_folder(spec: str) -> str | None:
         return os.path.abspath(path)
     if os.path.isfile(path):
         return os.path.dirname(os.path.abspath(path))
-    from adapterdoc.checkpoint import _REPO_ID, resolve_cached_repo
+    from adapterdoc.bases import match_repo_id, resolve_cached_repo
 
-    m = _REPO_ID.match(path)
-    if os.path.lexists(path) or m is None or path.startswith((".", "/", "hf://")):
+    m = match_repo_id(path)
+    if os.path.lexists(path) or m is None or path.startswith("hf://"):
         return None  # planning says what is wrong with it (a broken link, no such path)
     return os.path.abspath(resolve_cached_repo(m["repo"], m["rev"]))

@@ -1,5 +1,5 @@
-"""Human rendering of the weights audit (:class:`adapterdoc.audit.Audit`): the totals, then per layer stack a
-table per module leaf and per layer, then the inert modules."""
+"""Human rendering of the weights audit (:class:`~adapterdoc.report.audit_report.Audit`): the totals, then per
+layer stack a table per module leaf and per layer, then the inert modules."""
 
 from __future__ import annotations
 

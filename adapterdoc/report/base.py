@@ -47,6 +47,11 @@ class Report:
     def ok(self) -> bool:
         return not has_errors(self.findings)
 
+    @property
+    def exit_code(self) -> int:
+        """0 when no finding is an error, else 1 (CLI.md); a report may refine it (verify: 3, unusable input)."""
+        return 0 if self.ok else 1
+
     def body(self) -> dict[str, Any]:
         """The command's own fields for the JSON form (everything but ``ok`` and ``findings``)."""
         return {}

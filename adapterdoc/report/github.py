@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.codes import catalogue
+from adapterdoc.report.registry import view_of
 
 if TYPE_CHECKING:
     from adapterdoc.report.findings import Finding
-    from adapterdoc.verify import VerifyReport, VerifyRun
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -33,17 +33,24 @@ def escape_property(s: str) -> str:
     return escape_data(s).replace(":", "%3A").replace(",", "%2C")
 
 
-def render_github(run: VerifyRun) -> str:
+def render_github(report: Any) -> str:
+    """One annotation per finding of every group of the report's view, then a summary line."""
+    view = view_of(report)
     lines: list[str] = []
-    for report in run.adapters:
-        if report.error:
-            props = f"file={escape_property(report.adapter)},title={escape_property('adapterdoc: unusable input')}"
-            lines.append(f"::error {props}::{escape_data(report.error)}")
+    for group in view.groups:
+        if group.error:
+            props = (
+                f"file={escape_property(group.name)},title={escape_property('adapterdoc: unusable input')}"
+            )
+            lines.append(f"::error {props}::{escape_data(group.error)}")
             continue
-        for f in report.findings:
-            lines.append(annotation(f, report.adapter, target(f, report)))
-    failed = sum(1 for a in run.adapters if not a.ok)
-    lines.append(f"adapterdoc verify: {len(run.adapters) - failed} of {len(run.adapters)} adapter(s) passed")
+        for f in group.findings:
+            root = group.path or f.path or (group.name if view.named_by_input else None)
+            subject = group.name if view.named_by_input else ""
+            lines.append(annotation(f, subject, target(f, root) if root else None))
+    failed = sum(1 for g in view.groups if not g.ok)
+    n = len(view.groups)
+    lines.append(f"adapterdoc {view.command}: {n - failed} of {n} {view.unit}(s) passed")
     return "\n".join(lines) + "\n"
 
 
@@ -57,20 +64,19 @@ def annotation(f: Finding, adapter: str, where: tuple[str, int | None] | None = 
     if f.hint:
         msg += f"\nfix: {f.hint}"
     file, line = where or (f.path or adapter, None)
-    props = f"file={escape_property(file)}"
-    if line is not None:
-        props += f",line={line}"
-    props += f",title={escape_property(title)}"
-    return f"::{LEVEL[f.severity]} {props}::{escape_data(msg)}"
+    props = [f"file={escape_property(file)}"] if file else []
+    if file and line is not None:
+        props.append(f"line={line}")
+    props.append(f"title={escape_property(title)}")
+    return f"::{LEVEL[f.severity]} {','.join(props)}::{escape_data(msg)}"
 
 
-def target(f: Finding, report: VerifyReport) -> tuple[str, int | None]:
-    """The file (and line) an annotation for ``f`` attaches to.
+def target(f: Finding, root: str) -> tuple[str, int | None]:
+    """The file (and line) an annotation for ``f`` about the input ``root`` attaches to.
 
     A key with a dot is a tensor name or module path: the weights file. A bare key is a config field, and no key
     means the adapter as a whole: ``adapter_config.json``, on the field's line when it can be found.
     """
-    root = report.path or f.path or report.adapter
     if root.endswith((".safetensors", ".bin", ".json")) and not os.path.isdir(root):
         return root, None  # a single-file input: everything is about that file
     present = [w for w in WEIGHTS_FILES if os.path.isfile(os.path.join(root, w))]

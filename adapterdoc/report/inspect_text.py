@@ -1,5 +1,5 @@
-"""Human rendering of an :class:`~adapterdoc.inspect.InspectReport`: a few lines, a file list only for several
-files, findings grouped by code."""
+"""Human rendering of an :class:`~adapterdoc.report.inspect_report.InspectReport`: a few lines, a file list
+only for several files, findings grouped by code."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from adapterdoc.report.registry import Group, View, register
 from adapterdoc.report.render import (
     KEEP,
     Span,
@@ -19,9 +20,15 @@ from adapterdoc.report.render import (
 )
 
 if TYPE_CHECKING:
-    from adapterdoc.inspect import InspectReport
+    from adapterdoc.report.inspect_report import InspectReport
 
 
+def _view(report: InspectReport) -> View:
+    """One group: the inspect input and its findings."""
+    return View("inspect", [Group(report.spec, report.findings)])
+
+
+@register("InspectReport", view=_view)
 def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
     w = Writer(width)
     w.para((report.spec, "bold"), f"({report.kind}, {report.weights_format})", hang=2)

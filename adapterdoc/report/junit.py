@@ -1,52 +1,49 @@
-"""JUnit XML for CI dashboards: one testsuite per run, one testcase per adapter, failures carrying the findings."""
+"""JUnit XML for CI dashboards: one testsuite per run, one testcase per group of the report's view (verify: per
+adapter), failures carrying the error findings."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from adapterdoc.report.registry import view_of
 
 if TYPE_CHECKING:
     from adapterdoc.report.findings import Finding
-    from adapterdoc.verify import VerifyRun
-
-SUITE = "adapterdoc verify"
-CLASSNAME = "adapterdoc.verify"
 
 
-def render_junit(run: VerifyRun) -> str:
+def render_junit(report: Any) -> str:
     """The XML document as text (UTF-8 declaration, two-space indent, deterministic: no times, no hostnames)."""
-    failures = sum(1 for a in run.adapters if not a.error and not a.ok)
-    errors = sum(1 for a in run.adapters if a.error)
-    counts = {"tests": str(len(run.adapters)), "failures": str(failures), "errors": str(errors)}
+    view = view_of(report)
+    groups = view.groups
+    failures = sum(1 for g in groups if not g.error and not g.ok)
+    errors = sum(1 for g in groups if g.error)
+    counts = {"tests": str(len(groups)), "failures": str(failures), "errors": str(errors)}
     root = ET.Element("testsuites", {"name": "adapterdoc", **counts})
-    suite = ET.SubElement(root, "testsuite", {"name": SUITE, **counts, "skipped": "0"})
+    suite = ET.SubElement(root, "testsuite", {"name": f"adapterdoc {view.command}", **counts, "skipped": "0"})
     props = ET.SubElement(suite, "properties")
-    d = run.to_dict()
-    for name, value in (
-        ("base", run.base),
-        ("profile", run.options.profile),
-        ("max_lora_rank", d["max_lora_rank"]),
-        ("vllm_version", d["vllm_version"]),
-    ):
+    for name, value in view.properties:
         if value is not None:
             ET.SubElement(props, "property", {"name": name, "value": str(value)})
-    for report in run.adapters:
-        case = ET.SubElement(suite, "testcase", {"classname": CLASSNAME, "name": report.adapter})
-        if report.path:
-            case.set("file", report.path)
-        if report.error:
+    for group in groups:
+        case = ET.SubElement(
+            suite, "testcase", {"classname": f"adapterdoc.{view.command}", "name": group.name}
+        )
+        if group.path:
+            case.set("file", group.path)
+        if group.error:
             ET.SubElement(
-                case, "error", {"type": "unusable-input", "message": report.error}
-            ).text = report.error
+                case, "error", {"type": "unusable-input", "message": group.error}
+            ).text = group.error
             continue
-        errs = [f for f in report.findings if f.severity == "error"]
+        errs = [f for f in group.findings if f.severity == "error"]
         if errs:
             codes = ", ".join(sorted({f.code for f in errs}))
             fail = ET.SubElement(
                 case, "failure", {"type": errs[0].code, "message": f"{len(errs)} error finding(s): {codes}"}
             )
             fail.text = "\n".join(_line(f) for f in errs)
-        rest = [f for f in report.findings if f.severity != "error"]
+        rest = [f for f in group.findings if f.severity != "error"]
         if rest:
             ET.SubElement(case, "system-out").text = "\n".join(_line(f) for f in rest)
     ET.indent(root, space="  ")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from adapterdoc.report.registry import Group, View, register
 from adapterdoc.report.render import (
     KEEP,
     MORE,
@@ -19,6 +20,12 @@ if TYPE_CHECKING:
     from adapterdoc.report.merge_report import MergeReport
 
 
+def _view(report: MergeReport) -> View:
+    """One group: the merge input and its findings."""
+    return View("merge", [Group(report.adapter, report.findings)])
+
+
+@register("MergeReport", view=_view)
 def render_merge(report: MergeReport, *, width: int | None = None) -> str:
     w = Writer(width)
     cls = f"({report.model_class})" if report.model_class else ""

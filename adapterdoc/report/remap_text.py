@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from adapterdoc.report.registry import Group, View, register
 from adapterdoc.report.render import KEEP, MORE, Span, Writer, plural, write_findings
 
 if TYPE_CHECKING:
@@ -16,6 +17,12 @@ SHOWN = 6
 _DIGITS = re.compile(r"^\d+$")
 
 
+def _view(report: RemapReport) -> View:
+    """One group: the remap input and its findings."""
+    return View("remap", [Group(report.input, report.findings)])
+
+
+@register("RemapReport", view=_view)
 def render_remap(report: RemapReport, *, width: int | None = None) -> str:
     w = Writer(width)
     w.para((report.input, "bold"), hang=2)

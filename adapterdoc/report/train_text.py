@@ -1,14 +1,15 @@
-"""Human rendering of a train-smoke :class:`~adapterdoc.train.smoke.SmokeReport`: a borderless table with one
-row per layout (the checks as counts), the failures below it."""
+"""Human rendering of a train-smoke :class:`~adapterdoc.report.smoke_report.SmokeReport` (a borderless table with
+one row per layout, the checks as counts, the failures below it), and the short summaries of `adapterdoc train`
+(:func:`render_train`) and `adapterdoc eval` (:func:`render_eval`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
+from typing import Any
 
 from adapterdoc.report.render import Span, Writer, columns, plural, write_findings
-
-if TYPE_CHECKING:
-    from adapterdoc.train.smoke import LayoutRun, SmokeReport
+from adapterdoc.report.smoke_report import CHECK_NAMES, LayoutRun, SmokeReport
+from adapterdoc.report.train_report import EvalReport, TrainReport
 
 _MARK = {True: ("✓", "green"), False: ("✗", "bold red"), None: ("–", "dim")}
 
@@ -20,8 +21,6 @@ def _loss(before: float | None, after: float | None) -> str:
 
 
 def check_names(report: SmokeReport) -> list[str]:
-    from adapterdoc.train.smoke import CHECK_NAMES
-
     seen = [c.name for r in report.runs for c in r.checks]
     return [n for n in CHECK_NAMES if n in seen] + sorted({n for n in seen if n not in CHECK_NAMES})
 
@@ -126,3 +125,34 @@ def progress_line(event: dict[str, Any]) -> str | None:
     if kind == "check_start":
         return f"{layout}: check {event.get('check')}"
     return None
+
+
+def render_train(r: TrainReport) -> str:
+    """`adapterdoc train`'s summary: losses, the adapter, the doctor's verdict, the report, the findings."""
+
+    def pair(d: dict[str, Any] | None) -> str:
+        return "–" if not d else f"{d['before']:.4f} → {d['after']:.4f}"
+
+    v = r.verify
+    lines = [
+        f"train: {r.base} ({r.layout}), {r.steps} steps on {r.num_processes} process(es)",
+        f"  train loss {pair(r.train_loss)}; val loss {pair(r.val_loss)}",
+        f"  adapter {r.adapter}",
+        f"  doctor: verify {'passed' if v.get('ok') else 'FAILED'}, lora_B non-zero "
+        f"{v.get('lora_b', {}).get('nonzero', 0)}/{v.get('lora_b', {}).get('total', 0)}, tower LoRA {v.get('tower_lora', 0)}",
+        f"  report {os.path.join(r.out, 'RUN_REPORT.md')}",
+    ]
+    lines += [f"  {f.code} {f.severity}: {f.message}" for f in r.findings]
+    return "\n".join(lines)
+
+
+def render_eval(report: EvalReport) -> str:
+    """`adapterdoc eval`'s summary: loss and accuracy of the base and of base + adapter, the improvement."""
+    lines = [f"eval: {report.adapter} on {report.base_spec} ({report.rows} rows)"]
+    for name, m in (("base", report.base), ("base + adapter", report.adapted)):
+        lines.append(
+            f"  {name:<15} loss {m['loss']:.4f}  accuracy {m['accuracy']:.3f}  ({m['tokens']:g} tokens)"
+        )
+    lines.append(f"  improvement {report.improvement:+.4f}")
+    lines += [f"  {f.code} {f.severity}: {f.message}" for f in report.findings]
+    return "\n".join(lines)

@@ -1,10 +1,11 @@
-"""Human rendering of a :class:`~adapterdoc.verify.VerifyRun`: a block per adapter, findings grouped by code, and
+"""Human rendering of a :class:`~adapterdoc.report.verify_report.VerifyRun`: a block per adapter, findings grouped by code, and
 a pytest-like summary line."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from adapterdoc.report.registry import Group, View, register
 from adapterdoc.report.render import (
     Writer,
     count_line,
@@ -14,9 +15,23 @@ from adapterdoc.report.render import (
 )
 
 if TYPE_CHECKING:
-    from adapterdoc.verify import VerifyReport, VerifyRun
+    from adapterdoc.report.verify_report import VerifyReport, VerifyRun
 
 
+def _view(run: VerifyRun) -> View:
+    """One group per adapter (an unusable one carries its error); the run's base and serving profile."""
+    d = run.to_dict()
+    props = [
+        ("base", run.base),
+        ("profile", run.options.profile),
+        ("max_lora_rank", d["max_lora_rank"]),
+        ("vllm_version", d["vllm_version"]),
+    ]
+    groups = [Group(a.adapter, a.findings, path=a.path, error=a.error) for a in run.adapters]
+    return View("verify", groups, unit="adapter", properties=props)
+
+
+@register("VerifyRun", view=_view)
 def render_verify(run: VerifyRun, *, width: int | None = None) -> str:
     w = Writer(width)
     _header(w, run)
@@ -29,7 +44,7 @@ def render_verify(run: VerifyRun, *, width: int | None = None) -> str:
 
 
 def _header(w: Writer, run: VerifyRun) -> None:
-    from adapterdoc.verify import OWN_BASE
+    from adapterdoc.report.verify_report import OWN_BASE
 
     o = run.options
     b = run.base_info

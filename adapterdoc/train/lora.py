@@ -8,14 +8,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from adapterdoc.adapter import WRAPPER as _PEFT_ROOT
 from adapterdoc.errors import AdapterdocError
-from adapterdoc.layouts import TOWER_SEGMENTS, Layout, get_layout
+from adapterdoc.layouts import LAYOUTS, Layout, all_tower_segments, forward_module, get_layout
 
 DEFAULT_RANK = 8
-EXTRA_TOWER_SEGMENTS = ("embed_vision", "embed_audio")
 _WRAPPERS = ("module.", "_orig_mod.")
 """Prefixes a distributed or compiled wrapper adds in front of parameter names."""
-_PEFT_ROOT = "base_model.model."
 
 
 class TowerLeakError(AdapterdocError):
@@ -88,7 +87,7 @@ def inject(model: Any, layout: str | Layout, *, seed: int = 0, config: Any = Non
 
 
 def tower_segments(layout: Layout) -> frozenset[str]:
-    return frozenset((*layout.towers, *TOWER_SEGMENTS, *EXTRA_TOWER_SEGMENTS))
+    return frozenset(layout.towers) | all_tower_segments()
 
 
 def trainable_tower_parameters(model: Any, layout: str | Layout) -> list[str]:
@@ -120,7 +119,8 @@ def trainable_state(model: Any) -> dict[str, Any]:
 
 
 def strip_wrappers(name: str, *, unwrap_thinker: bool = False) -> str:
-    """Remove ``module.``/``_orig_mod.`` prefixes and, with ``unwrap_thinker``, the Omni ``thinker.`` level."""
+    """Remove ``module.``/``_orig_mod.`` prefixes and, with ``unwrap_thinker``, a forward-routing wrapper's level
+    (a registry layout's ``forward_via``)."""
     changed = True
     while changed:
         changed = False
@@ -128,11 +128,19 @@ def strip_wrappers(name: str, *, unwrap_thinker: bool = False) -> str:
             if name.startswith(w):
                 name, changed = name[len(w) :], True
     if unwrap_thinker:
-        if name.startswith(_PEFT_ROOT + "thinker."):
-            name = _PEFT_ROOT + name[len(_PEFT_ROOT + "thinker.") :]
-        elif name.startswith("thinker."):
-            name = name[len("thinker.") :]
+        for level in _forward_levels():
+            if name.startswith(_PEFT_ROOT + level):
+                name = _PEFT_ROOT + name[len(_PEFT_ROOT + level) :]
+                break
+            if name.startswith(level):
+                name = name[len(level) :]
+                break
     return name
+
+
+def _forward_levels() -> tuple[str, ...]:
+    """``"<forward_via>."`` of every registry layout that routes its forward through a submodule."""
+    return tuple(dict.fromkeys(f"{lay.forward_via}." for lay in LAYOUTS.values() if lay.forward_via))
 
 
 def adapter_state(state: Mapping[str, Any], *, unwrap_thinker: bool = False, what: str | None = None) -> dict:
@@ -169,7 +177,7 @@ def save_adapter(
     """Write ``adapter_model.safetensors`` and ``adapter_config.json`` atomically; returns the saved tensors.
 
     ``state`` is in ``peft_model``'s own naming (from :func:`adapter_state` without ``unwrap_thinker``). The adapter
-    name is dropped by PEFT's own ``get_peft_model_state_dict``; with ``unwrap_thinker`` the Omni ``thinker.`` level
+    name is dropped by PEFT's own ``get_peft_model_state_dict``; with ``unwrap_thinker`` the forward-routing level
     is removed afterwards. PEFT selects entries by the model's LoRA layers and silently drops names it does not know
     (``save_pretrained(state_dict=...)`` then writes an adapter with no tensors), so every tensor of ``state`` must
     survive, or nothing is written. The config is written as ``save_pretrained`` writes it.
@@ -204,8 +212,8 @@ def save_adapter(
         cfg["base_model_name_or_path"] = base_name
     if cfg.get("task_type") is None:
         base = peft_model.get_base_model()
-        if unwrap_thinker and hasattr(base, "thinker"):
-            base = base.thinker
+        if unwrap_thinker:
+            base = forward_module(base)
         cfg["auto_mapping"] = {
             "base_model_class": type(base).__name__,
             "parent_library": type(base).__module__,

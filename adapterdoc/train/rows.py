@@ -26,6 +26,7 @@ from typing import Any
 
 from adapterdoc.errors import ConfigError, InputNotFoundError
 from adapterdoc.train.data import IGNORE, MASK_FRACTION, Example
+from adapterdoc.train.objectives import CAUSAL, MASKED, POOLED
 
 MESSAGES, PROMPT_COMPLETION, TEXT = "messages", "prompt_completion", "text"
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -231,11 +232,9 @@ def encode(
     seed: int,
     classes: list[str],
 ) -> list[Example]:
-    from adapterdoc.train import loop
-
-    if objective == loop.CAUSAL:
+    if objective == CAUSAL:
         out = [causal_example(tok, r, path, max_length) for r in rows]
-    elif objective == loop.MASKED:
+    elif objective == MASKED:
         out = [masked_example(tok, r, path, max_length, seed) for r in rows]
     else:
         return [pooled_example(tok, r, path, max_length, classes) for r in rows]
@@ -255,3 +254,37 @@ def texts(rows: list[UserRow]) -> list[str]:
     for r in rows:
         out += [c for _, c in r.messages] + [t for t in (r.prompt, r.completion, r.text) if t]
     return out
+
+
+@dataclass
+class Encoded:
+    """A data file's rows encoded for one objective: train and validation examples, the classes, the row kind."""
+
+    train: list[Any]
+    val: list[Any]
+    classes: list[str]
+    kind: str
+
+
+def encode_data(
+    objective: str,
+    tok: Any,
+    data: str,
+    *,
+    val_data: str | None,
+    val_split: float,
+    max_length: int | None,
+    seed: int,
+    classes: list[str] | None = None,
+) -> Encoded:
+    """Read ``data`` (and ``val_data``, else split off ``val_split``) and encode both sides with training's rules."""
+    rows = read_rows(data)
+    if val_data:
+        train_rows, val_rows = rows, read_rows(val_data)
+    else:
+        train_rows, val_rows = split_rows(rows, val_split, seed)
+    cls = classes if classes is not None else (classes_of(train_rows) if objective == POOLED else [])
+    kw = dict(max_length=max_length, seed=seed, classes=cls)
+    train = encode(objective, tok, train_rows, data, **kw)
+    val = encode(objective, tok, val_rows, val_data or data, **kw) if val_rows else []
+    return Encoded(train, val, cls, rows[0].kind)

@@ -1,0 +1,137 @@
+"""Reading LoRA factors for the audit: the A/B pairs in file order, and one tensor at a time decoded exactly to
+float64 (BF16 and the FP8 formats by bit manipulation; ``.bin`` through torch)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from adapterdoc.adapter import parse_key
+from adapterdoc.checkpoint import Checkpoint, load_bin
+
+DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")
+"""dtypes the audit decodes (others are reported as not read, AD304)."""
+
+
+@dataclass
+class FactorPair:
+    """One LoRA module's factor names (A, B), its kind, and where its first factor sits in the files."""
+
+    module: str
+    a: str | None = None
+    b: str | None = None
+    embedding: bool = False
+    magnitude: bool = False
+    order: tuple[int, int] = (0, 0)
+
+
+def factor_pairs(ckpt: Checkpoint) -> dict[str, FactorPair]:
+    """LoRA modules in file order, so the reads stream through each file once."""
+    out: dict[str, FactorPair] = {}
+    for name in ckpt.tensors:
+        k = parse_key(name)
+        if k.role == "magnitude":
+            out.setdefault(k.module, FactorPair(k.module)).magnitude = True
+            continue
+        if not k.is_lora:
+            continue
+        g = out.setdefault(k.module, FactorPair(k.module))
+        if k.is_a:
+            g.a = name
+        else:
+            g.b = name
+        g.embedding = g.embedding or k.role.startswith("lora_embedding")
+    files = {p: i for i, p in enumerate(dict.fromkeys(ckpt.tensor_file.values()))}
+
+    def position(name: str) -> tuple[int, int]:
+        return files.get(ckpt.tensor_file.get(name, ""), 0), ckpt.tensors[name].begin
+
+    for g in out.values():
+        g.order = min((position(n) for n in (g.a, g.b) if n), default=(0, 0))
+    return dict(sorted(out.items(), key=lambda kv: kv[1].order))
+
+
+class Reader:
+    """Decode one tensor at a time to a float64 numpy array (exact for every dtype in :data:`DTYPES`)."""
+
+    def __init__(self, ckpt: Checkpoint, np: Any) -> None:
+        self.ckpt = ckpt
+        self.np = np
+        self.headers = {h.path: h for h in ckpt.headers}
+        self.bytes_read = 0
+        self._bin: dict[str, Any] | None = None
+
+    def read(self, name: str) -> Any | None:
+        """The tensor as float64 (its own shape), or ``None`` when its dtype is not one the audit decodes."""
+        info = self.ckpt.tensors[name]
+        if self.ckpt.weights_format == "bin":
+            return self._read_bin(name)
+        if info.dtype not in DTYPES:
+            return None
+        from adapterdoc.st.tensors import tensor_windows
+
+        np = self.np
+        header = self.headers[self.ckpt.tensor_file[name]]
+        out = np.empty(info.numel, dtype=np.float64)
+        width = _WIDTH[info.dtype]
+        for offset, buf in tensor_windows(header, name):
+            start = offset // width
+            raw = np.frombuffer(buf, dtype=_RAW[info.dtype])
+            out[start : start + raw.size] = _decode(np, raw, info.dtype)
+            n = raw.size
+            del raw  # the window's mmap closes when the generator resumes; no view may outlive it
+            self.bytes_read += n * width
+        return out.reshape(info.shape)
+
+    def _read_bin(self, name: str) -> Any:
+        if self._bin is None:
+            self._bin = load_bin(self.ckpt.weights_path or self.ckpt.root)
+        t = self._bin[name].detach()
+        self.bytes_read += t.numel() * t.element_size()
+        return t.double().numpy() if t.is_floating_point() else None
+
+
+_WIDTH = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+_RAW = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+for _d in DTYPES:
+    _WIDTH.setdefault(_d, 1)
+    _RAW.setdefault(_d, "u1")
+_FP8_TABLES: dict[str, Any] = {}
+
+
+def _decode(np: Any, raw: Any, dtype: str) -> Any:
+    if dtype in ("F64", "F32", "F16"):
+        return raw  # numpy's IEEE types are exact; the assignment widens to float64 exactly
+    if dtype == "BF16":  # bfloat16 is the top half of a float32
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    table = _FP8_TABLES.get(dtype)
+    if table is None:
+        table = _FP8_TABLES[dtype] = np.array([fp8_value(dtype, b) for b in range(256)], dtype=np.float64)
+    return table[raw]
+
+
+_FP8 = {  # exponent bits, mantissa bits, bias, NaN/Inf convention
+    "F8_E4M3": (4, 3, 7, "fn"),
+    "F8_E5M2": (5, 2, 15, "ieee"),
+    "F8_E4M3FNUZ": (4, 3, 8, "fnuz"),
+    "F8_E5M2FNUZ": (5, 2, 16, "fnuz"),
+}
+
+
+def fp8_value(dtype: str, byte: int) -> float:
+    """The exact value of one FP8 byte (OCP E4M3FN / E5M2, and the FNUZ variants: no -0, 0x80 is NaN)."""
+    e_bits, m_bits, bias, style = _FP8[dtype]
+    sign = -1.0 if byte & 0x80 else 1.0
+    exp = (byte >> m_bits) & ((1 << e_bits) - 1)
+    man = byte & ((1 << m_bits) - 1)
+    top = (1 << e_bits) - 1
+    if style == "fnuz" and byte == 0x80:
+        return math.nan
+    if style == "fn" and exp == top and man == (1 << m_bits) - 1:
+        return math.nan
+    if style == "ieee" and exp == top:
+        return sign * math.inf if man == 0 else math.nan
+    if exp == 0:
+        return sign * math.ldexp(man, 1 - bias - m_bits)
+    return sign * math.ldexp((1 << m_bits) + man, exp - bias - m_bits)

@@ -1,0 +1,368 @@
+"""Qwen3.5 / Qwen3.6, dense and MoE: the VL classes and their text-only classes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from adapterdoc.layouts.common import (
+    ATTN,
+    BERT_LEAF,
+    DECODER,
+    FUSED_EXPERTS,
+    HIDDEN,
+    LINEAR_ATTN,
+    MLP,
+    MOE,
+    TEXT_LM,
+    VL_LM,
+)
+from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Tiny
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
+
+_DELTANET = ("in_proj_qkv", "in_proj_z", "out_proj")
+_EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+_QWEN35_MARK = r"\.(linear_attn|mlp\.shared_expert)\."
+"""Gated DeltaNet or a shared expert: what tells Qwen3.5-MoE from the Omni thinker / Qwen3-MoE."""
+_VL_DECODER_OR_DELTANET = r"^model\.language_model\.layers\.\d+\.(self_attn|mlp|linear_attn)\.[^.]+$"
+_TEXT_DECODER_OR_DELTANET = r"^model\.layers\.\d+\.(self_attn|mlp|linear_attn)\.[^.]+$"
+"""Qwen3.5 adapters that skip the Gated-DeltaNet projections look like any decoder's: then only a hint tells."""
+
+# ------------------------------------------------------------------------------------- module trees
+
+_QWEN35_TEXT = {
+    "vocab_size": 248320,
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "attention_bias": False,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+    "linear_conv_kernel_dim": 4,
+    "layer_types": None,
+    "full_attention_interval": 4,
+    "tie_word_embeddings": False,
+}
+
+
+_QWEN35_MOE_TEXT = {
+    **{k: v for k, v in _QWEN35_TEXT.items() if k != "intermediate_size"},
+    "hidden_size": 2048,
+    "num_hidden_layers": 40,
+    "num_key_value_heads": 2,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "num_experts": 256,
+    "num_experts_per_tok": 8,
+}
+
+
+_QWEN35_TEXT_INERT = frozenset(
+    {
+        "hidden_act",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_parameters",
+        "attention_dropout",
+        "output_router_logits",
+        "router_aux_loss_coef",
+        "num_experts_per_tok",
+    }
+)
+
+
+_QWEN35_MOE_TEXT_INERT = _QWEN35_TEXT_INERT | {"intermediate_size"}
+"""``Qwen3_5MoeTextModel`` reads no ``intermediate_size`` (its MLPs use the MoE and shared-expert sizes)."""
+
+
+_QWEN35_VISION = {
+    "depth": 27,
+    "hidden_size": 1152,
+    "intermediate_size": 4304,
+    "num_heads": 16,
+    "in_channels": 3,
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "out_hidden_size": 3584,
+    "num_position_embeddings": 2304,
+}
+
+
+_QWEN35_VISION_INERT = frozenset({"hidden_act", "rope_parameters"})
+
+
+_QWEN35_VL = {"tie_word_embeddings": False, "text_config": None, "vision_config": None}
+
+
+_QWEN35_VL_INERT = frozenset(
+    {"image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"}
+)
+
+
+def _layer_types(f: Fields, n: int) -> list[str]:
+    types = f["layer_types"]
+    if types is None:
+        interval = f.int("full_attention_interval")
+        return ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(n)]
+    if not isinstance(types, list) or len(types) != n:
+        raise Unmodeled(f"{f.where} `layer_types` does not list one type per layer ({n})")
+    for t in types:
+        if t not in ("linear_attention", "full_attention"):
+            raise Unmodeled(f"{f.where} layer type {t!r} is not modelled")
+    return types
+
+
+def _qwen35_text(t: Tree, f: Fields, p: str, moe: bool) -> tuple[int, int]:
+    """``Qwen3_5(Moe)TextModel`` under the prefix ``p`` (``model.`` or ``model.language_model.``)."""
+    h, v, n = f.int("hidden_size"), f.int("vocab_size"), f.int("num_hidden_layers", 0)
+    nh, nkv, hd = f.int("num_attention_heads"), f.int("num_key_value_heads"), f.int("head_dim")
+    bias = f.flag("attention_bias")
+    kd = f.int("linear_key_head_dim") * f.int("linear_num_key_heads")
+    nv = f.int("linear_num_value_heads")
+    vd = f.int("linear_value_head_dim") * nv
+    types = _layer_types(f, n)
+    t.embedding(p + "embed_tokens", v, h)
+    t.input_embedding = p + "embed_tokens"
+    t.add(p + "layers")
+    for i, kind in enumerate(types):
+        q = f"{p}layers.{i}"
+        t.add(q)
+        if kind == "linear_attention":
+            a = q + ".linear_attn"
+            t.add(a)
+            t.add(a + ".conv1d", CONV, (("weight", (2 * kd + vd, 1, f.int("linear_conv_kernel_dim"))),))
+            t.add(a + ".norm")
+            t.linear(a + ".out_proj", vd, h)
+            t.linear(a + ".in_proj_qkv", h, 2 * kd + vd)
+            t.linear(a + ".in_proj_z", h, vd)
+            t.linear(a + ".in_proj_b", h, nv)
+            t.linear(a + ".in_proj_a", h, nv)
+        else:
+            a = q + ".self_attn"
+            t.add(a)
+            t.linear(a + ".q_proj", h, nh * hd * 2, bias)
+            t.linear(a + ".k_proj", h, nkv * hd, bias)
+            t.linear(a + ".v_proj", h, nkv * hd, bias)
+            t.linear(a + ".o_proj", nh * hd, h, bias)
+            t.add(a + ".q_norm")
+            t.add(a + ".k_norm")
+        m = q + ".mlp"
+        t.add(m)
+        if moe:
+            e, mi, si = (
+                f.int("num_experts"),
+                f.int("moe_intermediate_size"),
+                f.int("shared_expert_intermediate_size"),
+            )
+            t.add(m + ".gate")
+            t.add(m + ".experts", EXPERTS, (("gate_up_proj", (e, 2 * mi, h)), ("down_proj", (e, h, mi))))
+            t.add(m + ".experts.act_fn")
+            mlp(t, m + ".shared_expert", h, si)
+            t.linear(m + ".shared_expert_gate", h, 1)
+        else:
+            mlp(t, m, h, f.int("intermediate_size"), own=False)
+        t.add(q + ".input_layernorm")
+        t.add(q + ".post_attention_layernorm")
+    t.add(p + "norm")
+    t.add(p + "rotary_emb")
+    return h, v
+
+
+def _qwen35_vision(t: Tree, f: Fields, p: str) -> None:
+    d, inter, depth = f.int("hidden_size"), f.int("intermediate_size"), f.int("depth", 0)
+    f.int("num_heads")
+    f.int("in_channels")
+    f.int("patch_size")
+    f.int("temporal_patch_size")
+    s, out, npos = f.int("spatial_merge_size"), f.int("out_hidden_size"), f.int("num_position_embeddings")
+    t.add(p)
+    t.add(p + ".patch_embed")
+    t.add(p + ".patch_embed.proj", CONV)
+    t.embedding(p + ".pos_embed", npos, d)
+    t.add(p + ".rotary_pos_emb")
+    t.add(p + ".blocks")
+    for i in range(depth):
+        b = f"{p}.blocks.{i}"
+        t.add(b)
+        t.add(b + ".norm1")
+        t.add(b + ".norm2")
+        t.add(b + ".attn")
+        t.linear(b + ".attn.qkv", d, 3 * d, True)
+        t.linear(b + ".attn.proj", d, d, True)
+        t.add(b + ".mlp")
+        t.linear(b + ".mlp.linear_fc1", d, inter, True)
+        t.linear(b + ".mlp.linear_fc2", inter, d, True)
+        t.add(b + ".mlp.act_fn")
+    m = p + ".merger"
+    t.add(m)
+    t.add(m + ".norm")
+    t.linear(m + ".linear_fc1", d * s * s, d * s * s, True)
+    t.add(m + ".act_fn")
+    t.linear(m + ".linear_fc2", d * s * s, out, True)
+
+
+def _qwen35_causal(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[str, Any]], Tree]:
+    def build(raw: Mapping[str, Any]) -> Tree:
+        f = Fields(
+            raw,
+            mt,
+            *((_QWEN35_MOE_TEXT, _QWEN35_MOE_TEXT_INERT) if moe else (_QWEN35_TEXT, _QWEN35_TEXT_INERT)),
+        )
+        t = Tree(layout, cls, mt)
+        t.add("model")
+        h, v = _qwen35_text(t, f, "model.", moe)
+        t.linear("lm_head", h, v)
+        t.output_embedding = "lm_head"
+        t.tied = f.flag("tie_word_embeddings")
+        return t
+
+    return build
+
+
+def _qwen35_vl(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[str, Any]], Tree]:
+    text_mt, vision_mt = (f"{mt}_text", f"{mt}_vision")
+
+    def build(raw: Mapping[str, Any]) -> Tree:
+        top = Fields(raw, mt, _QWEN35_VL, _QWEN35_VL_INERT)
+        tf = Fields(
+            sub_config(raw, "text_config", text_mt, mt),
+            text_mt,
+            *((_QWEN35_MOE_TEXT, _QWEN35_MOE_TEXT_INERT) if moe else (_QWEN35_TEXT, _QWEN35_TEXT_INERT)),
+        )
+        vf = Fields(
+            sub_config(raw, "vision_config", vision_mt, mt), vision_mt, _QWEN35_VISION, _QWEN35_VISION_INERT
+        )
+        t = Tree(layout, cls, mt)
+        t.add("model")
+        _qwen35_vision(t, vf, "model.visual")
+        t.add("model.language_model")
+        h, v = _qwen35_text(t, tf, "model.language_model.", moe)
+        t.linear("lm_head", h, v)
+        t.output_embedding = "lm_head"
+        t.tied = top.flag("tie_word_embeddings") or tf.flag("tie_word_embeddings")
+        return t
+
+    return build
+
+
+# ------------------------------------------------------------------------------------- tiny configs
+
+_QWEN35_LINEAR = dict(
+    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16
+)
+
+
+_QWEN35_MOE = dict(
+    num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32
+)
+
+
+_QWEN_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN)
+
+
+def _qwen3_5_text() -> dict[str, Any]:
+    return {**DECODER, **_QWEN35_LINEAR}
+
+
+def _qwen3_5_moe_text() -> dict[str, Any]:
+    return {**DECODER, **_QWEN35_LINEAR, **_QWEN35_MOE}
+
+
+ENTRIES: tuple[Layout, ...] = (
+    Layout(
+        name="qwen3_5_vl",
+        family="qwen3_5",
+        model_class="Qwen3_5ForConditionalGeneration",
+        model_module="transformers.models.qwen3_5.modeling_qwen3_5",
+        counterpart_config="text_config",
+        model_type="qwen3_5",
+        description="Qwen3.5 / Qwen3.6 dense vision-language (model.language_model.*, model.visual)",
+        requires=(_VL_DECODER_OR_DELTANET,),
+        forbids=(MOE, r"^thinker\."),
+        signals=((r"\.linear_attn\.in_proj_qkv$", "Gated-DeltaNet in_proj_qkv (Qwen3.5 linear attention)"),),
+        lora_leaves=ATTN + MLP + _DELTANET,
+        towers=("visual", "mtp"),
+        remaps={"qwen3_5_text": (STRIP_LANGUAGE_MODEL,)},
+        text_counterpart="qwen3_5_text",
+        hint=r"qwen3[._-]?[56]",
+        tiny=Tiny(
+            "Qwen3_5Config", lambda: dict(text_config=_qwen3_5_text(), vision_config=dict(_QWEN_VISION))
+        ),
+        tree=_qwen35_vl("qwen3_5_vl", "Qwen3_5ForConditionalGeneration", "qwen3_5", moe=False),
+    ),
+    Layout(
+        name="qwen3_5_text",
+        family="qwen3_5",
+        model_class="Qwen3_5ForCausalLM",
+        model_module="transformers.models.qwen3_5.modeling_qwen3_5",
+        model_type="qwen3_5_text",
+        description="Qwen3.5 dense, text-only class (model.layers.*)",
+        requires=(_TEXT_DECODER_OR_DELTANET,),
+        forbids=(MOE, BERT_LEAF),
+        signals=((LINEAR_ATTN, "Gated-DeltaNet linear-attention modules (Qwen3.5)"),),
+        lora_leaves=ATTN + MLP + _DELTANET,
+        towers=("mtp",),
+        remaps={"qwen3_5_vl": (ADD_LANGUAGE_MODEL,)},
+        hint=r"qwen3[._-]?[56]",
+        tiny=Tiny("Qwen3_5TextConfig", _qwen3_5_text),
+        tree=_qwen35_causal("qwen3_5_text", "Qwen3_5ForCausalLM", "qwen3_5_text", moe=False),
+        load_conversion=True,
+    ),
+    Layout(
+        name="qwen3_5_moe_vl",
+        family="qwen3_5_moe",
+        model_class="Qwen3_5MoeForConditionalGeneration",
+        model_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
+        counterpart_config="text_config",
+        model_type="qwen3_5_moe",
+        description="Qwen3.5 / Qwen3.6 MoE vision-language, fused experts (model.language_model.*)",
+        requires=(VL_LM, MOE, _QWEN35_MARK),
+        forbids=(r"^thinker\.",),
+        signals=(
+            (LINEAR_ATTN, "Gated-DeltaNet linear-attention modules"),
+            (r"\.mlp\.shared_expert\.", "shared-expert MLP (Qwen3.5-MoE)"),
+            (FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),
+        ),
+        lora_leaves=ATTN + MLP + _DELTANET,
+        target_parameters=_EXPERTS,
+        towers=("visual", "mtp"),
+        remaps={"qwen3_5_moe_text": (STRIP_LANGUAGE_MODEL,)},
+        text_counterpart="qwen3_5_moe_text",
+        hint=r"qwen3[._-]?[56].*(a\d+b|moe)",
+        tiny=Tiny(
+            "Qwen3_5MoeConfig",
+            lambda: dict(text_config=_qwen3_5_moe_text(), vision_config=dict(_QWEN_VISION)),
+        ),
+        tree=_qwen35_vl("qwen3_5_moe_vl", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", moe=True),
+    ),
+    Layout(
+        name="qwen3_5_moe_text",
+        family="qwen3_5_moe",
+        model_class="Qwen3_5MoeForCausalLM",
+        model_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
+        model_type="qwen3_5_moe_text",
+        description="Qwen3.5 MoE, text-only class (model.layers.*)",
+        requires=(TEXT_LM, MOE, _QWEN35_MARK),
+        signals=(
+            (LINEAR_ATTN, "Gated-DeltaNet linear-attention modules"),
+            (r"\.mlp\.shared_expert\.", "shared-expert MLP (Qwen3.5-MoE)"),
+        ),
+        lora_leaves=ATTN + MLP + _DELTANET,
+        target_parameters=_EXPERTS,
+        towers=("mtp",),
+        remaps={"qwen3_5_moe_vl": (ADD_LANGUAGE_MODEL,)},
+        hint=r"qwen3[._-]?[56].*(a\d+b|moe)",
+        tiny=Tiny("Qwen3_5MoeTextConfig", _qwen3_5_moe_text),
+        tree=_qwen35_causal("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", moe=True),
+        load_conversion=True,
+    ),
+)
+
+SMOKE: tuple[str, ...] = ("qwen3_5_vl", "qwen3_5_moe_vl")
+"""This family's layouts in ``train-smoke --layout all``, in run order."""

@@ -1,0 +1,89 @@
+"""The report of ``adapterdoc inspect``: the files, tensors, dtypes, layout and LoRA summary of one input, and
+its findings (with ``--weights``, the weights audit too)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from adapterdoc.layouts import Detection
+from adapterdoc.report.audit_report import Audit
+from adapterdoc.report.base import Report
+
+
+@dataclass
+class FileSummary:
+    path: str
+    bytes: int
+    header_bytes: int
+    tensors: int
+
+
+@dataclass
+class LoraSummary:
+    modules: int
+    ranks: dict[int, int]
+    """rank → number of modules (the rank dimension of lora_A; fused experts count r·E)."""
+    alpha: float | None
+    scaling: float | None
+    use_rslora: bool
+    use_dora: bool
+    target_modules: Any
+    exclude_modules: Any
+    target_parameters: list[str]
+    modules_to_save: list[str]
+    rank_pattern: dict[str, int]
+    alpha_pattern: dict[str, float]
+    per_prefix: dict[str, int]
+    per_leaf: dict[str, int]
+    fused_expert_modules: int
+    embedding_modules: int
+    config_r: int | None
+    peft_type: str | None
+
+
+@dataclass
+class InspectReport(Report):
+    """What one checkpoint or adapter holds, from its headers (and, with ``--weights``, its LoRA tensors)."""
+
+    spec: str
+    kind: str
+    files: list[FileSummary]
+    tensors: int
+    parameters: int
+    bytes: int
+    dtypes: dict[str, int]
+    metadata: dict[str, str] | None
+    layout: Detection
+    lora: LoraSummary | None
+    weights_format: str = "safetensors"
+    bytes_received: int | None = None
+    """For ``hf://`` inputs: bytes fetched over HTTP (headers only)."""
+    weights: Audit | None = None
+    """The weights audit with ``--weights``, else ``None``."""
+
+    def body(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(
+            input=self.spec,
+            kind=self.kind,
+            weights_format=self.weights_format,
+            files=[asdict(f) for f in self.files],
+            tensors=self.tensors,
+            parameters=self.parameters,
+            bytes=self.bytes,
+            dtypes=self.dtypes,
+            metadata=self.metadata,
+            layout={
+                "name": self.layout.name,
+                "evidence": list(self.layout.evidence),
+                "candidates": list(self.layout.candidates),
+            },
+            lora=asdict(self.lora) if self.lora else None,
+        )
+        if self.bytes_received is not None:
+            d["bytes_received"] = self.bytes_received
+        if self.lora:
+            d["lora"]["ranks"] = {str(k): v for k, v in self.lora.ranks.items()}
+        if self.weights is not None:
+            d.update(self.weights.to_dict())
+        return d

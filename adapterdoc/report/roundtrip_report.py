@@ -1,0 +1,45 @@
+"""The report of ``adapterdoc roundtrip``: each round trip run on copies of the adapter, and its verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.report.base import Report
+from adapterdoc.report.findings import has_errors
+
+
+@dataclass
+class Check:
+    """One round trip and its verdict."""
+
+    name: str
+    status: str
+    """``pass``, ``fail`` or ``skipped``."""
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class RoundtripReport(Report):
+    """Every round trip of one adapter: ``ok`` when none failed and no finding is an error."""
+
+    input: str
+    layout: str
+    base: str | None
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.status == "fail" for c in self.checks) and not has_errors(self.findings)
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "input": self.input,
+            "layout": self.layout,
+            "base": self.base,
+            "checks": [c.__dict__ for c in self.checks],
+            "passed": sum(c.status == "pass" for c in self.checks),
+            "failed": sum(c.status == "fail" for c in self.checks),
+            "skipped": sum(c.status == "skipped" for c in self.checks),
+        }

@@ -1,0 +1,67 @@
+"""The reports of `adapterdoc train` (:class:`TrainReport`) and `adapterdoc eval` (:class:`EvalReport`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.report.base import Report
+
+
+@dataclass
+class TrainReport(Report):
+    """One run of `adapterdoc train`: where it wrote, its losses, and the doctor's verdict on the adapter."""
+
+    base: str
+    layout: str
+    out: str
+    adapter: str | None = None
+    steps: int = 0
+    train_loss: dict[str, float | None] = field(default_factory=dict)
+    val_loss: dict[str, float | None] | None = None
+    verify: dict[str, Any] = field(default_factory=dict)
+    """The doctor's verdict (verify against the same base, lora_B, towers)."""
+    num_processes: int = 1
+    seconds: float = 0.0
+    tokens_per_s: float | None = None
+    is_main: bool = True
+    """False on the other processes of a multi-process run (they report nothing)."""
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "adapter": self.adapter,
+            "steps": self.steps,
+            "train_loss": self.train_loss,
+            "val_loss": self.val_loss,
+            "verify": self.verify,
+            "base": self.base,
+            "layout": self.layout,
+            "out": self.out,
+            "num_processes": self.num_processes,
+            "tokens_per_s": self.tokens_per_s,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class EvalReport(Report):
+    """`adapterdoc eval`: loss and accuracy of the base and of base + adapter on the same rows."""
+
+    adapter: str
+    base_spec: str
+    base: dict[str, float] = field(default_factory=dict)
+    adapted: dict[str, float] = field(default_factory=dict)
+    rows: int = 0
+    improvement: float | None = None
+    min_improvement: float | None = None
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "adapter": self.adapted,
+            "adapter_path": self.adapter,
+            "base_model": self.base_spec,
+            "rows": self.rows,
+            "improvement": self.improvement,
+            "min_improvement": self.min_improvement,
+        }

@@ -1,0 +1,80 @@
+"""Checkpoints of a run, ``OUT/checkpoints/step-N/``: the trainable tensors, the optimizer and the trainer state,
+each file atomic and the state last, so that a folder with its state is complete."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from adapterdoc.errors import AdapterdocError
+from adapterdoc.train.records import write_json
+
+CHECKPOINTS = "checkpoints"
+_STATE = "trainer_state.json"
+
+
+def last_checkpoint(out: str) -> str | None:
+    """The newest complete ``OUT/checkpoints/step-N/`` (its ``trainer_state.json`` is written last)."""
+    root = os.path.join(out, CHECKPOINTS)
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    done = [
+        (int(n[5:]), os.path.join(root, n))
+        for n in names
+        if n.startswith("step-") and n[5:].isdigit() and os.path.isfile(os.path.join(root, n, _STATE))
+    ]
+    return max(done)[1] if done else None
+
+
+def save_checkpoint(acc: Any, model: Any, optimizer: Any, out: str, state: dict[str, Any]) -> str:
+    """The trainable tensors, the optimizer and the trainer state, each file atomic, the state last (main only)."""
+    import io
+
+    import torch
+    from safetensors.torch import save as st_save
+
+    from adapterdoc.st.atomic import atomic_write_bytes
+
+    folder = os.path.join(out, CHECKPOINTS, f"step-{state['step']:06d}")
+    unwrapped = acc.unwrap_model(model)
+    tensors = {
+        n: p.detach().to("cpu", copy=True).contiguous()
+        for n, p in unwrapped.named_parameters()
+        if p.requires_grad
+    }
+    opt_state = optimizer.state_dict()
+    if acc.is_main_process:
+        os.makedirs(folder, exist_ok=True)
+        atomic_write_bytes(os.path.join(folder, "trainable.safetensors"), st_save(tensors))
+        buf = io.BytesIO()
+        torch.save({"optimizer": opt_state, "torch_rng": torch.get_rng_state()}, buf)
+        atomic_write_bytes(os.path.join(folder, "optimizer.pt"), buf.getvalue())
+        write_json(os.path.join(folder, _STATE), state)
+    acc.wait_for_everyone()
+    return folder
+
+
+def read_checkpoint_state(folder: str) -> dict[str, Any]:
+    with open(os.path.join(folder, _STATE), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_checkpoint(folder: str, model: Any, optimizer: Any) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    tensors = load_file(os.path.join(folder, "trainable.safetensors"))
+    own = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if set(own) != set(tensors):
+        raise AdapterdocError(
+            folder, "the checkpoint's trainable tensors do not match this run's LoRA settings"
+        )
+    with torch.no_grad():
+        for n, p in own.items():
+            p.copy_(tensors[n])
+    blob = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True)
+    optimizer.load_state_dict(blob["optimizer"])
+    torch.set_rng_state(blob["torch_rng"])

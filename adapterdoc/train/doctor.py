@@ -1,0 +1,131 @@
+"""The doctor on what `adapterdoc train` wrote (verify against the same base, every lora_B non-zero, no LoRA on a
+tower), and the sections of RUN_REPORT.md around it: the verdict, the loss curve, the weights audit."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from adapterdoc.report.findings import Finding, make
+from adapterdoc.train.base_model import Base
+from adapterdoc.train.records import TrainResult, run_report
+
+PLOT = "loss_curve.png"
+
+
+def examine(result: TrainResult, base: Base, target: str) -> tuple[dict[str, Any], list[Finding]]:
+    """The doctor's verdict and findings on the run (a loss that did not fall is AD623), and RUN_REPORT.md
+    with the verdict, the loss curve (AD626 without matplotlib) and the weights audit."""
+    verdict, findings = doctor(result, base)
+    if result.train_after.loss >= result.train_before.loss:
+        findings.append(
+            make(
+                "AD623",
+                f"train loss {result.train_before.loss:.4f} -> {result.train_after.loss:.4f}",
+                path=result.adapter_dir,
+            )
+        )
+    sections = [verdict_section(verdict)]
+    picture = write_loss_curve(result.history, os.path.join(target, PLOT))
+    if picture:
+        sections.append(f"## Loss curve\n\n![loss curve]({PLOT})")
+    else:
+        sections.append("## Loss curve\n\nSkipped: matplotlib is not installed (`pip install matplotlib`).")
+        findings.append(make("AD626", "loss curve skipped: matplotlib is not installed", path=target))
+    sections.append(weights_heatmap_section(result.adapter_dir, target))
+    from adapterdoc.st.atomic import atomic_write_bytes
+
+    atomic_write_bytes(os.path.join(target, "RUN_REPORT.md"), run_report(result, sections).encode())
+    return verdict, findings
+
+
+def doctor(result: TrainResult, base: Base) -> tuple[dict[str, Any], list[Finding]]:
+    """Verify the written adapter against the same base; lora_B non-zero; no LoRA on a tower."""
+    from adapterdoc.adapter import parse_key
+    from adapterdoc.layouts import tower_segment
+    from adapterdoc.verify import verify
+
+    adapter = result.adapter_dir
+    run = verify([adapter], base=base.spec)
+    r = run.adapters[0]
+    towers = [k for k in result.saved_keys if tower_segment(parse_key(k).module) is not None]
+    findings: list[Finding] = []
+    verdict = {
+        "ok": r.ok and not (r.missing or r.unexpected or r.shape_mismatch),
+        "base": base.spec,
+        "layout": r.layout,
+        "missing": len(r.missing),
+        "unexpected": len(r.unexpected),
+        "shape_mismatch": len(r.shape_mismatch),
+        "lora_b": dict(r.lora_b),
+        "tower_lora": len(towers),
+        "error": r.error,
+        "findings": [f.to_dict() for f in r.findings],
+    }
+    if not verdict["ok"]:
+        detail = r.error or (
+            f"{len(r.missing)} missing, {len(r.unexpected)} unexpected, {len(r.shape_mismatch)} mis-shaped; "
+            + ", ".join(sorted({f.code for f in r.findings if f.severity == "error"}))
+        )
+        findings.append(make("AD620", f"verify against {base.spec}: {detail}", path=adapter))
+    nz, total = r.lora_b.get("nonzero", 0), r.lora_b.get("total", 0)
+    if total == 0 or nz != total:
+        findings.append(make("AD622", f"{total - nz}/{total} lora_B tensors are all zero", path=adapter))
+    if towers:
+        findings.append(
+            make("AD621", f"{len(towers)} LoRA tensor(s) on a tower", path=adapter, key=towers[0])
+        )
+    verdict["ok"] = verdict["ok"] and not findings
+    return verdict, findings
+
+
+def verdict_section(v: dict[str, Any]) -> str:
+    mark = "passed" if v["ok"] else "FAILED"
+    lines = [
+        "## The doctor's verdict",
+        "",
+        f"- verify against `{v['base']}`: {mark} (layout {v['layout']}; {v['missing']} missing, "
+        f"{v['unexpected']} unexpected, {v['shape_mismatch']} mis-shaped)",
+        f"- lora_B non-zero: {v['lora_b'].get('nonzero', 0)}/{v['lora_b'].get('total', 0)}",
+        f"- towers untouched: {'yes' if not v['tower_lora'] else 'NO, ' + str(v['tower_lora']) + ' tower tensors'}",
+    ]
+    if v.get("error"):
+        lines.append(f"- error: {v['error']}")
+    for f in v["findings"]:
+        lines.append(f"- {f['code']} ({f['severity']}): {f['message']}")
+    return "\n".join(lines)
+
+
+def write_loss_curve(history: list[dict[str, Any]], path: str) -> bool:
+    """The per-step loss as a PNG (atomically); False when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    import io
+
+    from adapterdoc.st.atomic import atomic_write_bytes
+
+    fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
+    ax.plot(
+        [h["step"] for h in history], [h["loss"] for h in history], marker="." if len(history) < 50 else None
+    )
+    ax.set_xlabel("step")
+    ax.set_ylabel("train loss")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return True
+
+
+def weights_heatmap_section(adapter_dir: str, out: str) -> str:
+    """The weights audit's totals and findings, and its heat map (``delta_heatmap.png``), for RUN_REPORT.md."""
+    from adapterdoc.audit import report_section
+
+    return report_section(adapter_dir, out).rstrip("\n")

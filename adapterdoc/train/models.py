@@ -1,0 +1,126 @@
+"""The model side of a run: the tiny base (forward routed), the LoRA config of a plan, the pooled classifier head
+(built, saved, loaded) and the output projection the answer-token losses restrict."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from adapterdoc.errors import AdapterdocError
+from adapterdoc.layouts import forward_module, get_layout
+from adapterdoc.train import data as D
+from adapterdoc.train import lora as L
+from adapterdoc.train.records import write_json
+from adapterdoc.train.settings import Plan, TrainSettings
+
+HEAD_WEIGHTS = "pooled_head.safetensors"
+HEAD_CONFIG = "pooled_head_config.json"
+
+
+def route_forward(model: Any, layout: str) -> Any:
+    """Route ``model``'s forward to the submodule that runs it where the layout names one (``forward_via``: a
+    wrapper without a forward of its own is trained and evaluated through it); ``model``, routed."""
+    via = get_layout(layout).forward_via
+    if via:
+        model.forward = getattr(model, via).forward
+    return model
+
+
+def build_base(layout: str, seed: int = 0) -> Any:
+    """The tiny base of ``layout``, forward routed (:func:`route_forward`)."""
+    from adapterdoc.ml.tiny import build_tiny
+
+    return route_forward(build_tiny(layout, seed), layout)
+
+
+def pooled_module_class() -> Any:
+    import torch
+
+    class PooledClassifier(torch.nn.Module):
+        """An encoder (the PEFT model) and a linear head on its mask-averaged last hidden state."""
+
+        def __init__(self, encoder: Any, in_features: int, classes: int) -> None:
+            super().__init__()
+            self.encoder = encoder
+            self.head = torch.nn.Linear(in_features, classes)
+
+        def pooled(self, input_ids: Any, attention_mask: Any) -> Any:
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return mean_pool(hidden, attention_mask)
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            return self.head(self.pooled(input_ids, attention_mask))
+
+    return PooledClassifier
+
+
+def pooled_classifier(encoder: Any, in_features: int, classes: int, seed: int = 0) -> Any:
+    import torch
+
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed + 1)
+    try:
+        return pooled_module_class()(encoder, in_features, classes)
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def mean_pool(hidden: Any, mask: Any) -> Any:
+    m = mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
+
+
+def encoder_width(model: Any) -> int:
+    """The width of the encoder's ``last_hidden_state`` (an encoder may project after its final norm)."""
+    import torch
+
+    with torch.no_grad():
+        ids = torch.tensor([[D.BOS, D.EOS]])
+        return int(model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state.shape[-1])
+
+
+def output_head(model: Any) -> Any:
+    """The module that projects hidden states to vocabulary logits (``lm_head``, the MLM ``decoder``)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = forward_module(base)
+    head = base.get_output_embeddings()
+    if head is None:
+        raise AdapterdocError(type(base).__name__, "has no output projection to restrict to the answer tail")
+    return head
+
+
+def plan_lora_config(plan: Plan, s: TrainSettings) -> Any:
+    """The registry's LoRA config for the plan's layout, with the run's rank, alpha, dropout and targets."""
+    lay = get_layout(plan.layout)
+    extra: dict[str, Any] = {}
+    if s.targets:
+        params = [t for t in s.targets if t in lay.target_parameters]
+        extra["target_modules"] = [t for t in s.targets if t not in params] or None
+        extra["target_parameters"] = params or None
+        if not extra["target_modules"] and not params:
+            raise AdapterdocError("--targets", "no target given")
+    return L.lora_config(lay, r=s.r, alpha=s.alpha, dropout=s.dropout, **extra)
+
+
+def save_head(head: Any, folder: str, config: dict[str, Any]) -> None:
+    """The pooled head as safetensors, and its config as JSON, both written atomically."""
+    from safetensors.torch import save as st_save
+
+    from adapterdoc.st.atomic import atomic_write_bytes
+
+    os.makedirs(folder, exist_ok=True)
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in head.state_dict().items()}
+    atomic_write_bytes(os.path.join(folder, HEAD_WEIGHTS), st_save(tensors, metadata={"format": "pt"}))
+    write_json(os.path.join(folder, HEAD_CONFIG), config)
+
+
+def load_head(folder: str) -> Any:
+    import torch
+    from safetensors.torch import load_file
+
+    with open(os.path.join(folder, HEAD_CONFIG), encoding="utf-8") as f:
+        cfg = json.load(f)
+    head = torch.nn.Linear(cfg["in_features"], len(cfg["classes"]))
+    head.load_state_dict(load_file(os.path.join(folder, HEAD_WEIGHTS)), strict=True)
+    return head.eval()

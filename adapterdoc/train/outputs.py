@@ -1,0 +1,84 @@
+"""What the main process writes at the end of a run: the adapter (and the pooled head) from the gathered state
+dict, ``training_metadata.json`` and ``RUN_REPORT.md``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from adapterdoc.train import lora as L
+from adapterdoc.train.models import save_head
+from adapterdoc.train.objectives import CAUSAL, POOLED
+from adapterdoc.train.records import RunLog, TrainResult, run_report, write_json
+from adapterdoc.train.settings import Plan, TrainSettings
+
+
+def save_outputs(
+    plan: Plan,
+    s: TrainSettings,
+    log: RunLog,
+    unwrapped: Any,
+    full_state: dict[str, Any],
+    adapter_dir: str,
+    head_dir: str | None,
+) -> dict[str, Any]:
+    """The adapter (and the pooled head) from the gathered state dict; the saved tensors by name."""
+    pooled = plan.objective == POOLED
+    log("save_start", adapter_dir=adapter_dir)
+    within = "encoder." if pooled else ""
+    peft_part = {k[len(within) :]: v for k, v in _strip_all(full_state).items() if k.startswith(within)}
+    state = L.adapter_state(peft_part, what=adapter_dir)
+    target = unwrapped.encoder if pooled else unwrapped
+    saved = L.save_adapter(
+        target, state, adapter_dir, base_name=plan.base_name, unwrap_thinker=s.unwrap_thinker
+    )
+    if head_dir:
+        save_head(
+            unwrapped.head,
+            head_dir,
+            {
+                "in_features": unwrapped.head.in_features,
+                "classes": plan.classes,
+                "pooling": "mean over attention_mask",
+                "input": "last_hidden_state",
+                "base": plan.base_name,
+            },
+        )
+    return saved
+
+
+def write_records(
+    plan: Plan,
+    out: str,
+    log: RunLog,
+    result: TrainResult,
+    *,
+    lora: dict[str, Any],
+    trainable: int,
+    sums: list[float],
+    resumed_from: str | None,
+) -> None:
+    """``training_metadata.json`` (the result, the data, the LoRA config, ...) and ``RUN_REPORT.md``; ``complete``."""
+    objective = plan.objective
+    meta = result.to_dict()
+    meta.update(
+        data=plan.data,
+        classes=plan.classes if objective == POOLED else None,
+        lora=lora,
+        trainable_parameters=trainable,
+        replica_checksums=sums,
+        loss="answer-token cross-entropy" if objective == CAUSAL else objective,
+        resumed_from=resumed_from,
+        **plan.extra,
+    )
+    write_json(os.path.join(out, "training_metadata.json"), meta)
+    from adapterdoc.audit import report_section
+    from adapterdoc.st.atomic import atomic_write_bytes
+
+    text = run_report(result, [report_section(result.adapter_dir, out)])
+    atomic_write_bytes(os.path.join(out, "RUN_REPORT.md"), text.encode())
+    log("complete", seconds=round(result.seconds, 3))
+
+
+def _strip_all(state: dict[str, Any]) -> dict[str, Any]:
+    return {L.strip_wrappers(k): v for k, v in state.items()}

@@ -1,0 +1,104 @@
+"""What a run records: its result (:class:`TrainResult`, the body of ``training_metadata.json``),
+``progress.jsonl`` (:class:`RunLog`), JSON files written atomically, and ``RUN_REPORT.md``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from adapterdoc.train import lora as L
+from adapterdoc.train.objectives import POOLED, Metrics
+from adapterdoc.train.settings import OnEvent, TrainSettings
+
+
+@dataclass
+class TrainResult:
+    layout: str
+    objective: str
+    settings: TrainSettings
+    num_processes: int
+    train_before: Metrics
+    train_after: Metrics
+    val_before: Metrics | None
+    val_after: Metrics | None
+    history: list[dict[str, Any]]
+    out_dir: str
+    adapter_dir: str
+    head_dir: str | None
+    seconds: float
+    saved_keys: list[str] = field(default_factory=list)
+    model: Any = None
+    """The trained module (main process; not serialised)."""
+    val_batch: Any = None
+    """A collated batch of validation rows for output comparisons (not serialised)."""
+    base_name: str = ""
+    is_main: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k not in ("model", "val_batch", "is_main")}
+        return d
+
+
+class RunLog:
+    """``progress.jsonl`` (main process only) plus an optional callback for live progress."""
+
+    def __init__(
+        self, path: str | None, on_event: OnEvent | None, layout: str, *, append: bool = False
+    ) -> None:
+        self.path, self.on_event, self.layout, self.t0 = path, on_event, layout, time.time()
+        if path:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "a" if append else "w", encoding="utf-8"):
+                pass
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        row = {"event": event, "layout": self.layout, **fields, "elapsed_s": round(time.time() - self.t0, 4)}
+        row["timestamp"] = time.time()
+        if self.path:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        if self.on_event:
+            self.on_event(row)
+
+
+def write_json(path: str, obj: Any) -> None:
+    from adapterdoc.st.atomic import atomic_write_bytes
+
+    text = json.dumps(obj, indent=2, ensure_ascii=False, default=L.jsonable)
+    atomic_write_bytes(path, (text + "\n").encode())
+
+
+def run_report(result: TrainResult, sections: list[str] | None = None) -> str:
+    """RUN_REPORT.md: the run's settings and losses, then ``sections`` (the doctor's verdict, pictures)."""
+
+    def m(x: Metrics | None) -> str:
+        return "n/a" if x is None else f"{x.loss:.4f} (accuracy {x.accuracy:.3f}, n={x.count:g})"
+
+    s = result.settings
+    lines = [
+        f"# Training run: {result.base_name or result.layout}",
+        "",
+        f"- Objective: {result.objective}"
+        + (
+            " (output head projects only the supervised tail: the selected answer positions)"
+            if s.tail_only and result.objective != POOLED
+            else ""
+        ),
+        f"- Base: {result.base_name} (layout {result.layout}"
+        + (f", seed {s.base_seed}" if result.base_name.startswith("tiny:") else "")
+        + f"); LoRA r={s.r}, alpha={s.alpha or 2 * s.r}, dropout {s.dropout}, seed {s.seed}",
+        f"- Steps: {s.steps} x batch {s.batch_size} x accumulation {s.grad_accum} x {result.num_processes} "
+        f"process(es); AdamW lr {s.lr}, clip {s.max_grad_norm}",
+        f"- Train loss: {m(result.train_before)} -> {m(result.train_after)}",
+        f"- Validation loss: {m(result.val_before)} -> {m(result.val_after)}",
+        f"- Adapter: `{result.adapter_dir}` ({len(result.saved_keys)} tensors)",
+    ]
+    if result.head_dir:
+        lines.append(f"- Pooled head: `{result.head_dir}`")
+    lines += ["", "Only LoRA (and the pooled head) were trained; the base weights stayed frozen.", ""]
+    for section in sections or []:
+        lines += [section.rstrip("\n"), ""]
+    return "\n".join(lines)

@@ -1,0 +1,24 @@
+"""Small pieces the verify modules share: how many single-key findings are listed, findings moved under an adapter's
+name, and duplicates dropped."""
+
+from __future__ import annotations
+
+from adapterdoc.report.findings import Finding
+
+MAX_LISTED = 20
+"""Per-kind cap on findings that name single keys (the JSON lists stay complete)."""
+
+
+def at(f: Finding, spec: str) -> Finding:
+    return Finding(f.code, f.severity, f.message, key=f.key, path=spec, hint=f.hint)
+
+
+def dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple[str, str, str | None]] = set()
+    out = []
+    for f in findings:
+        k = (f.code, f.message, f.key)
+        if k not in seen:
+            seen.add(k)
+            out.append(f)
+    return out

@@ -1,0 +1,127 @@
+"""Key findings: the adapter's keys against the expected ones (missing, unexpected, shape), the layout move that
+explains a mismatch (:mod:`adapterdoc.layouts.moves`) and modules the config leaves untargeted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, parse_key
+from adapterdoc.checkpoint import Checkpoint
+from adapterdoc.layouts.moves import best_move, candidate_moves
+from adapterdoc.report.findings import Finding, make
+from adapterdoc.report.verify_report import VerifyReport
+from adapterdoc.verify.common import MAX_LISTED
+
+
+def key_findings(
+    spec: str,
+    ckpt: Checkpoint,
+    keys: list[LoraKey],
+    meta: Any,
+    km: Any,
+    report: VerifyReport,
+    acfg: AdapterConfig,
+) -> list[Finding]:
+    out: list[Finding] = []
+    if meta.inject_error:
+        out.append(
+            make(
+                "AD226",
+                f"PEFT refuses to inject the config into {meta.model_class}: {meta.inject_error}",
+                path=spec,
+            )
+        )
+        return out  # nothing is expected, so every key "mismatches": the refusal is the one finding
+    move = None
+    if km.unexpected or km.missing:
+        current = (len(km.unexpected), len(km.missing))
+
+        def score(renamed: list[str]) -> tuple[int, int]:
+            m = meta.match({new: tuple(ckpt.tensors[old].shape) for old, new in zip(names, renamed)})
+            return len(m.unexpected), len(m.missing)
+
+        names = list(ckpt.tensors)
+        preferred = [report.layout, *report.layout_candidates]
+        move = best_move(
+            candidate_moves(preferred, keys), names, score, current, target=meta.layout, sources=preferred
+        )
+    hint = move.command(spec, report.layout) if move else None
+    if move:
+        report.move = move.to_dict(spec, report.layout)
+        n = len(km.unexpected) or len(km.missing)
+        out.append(
+            make(
+                "AD223",
+                f"{move.describe()}; the {n} mismatched key(s) all match {meta.model_class} after the move",
+                path=spec,
+                hint=hint,
+            )
+        )
+    if km.missing:
+        out.append(
+            make(
+                "AD220",
+                f"{len(km.missing)} LoRA key(s) that PEFT creates on {meta.model_class} are not in the adapter "
+                "(they stay at their zero initialisation)",
+                path=spec,
+                key=km.missing[0],
+                hint=hint,
+            )
+        )
+    if km.unexpected:
+        out.append(
+            make(
+                "AD221",
+                f"{len(km.unexpected)} adapter key(s) match nothing on {meta.model_class} and would be dropped "
+                "without a warning",
+                path=spec,
+                key=km.unexpected[0],
+                hint=hint,
+            )
+        )
+        if not move:
+            out += _untargeted(spec, km.unexpected, meta, acfg)
+    for k, got, want in km.shape_mismatch[:MAX_LISTED]:
+        why = ""
+        if len(got) < len(want) or 0 in got:
+            why = " (a 1-D or empty LoRA tensor: ZeRO-3/FSDP shards saved without gathering them first)"
+        out.append(
+            make(
+                "AD222",
+                f"shape {list(got)} in the adapter, PEFT builds {list(want)} on {meta.model_class}{why}",
+                path=spec,
+                key=k,
+            )
+        )
+    return out
+
+
+def _untargeted(spec: str, unexpected: list[str], meta: Any, acfg: AdapterConfig) -> list[Finding]:
+    """Unexpected keys on modules that exist in the base: the adapter's own config excludes them or does not
+    target them, so PEFT never puts LoRA there."""
+    modules = set(meta.base_modules)
+    targets = meta.config_after.get("target_modules")
+    out: list[Finding] = []
+    seen: set[str] = set()
+    for key in unexpected:
+        k = parse_key(key)
+        if not k.is_lora:
+            continue
+        owner = fused_expert_owner(k.module)
+        if owner not in modules or owner in seen:
+            continue
+        seen.add(owner)
+        if len(seen) > MAX_LISTED:
+            break
+        if acfg.exclude_modules and not acfg.targets(owner) and _excluded(acfg, owner):
+            why = f"the config's exclude_modules excludes it ({acfg.exclude_modules!r})"
+        else:
+            why = f"no target_modules entry selects it (target_modules: {targets})"
+        out.append(make("AD224", f"the module exists on the base but {why}", path=spec, key=owner))
+    return out
+
+
+def _excluded(acfg: AdapterConfig, module: str) -> bool:
+    """Whether ``exclude_modules`` alone is what keeps ``module`` out."""
+    without = AdapterConfig({**acfg.raw, "exclude_modules": None}, acfg.path)
+    return without.targets(module)

@@ -1,0 +1,63 @@
+"""The options of one ``verify`` run, checked when they are made (the profiles check the options they read)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from adapterdoc.verify.profiles import PROFILES, Profile, get_profile
+from adapterdoc.verify.profiles.served import SERVED_AS
+from adapterdoc.verify.profiles.vllm import VLLM_DEFAULT_MAX_LORA_RANK
+
+SCAN_MODES = ("all", "lora-b", "nonzero")
+"""``all``: every tensor for NaN/Inf and every lora_B for zeros; ``lora-b``: lora_B only (zeros and NaN/Inf);
+``nonzero``: lora_B zeros only, each scan ending at its first non-zero element."""
+
+
+@dataclass
+class VerifyOptions:
+    profile: str = "peft"
+    """A name in :data:`adapterdoc.verify.profiles.PROFILES`."""
+    max_lora_rank: int = VLLM_DEFAULT_MAX_LORA_RANK
+    """The server's ``--max-lora-rank`` (the vLLM profile)."""
+    served_as: str | None = None
+    """``text`` or ``vl``; ``None`` infers it from the base."""
+    load: bool = False
+    scan: str = "all"
+    max_inert_share: float | None = None
+    """Fail (AD313) when more than this share of the LoRA modules is inert (the weights audit)."""
+    expected_keys: str = "auto"
+    """``auto``: the registry's torch-free expected keys where it describes the base exactly, else the meta device;
+    ``meta-device``: always PEFT on the meta device (the oracle the registry is tested against)."""
+
+    def __post_init__(self) -> None:
+        get_profile(self.profile)
+        for p in PROFILES.values():
+            p.check_options(self)
+        if self.served_as not in (None, *SERVED_AS):
+            raise ValueError(f"served_as must be text or vl, got {self.served_as!r}")
+        if self.expected_keys not in ("auto", "meta-device"):
+            raise ValueError(f"expected_keys must be auto or meta-device, got {self.expected_keys!r}")
+        if self.scan not in SCAN_MODES:
+            raise ValueError(f"scan must be one of {', '.join(SCAN_MODES)}, got {self.scan!r}")
+        share = self.max_inert_share
+        if share is not None and (
+            isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
+        ):
+            raise ValueError(f"max_inert_share must be a number from 0 to 1, got {share!r}")
+
+    @property
+    def profile_rules(self) -> Profile:
+        """The :class:`~adapterdoc.verify.profiles.base.Profile` this run applies."""
+        return get_profile(self.profile)
+
+    def profile_fields(self) -> dict[str, Any]:
+        """The run-level JSON keys of every registered profile, filled in by the one that runs."""
+        out: dict[str, Any] = {}
+        for p in PROFILES.values():
+            out.update(p.run_fields(self, active=p.name == self.profile))
+        return out
+
+    def profile_label(self) -> str:
+        """The profile as the text report's header names it (``peft``; ``vllm 0.33.0, max LoRA rank 16``)."""
+        return get_profile(self.profile).label(self)

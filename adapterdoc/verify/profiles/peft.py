@@ -1,0 +1,13 @@
+"""The default profile: what PEFT itself loads. Verify's own checks are PEFT's rules, so it adds nothing."""
+
+from __future__ import annotations
+
+from adapterdoc.verify.profiles.base import Profile
+
+
+class PeftProfile(Profile):
+    name = "peft"
+    summary = "PEFT loading (default)"
+
+
+PROFILE = PeftProfile()

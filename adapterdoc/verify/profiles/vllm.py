@@ -1,0 +1,226 @@
+"""The vLLM profile (``verify --profile vllm``): vLLM's adapter rules as its own source states them, AD401-AD417.
+
+Every rule here describes :data:`VLLM_VERSION`; the messages say so, because vLLM changes these rules between
+releases. The findings' explanations are in :mod:`adapterdoc.codes.serving`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from adapterdoc.verify.profiles.base import Profile
+from adapterdoc.verify.profiles.served import is_vl, served_layout, served_modules
+
+if TYPE_CHECKING:
+    from adapterdoc.adapter import AdapterConfig, LoraKey
+    from adapterdoc.report.findings import Finding
+    from adapterdoc.report.verify_report import VerifyReport
+
+VLLM_VERSION = "0.33.0"
+"""The vLLM release whose source (``vllm/lora/peft_helper.py``, ``lora_model.py``, ``utils.py``, ``config/lora.py``)
+these rules were read from."""
+
+VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM accepts for ``--max-lora-rank``."""
+VLLM_DEFAULT_MAX_LORA_RANK = 16
+
+_VLLM_INITS = ("gaussian", "eva", "orthogonal", "mica", "lora_ga")
+_VLLM_HEADS = ("classifier", "score")
+
+
+class VllmProfile(Profile):
+    name = "vllm"
+    summary = "vLLM serving"
+    options = ("max_lora_rank", "served_as")
+
+    def check_options(self, options: Any) -> None:
+        if options.max_lora_rank not in VLLM_MAX_LORA_RANKS:
+            allowed = ", ".join(map(str, VLLM_MAX_LORA_RANKS))
+            raise ValueError(
+                f"max_lora_rank must be one of {allowed} (vLLM {VLLM_VERSION}), got {options.max_lora_rank}"
+            )
+
+    def run_fields(self, options: Any, *, active: bool) -> dict[str, Any]:
+        return {
+            "max_lora_rank": options.max_lora_rank if active else None,
+            "vllm_version": VLLM_VERSION if active else None,
+        }
+
+    def label(self, options: Any) -> str:
+        return f"vllm {VLLM_VERSION}, max LoRA rank {options.max_lora_rank}"
+
+    def findings(
+        self,
+        spec: str,
+        report: VerifyReport,
+        keys: list[LoraKey],
+        meta: Any,
+        options: Any,
+        config: AdapterConfig,
+    ) -> list[Finding]:
+        out = _config_findings(spec, config, bool(report.config.get("inferred")), keys, options)
+        return out + _served_findings(spec, config, keys, meta, options, report)
+
+
+PROFILE = VllmProfile()
+
+
+def _config_findings(
+    spec: str, acfg: AdapterConfig, inferred: bool, keys: list[LoraKey], options: Any
+) -> list[Finding]:
+    """The config and tensor-name rules (AD401-AD412, AD417)."""
+    raw = acfg.raw
+    out: list[Finding] = []
+
+    def add(code: str, msg: str, **kw: Any) -> None:
+        out.append(_make(code, spec, msg, **kw))
+
+    missing = [f for f in ("r", "lora_alpha", "target_modules") if f not in raw or inferred]
+    if missing:
+        add("AD401", "missing required configuration fields: " + ", ".join(missing))
+    ranks: list[Any] = [raw.get("r", 8), *(raw.get("rank_pattern") or {}).values()]
+    bad = [r for r in ranks if not isinstance(r, int) or isinstance(r, bool) or r <= 0]
+    if bad:
+        add("AD417", f"non-positive or non-integer rank(s) {bad}", key="rank_pattern")
+    else:
+        top = max(ranks)
+        if top > options.max_lora_rank:
+            add(
+                "AD411",
+                f"LoRA rank {top} is greater than max_lora_rank {options.max_lora_rank}",
+                hint=f"start the server with --max-lora-rank {_rank_slot(top)} and verify with the same value",
+            )
+    if acfg.use_dora or any(k.role == "magnitude" for k in keys):
+        add("AD402", "does not support DoRA (use_dora / lora_magnitude_vector)")
+    mts = raw.get("modules_to_save")
+    if mts and not set(mts) <= set(_VLLM_HEADS):
+        add("AD403", f'modules_to_save {mts} is not None or ["classifier", "score"]', key="modules_to_save")
+    if raw.get("lora_bias"):
+        add("AD404", "does not support lora_bias", key="lora_bias")
+    init = raw.get("init_lora_weights", True)
+    if isinstance(init, str) and init.lower() not in _VLLM_INITS:
+        add("AD405", f"init_lora_weights {init!r} changes the base weights; refused", key="init_lora_weights")
+    for fld, code in (
+        ("alora_invocation_tokens", "AD406"),
+        ("layer_replication", "AD407"),
+        ("use_bdlora", "AD408"),
+        ("use_qalora", "AD409"),
+    ):
+        if raw.get(fld):
+            add(code, f"{fld} is set; refused", key=fld)
+    if raw.get("bias", "none") not in (None, "none"):
+        add("AD410", f"bias {raw.get('bias')!r}: adapter bias is not supported", key="bias")
+
+    unsupported = [k.key for k in keys if not _vllm_accepts(k)]
+    if unsupported:
+        add("AD412", f"{len(unsupported)} tensor name(s) are unsupported LoRA weights", key=unsupported[0])
+    return out
+
+
+def _served_findings(
+    spec: str, acfg: AdapterConfig, keys: list[LoraKey], meta: Any, options: Any, report: VerifyReport
+) -> list[Finding]:
+    """The model as served (AD416), tower LoRA (AD414), leaf names (AD413) and full paths (AD415)."""
+    from adapterdoc.adapter import fused_expert_owner, parse_key
+    from adapterdoc.layouts import tower_segment
+    from adapterdoc.layouts.moves import best_move, candidate_moves
+
+    out: list[Finding] = []
+
+    def add(code: str, msg: str, **kw: Any) -> None:
+        out.append(_make(code, spec, msg, **kw))
+
+    mts = acfg.raw.get("modules_to_save")
+    served_as, why = _served_as(options.served_as, meta)
+    report.served_as = served_as
+    own_layout = meta.built_as.default_layout if meta.built_as else meta.layout
+    add("AD416", f"served as {served_as}: {why}")
+    lora_mods = sorted({fused_expert_owner(k.module) for k in keys if k.is_lora})
+    towers = [m for m in lora_mods if tower_segment(m)]
+    if towers:
+        add(
+            "AD414",
+            f"{len(towers)} LoRA module(s) outside the language model are dropped "
+            "(only supports adding LoRA to language model)",
+            key=towers[0],
+        )
+    lm_mods = [m for m in lora_mods if not tower_segment(m)]
+    heads = set(mts or [])
+    leaves_ok = {leaf for leaf, outside in meta.lora_capable_leaves.items() if outside}
+    odd = [m for m in lm_mods if _leaf(m) not in leaves_ok and _leaf(m) not in heads]
+    if odd:
+        add(
+            "AD413",
+            f"expected target modules in {sorted(leaves_ok)} but received {sorted({_leaf(m) for m in odd})}",
+            key=odd[0],
+        )
+    layout = served_layout(own_layout, served_as)
+    names = served_modules(meta, layout)
+    if names is not None and lm_mods:
+        absent = [m for m in lm_mods if m not in names]
+        if absent:
+
+            def score(renamed: list[str]) -> tuple[int, int]:
+                mods = {fused_expert_owner(parse_key(k).module) for k in renamed if parse_key(k).is_lora}
+                return sum(1 for m in mods if not tower_segment(m) and m not in names), 0
+
+            lora_keys = [k.key for k in keys if k.is_lora and not tower_segment(k.module)]
+            preferred = [report.layout, *report.layout_candidates]
+            mv = best_move(
+                candidate_moves(preferred, keys),
+                lora_keys,
+                score,
+                (len(absent), 0),
+                target=layout,
+                sources=preferred,
+            )
+            add(
+                "AD415",
+                f"{len(absent)} of {len(lm_mods)} LoRA module path(s) do not exist in the model as served "
+                f"({layout}); vLLM checks only the last name component and silently serves the base model",
+                key=absent[0],
+                hint=mv.command(spec, report.layout) if mv else None,
+            )
+    return out
+
+
+def _make(code: str, spec: str, msg: str, **kw: Any) -> Finding:
+    from adapterdoc.report.findings import make
+
+    return make(code, f"vLLM {VLLM_VERSION}: {msg}", path=spec, **kw)
+
+
+def _rank_slot(rank: int) -> int:
+    return next((r for r in VLLM_MAX_LORA_RANKS if r >= rank), VLLM_MAX_LORA_RANKS[-1])
+
+
+def _leaf(module: str) -> str:
+    from adapterdoc.adapter import fused_expert_owner
+
+    owner = fused_expert_owner(module)
+    return "experts" if owner.endswith(".experts") or owner == "experts" else owner.rpartition(".")[2]
+
+
+def _vllm_accepts(k: LoraKey) -> bool:
+    from adapterdoc.adapter import WRAPPER
+
+    name = k.key[len(WRAPPER) :] if k.wrapped else k.key
+    if "base_layer" in name:
+        return True
+    if name.endswith(("lora_A.weight", "lora_B.weight", "lora_embedding_A", "lora_embedding_B")):
+        return True
+    return k.role == "full" and k.module.rpartition(".")[2] in _VLLM_HEADS
+
+
+def _served_as(explicit: str | None, meta: Any) -> tuple[str, str]:
+    if explicit:
+        return explicit, "--served-as"
+    # vLLM serves a base folder as its config's own class, whatever class the adapter was made for
+    layout = meta.built_as.default_layout if meta.built_as else meta.layout
+    cls = meta.built_as.default_class if meta.built_as else meta.model_class
+    if is_vl(layout):
+        return "vl", (
+            f"inferred: the base is {cls}, which vLLM serves with its VL class "
+            "(language_model_only skips the tower but keeps the naming)"
+        )
+    return "text", f"inferred: the base is {cls}"

@@ -1,0 +1,144 @@
+"""`adapterdoc verify`: the pre-deploy gate. Does an adapter load, fully and meaningfully, on this base (and server)?
+
+Per adapter: its header (inspect's checks), its keys against what PEFT builds on the base (:mod:`.base`,
+:mod:`.keys`), config checks (:mod:`.config`), the weight scans (:mod:`.weights`), the chosen profile's rules
+(:mod:`.profiles`) and an optional real PEFT load (:mod:`.load`). Torch is imported only inside the functions that
+need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from adapterdoc.adapter import parse_key
+from adapterdoc.checkpoint import Checkpoint, open_checkpoint
+from adapterdoc.errors import AdapterdocError, ConfigError, MissingExtraError
+from adapterdoc.inspect import inspect_checkpoint
+from adapterdoc.layouts import Detection
+from adapterdoc.report.findings import Finding, make, sort_findings
+from adapterdoc.report.verify_report import OWN_BASE, VerifyReport, VerifyRun
+from adapterdoc.verify.base import Base, built_as_finding, expected_model
+from adapterdoc.verify.common import at, dedupe
+from adapterdoc.verify.config import adapter_config, config_findings, config_summary
+from adapterdoc.verify.keys import key_findings
+from adapterdoc.verify.load import load_findings
+from adapterdoc.verify.options import VerifyOptions
+from adapterdoc.verify.weights import weight_findings
+
+
+def verify(adapters: Iterable[str], base: str, options: VerifyOptions | None = None) -> VerifyRun:
+    """Verify each adapter against ``base``; an unusable base raises, an unusable adapter is reported.
+
+    Expected keys come from the registry's module tree and PEFT's rules (:mod:`adapterdoc.verify.expected`, no torch)
+    when the registry describes the base config and the adapter config exactly, else from PEFT on the meta
+    device; each report says which (``expected_keys_from``)."""
+    from adapterdoc.ml import meta as M
+
+    options = options or VerifyOptions()
+    b = Base.resolve(base)
+    spec = b.spec
+    if options.load:
+        M.require_ml("--load")
+    info = {"kind": spec.kind, "has_weights": spec.has_weights, "model_type": b.model_type}
+    if options.load and not spec.has_weights:
+        raise MissingWeightsError(base, "--load needs a base with weights (config.json alone is not enough)")
+    reports: list[VerifyReport] = []
+    for adapter in adapters:
+        try:
+            reports.append(verify_one(adapter, b, options))
+        except MissingExtraError:
+            raise
+        except AdapterdocError as e:
+            reports.append(VerifyReport(adapter=adapter, error=str(e)))
+    run = VerifyRun(base=base, options=options, adapters=reports, base_info=info)
+    for r in reports:
+        if r.base_layout:
+            run.base_info.setdefault("layout", r.base_layout)
+    return run
+
+
+def verify_own_bases(adapters: Iterable[str], options: VerifyOptions | None = None) -> VerifyRun:
+    """Verify each adapter against the base its ``adapter_config.json`` names (``base_model_name_or_path``: a
+    model folder, a cached repo id or ``tiny:LAYOUT``); an adapter whose base does not resolve locally is
+    reported as unusable (exit 3). Adapters that name the same base share one meta-device build."""
+    options = options or VerifyOptions()
+    order = list(adapters)
+    groups: dict[str, list[str]] = {}
+    reports: dict[str, VerifyReport] = {}
+    for adapter in order:
+        try:
+            cfg = open_checkpoint(adapter).adapter_config
+            named = cfg.base_model if cfg else None
+            if not named:
+                raise ConfigError(
+                    adapter, "no --base given and adapter_config.json names no base_model_name_or_path"
+                )
+        except AdapterdocError as e:
+            reports[adapter] = VerifyReport(adapter=adapter, error=str(e))
+            continue
+        groups.setdefault(named, []).append(adapter)
+    for named, members in groups.items():
+        try:
+            run = verify(members, named, options)
+        except MissingExtraError:
+            raise
+        except AdapterdocError as e:
+            for adapter in members:
+                reports[adapter] = VerifyReport(adapter=adapter, error=f"its base {named!r}: {e}")
+            continue
+        for rep in run.adapters:
+            reports[rep.adapter] = rep
+    return VerifyRun(base=OWN_BASE, options=options, adapters=[reports[a] for a in order])
+
+
+class MissingWeightsError(AdapterdocError):
+    """``--load`` on a base that has only a config."""
+
+
+def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
+    """Verify one adapter (``base`` is a resolved :class:`Base`)."""
+    ckpt = open_checkpoint(spec)
+    layout, dtypes, findings = _header(ckpt, spec)
+    report = VerifyReport(
+        adapter=spec,
+        path=ckpt.root,
+        layout=layout.name,
+        layout_candidates=list(layout.candidates),
+        dtypes=dtypes,
+    )
+    keys = [parse_key(k) for k in ckpt.tensors]
+
+    acfg, inferred = adapter_config(ckpt, keys)
+    if inferred:
+        findings.append(
+            make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)
+        )
+    shapes = {k: tuple(t.shape) for k, t in ckpt.tensors.items()}
+    meta = expected_model(base, acfg, shapes, report, options.expected_keys == "auto")
+    report.base_layout = meta.layout
+    if getattr(meta, "built_as", None) is not None:
+        findings.append(built_as_finding(spec, meta.built_as))
+    km = meta.match(shapes)
+    report.missing, report.unexpected = km.missing, km.unexpected
+    report.shape_mismatch = [k for k, _, _ in km.shape_mismatch]
+    report.shape_details = [
+        {"key": k, "adapter": list(a), "expected": list(e)} for k, a, e in km.shape_mismatch
+    ]
+    report.config = config_summary(acfg, meta, inferred)
+
+    findings += key_findings(spec, ckpt, keys, meta, km, report, acfg)
+    findings += config_findings(spec, acfg, meta, keys)
+    findings += weight_findings(spec, ckpt, keys, options.scan, report, options.max_inert_share)
+    findings += options.profile_rules.findings(spec, report, keys, meta, options, acfg)
+    if options.load:
+        findings += load_findings(spec, ckpt, base.spec, report, getattr(meta, "built_as", None))
+    report.findings = sort_findings(dedupe(findings))
+    return report
+
+
+def _header(ckpt: Checkpoint, spec: str) -> tuple[Detection, dict[str, int], list[Finding]]:
+    """What the header alone says, read from inspect's report (left as it is): the detected layout, the dtypes and
+    copies of its findings under ``spec``, less AD205 (the key findings say more: AD221, AD224)."""
+    insp = inspect_checkpoint(ckpt)
+    return insp.layout, dict(insp.dtypes), [at(f, spec) for f in insp.findings if f.code != "AD205"]
