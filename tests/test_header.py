@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapterdoc.errors import AdapterdocError, HeaderError
+from adapterdoc.st.dtypes import DTYPE_BITS
 from adapterdoc.st.header import (
-    DTYPE_BITS,
     MAX_HEADER_SIZE,
     TensorInfo,
     parse_header,

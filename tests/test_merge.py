@@ -319,7 +319,7 @@ def test_fused_experts_non_square_against_peft(tmp_path):
 )
 def test_row_blocks_give_the_same_result(tmp_path, tiny_model, saved_base, monkeypatch, layout, lora, dtype):
     """Tiny tensors fit one block; shrink the block so every row-local edit runs across many blocks."""
-    import adapterdoc.merge as merge_mod
+    import adapterdoc.merge.delta as merge_mod
 
     base_dir = saved_base(layout)
     adapter = save_adapter(tiny_model(layout), str(tmp_path / "adapter"), **lora)

@@ -3,6 +3,7 @@ strategies, config consistency, refusals, symlinks, crash safety and the CLI con
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -11,6 +12,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -305,7 +307,7 @@ def test_an_ambiguous_layout_is_settled_by_the_target(tmp_path: Path, cli: Any) 
 
 def test_an_ambiguity_that_moves_differently_is_refused() -> None:
     from adapterdoc.errors import RefusedError
-    from adapterdoc.remap import _settle_ambiguity
+    from adapterdoc.remap.moves import settle_ambiguity as _settle_ambiguity
 
     same = ["model.language_model.layers.0.self_attn.q_proj"]
     notes: list[str] = []
@@ -577,11 +579,27 @@ def test_bin_backup_name_is_documented() -> None:
 
 def test_a_large_copy_streams_with_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ad = make_adapter(tmp_path / "a", [m.replace("language_model.", "") for m in VL_MODULES])
-    monkeypatch.setattr(rewrite, "PROGRESS_MIN_BYTES", 1)
+    from adapterdoc.commands import remap_cmd
+
+    monkeypatch.setattr(remap_cmd, "PROGRESS_MIN_BYTES", 1)
     monkeypatch.setattr(rewrite, "COPY_CHUNK", 64)  # many chunks through both copy paths
     digest = data_hash(ad / "adapter_model.safetensors")
-    assert remap(ad, to="qwen3_5_vl", progress=True).strategy == "copy"
+    seen: list[tuple[str, int, int]] = []
+
+    @contextlib.contextmanager
+    def bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+        with remap_cmd.copy_bar(label, total) as advance:
+            seen.append((label, total, 0))
+
+            def step(n: int) -> None:
+                seen[-1] = (label, total, seen[-1][2] + n)
+                advance(n)
+
+            yield step
+
+    assert remap(ad, to="qwen3_5_vl", progress=bar).strategy == "copy"
     assert data_hash(ad / "adapter_model.safetensors") == digest
+    assert len(seen) == 1 and seen[0][0] == "adapter_model.safetensors" and seen[0][1] == seen[0][2] > 0
 
 
 def test_read_write_fallback_copies_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

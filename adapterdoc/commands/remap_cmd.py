@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+
 import click
 
 from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, is_quiet, output_options
@@ -104,6 +107,41 @@ def command(
         rules=rules,
         out=out,
         dry_run=dry_run,
-        progress=output.fmt == "text" and not is_quiet(),
+        progress=copy_bar if output.fmt == "text" and not is_quiet() else None,
     )
     finish(report, output)
+
+
+PROGRESS_MIN_BYTES = 256 * 1024 * 1024
+"""Streamed copies of at least this many data bytes show a progress bar (on a terminal)."""
+
+
+@contextlib.contextmanager
+def copy_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr for a large copy on a terminal; a no-op callback otherwise."""
+    if total < PROGRESS_MIN_BYTES:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("copying {task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)

@@ -17,7 +17,7 @@ from adapterdoc.report.render import (
 )
 
 if TYPE_CHECKING:
-    from adapterdoc.merge import MergeReport
+    from adapterdoc.report.merge_report import MergeReport
 
 
 def _view(report: MergeReport) -> View:

@@ -10,7 +10,7 @@ from adapterdoc.report.registry import Group, View, register
 from adapterdoc.report.render import KEEP, MORE, Span, Writer, plural, write_findings
 
 if TYPE_CHECKING:
-    from adapterdoc.remap import ConfigChange, RemapReport
+    from adapterdoc.report.remap_report import ConfigChange, RemapReport
 
 SHOWN = 6
 """Rename patterns listed; the rest are counted (``--json`` lists the keys)."""

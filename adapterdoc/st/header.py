@@ -14,37 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from adapterdoc.errors import HeaderError
+from adapterdoc.st.dtypes import DTYPE_BITS
 
 MAX_HEADER_SIZE = 100_000_000
 """Largest header length the reference reader accepts (inclusive)."""
 
 METADATA_KEY = "__metadata__"
-
-DTYPE_BITS: dict[str, int] = {
-    "BOOL": 8,
-    "F4": 4,
-    "F6_E2M3": 6,
-    "F6_E3M2": 6,
-    "U8": 8,
-    "I8": 8,
-    "F8_E5M2": 8,
-    "F8_E4M3": 8,
-    "F8_E8M0": 8,
-    "F8_E4M3FNUZ": 8,
-    "F8_E5M2FNUZ": 8,
-    "I16": 16,
-    "U16": 16,
-    "F16": 16,
-    "BF16": 16,
-    "I32": 32,
-    "U32": 32,
-    "F32": 32,
-    "C64": 64,
-    "F64": 64,
-    "I64": 64,
-    "U64": 64,
-}
-"""Every dtype the reference reader knows (case-sensitive), with its size in bits."""
 
 _U64_MAX = 2**64 - 1
 _JSON_WS = " \t\n\r"
@@ -90,6 +65,8 @@ class Header:
     metadata: dict[str, str] | None
     tensors: dict[str, TensorInfo]
     """Tensors in the order the header lists them."""
+    raw: bytes = field(default=b"", repr=False, compare=False)
+    """The N header bytes as read (padding included), so a rewrite renames them without reading the file again."""
     data_start: int = field(init=False)
     """Absolute file offset of the data section (8 + N)."""
 
@@ -166,7 +143,9 @@ def parse_header(path: str, raw: bytes, file_size: int) -> Header:
     metadata, entries = _split_entries(path, obj)
     tensors = _build_tensors(path, entries)
     _check_offsets(path, tensors, file_size - 8 - len(raw))
-    return Header(path=path, file_size=file_size, header_len=len(raw), metadata=metadata, tensors=tensors)
+    return Header(
+        path=path, file_size=file_size, header_len=len(raw), metadata=metadata, tensors=tensors, raw=raw
+    )
 
 
 def _reject_constant(name: str) -> Any:

@@ -10,22 +10,19 @@ place (a copy moves it verbatim).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import stat
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from adapterdoc.errors import HeaderError, RefusedError
-from adapterdoc.st.atomic import TEMP_PREFIX, atomic_writer, read_only, slow_point, target_mode
+from adapterdoc.errors import HeaderError
+from adapterdoc.st.atomic import TEMP_PREFIX, atomic_writer, fsync, slow_point, target_mode
 from adapterdoc.st.header import Header
 
-PROGRESS_MIN_BYTES = 256 * 1024 * 1024
-"""Streamed copies of at least this many data bytes show a progress bar (on a terminal)."""
 COPY_CHUNK = 8 * 1024 * 1024
 _WS = " \t\n\r"
 _DECODER = json.JSONDecoder()
@@ -129,21 +126,6 @@ def in_place_blocker(path: str, header: Header, body: bytes) -> str | None:
     return None
 
 
-def check_writable(path: str, *, in_place: bool) -> None:
-    """Refuse (exit 3, nothing touched) unless the planned write can happen (mode bits count for root too)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    st = os.lstat(path)
-    if stat.S_ISREG(st.st_mode) and read_only(path, st):
-        raise RefusedError(
-            path,
-            f"is read-only (mode {stat.S_IMODE(st.st_mode):04o}); make it writable or use --out DIR",
-        )
-    if not in_place and read_only(folder):
-        raise RefusedError(
-            folder, "folder is not writable (a rewrite needs a temp file beside the file); use --out DIR"
-        )
-
-
 def rewrite_in_place(path: str, header: Header, body: bytes) -> None:
     """pwrite the new header (space-padded to the same length) over the old one and fsync. O(header)."""
     data = padded(body, header.header_len)
@@ -157,7 +139,7 @@ def rewrite_in_place(path: str, header: Header, body: bytes) -> None:
         written = os.pwrite(fd, data, 8)
         if written != len(data):
             raise OSError(f"short write: {written} of {len(data)} header bytes")
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
 
@@ -169,7 +151,7 @@ def rewrite_copy(
     body: bytes,
     *,
     keep_length: bool = True,
-    progress: bool = False,
+    progress: Callable[[int], None] | None = None,
     link: str = "follow",
 ) -> int:
     """Write ``dest`` atomically: the new header, then the data section of ``src`` copied verbatim.
@@ -177,7 +159,7 @@ def rewrite_copy(
     With ``keep_length`` the header keeps its old length when the new one fits (so the bytes equal an in-place
     rewrite); otherwise it is padded the way safetensors pads. ``dest`` may be ``src``: then pass
     ``link="replace"`` so that a symlink is replaced by a regular file and its target (a shared cache blob) is never
-    written. Returns the bytes written.
+    written. ``progress`` is called with the number of data bytes each step copied. Returns the bytes written.
     """
     n = header.header_len if keep_length and len(body) <= header.header_len else aligned_length(body)
     prefix = struct.pack("<Q", n) + padded(body, n)
@@ -188,12 +170,17 @@ def rewrite_copy(
             raise HeaderError(src, "the file changed size since its header was read; nothing was written")
         fout.write(prefix)
         fout.flush()
-        with _progress(total if progress else 0, os.path.basename(dest)) as advance:
-            _copy_range(fin, fout, header.data_start, len(prefix), total, advance)
+        _copy_range(fin, fout, header.data_start, len(prefix), total, progress or _ignore)
     return len(prefix) + total
 
 
-def _copy_range(fin: BinaryIO, fout: BinaryIO, src_off: int, dst_off: int, count: int, advance) -> None:  # type: ignore[no-untyped-def]
+def _ignore(n: int) -> None:
+    pass
+
+
+def _copy_range(
+    fin: BinaryIO, fout: BinaryIO, src_off: int, dst_off: int, count: int, advance: Callable[[int], None]
+) -> None:
     """Copy ``count`` bytes; ``os.copy_file_range`` where the kernel allows it, else read/write in chunks."""
     done = 0
     fast = hasattr(os, "copy_file_range")
@@ -220,37 +207,6 @@ def _copy_range(fin: BinaryIO, fout: BinaryIO, src_off: int, dst_off: int, count
         done += n
         advance(n)
     fout.seek(dst_off + count)
-
-
-@contextlib.contextmanager
-def _progress(total: int, label: str) -> Iterator:  # type: ignore[type-arg]
-    """A rich progress bar on stderr for large copies on a terminal; a no-op callback otherwise."""
-    if total < PROGRESS_MIN_BYTES:
-        yield lambda n: None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("copying {task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    ) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
 
 
 def is_temp_leftover(name: str) -> bool:

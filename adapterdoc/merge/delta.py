@@ -1,0 +1,223 @@
+"""The PEFT maths of a streaming merge in float32: adapter tensors on demand, each module's delta weight
+(``get_delta_weight``: linear, embedding, fused experts), the edits applied in PEFT's order (LoRA, DoRA, bias,
+whole-weight replacements, trainable tokens), and the output bytes of one tensor a block of rows at a time."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Any
+
+from adapterdoc.checkpoint import Checkpoint
+from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.merge.edits import Edit, Output, Plan
+from adapterdoc.st.dtypes import DTYPE_BITS
+
+_BLOCK_BYTES = 4 << 20
+"""Float32 working set per row block of a merged tensor."""
+
+
+_ST_TORCH: dict[str, Any] = {}
+
+
+def torch_dtype(st: str) -> Any:
+    import torch
+
+    if not _ST_TORCH:
+        from adapterdoc.checkpoint import TORCH_TO_ST
+
+        for tname, sname in TORCH_TO_ST.items():
+            t = getattr(torch, tname.split(".", 1)[1], None)
+            if t is not None:
+                _ST_TORCH[sname] = t
+    try:
+        return _ST_TORCH[st]
+    except KeyError as e:
+        raise UnsupportedInputError(None, f"dtype {st} cannot be merged") from e
+
+
+def read_tensor(f: Any, offset: int, dtype: str, shape: tuple[int, ...]) -> Any:
+    """Read one tensor (or a run of its rows) with plain file I/O.
+
+    No mmap: pages of a mapped file stay resident in the process and count as its memory.
+    """
+    import torch
+
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * DTYPE_BITS[dtype] // 8
+    if not nbytes:
+        return torch.empty(shape, dtype=torch_dtype(dtype))
+    buf = bytearray(nbytes)
+    f.seek(offset)
+    view = memoryview(buf)
+    got = 0
+    while got < nbytes:
+        k = f.readinto(view[got:])
+        if not k:
+            raise UnsupportedInputError(f.name, "file ended inside a tensor")
+        got += k
+    return torch.frombuffer(buf, dtype=torch_dtype(dtype)).reshape(shape)
+
+
+class AdapterTensors:
+    """Adapter tensors on demand, each dropped after the last output tensor that needs it (fused-expert
+    factors serve every expert), and never more than ``budget`` bytes held."""
+
+    def __init__(self, ckpt: Checkpoint, uses: dict[str, int] | None = None, budget: int = 256 << 20) -> None:
+        self.ckpt = ckpt
+        self.budget = budget
+        self.uses = dict(uses or {})
+        self.cache: OrderedDict[str, Any] = OrderedDict()
+        self.size = 0
+        self._bin: dict[str, Any] | None = None
+
+    def done_with(self, edits: list[Edit]) -> None:
+        """One output tensor that used ``edits`` is written."""
+        for e in edits:
+            for key in e.keys.values():
+                self.uses[key] = self.uses.get(key, 1) - 1
+                if self.uses[key] <= 0 and key in self.cache:
+                    self.size -= self.cache.pop(key).numel() * 4
+
+    def get(self, key: str) -> Any:
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            return self.cache[key]
+        if self.ckpt.weights_format == "bin":
+            if self._bin is None:
+                from adapterdoc.checkpoint import load_bin
+
+                assert self.ckpt.weights_path is not None
+                self._bin = load_bin(self.ckpt.weights_path)
+            t = self._bin[self.ckpt.original_names.get(key, key)].float()
+        else:
+            path = self.ckpt.tensor_file[key]
+            header = next(h for h in self.ckpt.headers if h.path == path)
+            info = self.ckpt.tensors[key]
+            with open(path, "rb") as f:
+                t = read_tensor(f, header.data_start + info.begin, info.dtype, info.shape).float()
+        self.cache[key] = t
+        self.size += t.numel() * 4
+        while self.size > self.budget and len(self.cache) > 1:
+            _, old = self.cache.popitem(last=False)
+            self.size -= old.numel() * 4
+        return t
+
+
+def delta_weight(edit: Edit, piece: Any, tensors: AdapterTensors, rows: tuple[int, int] | None = None) -> Any:
+    """PEFT's ``get_delta_weight`` for ``edit``'s module, restricted to ``piece`` (and its ``rows``), float32."""
+    t = edit.target
+    a = tensors.get(edit.keys["A"])
+    b = tensors.get(edit.keys["B"])
+    if t.kind == "embedding":  # lora_embedding_A [r, num_embeddings], lora_embedding_B [dim, r]
+        if rows is not None:
+            a = a[:, rows[0] : rows[1]]
+        return piece.take((b @ a).T.mul_(t.scaling))
+    if t.kind == "linear":
+        if rows is not None:  # only without fan_in_fan_out (see row_blocks)
+            b = b[rows[0] : rows[1]]
+        d = b @ a
+        if t.fan_in_fan_out:
+            d = d.T
+        return piece.take(d.mul_(t.scaling))
+    # fused experts (PEFT's ParamWrapper): lora_A [r·E, in] is expert-major, lora_B [out, r·E] is rank-major.
+    e_count = t.num_experts
+    if e_count == 1:
+        return piece.take((b @ a).mul_(t.scaling))
+    r = a.shape[0] // e_count
+    if piece.expert is not None:
+        a_e = a.reshape(e_count, r, a.shape[-1])[piece.expert]
+        b_e = b.reshape(b.shape[0], r, e_count)[:, :, piece.expert]
+        d = (b_e @ a_e).mul_(t.scaling)
+        if not t.experts_out_in:
+            d = d.T
+        return piece.take(d, expert_selected=True)
+    import torch
+
+    a3 = a.reshape(e_count, r, a.shape[-1])
+    b3 = b.reshape(b.shape[0], r, e_count)
+    spec = "o r e, e r i -> e o i" if t.experts_out_in else "o r e, e r i -> e i o"
+    return piece.take(torch.einsum(spec, b3, a3).mul_(t.scaling))
+
+
+def apply_edits(
+    w: Any, edits: list[Edit], piece: Any, tensors: AdapterTensors, rows: tuple[int, int] | None = None
+) -> Any:
+    """Apply ``edits`` to ``w`` (float32, the piece's rows ``rows`` or all of it), PEFT's formulas in its order."""
+    import torch
+
+    r0, r1 = rows if rows is not None else (0, w.shape[0] if w.dim() else 1)
+    for e in edits:
+        if e.kind == "replace":
+            value = piece.take(tensors.get(e.keys["value"]))
+            w = (value[r0:r1] if rows is not None else value).clone()
+        elif e.kind == "lora":
+            w.add_(delta_weight(e, piece, tensors, rows))
+        elif e.kind == "dora":
+            d = delta_weight(e, piece, tensors, rows)
+            m = tensors.get(e.keys["magnitude"])
+            merged = w.add_(d)
+            if e.target.kind == "embedding":  # norm over the vocabulary: whole tensor only
+                norm = torch.linalg.norm(merged.T, dim=1).to(merged.dtype)
+                w = (m / norm).view(1, -1) * merged
+            else:
+                norm = torch.linalg.norm(merged, dim=1).to(merged.dtype)
+                w = (m[r0:r1] / norm).view(-1, 1) * merged
+        elif e.kind == "bias":
+            w.add_(tensors.get(e.keys["bias"]) * e.target.scaling)
+        elif e.kind == "tokens":
+            idx = torch.tensor(e.target.token_indices, dtype=torch.long)
+            delta = tensors.get(e.keys["delta"]).to(w.dtype)
+            keep = (idx >= r0) & (idx < r1)
+            w = w.index_copy(0, idx[keep] - r0, delta[keep])
+    return w
+
+
+class NotFinite(Exception):
+    def __init__(self, tensor: str) -> None:
+        super().__init__(tensor)
+        self.tensor = tensor
+
+
+def row_blocks(o: Output, piece: Any) -> bool:
+    """Whether ``o`` can be computed a run of rows at a time (every edit is row-local)."""
+    if not o.shape or not piece.whole:
+        return False
+    for e in o.edits:
+        t = e.target
+        if e.kind in ("replace", "tokens"):
+            continue
+        if e.kind == "lora" and t.kind in ("linear", "embedding") and not t.fan_in_fan_out:
+            continue
+        if e.kind == "dora" and t.kind == "linear" and not t.fan_in_fan_out:
+            continue
+        return False
+    return True
+
+
+def blocks(o: Output, src: Any, start: int, plan: Plan, tensors: AdapterTensors) -> Any:
+    """The output bytes of one tensor that needs computing (merged, or cast), a block of rows at a time."""
+    import torch
+
+    assert o.source is not None
+    piece = plan.pieces.get(o.name)
+    shape = tuple(o.shape)
+    in_dtype = o.source.dtype
+    rows = shape[0] if shape else 1
+    row_elems = o.source.numel // rows if rows else 0
+    blocked = not o.edits or row_blocks(o, piece)
+    step = max(1, _BLOCK_BYTES // max(4 * row_elems, 1)) if blocked else rows
+    row_bytes = row_elems * DTYPE_BITS[in_dtype] // 8
+    for r0 in range(0, max(rows, 1), step):
+        r1 = min(rows, r0 + step)
+        sub = (r1 - r0, *shape[1:]) if shape else shape
+        w = read_tensor(src, start + r0 * row_bytes, in_dtype, sub)
+        if o.edits:
+            w = apply_edits(w.float(), o.edits, piece, tensors, (r0, r1) if blocked else None)
+            # one reduction instead of an elementwise isfinite pass; inf/nan always reach the sum
+            if not math.isfinite(float(w.sum())) and not bool(torch.isfinite(w).all()):
+                raise NotFinite(o.name)
+        w = w.to(torch_dtype(o.dtype)).contiguous()
+        yield memoryview(w.reshape(-1).view(torch.uint8).numpy())

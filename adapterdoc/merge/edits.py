@@ -1,0 +1,60 @@
+"""The data of a merge plan: the edits to one parameter, the tensors of the merged checkpoint, and the plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.checkpoint import Checkpoint
+from adapterdoc.report.findings import Finding
+from adapterdoc.st.dtypes import DTYPE_BITS
+from adapterdoc.st.header import Header, TensorInfo
+
+
+@dataclass
+class Edit:
+    """One change to one in-memory parameter: ``replace`` / ``lora`` / ``dora`` / ``bias`` / ``tokens``."""
+
+    kind: str
+    label: str
+    keys: dict[str, str]
+    """Role → adapter tensor name."""
+    target: Any = None
+    """The :class:`~adapterdoc.ml.names.LoraTarget` (not for ``replace``)."""
+
+
+@dataclass
+class Output:
+    """One tensor of the merged checkpoint."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    source: TensorInfo | None
+    """The base tensor it starts from (``None`` for a tensor the merge adds, e.g. an untied head)."""
+    source_file: str | None
+    edits: list[Edit] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * DTYPE_BITS[self.dtype] // 8
+
+
+@dataclass
+class Plan:
+    base: Checkpoint
+    adapter: Checkpoint
+    shards: list[tuple[str, Header, list[Output]]]
+    """(output file name relative to the folder, base header, tensors in write order)."""
+    applied: list[str]
+    unused: list[str]
+    findings: list[Finding]
+    pieces: dict[str, Any]
+    """Output tensor name → its :class:`~adapterdoc.ml.names.Piece`."""
+    untie: bool
+    model_class: str
+    added: list[str] = field(default_factory=list)
+    """Output tensors the base does not have (an untied weight)."""

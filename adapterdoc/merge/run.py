@@ -1,0 +1,128 @@
+"""The ``merge`` entry point: open both inputs, refuse an ``--out`` that overlaps them, plan, and write."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from adapterdoc.checkpoint import Checkpoint, open_checkpoint
+from adapterdoc.errors import RefusedError, UnsupportedInputError
+from adapterdoc.merge.delta import NotFinite
+from adapterdoc.merge.plan import make_plan
+from adapterdoc.merge.write import Progress, write
+from adapterdoc.report.findings import has_errors, make
+from adapterdoc.report.merge_report import MergeReport
+from adapterdoc.st.atomic import check_output_folder
+from adapterdoc.st.dtypes import CAST_DTYPES
+from adapterdoc.st.paths import inside
+
+
+def merge(
+    adapter: str | os.PathLike[str],
+    base: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    dtype: str = "auto",
+    force: bool = False,
+    progress: Progress | None = None,
+) -> MergeReport:
+    """Merge ``adapter`` into the checkpoint folder ``base`` and write the result to the folder ``out``.
+
+    Raises :class:`~adapterdoc.errors.AdapterdocError` for unusable inputs or a refused ``out``; returns a report
+    whose ``findings`` hold any error that stopped the merge (then nothing is written and ``out`` is ``None``).
+    """
+    started = time.perf_counter()
+    if dtype != "auto" and dtype not in CAST_DTYPES:
+        raise UnsupportedInputError(
+            None, f"--dtype must be auto or one of {', '.join(CAST_DTYPES)}, got {dtype!r}"
+        )
+    aspec, bspec, ospec = (os.path.expanduser(os.fspath(p)) for p in (adapter, base, out))
+    adapter_ckpt = _open_adapter(aspec)
+    base_ckpt = _open_base(bspec)
+    out_path = _check_out(ospec, base_ckpt, adapter_ckpt, force=force)
+    plan = make_plan(adapter_ckpt, base_ckpt, dtype)
+    report = MergeReport(
+        adapter=aspec,
+        base=bspec,
+        out=None,
+        dtype=dtype,
+        applied=plan.applied,
+        unused=plan.unused,
+        findings=plan.findings,
+        model_class=plan.model_class,
+    )
+    if has_errors(plan.findings):
+        report.seconds = time.perf_counter() - started
+        return report
+    try:
+        written = write(plan, out_path, dtype, force=force, progress=progress)
+    except NotFinite as e:
+        report.findings.append(
+            make(
+                "AD506", f"merging gives non-finite values in `{e.tensor}`; nothing was written", key=e.tensor
+            )
+        )
+        report.seconds = time.perf_counter() - started
+        return report
+    report.out = out_path
+    report.tensors, report.merged_tensors, report.bytes_written = written
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _open_adapter(spec: str) -> Checkpoint:
+    ckpt = open_checkpoint(spec)
+    if ckpt.adapter_config is None:
+        raise UnsupportedInputError(
+            spec, "is not a PEFT adapter folder (adapter_config.json is needed to merge)"
+        )
+    return _as_peft_reads_it(ckpt)
+
+
+def _as_peft_reads_it(ckpt: Checkpoint) -> Checkpoint:
+    """Rename keys the way PEFT's loader reads them (wrapper added, ``default`` adapter name removed), so an
+    adapter PEFT loads is one merge can merge. ``original_names`` maps back for reading a ``.bin``."""
+    from adapterdoc.adapter import peft_load_name
+
+    renamed = {peft_load_name(k): k for k in ckpt.tensors}
+    if len(renamed) != len(ckpt.tensors):
+        raise UnsupportedInputError(
+            ckpt.spec, "two tensors name the same LoRA weight once normalised as PEFT reads them"
+        )
+    if all(new == old for new, old in renamed.items()):
+        return ckpt
+    ckpt.tensors = {new: ckpt.tensors[old] for new, old in renamed.items()}
+    ckpt.tensor_file = {new: ckpt.tensor_file[old] for new, old in renamed.items()}
+    ckpt.original_names = renamed
+    return ckpt
+
+
+def _open_base(spec: str) -> Checkpoint:
+    if spec.startswith("tiny:"):
+        raise UnsupportedInputError(
+            spec,
+            "merge needs the base's real weights, and tiny:LAYOUT is a config only; pass the model folder "
+            "(config.json and its safetensors shards, e.g. one written by save_pretrained)",
+        )
+    ckpt = open_checkpoint(spec)
+    if ckpt.adapter_config is not None or ckpt.kind == "adapter":
+        raise UnsupportedInputError(spec, "is an adapter, not a base model folder")
+    if not os.path.isdir(ckpt.root):
+        raise UnsupportedInputError(
+            spec, "--base must be the model folder (config.json and its safetensors shards)"
+        )
+    if ckpt.weights_format != "safetensors" or not ckpt.headers:
+        raise UnsupportedInputError(spec, "merge reads safetensors checkpoints only")
+    return ckpt
+
+
+def _check_out(out: str, base: Checkpoint, adapter: Checkpoint, *, force: bool) -> str:
+    """Refuse an --out that overlaps an input or that merge may not replace (see :mod:`adapterdoc.st.atomic`)."""
+    if not os.path.islink(os.path.abspath(out)):
+        for label, ckpt in (("base", base), ("adapter", adapter)):
+            root = ckpt.root if os.path.isdir(ckpt.root) else os.path.dirname(ckpt.root)
+            if inside(out, root) or inside(root, out):
+                raise RefusedError(
+                    out, f"overlaps the {label} folder {ckpt.root}; the merge never writes there"
+                )
+    return check_output_folder(out, force=force)

@@ -1,0 +1,76 @@
+"""The ``remap`` entry point: check the call, plan, and write (in place under the folder's lock)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from adapterdoc.layouts import Rule
+from adapterdoc.remap.moves import parse_rule
+from adapterdoc.remap.plan import make_plan
+from adapterdoc.remap.write import CopyProgress, write
+from adapterdoc.report.remap_report import RemapReport
+from adapterdoc.st.atomic import folder_lock
+
+
+def remap(
+    spec: str | os.PathLike[str],
+    *,
+    vl: bool = False,
+    to: str | None = None,
+    source: str | None = None,
+    rules: Iterable[str | Rule] = (),
+    out: str | os.PathLike[str] | None = None,
+    dry_run: bool = False,
+    progress: CopyProgress | None = None,
+) -> RemapReport:
+    """Remap ``spec`` (adapter dir, .safetensors/.bin file or cached repo id); see the module docstring.
+
+    ``source`` names the source layout for ``to`` when detection is ambiguous. ``out`` writes a complete new
+    adapter folder and leaves the input untouched. ``dry_run`` plans and writes nothing. ``progress`` opens a
+    progress display for a streamed copy (see :data:`~adapterdoc.remap.write.CopyProgress`). Raises an :class:`~adapterdoc.errors.AdapterdocError` (nothing
+    written) when the input is unusable or the remap is refused.
+    """
+    user_rules = [r if isinstance(r, Rule) else parse_rule(r) for r in rules]
+    modes = sum([bool(vl), to is not None, bool(user_rules)])
+    if modes != 1:
+        raise ValueError("choose exactly one of vl=True, to=LAYOUT or rules=[...]")
+    if source is not None and to is None:
+        raise ValueError("source= only goes with to=")
+    if out is not None:
+        out = os.path.expanduser(os.fspath(out))
+    if dry_run or out is not None:
+        plan = make_plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=out)
+        plan.report.dry_run = dry_run
+        if dry_run:
+            plan.report.notes.append("dry run: nothing was written")
+        else:
+            write(plan, out=os.fspath(out) if out is not None else None, progress=progress)
+        return plan.report
+    folder = _writable_folder(os.fspath(spec))
+    if folder is None:  # not a cached repo id either (an hf:// spec): planning finds the folder
+        probe = make_plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=None)
+        folder = os.path.dirname(os.path.abspath(probe.weights_path))
+    # Writing in place: plan (once, reading the header once) and write under the folder's lock, so that a second
+    # remap running at the same time sees the first one's result (and finds nothing to do, or refuses) instead of
+    # interleaving with it.
+    with folder_lock(folder):
+        plan = make_plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=None)
+        write(plan, out=None, progress=progress)
+    return plan.report
+
+
+def _writable_folder(spec: str) -> str | None:
+    """The folder an in-place remap of ``spec`` writes into (locked while it does), found without reading the
+    weights: the folder itself, a file's folder, a cached repo id's snapshot folder; ``None`` otherwise."""
+    path = os.path.expanduser(spec)
+    if os.path.isdir(path):
+        return os.path.abspath(path)
+    if os.path.isfile(path):
+        return os.path.dirname(os.path.abspath(path))
+    from adapterdoc.bases import match_repo_id, resolve_cached_repo
+
+    m = match_repo_id(path)
+    if os.path.lexists(path) or m is None or path.startswith("hf://"):
+        return None  # planning says what is wrong with it (a broken link, no such path)
+    return os.path.abspath(resolve_cached_repo(m["repo"], m["rev"]))

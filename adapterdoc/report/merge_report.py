@@ -1,0 +1,50 @@
+"""What ``adapterdoc merge`` returns: :class:`MergeReport`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.report.base import Report, envelope
+from adapterdoc.report.findings import sort_findings
+
+
+@dataclass
+class MergeReport(Report):
+    """What a merge did (or would have done) and why it passed or failed."""
+
+    adapter: str
+    base: str
+    out: str | None
+    """The merged folder; ``None`` when nothing was written."""
+    dtype: str
+    applied: list[str] = field(default_factory=list)
+    """Adapter modules (and saved whole weights) merged into the base."""
+    unused: list[str] = field(default_factory=list)
+    """Adapter modules that matched no base tensor (each also an AD501 finding)."""
+    model_class: str | None = None
+    tensors: int = 0
+    """Tensors written."""
+    merged_tensors: int = 0
+    """Tensors changed by the adapter."""
+    bytes_written: int = 0
+    seconds: float = 0.0
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "adapter": self.adapter,
+            "base": self.base,
+            "out": self.out,
+            "dtype": self.dtype,
+            "model_class": self.model_class,
+            "applied": self.applied,
+            "unused": self.unused,
+            "tensors": self.tensors,
+            "merged_tensors": self.merged_tensors,
+            "bytes_written": self.bytes_written,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The envelope with the findings in their sorted order (they are collected as the plan finds them)."""
+        return envelope(self.ok, sort_findings(self.findings), self.body())
