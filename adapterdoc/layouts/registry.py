@@ -299,9 +299,19 @@ def _count(rx: str, paths: list[_Shape]) -> int:
     return sum(p.count for p in paths if pattern.search(p))
 
 
+_TOWERS: dict[int, frozenset[str]] = {}
+""":func:`all_tower_segments` per registry size (a registration makes a new entry; lookups cost nothing)."""
+
+
 def all_tower_segments() -> frozenset[str]:
     """Every segment that must never carry LoRA: :data:`TOWER_SEGMENTS` and every layout's towers."""
-    return frozenset((*TOWER_SEGMENTS, *(t for lay in LAYOUTS.values() for t in lay.towers)))
+    n = len(LAYOUTS)
+    towers = _TOWERS.get(n)
+    if towers is None:
+        towers = _TOWERS[n] = frozenset(
+            (*TOWER_SEGMENTS, *(t for lay in LAYOUTS.values() for t in lay.towers))
+        )
+    return towers
 
 
 def tower_segment(module_path: str) -> str | None:
