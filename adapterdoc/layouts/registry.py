@@ -142,7 +142,7 @@ TREES: dict[tuple[str, str], Callable[[Mapping[str, Any]], Any]] = {}
 """(``config.model_type``, model class) → module-tree builder, for every layout that has one."""
 LOAD_CONVERSIONS: set[str] = set()
 """Model types among :data:`TREES` with a ``transformers.conversion_mapping`` entry (transformers 5.24; pinned by
-``tests/test_expected_keys.py``)."""
+``tests/verify/test_expected_keys.py``)."""
 _SMOKE: list[str] = []
 
 

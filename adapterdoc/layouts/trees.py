@@ -8,7 +8,7 @@ LoRA layer's shape depends on (Linear, Embedding, fused-expert Parameters). A co
 exactly (an unknown ``model_type`` or class, a field not listed for its config type, a value outside what the
 builder models) raises :class:`Unmodeled`; callers then build the model on the meta device instead.
 
-``tests/test_expected_keys.py`` proves these trees equal transformers' (names, kinds and shapes) and that the
+``tests/verify/test_expected_keys.py`` proves these trees equal transformers' (names, kinds and shapes) and that the
 expected LoRA keys built on them equal PEFT's, over generated configs.
 """
 

@@ -6,7 +6,7 @@ One process (``train(...)`` from Python or the CLI) or several: ``accelerate lau
 processes (torchrun; the loop pins the CPU and gloo itself, no GPU is needed). ``accelerate launch --cpu
 --num_processes 2`` is NOT that: accelerate 1.x's ``--cpu`` takes its simple launcher, which starts one process
 unless ``--mpirun_hostfile`` is given (``--processes 2`` makes the loop refuse such a launch instead of training
-alone; tests/test_train_loop.py pins both). Only the main process writes files.
+alone; tests/train/test_train_loop.py pins both). Only the main process writes files.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ adapter's names and shapes are matched the way ``PeftModel.load_adapter`` matche
 Anything outside what is modelled (a LoRA variant, a field with a non-default value, a target PEFT would refuse or
 handle specially, a key PEFT's transformers conversion could rename) raises :class:`~adapterdoc.layouts.trees.Unmodeled`,
 and verify builds the base on the meta device instead (:mod:`adapterdoc.ml.meta`, the oracle this module is tested
-against in ``tests/test_expected_keys.py``).
+against in ``tests/verify/test_expected_keys.py``).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from adapterdoc.cli import main
-from tests.test_corrupt import GEN, assert_one_line_error, snapshot
+from tests.checkpoint.test_corrupt import GEN, assert_one_line_error, snapshot
 
 pytest.importorskip("peft")
 

@@ -82,6 +82,6 @@ def test_plain_bin_adapter_is_read(tmp_path: Path, cli: Any) -> None:
 
 
 def test_no_trust_remote_code_anywhere() -> None:
-    root = Path(__file__).resolve().parents[1] / "adapterdoc"
+    root = Path(__file__).resolve().parents[2] / "adapterdoc"
     offenders = [p for p in root.rglob("*.py") if "trust_remote_code=True" in p.read_text()]
     assert not offenders

@@ -2,7 +2,7 @@
 emitters). The report has findings of every severity, with and without path, key and hint, unicode, characters
 each format must escape, a multi-line message, and an input that could not be used at all.
 
-Regenerate after an intended change: ``ADAPTERDOC_UPDATE_GOLDEN=1 python -m pytest tests/test_emitters.py``.
+Regenerate after an intended change: ``ADAPTERDOC_UPDATE_GOLDEN=1 python -m pytest tests/report/test_emitters.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from adapterdoc.report.formats import FORMATS, render
 from adapterdoc.report.registry import TEXT_MODULES, Group, View, register, view_of
 from adapterdoc.report.render import Writer, write_findings
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 FIRST = "adapters/ünïcode-adapter"
 SECOND = "adapters/second"
 BROKEN = "adapters/missing"

@@ -24,7 +24,7 @@ from adapterdoc.train import models, runtime  # noqa: E402
 from adapterdoc.train import rows as R  # noqa: E402
 from adapterdoc.train.settings import TrainSettings  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _make_models_module():

@@ -27,7 +27,7 @@ from test_merge_helpers import lora_kwargs, save_adapter, saved_base, tree_diges
 from adapterdoc.st.atomic import OUTPUT_MARKER, TEMP_PREFIX
 
 BASE = "tiny:ministral3_text"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 _adapter = write_small_adapter

@@ -1,6 +1,6 @@
 """Human (text) output of every command, each rendered from one shared report against a golden file at 80 columns.
 
-Regenerate after an intended change: ``ADAPTERDOC_UPDATE_GOLDEN=1 python -m pytest tests/test_text.py``.
+Regenerate after an intended change: ``ADAPTERDOC_UPDATE_GOLDEN=1 python -m pytest tests/report/test_text.py``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from adapterdoc.report.verify_text import render_verify
 from adapterdoc.roundtrip import Check, RoundtripReport
 from adapterdoc.verify import OWN_BASE, VerifyOptions, VerifyReport, VerifyRun
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 AD = "runs/quick/qwen3_5_vl/adapter"
 VL = "base_model.model.model.language_model.layers.{i}.{m}.lora_{ab}.weight"
 TEXT = "base_model.model.model.layers.{i}.{m}.lora_{ab}.weight"

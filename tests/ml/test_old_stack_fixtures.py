@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent / "fixtures" / "old_stack"
+ROOT = Path(__file__).resolve().parents[2] / "fixtures" / "old_stack"
 QWEN = ROOT / "qwen3_moe"
 MIXTRAL = ROOT / "mixtral"
 LAYERS, EXPERTS, R, ALPHA = 2, 4, 2, 4

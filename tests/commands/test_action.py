@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 EXPR = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
 

@@ -1,6 +1,6 @@
 """Every verify output format, rendered from one shared report, against golden files.
 
-Regenerate after an intended change: ``ADAPTERDOC_UPDATE_GOLDEN=1 python -m pytest tests/test_formats.py``.
+Regenerate after an intended change: ``ADAPTERDOC_UPDATE_GOLDEN=1 python -m pytest tests/report/test_formats.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from adapterdoc.report.render import to_json
 from adapterdoc.report.verify_text import render_verify
 from adapterdoc.verify import VerifyOptions, VerifyReport, VerifyRun
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 GOOD = "adapters/good"
 BAD = "adapters/vl-on-text"
 BROKEN = "adapters/missing"

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from adapterdoc.cli import main
 from adapterdoc.errors import AdapterdocError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_generator() -> Any:

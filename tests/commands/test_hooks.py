@@ -13,7 +13,7 @@ import yaml
 
 from adapterdoc.hooks import adapter_dirs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 peft = pytest.importorskip("peft")
 
 
