@@ -20,7 +20,7 @@ class Edit:
     keys: dict[str, str]
     """Role → adapter tensor name."""
     target: Any = None
-    """The :class:`~adapterdoc.ml.names.LoraTarget` (not for ``replace``)."""
+    """The :class:`~adapterdoc.ml.inject.LoraTarget` (not for ``replace``)."""
 
 
 @dataclass

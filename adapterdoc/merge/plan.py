@@ -20,13 +20,16 @@ from adapterdoc.st.header import Header
 def make_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
     """Place ``adapter`` on ``base`` (PEFT's order: whole weights, LoRA modules, trainable tokens), then lay out the
     output tensors of every shard in ``dtype``."""
+    from adapterdoc.bases import BaseSpec
     from adapterdoc.ml import names
+    from adapterdoc.ml.build import build_meta_model, folder_config
+    from adapterdoc.ml.inject import inventory
 
-    config = names.load_base_config(base.root)
-    model = names.meta_model(config, base.root)
+    config = folder_config(base.root, "merge needs it to map adapter names to checkpoint names")
+    model = build_meta_model(BaseSpec(base.root, "dir", root=base.root), config)
     name_map = names.build_name_map(model, {n: t.shape for n, t in base.tensors.items()})
     assert adapter.adapter_config is not None
-    inv = names.inventory(model, adapter.adapter_config, adapter.spec)
+    inv = inventory(model, adapter.adapter_config, adapter.spec)
     placer = _Placer(adapter, name_map, inv)
     groups, full, tokens, strays = group_keys(adapter)
     placer.whole_weights(full)

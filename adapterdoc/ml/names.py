@@ -16,9 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapterdoc.bases import BaseSpec
-from adapterdoc.ml.build import build_meta_model, folder_config
-from adapterdoc.ml.inject import LoraTarget, inventory
+from adapterdoc.ml.inject import LoraTarget
 
 
 @dataclass(frozen=True)
@@ -240,24 +238,11 @@ def saved_weight_param(module: str, param: str) -> str:
     return f"{path}.{param}" if path else param
 
 
-# Merge's plan still reaches the config, the meta model and PEFT's inventory through this module; their homes
-# are adapterdoc.ml.build and adapterdoc.ml.inject, and these go when merge calls those directly.
-def load_base_config(base_dir: str) -> Any:
-    return folder_config(base_dir, "merge needs it to map adapter names to checkpoint names")
-
-
-def meta_model(config: Any, where: str | None = None) -> Any:
-    return build_meta_model(BaseSpec(where or "", "dir", root=where), config)
-
-
 __all__ = [
     "LoraTarget",
     "NameMap",
     "Piece",
     "build_name_map",
-    "inventory",
-    "load_base_config",
-    "meta_model",
     "saved_weight_param",
     "to_memory_name",
 ]

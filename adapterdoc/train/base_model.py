@@ -32,10 +32,11 @@ class Base:
 def open_base(spec: str, train_texts: list[str] | None = None, tokenizer_dir: str | None = None) -> Base:
     """Resolve ``spec``; the tokenizer is ``tokenizer_dir``'s when given (an adapter saved with one), else the
     base's own, else (``tiny:``) one trained on ``train_texts``."""
+    from adapterdoc.bases import resolve_base
     from adapterdoc.ml import meta as M
 
     M.require_ml(spec)
-    bs = M.resolve_base(spec)
+    bs = resolve_base(spec)
     config = M.load_config(bs)
     cls = M.model_class_for(config, bs)
     if bs.kind == "tiny":

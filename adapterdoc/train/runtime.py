@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from adapterdoc.errors import AdapterdocError
+from adapterdoc.ml.quiet import quiet_libraries
 from adapterdoc.train.settings import TrainSettings
 
 
@@ -28,32 +29,6 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-@contextlib.contextmanager
-def quiet_libraries() -> Iterator[None]:
-    """Silence the known, harmless library noise of these runs (kernel-fallback notices, deprecations,
-    PEFT's "no modules were excluded" on models without towers); real warnings still show."""
-    import warnings
-
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning)
-            warnings.filterwarnings("ignore", message=".*exclude_modules.*no modules were excluded.*")
-            warnings.filterwarnings(
-                "ignore", message=".*target_(modules|parameters).*", category=RuntimeWarning
-            )
-            yield
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
 def accelerator_for(settings: TrainSettings) -> Any:
     """The run's accelerator; the tiny reference runs pin the CPU (gloo between processes) so that they never
     depend on a GPU being present. FSDP/DeepSpeed come from ``accelerate launch``'s own config."""
@@ -70,3 +45,6 @@ def accelerator_for(settings: TrainSettings) -> Any:
             f"the launcher started {launched} processes but they joined a group of {acc.num_processes}",
         )
     return acc
+
+
+__all__ = ["accelerator_for", "quiet_libraries", "torch_threads"]

@@ -21,17 +21,10 @@ class Base:
 
     @classmethod
     def resolve(cls, base: str) -> Base:
-        from adapterdoc.layouts.trees import Unmodeled, build_tree
-        from adapterdoc.ml import meta as M
+        from adapterdoc.bases import registry_view, resolve_base
 
-        spec = M.resolve_base(base)
-        if spec.kind == "tiny":
-            return cls(spec, None, "tiny reference bases are built by transformers", None)
-        raw = M.read_config_json(spec)
-        try:
-            return cls(spec, build_tree(raw), None, raw)
-        except Unmodeled as e:
-            return cls(spec, None, str(e), raw)
+        spec = resolve_base(base)
+        return cls(spec, *registry_view(spec))
 
     def config(self, why: str | None = None) -> Any:
         """The transformers config (the meta-device path); exit 3 naming the ML extra when it is not installed."""
