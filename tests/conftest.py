@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+# The repository root on sys.path, so that a test module may import a helper from another room's folder as
+# ``tests.<room>.<module>`` whether pytest runs from the root (``python -m pytest``), as the ``pytest`` script, or on
+# one file.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.append(_ROOT)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

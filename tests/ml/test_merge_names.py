@@ -14,13 +14,13 @@ import os
 import pytest
 import torch
 from safetensors import safe_open
-from test_merge_helpers import load, saved_base  # noqa: F401
 
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.bases import folder_base
 from adapterdoc.ml import build, names
 from adapterdoc.ml.inject import inventory
 from adapterdoc.ml.tiny import TINY_LAYOUTS, model_class
+from tests.merge.test_merge_helpers import load, saved_base  # noqa: F401
 
 
 def _disk(folder: str) -> dict[str, torch.Tensor]:

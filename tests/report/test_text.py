@@ -624,7 +624,7 @@ def test_real_commands_fit_80_columns_off_a_terminal(tmp_path: Path, cli: Any) -
     import subprocess
     import sys
 
-    from test_remap import make_adapter, peft_config
+    from tests.remap.test_remap import make_adapter, peft_config
 
     ad = make_adapter(tmp_path / "ad", config=peft_config(target_modules=None))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}

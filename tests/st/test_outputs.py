@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 from small_adapters import write_small_adapter
-from test_merge_helpers import lora_kwargs, save_adapter, saved_base, tree_digest  # noqa: F401
 
 from adapterdoc.st.atomic import OUTPUT_MARKER, TEMP_PREFIX
+from tests.merge.test_merge_helpers import lora_kwargs, save_adapter, saved_base, tree_digest  # noqa: F401
 
 BASE = "tiny:ministral3_text"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
