@@ -15,11 +15,16 @@ VL_DECODER = r"^model\.language_model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
 TEXT_DECODER = r"^model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
 BERT_LEAF = r"\.(Wqkv|Wi|Wo)$"
 
-QWEN_MOE_EXPERTS = Experts()
+EXPERT_LORA = r"\.mlp\.experts(\.base_layer|\.\d+\.(gate_proj|up_proj|down_proj))?$"
+"""Routed-expert LoRA in either layout: PEFT's fused wrappers or one module per expert and projection."""
+QWEN_MOE_EXPERTS = Experts(served_fused=False)
 """Qwen3-MoE and the Omni thinker: ``mlp.experts.{e}.{gate,up,down}_proj`` / fused ``gate_up_proj``, ``down_proj``;
-no shared expert."""
-QWEN35_MOE_EXPERTS = Experts(shared=("shared_expert", "shared_expert_gate"))
-"""Qwen3.5-MoE (and Qwen2-MoE): the Qwen3-MoE experts plus one shared expert and its sigmoid gate."""
+no shared expert. vLLM's ``Qwen3MoeForCausalLM`` leaves ``is_3d_moe_weight`` at ``False`` (per-expert LoRA)."""
+OMNI_EXPERTS = Experts(count_field="num_experts")
+"""The Omni thinker: Qwen3-MoE's expert names; which layout vLLM reads for it is not checked."""
+QWEN35_MOE_EXPERTS = Experts(shared=("shared_expert", "shared_expert_gate"), served_fused=True)
+"""Qwen3.5-MoE (and Qwen2-MoE): the Qwen3-MoE experts plus one shared expert and its sigmoid gate.
+vLLM's ``Qwen3_5MoeForConditionalGeneration`` sets ``is_3d_moe_weight = True`` (fused LoRA)."""
 MIXTRAL_EXPERTS = Experts(
     per_expert=("w1", "w3", "w2"), block="block_sparse_moe", count_field="num_local_experts"
 )

@@ -78,6 +78,9 @@ class Experts:
     """Shared-expert modules beside the routed experts (dense MLPs every token runs through)."""
     count_field: str = "num_experts"
     """The config field holding the routed-experts count."""
+    served_fused: bool | None = None
+    """Whether vLLM's class for this family reads expert LoRA in the fused form (its ``is_3d_moe_weight``):
+    ``True`` fused, ``False`` per-expert, ``None`` not checked."""
 
 
 @dataclass(frozen=True)
