@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, module_counts, parse_key
 from adapterdoc.checkpoint import Checkpoint
-from adapterdoc.layouts import LAYOUTS, Detection, detect_layout, tower_segment
+from adapterdoc.experts import ExpertPicture, expert_picture
+from adapterdoc.layouts import LAYOUTS, MOE_NAME_HINT, Detection, detect_layout, tower_segment
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.inspect_report import LoraSummary
 from adapterdoc.st.header import TensorInfo
@@ -51,6 +52,8 @@ class HeaderFacts:
     parameters: int
     lora: LoraSummary | None
     findings: list[Finding]
+    experts: ExpertPicture | None = None
+    """The expert layout and coverage, for a mixture-of-experts adapter (else ``None``)."""
 
 
 def header_facts(ckpt: Checkpoint) -> HeaderFacts:
@@ -65,12 +68,16 @@ def header_facts(ckpt: Checkpoint) -> HeaderFacts:
     findings += _format_findings(ckpt, dtypes, path)
     is_adapter = ckpt.adapter_config is not None or bool(lora_keys)
     lora = None
+    experts = None
     if is_adapter:
         modules = _group_modules(ckpt.tensors, keys)
         lora = _lora_summary(ckpt.adapter_config, modules)
         findings += _adapter_findings(ckpt, keys, modules, path)
         hint = ckpt.adapter_config.layout_hints if ckpt.adapter_config else None
         layout = detect_layout((m for m in modules), hint)
+        experts = _experts(ckpt, layout)
+        if experts is not None:
+            findings += expert_findings(experts, path, spec=ckpt.spec)
     else:
         archs = _architectures(ckpt)
         layout = detect_layout(_weight_modules(ckpt.tensors), archs)
@@ -94,7 +101,70 @@ def header_facts(ckpt: Checkpoint) -> HeaderFacts:
         parameters=parameters,
         lora=lora,
         findings=sort_findings(findings),
+        experts=experts,
     )
+
+
+def is_moe_adapter(pic: ExpertPicture, layout: str | None, names: list[str]) -> bool:
+    """Whether an adapter belongs to a mixture-of-experts model: it has expert keys, its detected layout is MoE, or
+    a name its config gives (base model, class) says MoE (:data:`adapterdoc.layouts.MOE_NAME_HINT`)."""
+    import re
+
+    if pic.blocks:
+        return True
+    if layout in LAYOUTS and LAYOUTS[layout].experts is not None:
+        return True
+    return any(re.search(MOE_NAME_HINT, n, re.IGNORECASE) for n in names)
+
+
+def _experts(ckpt: Checkpoint, layout: Detection) -> ExpertPicture | None:
+    shapes = {k: t.shape for k, t in ckpt.tensors.items()}
+    pic = expert_picture(shapes, config=ckpt.adapter_config)
+    names = ckpt.adapter_config.layout_hints if ckpt.adapter_config else []
+    return pic if is_moe_adapter(pic, layout.name, names) else None
+
+
+def expert_findings(
+    pic: ExpertPicture, path: str, *, spec: str | None = None, fused_base: bool = False
+) -> list[Finding]:
+    """AD240 (no routed-expert LoRA), AD241 (one-sided gate/up: an error when the base fuses its experts) and
+    AD242 (experts missing) for an MoE adapter's expert picture."""
+    out: list[Finding] = []
+    if not pic.routed:
+        shared = f"; {len(pic.shared)} shared-expert module(s) carry LoRA" if pic.shared else ""
+        out.append(make("AD240", f"no routed expert carries LoRA{shared}", path=path))
+    one = pic.one_sided
+    if one:
+        half = one[0].one_sided
+        other = "up" if half == "gate" else "gate"
+        leaf = next(k.leaf for k in one[0].keys if k.projection == half)
+        out.append(
+            make(
+                "AD241",
+                f"{len(one)} MoE block(s) carry expert LoRA on {half} ({leaf}) without {other}"
+                + ("; PEFT cannot fuse them into gate_up_proj on this base" if fused_base else ""),
+                severity="error" if fused_base else None,
+                path=path,
+                key=one[0].path,
+                hint=f"adapterdoc remap {spec or path} --experts fused --out DIR (the missing {other} half becomes a zero "
+                f"LoRA), or retrain targeting both {half} and {other}",
+            )
+        )
+    partial = pic.partial
+    if partial:
+        b = partial[0]
+        proj, lack = next(iter(b.missing().items()))
+        shown = ", ".join(map(str, lack[:8])) + (" ..." if len(lack) > 8 else "")
+        out.append(
+            make(
+                "AD242",
+                f"{len(partial)} MoE block(s) miss expert LoRA; e.g. {proj} of expert(s) {shown} "
+                f"(of {b.experts}, from {b.experts_from})",
+                path=path,
+                key=b.path,
+            )
+        )
+    return out
 
 
 def _architectures(ckpt: Checkpoint) -> list[str]:

@@ -31,6 +31,7 @@ def inspect_checkpoint(ckpt: Checkpoint) -> InspectReport:
         layout=facts.layout,
         lora=facts.lora,
         findings=facts.findings,
+        experts=facts.experts,
         weights_format=ckpt.weights_format,
         bytes_received=ckpt.bytes_received if ckpt.spec.startswith("hf://") else None,
     )

@@ -277,4 +277,53 @@ CODES += [
         "56 LoRA modules, 0 missing, 0 unexpected, max |Δ logits| 0.031",
         "Nothing to do.",
     ),
+    # expert layout and coverage (adapterdoc.experts)
+    Code(
+        "AD240",
+        "moe-experts-without-lora",
+        "warning",
+        "A mixture-of-experts adapter whose routed experts carry no LoRA at all (attention, dense MLPs or the "
+        "shared expert only).",
+        'Most of an MoE model\'s parameters sit in its routed experts; trainers have shipped "MoE adapters" that '
+        "never reached them (axolotl-ai-cloud/axolotl#3514: 13.5 MB for a 35B MoE). It loads and runs, but trains "
+        "a small part of the model.",
+        "a Qwen3-MoE adapter with keys only under `self_attn.{q,k,v,o}_proj`",
+        "If experts were meant to train: target the expert projections (`gate_proj`, `up_proj`, `down_proj` on a "
+        "transformers-4 model; `target_parameters: [gate_up_proj, down_proj]` on a transformers-5 one).",
+    ),
+    Code(
+        "AD241",
+        "one-sided-gate-up",
+        "warning",
+        "Routed experts carry LoRA on one half of the gate/up pair (`gate_proj` without `up_proj`, Mixtral's `w1` "
+        "without `w3`, or the reverse). An error in `verify` on a transformers-5 base, whose experts are fused.",
+        "transformers 5 fuses gate and up into one `gate_up_proj` parameter; PEFT's conversion of per-expert "
+        'adapters refuses half a pair ("Cannot convert PEFT target(s) gate_proj without also targeting up_proj"), '
+        "so the adapter loads only on a transformers-4 stack; SGLang drops one-sided expert targets.",
+        "`mlp.experts.0.gate_proj.lora_A.weight` and `mlp.experts.0.down_proj.lora_A.weight`, no `up_proj`",
+        "`adapterdoc remap ADAPTER --experts fused --out DIR` (the missing half becomes a zero LoRA, exact), or "
+        "retrain targeting both halves.",
+    ),
+    Code(
+        "AD242",
+        "partial-expert-coverage",
+        "warning",
+        "Some routed experts lack LoRA on a projection that other experts of the same block carry.",
+        "A per-expert adapter normally covers every expert; gaps come from a truncated save, an expert-parallel "
+        "shard saved alone, or a target regex that missed some indices. vLLM packs every expert's three "
+        "projections together and PEFT's fused conversion needs each expert.",
+        "`model.layers.0.mlp.experts.{0..5}.up_proj` present, experts 6 and 7 missing",
+        "Re-save from all ranks (gather the expert-parallel shards) or check the target regex.",
+    ),
+    Code(
+        "AD243",
+        "experts-converted-at-load",
+        "info",
+        "PEFT converts this per-expert adapter to its fused layout when it loads it on this transformers-5 base.",
+        "PEFT's `convert_peft_adapter_state_dict_for_transformers` (and `_convert_peft_config_moe` for the config) "
+        "concatenates gate and up `lora_A` along the rank and makes `lora_B` block-diagonal: exact in function, "
+        "rank doubled for `gate_up_proj`. The reverse is not implemented in PEFT.",
+        "8 per-expert modules x 3 projections -> `gate_up_proj` (rank 4) and `down_proj` (rank 2) per block",
+        "Nothing to do; `adapterdoc remap --experts fused` writes the converted form if you want it on disk.",
+    ),
 ]

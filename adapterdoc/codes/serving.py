@@ -182,4 +182,30 @@ CODES = [
         '"rank_pattern": {"q_proj": 0}',
         "Fix the config: every rank must be a positive integer that matches the tensors.",
     ),
+    Code(
+        "AD418",
+        "vllm-expert-layout",
+        "error",
+        "The adapter's routed-expert LoRA is in the other expert layout from the one vLLM reads for this model "
+        "class: vLLM picks the layout from the class (`is_3d_moe_weight`), not from the file. " + _V,
+        "On a class with 3-D MoE LoRA (Qwen3.5-MoE) vLLM stacks PEFT's fused pair (`experts.base_layer` = "
+        "gate_up, `experts` = down); on the other MoE classes (Qwen3-MoE, `is_3d_moe_weight` False) it packs "
+        "per-expert `experts.N.{gate,up,down}_proj` and a fused `experts.base_layer` key is passed over by its name "
+        'check (`"base_layer" in name: continue`) and applied nowhere. Only `--enable-mixed-moe-lora-format` '
+        "with `is_3d_lora_weight` on the request reads the other form (vllm/lora/model_manager.py).",
+        "PEFT-fused `model.layers.0.mlp.experts.base_layer.lora_A.weight` served on Qwen3MoeForCausalLM",
+        "`adapterdoc remap ADAPTER --experts per-expert --out DIR` (or `--experts fused` for a 3-D class), "
+        "then verify the new folder.",
+    ),
+    Code(
+        "AD419",
+        "vllm-expert-pair",
+        "error",
+        "A fused expert adapter carries only one of the two fused parameters (`gate_up_proj` or `down_proj`) on a "
+        "class vLLM serves with 3-D MoE LoRA. " + _V,
+        "vLLM's fused stacking asserts both halves (`assert gate_up_proj_lora is not None`, "
+        "`assert down_proj_lora is not None` in `_stack_moe_lora_weights`): loading the adapter fails.",
+        "`experts.lora_A.weight` (down_proj) without `experts.base_layer.lora_A.weight`",
+        "Train both fused parameters (`target_parameters: [gate_up_proj, down_proj]`).",
+    ),
 ]

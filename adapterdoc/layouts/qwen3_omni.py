@@ -5,7 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapterdoc.layouts.common import ATTN, DECODER, FUSED_EXPERTS, HIDDEN, LINEAR_ATTN, TEXT_LM, VL_LM
+from adapterdoc.layouts.common import (
+    ATTN,
+    DECODER,
+    EXPERT_LORA,
+    FUSED_EXPERTS,
+    HIDDEN,
+    LINEAR_ATTN,
+    OMNI_EXPERTS,
+    QWEN_MOE_EXPERTS,
+    TEXT_LM,
+    VL_LM,
+)
 from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Rule, Tiny
 
 # ------------------------------------------------------------------------------------- tiny configs
@@ -63,6 +74,7 @@ ENTRIES: tuple[Layout, ...] = (
         signals=((FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),),
         lora_leaves=ATTN,
         target_parameters=("gate_up_proj", "down_proj"),
+        experts=OMNI_EXPERTS,
         towers=("audio_tower", "visual", "talker", "code2wav"),
         remaps={"qwen3_omni_thinker": (Rule(r"^thinker\.", ""),)},
         text_counterpart="qwen3_omni_thinker",
@@ -81,13 +93,14 @@ ENTRIES: tuple[Layout, ...] = (
         counterpart_config="text_config",
         model_type="qwen3_omni_moe_thinker",
         description="Qwen3-Omni thinker alone (model.language_model.*, audio and vision towers)",
-        requires=(VL_LM, FUSED_EXPERTS),
+        requires=(VL_LM, EXPERT_LORA),
         forbids=(LINEAR_ATTN, r"\.shared_expert\."),
         signals=(
             (r"^model\.language_model\.layers\.\d+\.self_attn\.", "full attention only (no Gated DeltaNet)"),
         ),
         lora_leaves=ATTN,
         target_parameters=("gate_up_proj", "down_proj"),
+        experts=OMNI_EXPERTS,
         towers=("audio_tower", "visual"),
         remaps={
             "qwen3_omni": (Rule(r"^(?!thinker\.)", "thinker."),),
@@ -105,10 +118,11 @@ ENTRIES: tuple[Layout, ...] = (
         model_module="transformers.models.qwen3_moe.modeling_qwen3_moe",
         model_type="qwen3_moe",
         description="Qwen3-MoE text class, the text stand-in for the Omni thinker (model.layers.*)",
-        requires=(TEXT_LM, FUSED_EXPERTS),
+        requires=(TEXT_LM, EXPERT_LORA),
         forbids=(LINEAR_ATTN, r"\.shared_expert\."),
         lora_leaves=ATTN,
         target_parameters=("gate_up_proj", "down_proj"),
+        experts=QWEN_MOE_EXPERTS,
         remaps={"qwen3_omni_thinker": (ADD_LANGUAGE_MODEL,)},
         hint=r"omni",
         tiny=Tiny("Qwen3MoeConfig", lambda: {**_omni_text(), "num_local_experts": 4}),

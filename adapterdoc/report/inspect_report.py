@@ -61,6 +61,9 @@ class InspectReport(Report):
     """For ``hf://`` inputs: bytes fetched over HTTP (headers only)."""
     weights: Audit | None = None
     """The weights audit with ``--weights``, else ``None``."""
+    experts: Any = None
+    """The expert layout and coverage (:class:`adapterdoc.experts.ExpertPicture`) of a mixture-of-experts adapter,
+    else ``None`` (and no ``experts`` object in the JSON)."""
 
     def body(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(
@@ -84,6 +87,8 @@ class InspectReport(Report):
             d["bytes_received"] = self.bytes_received
         if self.lora:
             d["lora"]["ranks"] = {str(k): v for k, v in self.lora.ranks.items()}
+        if self.experts is not None:
+            d["experts"] = self.experts.to_dict()
         if self.weights is not None:
             d.update(self.weights.to_dict())
         return d

@@ -49,6 +49,8 @@ def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
         w.para("•", ev, indent=2)
     if report.lora:
         _render_lora(w, report)
+    if report.experts is not None:
+        _render_experts(w, report.experts)
     if report.weights is not None:  # inspect --weights
         from adapterdoc.report.audit_text import write_audit
 
@@ -120,6 +122,27 @@ def _render_lora(w: Writer, report: InspectReport) -> None:
         w.para("modules per prefix:", *_items(f"{k} {v:,}" for k, v in lo.per_prefix.items()), indent=2)
     if lo.per_leaf:
         w.para("modules per leaf:", *_items(f"{k} {v:,}" for k, v in lo.per_leaf.items()), indent=2)
+
+
+def _render_experts(w: Writer, pic: Any) -> None:
+    """One or two lines: the expert layout, count and coverage per projection."""
+    if not pic.routed:
+        shared = f"; shared expert {plural(len(pic.shared), 'module')}" if pic.shared else ""
+        w.para("experts:", f"no routed-expert LoRA{shared}", hang=2, indent=2)
+        return
+    n = f"{pic.experts} experts ({pic.experts_from})" if pic.experts else "experts count unknown"
+    cov = [
+        f"{p} {c['experts']}/{c['of']}" if c["of"] is not None else f"{p} {c['blocks']} blocks"
+        for p, c in pic.coverage().items()
+    ]
+    shared = [f"shared expert {plural(len(pic.shared), 'module')}"] if pic.shared else []
+    w.para(
+        "experts:",
+        f"{pic.layout}, {plural(len(pic.routed), 'block')} × {n};",
+        *_items([*cov, *shared]),
+        hang=2,
+        indent=2,
+    )
 
 
 def _items(items: Iterable[str]) -> list[Span]:

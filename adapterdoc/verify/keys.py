@@ -22,7 +22,7 @@ def key_findings(
     report: VerifyReport,
     acfg: AdapterConfig,
 ) -> list[Finding]:
-    out: list[Finding] = []
+    out: list[Finding] = expert_key_findings(spec, ckpt, meta, km, acfg)
     if meta.inject_error:
         out.append(
             make(
@@ -91,6 +91,46 @@ def key_findings(
                 f"shape {list(got)} in the adapter, PEFT builds {list(want)} on {meta.model_class}{why}",
                 path=spec,
                 key=k,
+            )
+        )
+    return out
+
+
+def fused_base(meta: Any) -> bool:
+    """Whether the base model (as PEFT builds it) holds fused 3-D experts (transformers 5): an ``experts`` module
+    with no per-expert children."""
+    mods = meta.base_modules
+    experts = [m for m in mods if m.endswith(".experts")]
+    return bool(experts) and not any(".experts.0." in m or m.endswith(".experts.0") for m in mods)
+
+
+def expert_key_findings(
+    spec: str, ckpt: Checkpoint, meta: Any, km: Any, acfg: AdapterConfig
+) -> list[Finding]:
+    """What PEFT does with the adapter's expert layout on this base: AD241 as an error when one half of gate/up
+    is targeted and the base fuses them (PEFT's conversion refuses it), AD243 when PEFT converts a per-expert
+    adapter to its fused layout at load (``convert_peft_adapter_state_dict_for_transformers``)."""
+    from adapterdoc.experts import expert_picture
+    from adapterdoc.facts import expert_findings
+
+    pic = expert_picture({k: t.shape for k, t in ckpt.tensors.items()}, config=acfg)
+    if not pic.routed:
+        return []
+    fused = fused_base(meta)
+    out: list[Finding] = []
+    if pic.one_sided and fused:
+        out += [f for f in expert_findings(pic, spec, spec=spec, fused_base=True) if f.code == "AD241"]
+    if km.converted and pic.layout == "per-expert" and not meta.inject_error:
+        after = meta.config_after.get("rank_pattern") or {}
+        ranks = ", ".join(f"{k}: {v}" for k, v in after.items())
+        n = sum(1 for k in pic.routed for x in k.keys if x.role == "lora_A")
+        out.append(
+            make(
+                "AD243",
+                f"PEFT converts {n} per-expert LoRA module(s) in {len(pic.routed)} MoE block(s) to its fused "
+                f"layout on {meta.model_class} at load (convert_peft_adapter_state_dict_for_transformers)"
+                + (f"; rank_pattern {{{ranks}}}" if ranks else ""),
+                path=spec,
             )
         )
     return out

@@ -59,7 +59,8 @@ class VllmProfile(Profile):
         config: AdapterConfig,
     ) -> list[Finding]:
         out = _config_findings(spec, config, bool(report.config.get("inferred")), keys, options)
-        return out + _served_findings(spec, config, keys, meta, options, report)
+        out += _served_findings(spec, config, keys, meta, options, report)
+        return out + _expert_findings(spec, config, keys, meta, report)
 
 
 PROFILE = VllmProfile()
@@ -180,6 +181,60 @@ def _served_findings(
                 f"({layout}); vLLM checks only the last name component and silently serves the base model",
                 key=absent[0],
                 hint=mv.command(spec, report.layout) if mv else None,
+            )
+    return out
+
+
+def _expert_findings(
+    spec: str, acfg: AdapterConfig, keys: list[LoraKey], meta: Any, report: VerifyReport
+) -> list[Finding]:
+    """The expert layout vLLM reads for the served class (AD418) and the fused pair it requires (AD419).
+
+    vLLM chooses the layout from the model class (``is_3d_moe_weight``; the registry's ``Experts.served_fused``),
+    not from the file: ``FusedMoE3DWithLoRA`` stacks PEFT's ``experts.base_layer`` (gate_up) and ``experts``
+    (down) and asserts both (``_stack_moe_lora_weights``); ``FusedMoEWithLoRA`` packs per-expert modules, and its
+    name check skips any name containing ``base_layer`` (``check_unexpected_modules``), so a fused gate_up is
+    applied nowhere (vllm/lora/model_manager.py, vllm/lora/lora_model.py)."""
+    from adapterdoc.experts import expert_picture
+    from adapterdoc.layouts import LAYOUTS
+
+    pic = expert_picture({k.key: () for k in keys}, config=acfg)
+    if not pic.routed:
+        return []
+    layout = served_layout(meta.built_as.default_layout if meta.built_as else meta.layout, report.served_as)
+    facts = LAYOUTS[layout].experts if layout in LAYOUTS else None
+    if facts is None or facts.served_fused is None or pic.layout not in ("per-expert", "fused"):
+        return []
+    reads = "fused" if facts.served_fused else "per-expert"
+    out: list[Finding] = []
+    if pic.layout != reads:
+        example = next(k.key for b in pic.routed for k in b.keys)
+        dropped = (
+            "; the fused gate_up key (experts.base_layer) is skipped by its name check and applied nowhere"
+            if pic.layout == "fused"
+            else ""
+        )
+        out.append(
+            _make(
+                "AD418",
+                spec,
+                f"reads {reads} expert LoRA for {LAYOUTS[layout].model_class} (is_3d_moe_weight "
+                f"{facts.served_fused}); the adapter is {pic.layout}{dropped}",
+                key=example,
+                hint=f"adapterdoc remap {spec} --experts {reads} --out DIR",
+            )
+        )
+    elif reads == "fused":
+        half = [b for b in pic.routed if len(b.projections) == 1]
+        if half:
+            out.append(
+                _make(
+                    "AD419",
+                    spec,
+                    f"{len(half)} MoE block(s) carry only {next(iter(half[0].projections))} of the fused pair; "
+                    "the fused MoE LoRA stacking asserts both",
+                    key=half[0].path,
+                )
             )
     return out
 
