@@ -58,7 +58,7 @@ def _leaf(name: str) -> str:
 
 def _number(x: float, like: Any) -> float | int:
     """``x`` as an int when it is one and ``like`` (the value it is derived from) is an int."""
-    return int(round(x)) if isinstance(like, int) and abs(x - round(x)) < 1e-12 else x
+    return round(x) if isinstance(like, int) and abs(x - round(x)) < 1e-12 else x
 
 
 def _fused_alpha(cfg: AdapterConfig, block: Block, leaf_module: str) -> float | int:

@@ -6,13 +6,12 @@ import os
 from collections.abc import Iterable
 
 from adapterdoc.layouts import Rule
-from adapterdoc.remap.moves import parse_rule
 from adapterdoc.remap.expert_plan import make_expert_plan
+from adapterdoc.remap.moves import parse_rule
 from adapterdoc.remap.plan import Plan, make_plan
 from adapterdoc.remap.write import CopyProgress, write
 from adapterdoc.report.remap_report import RemapReport
 from adapterdoc.st.atomic import folder_lock
-
 
 EXPERT_FORMS = ("per-expert", "fused")
 """The two expert layouts ``experts=`` converts to."""
