@@ -14,14 +14,17 @@ tests.
 from __future__ import annotations
 
 from adapterdoc.layouts import embeddinggemma, mistral3, modernbert, qwen3_5, qwen3_omni, qwen_vl
+from adapterdoc.layouts.common import MIXTRAL_EXPERTS, MOE_NAME_HINT
 from adapterdoc.layouts.moves import VL_RULES, apply_move, move_rules, move_words, rename
 from adapterdoc.layouts.registry import (
     ADD_LANGUAGE_MODEL,
+    EXPERT_SPELLINGS,
     LAYOUTS,
     MODALITY_SEGMENTS,
     STRIP_LANGUAGE_MODEL,
     TOWER_SEGMENTS,
     Detection,
+    Experts,
     Layout,
     Rule,
     Tiny,
@@ -33,6 +36,7 @@ from adapterdoc.layouts.registry import (
     get_layout,
     loadable_as,
     register,
+    register_experts,
     remap_path,
     smoke_layouts,
     strip_language_model,
@@ -47,16 +51,21 @@ layouts, in order) and ``SMOKE`` (its ``train-smoke --layout all`` layouts, in r
 
 for _family in FAMILY_MODULES:
     register(*_family.ENTRIES, smoke=_family.SMOKE)
+register_experts(MIXTRAL_EXPERTS)
 
 __all__ = [
     "ADD_LANGUAGE_MODEL",
+    "EXPERT_SPELLINGS",
     "FAMILY_MODULES",
     "LAYOUTS",
+    "MIXTRAL_EXPERTS",
     "MODALITY_SEGMENTS",
+    "MOE_NAME_HINT",
     "STRIP_LANGUAGE_MODEL",
     "TOWER_SEGMENTS",
     "VL_RULES",
     "Detection",
+    "Experts",
     "Layout",
     "Rule",
     "Tiny",
@@ -71,6 +80,7 @@ __all__ = [
     "move_rules",
     "move_words",
     "register",
+    "register_experts",
     "remap_path",
     "rename",
     "smoke_layouts",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from adapterdoc.layouts.registry import Experts
+
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP = ("gate_proj", "up_proj", "down_proj")
 LINEAR_ATTN = r"\.linear_attn\."
@@ -12,6 +14,20 @@ TEXT_LM = r"^model\.layers\.\d+\."
 VL_DECODER = r"^model\.language_model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
 TEXT_DECODER = r"^model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
 BERT_LEAF = r"\.(Wqkv|Wi|Wo)$"
+
+QWEN_MOE_EXPERTS = Experts()
+"""Qwen3-MoE and the Omni thinker: ``mlp.experts.{e}.{gate,up,down}_proj`` / fused ``gate_up_proj``, ``down_proj``;
+no shared expert."""
+QWEN35_MOE_EXPERTS = Experts(shared=("shared_expert", "shared_expert_gate"))
+"""Qwen3.5-MoE (and Qwen2-MoE): the Qwen3-MoE experts plus one shared expert and its sigmoid gate."""
+MIXTRAL_EXPERTS = Experts(
+    per_expert=("w1", "w3", "w2"), block="block_sparse_moe", count_field="num_local_experts"
+)
+"""Mixtral (no layout of its own here; its adapters are read by their keys): ``block_sparse_moe.experts.{e}.w1/w3/w2``
+are gate/up/down; transformers 5 renames ``block_sparse_moe`` to ``mlp`` and fuses them like Qwen's."""
+MOE_NAME_HINT = r"moe|mixtral|a\d+(\.\d+)?b\b|\d+x\d+b"
+"""A model name or path that says mixture-of-experts (``Qwen3-30B-A3B``, ``Mixtral-8x7B``, ``...-MoE``): lets an adapter
+with no expert keys be recognised as an MoE adapter."""
 
 
 # tiny reference sizes (every tiny config is a few of these)

@@ -14,6 +14,7 @@ from adapterdoc.layouts.common import (
     LINEAR_ATTN,
     MLP,
     MOE,
+    QWEN35_MOE_EXPERTS,
     TEXT_LM,
     VL_LM,
 )
@@ -331,6 +332,7 @@ ENTRIES: tuple[Layout, ...] = (
         ),
         lora_leaves=ATTN + MLP + _DELTANET,
         target_parameters=_EXPERTS,
+        experts=QWEN35_MOE_EXPERTS,
         towers=("visual", "mtp"),
         remaps={"qwen3_5_moe_text": (STRIP_LANGUAGE_MODEL,)},
         text_counterpart="qwen3_5_moe_text",
@@ -355,6 +357,7 @@ ENTRIES: tuple[Layout, ...] = (
         ),
         lora_leaves=ATTN + MLP + _DELTANET,
         target_parameters=_EXPERTS,
+        experts=QWEN35_MOE_EXPERTS,
         towers=("mtp",),
         remaps={"qwen3_5_moe_vl": (ADD_LANGUAGE_MODEL,)},
         hint=r"qwen3[._-]?[56].*(a\d+b|moe)",

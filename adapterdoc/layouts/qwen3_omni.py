@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapterdoc.layouts.common import ATTN, DECODER, FUSED_EXPERTS, HIDDEN, LINEAR_ATTN, TEXT_LM, VL_LM
+from adapterdoc.layouts.common import (
+    ATTN,
+    DECODER,
+    FUSED_EXPERTS,
+    HIDDEN,
+    LINEAR_ATTN,
+    QWEN_MOE_EXPERTS,
+    TEXT_LM,
+    VL_LM,
+)
 from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Rule, Tiny
 
 # ------------------------------------------------------------------------------------- tiny configs
@@ -63,6 +72,7 @@ ENTRIES: tuple[Layout, ...] = (
         signals=((FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),),
         lora_leaves=ATTN,
         target_parameters=("gate_up_proj", "down_proj"),
+        experts=QWEN_MOE_EXPERTS,
         towers=("audio_tower", "visual", "talker", "code2wav"),
         remaps={"qwen3_omni_thinker": (Rule(r"^thinker\.", ""),)},
         text_counterpart="qwen3_omni_thinker",
@@ -88,6 +98,7 @@ ENTRIES: tuple[Layout, ...] = (
         ),
         lora_leaves=ATTN,
         target_parameters=("gate_up_proj", "down_proj"),
+        experts=QWEN_MOE_EXPERTS,
         towers=("audio_tower", "visual"),
         remaps={
             "qwen3_omni": (Rule(r"^(?!thinker\.)", "thinker."),),
@@ -109,6 +120,7 @@ ENTRIES: tuple[Layout, ...] = (
         forbids=(LINEAR_ATTN, r"\.shared_expert\."),
         lora_leaves=ATTN,
         target_parameters=("gate_up_proj", "down_proj"),
+        experts=QWEN_MOE_EXPERTS,
         remaps={"qwen3_omni_thinker": (ADD_LANGUAGE_MODEL,)},
         hint=r"omni",
         tiny=Tiny("Qwen3MoeConfig", lambda: {**_omni_text(), "num_local_experts": 4}),

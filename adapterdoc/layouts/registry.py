@@ -63,6 +63,24 @@ ADD_LANGUAGE_MODEL = Rule(r"^model\.(?!language_model\.)", "model.language_model
 
 
 @dataclass(frozen=True)
+class Experts:
+    """How one family names its mixture-of-experts parameters (data for :mod:`adapterdoc.experts`)."""
+
+    per_expert: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
+    """The leaf names of expert ``e``'s gate, up and down Linears (``...experts.{e}.<leaf>``) in the per-expert
+    layout (transformers 4.x models, older PEFT, most engines)."""
+    fused: tuple[str, str] = ("gate_up_proj", "down_proj")
+    """The 3-D Parameters of transformers 5's fused experts module: ``[E, 2I, H]`` (gate rows, then up rows) and
+    ``[E, H, I]``; PEFT reaches them through ``target_parameters``."""
+    block: str = "mlp"
+    """The MoE block's attribute under a decoder layer (its ``experts`` module sits below it)."""
+    shared: tuple[str, ...] = ()
+    """Shared-expert modules beside the routed experts (dense MLPs every token runs through)."""
+    count_field: str = "num_experts"
+    """The config field holding the routed-experts count."""
+
+
+@dataclass(frozen=True)
 class Layout:
     """One model layout: how its adapters' module paths look and how to move them to neighbours."""
 
@@ -113,6 +131,8 @@ class Layout:
     tree: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
     """The torch-free module-tree builder (``config.json`` dict → :class:`adapterdoc.layouts.trees.Tree`) for
     ``(model_type, model_class)``; ``None``: the meta device builds the model instead."""
+    experts: Experts | None = None
+    """How this layout's MoE blocks name their experts (``None``: not a mixture-of-experts model)."""
     load_conversion: bool = False
     """Whether transformers registers load-time renames for ``model_type`` (``transformers.conversion_mapping``),
     which PEFT's loader also applies to adapter keys."""
@@ -144,6 +164,9 @@ LOAD_CONVERSIONS: set[str] = set()
 """Model types among :data:`TREES` with a ``transformers.conversion_mapping`` entry (transformers 5.24; pinned by
 ``tests/verify/test_expected_keys.py``)."""
 _SMOKE: list[str] = []
+EXPERT_SPELLINGS: list[Experts] = []
+"""Every distinct expert naming: the registered layouts' and those known only from adapter keys
+(:func:`register_experts`), in registration order."""
 
 
 def register(*layouts: Layout, smoke: Sequence[str] = ()) -> None:
@@ -154,6 +177,8 @@ def register(*layouts: Layout, smoke: Sequence[str] = ()) -> None:
         if layout.tiny is None and not layout.no_tiny:
             raise ValueError(f"layout {layout.name!r} has no tiny config and no `no_tiny` reason")
         LAYOUTS[layout.name] = layout
+        if layout.experts is not None:
+            register_experts(layout.experts)
         if layout.tree is not None:
             TREES.setdefault((layout.model_type, layout.model_class), layout.tree)
             if layout.load_conversion:
@@ -162,6 +187,13 @@ def register(*layouts: Layout, smoke: Sequence[str] = ()) -> None:
         if name not in LAYOUTS or LAYOUTS[name].tiny is None:
             raise ValueError(f"smoke layout {name!r} is not a registered layout with a tiny config")
         _SMOKE.append(name)
+
+
+def register_experts(*spellings: Experts) -> None:
+    """Add expert namings (a family known only from its adapter keys registers its spelling here)."""
+    for e in spellings:
+        if e not in EXPERT_SPELLINGS:
+            EXPERT_SPELLINGS.append(e)
 
 
 def get_layout(name: str) -> Layout:
