@@ -1,9 +1,8 @@
 """The names the expert remap needs: the per-expert leaf names of each MoE style and the fused parameters they fold
 into, and how the per-expert style of a fused adapter is chosen.
 
-This is the small interface ``remap --experts`` is written against; the family facts behind it belong to the
-registry (issue 14: the ``experts`` fact of :mod:`adapterdoc.layouts`, read through :mod:`adapterdoc.experts`), and
-this module is the one place to switch to them.
+The spellings come from the registry (:data:`adapterdoc.layouts.EXPERT_SPELLINGS`, the ``experts`` fact of each MoE
+layout); this module turns them into what the remap needs.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from adapterdoc.layouts import EXPERT_SPELLINGS
 
 GATE_UP = "gate_up_proj"
 DOWN = "down_proj"
@@ -42,16 +43,25 @@ class ExpertNames:
         return DOWN if leaf == self.down else GATE_UP
 
 
-LINEAR = ExpertNames("mlp", "gate_proj", "up_proj", "down_proj")
-"""The common style (Qwen2/3-MoE, Qwen3.5-MoE, OLMoE, ...): PEFT's ``qwen2_moe`` conversion pattern."""
-BLOCK_SPARSE = ExpertNames("block_sparse_moe", "w1", "w3", "w2")
-"""transformers 4's Mixtral: ``block_sparse_moe.experts.{e}.w1/w3/w2`` (gate/up/down); PEFT's ``mixtral`` pattern."""
-STYLES = (LINEAR, BLOCK_SPARSE)
+def _styles() -> tuple[ExpertNames, ...]:
+    """One style per distinct per-expert spelling in the registry (:data:`adapterdoc.layouts.EXPERT_SPELLINGS`)."""
+    out: list[ExpertNames] = []
+    for sp in EXPERT_SPELLINGS:
+        style = ExpertNames(sp.block, *sp.per_expert)
+        if style not in out:
+            out.append(style)
+    return tuple(out)
 
-HINTS: tuple[tuple[str, ExpertNames], ...] = (("mixtral", BLOCK_SPARSE),)
+
+STYLES = _styles()
+LINEAR = STYLES[0]
+"""The common style (the first registered: ``mlp.experts.{e}.gate_proj/up_proj/down_proj``)."""
+
+_BLOCK_SPARSE = next((s for s in STYLES if s.container == "block_sparse_moe"), LINEAR)
+HINTS: tuple[tuple[str, ExpertNames], ...] = (("mixtral", _BLOCK_SPARSE),)
 """A word in the adapter's ``auto_mapping.base_model_class`` or ``base_model_name_or_path`` (case-insensitive)
-that chooses the per-expert style of a fused adapter; none: :data:`LINEAR`."""
-
+that chooses the per-expert style of a fused adapter (the registry's spellings carry no model name); none:
+:data:`LINEAR`."""
 _PER_EXPERT = re.compile(r"^(?P<pre>.+)\.(?P<container>[^.]+)\.experts\.(?P<e>\d+)\.(?P<leaf>[^.]+)$")
 
 
