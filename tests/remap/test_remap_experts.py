@@ -57,7 +57,7 @@ def read_st(path: Path) -> dict[str, Any]:
     return out
 
 
-E, R, H, I = 3, 2, 6, 4
+E, R, H, INTER = 3, 2, 6, 4
 P = "base_model.model.model.layers.0.mlp.experts"
 
 
@@ -69,7 +69,11 @@ def per_expert(tmp_path: Path) -> Path:
         "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": rng.normal(size=(H, R)),
     }
     for e in range(E):
-        for leaf, (fin, fout) in (("gate_proj", (H, I)), ("up_proj", (H, I)), ("down_proj", (I, H))):
+        for leaf, (fin, fout) in (
+            ("gate_proj", (H, INTER)),
+            ("up_proj", (H, INTER)),
+            ("down_proj", (INTER, H)),
+        ):
             t[f"{P}.{e}.{leaf}.lora_A.weight"] = rng.normal(size=(R, fin))
             t[f"{P}.{e}.{leaf}.lora_B.weight"] = rng.normal(size=(fout, R))
     folder = tmp_path / "per_expert"
@@ -101,14 +105,17 @@ def test_fused_layout_by_hand_and_back(per_expert: Path, tmp_path: Path) -> None
     fused = read_st(tmp_path / "f" / "adapter_model.safetensors")
     a_gu, b_gu = fused[f"{P}.base_layer.lora_A.weight"], fused[f"{P}.base_layer.lora_B.weight"]
     a_dn, b_dn = fused[f"{P}.lora_A.weight"], fused[f"{P}.lora_B.weight"]
-    assert a_gu.shape == (E * 2 * R, H) and b_gu.shape == (2 * I, 2 * R * E)
+    assert a_gu.shape == (E * 2 * R, H) and b_gu.shape == (2 * INTER, 2 * R * E)
     for e in range(E):
-        g = lambda leaf, ab: src[f"{P}.{e}.{leaf}.lora_{ab}.weight"]  # noqa: E731
+
+        def g(leaf: str, ab: str, e: int = e) -> Any:
+            return src[f"{P}.{e}.{leaf}.lora_{ab}.weight"]
+
         assert np.array_equal(
             a_gu[e * 2 * R : (e + 1) * 2 * R], np.concatenate([g("gate_proj", "A"), g("up_proj", "A")])
         )
-        bd = np.zeros((2 * I, 2 * R), dtype="<f4")
-        bd[:I, :R], bd[I:, R:] = g("gate_proj", "B"), g("up_proj", "B")
+        bd = np.zeros((2 * INTER, 2 * R), dtype="<f4")
+        bd[:INTER, :R], bd[INTER:, R:] = g("gate_proj", "B"), g("up_proj", "B")
         assert np.array_equal(b_gu[:, e::E], bd)
         assert np.array_equal(a_dn[e * R : (e + 1) * R], g("down_proj", "A"))
         assert np.array_equal(b_dn[:, e::E], g("down_proj", "B"))
