@@ -1,4 +1,5 @@
-"""`adapterdoc remap ADAPTER (--vl | --to LAYOUT | --rule 'REGEX=>REPLACEMENT' ...) [--out DIR] [--dry-run] [--json]`."""
+"""`adapterdoc remap ADAPTER (--vl | --to LAYOUT | --rule 'REGEX=>REPLACEMENT' ... | --experts per-expert|fused)
+[--out DIR] [--dry-run] [--json]`."""
 
 from __future__ import annotations
 
@@ -52,6 +53,12 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     help="re.sub on the full key, first match only; repeatable, applied in order.",
 )
 @click.option(
+    "--experts",
+    type=click.Choice(["per-expert", "fused"]),
+    help="Rewrite a mixture-of-experts adapter into one LoRA per expert and projection, or PEFT's fused form "
+    "(target_parameters); exact, a streamed copy.",
+)
+@click.option(
     "--out",
     type=click.Path(),  # a file or link here is refused with exit 3 by the atomic module, not click
     metavar="DIR",
@@ -68,6 +75,7 @@ def command(
     to_layout: str | None,
     from_layout: str | None,
     rules: tuple[str, ...],
+    experts: str | None,
     out: str | None,
     dry_run: bool,
     output: Output,
@@ -81,8 +89,10 @@ def command(
       --to LAYOUT     the registry's rules from the detected layout (or --from)
                       to LAYOUT
       --rule R=>S     your own renames on the full key, in order
+      --experts FORM  a mixture-of-experts adapter into one LoRA per expert
+                      (per-expert) or PEFT's fused target_parameters form
 
-    Header-only: the tensor data bytes never change. The header is rewritten in place when the new one fits
+    --vl, --to and --rule are header-only: the tensor data bytes never change. The header is rewritten in place when the new one fits
     (always for --vl), else the file is copied to a temp file beside it and renamed over it. A weights file
     that is a symlink (the Hugging Face cache) is never written through: the link is replaced by a regular
     file and the shared blob stays as it was. A .bin adapter is written as adapter_model.safetensors and the
@@ -91,11 +101,21 @@ def command(
     """
     from adapterdoc.remap import remap
 
-    modes = [m for m, on in (("--vl", vl), ("--to", to_layout is not None), ("--rule", bool(rules))) if on]
+    modes = [
+        m
+        for m, on in (
+            ("--vl", vl),
+            ("--to", to_layout is not None),
+            ("--rule", bool(rules)),
+            ("--experts", experts is not None),
+        )
+        if on
+    ]
     if len(modes) != 1:
         got = " and ".join(modes) if modes else "none"
         raise click.UsageError(
-            f"choose exactly one of --vl, --to LAYOUT, --rule 'REGEX=>REPLACEMENT' (got {got})"
+            "choose exactly one of --vl, --to LAYOUT, --rule 'REGEX=>REPLACEMENT', --experts per-expert|fused "
+            f"(got {got})"
         )
     if from_layout is not None and to_layout is None:
         raise click.UsageError("--from LAYOUT only goes with --to LAYOUT")
@@ -105,6 +125,7 @@ def command(
         to=to_layout,
         source=from_layout,
         rules=rules,
+        experts=experts,
         out=out,
         dry_run=dry_run,
         progress=copy_bar if output.fmt == "text" and not is_quiet() else None,

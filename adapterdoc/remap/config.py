@@ -34,7 +34,7 @@ def plan_config(
     if not changes:
         return cfg.path, original if report.out is not None else None
     report.config_changes = changes
-    return cfg.path, _dump_like(raw, original)
+    return cfg.path, dump_like(raw, original)
 
 
 def _auto_mapping_change(
@@ -103,7 +103,7 @@ def _pairs(
     return sorted(lora.items()), sorted(full.items())
 
 
-def _dump_like(raw: dict[str, Any], original: bytes) -> bytes:
+def dump_like(raw: dict[str, Any], original: bytes) -> bytes:
     """Serialise ``raw`` the way ``original`` was written (indent, ASCII escapes, final newline)."""
     text = original.decode("utf-8")
     lines = text.splitlines()

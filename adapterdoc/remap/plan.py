@@ -5,6 +5,7 @@ and plan the new adapter_config.json. Nothing is written here."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from adapterdoc.adapter import ADAPTER_CONFIG, WRAPPER, LoraKey, fused_expert_owner, parse_key
@@ -34,6 +35,8 @@ class Plan:
     config_path: str | None
     config_bytes: bytes | None
     blocker: str | None
+    compose: Callable[[str, str, Callable[[int], None] | None], None] | None = None
+    """``--experts``: writes the new weights file (dest, link rule, progress callback) instead of a header copy."""
 
 
 def make_plan(

@@ -6,11 +6,15 @@ import os
 from collections.abc import Iterable
 
 from adapterdoc.layouts import Rule
+from adapterdoc.remap.expert_plan import make_expert_plan
 from adapterdoc.remap.moves import parse_rule
-from adapterdoc.remap.plan import make_plan
+from adapterdoc.remap.plan import Plan, make_plan
 from adapterdoc.remap.write import CopyProgress, write
 from adapterdoc.report.remap_report import RemapReport
 from adapterdoc.st.atomic import folder_lock
+
+EXPERT_FORMS = ("per-expert", "fused")
+"""The two expert layouts ``experts=`` converts to."""
 
 
 def remap(
@@ -20,27 +24,37 @@ def remap(
     to: str | None = None,
     source: str | None = None,
     rules: Iterable[str | Rule] = (),
+    experts: str | None = None,
     out: str | os.PathLike[str] | None = None,
     dry_run: bool = False,
     progress: CopyProgress | None = None,
 ) -> RemapReport:
     """Remap ``spec`` (adapter dir, .safetensors/.bin file or cached repo id); see the module docstring.
 
-    ``source`` names the source layout for ``to`` when detection is ambiguous. ``out`` writes a complete new
+    ``experts`` (``per-expert`` or ``fused``) rewrites a mixture-of-experts adapter into that expert layout
+    (:mod:`adapterdoc.remap.experts`; always a streamed copy of the weights). ``source`` names the source layout for ``to`` when detection is ambiguous. ``out`` writes a complete new
     adapter folder and leaves the input untouched. ``dry_run`` plans and writes nothing. ``progress`` opens a
     progress display for a streamed copy (see :data:`~adapterdoc.remap.write.CopyProgress`). Raises an :class:`~adapterdoc.errors.AdapterdocError` (nothing
     written) when the input is unusable or the remap is refused.
     """
     user_rules = [r if isinstance(r, Rule) else parse_rule(r) for r in rules]
-    modes = sum([bool(vl), to is not None, bool(user_rules)])
+    modes = sum([bool(vl), to is not None, bool(user_rules), experts is not None])
     if modes != 1:
-        raise ValueError("choose exactly one of vl=True, to=LAYOUT or rules=[...]")
+        raise ValueError("choose exactly one of vl=True, to=LAYOUT, rules=[...] or experts=")
+    if experts is not None and experts not in EXPERT_FORMS:
+        raise ValueError(f"experts= is one of {', '.join(EXPERT_FORMS)}")
     if source is not None and to is None:
         raise ValueError("source= only goes with to=")
     if out is not None:
         out = os.path.expanduser(os.fspath(out))
+
+    def make(out: str | None) -> Plan:
+        if experts is not None:
+            return make_expert_plan(os.fspath(spec), experts, out)
+        return make_plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=out)
+
     if dry_run or out is not None:
-        plan = make_plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=out)
+        plan = make(out)
         plan.report.dry_run = dry_run
         if dry_run:
             plan.report.notes.append("dry run: nothing was written")
@@ -49,13 +63,13 @@ def remap(
         return plan.report
     folder = _writable_folder(os.fspath(spec))
     if folder is None:  # not a cached repo id either (an hf:// spec): planning finds the folder
-        probe = make_plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=None)
+        probe = make(None)
         folder = os.path.dirname(os.path.abspath(probe.weights_path))
     # Writing in place: plan (once, reading the header once) and write under the folder's lock, so that a second
     # remap running at the same time sees the first one's result (and finds nothing to do, or refuses) instead of
     # interleaving with it.
     with folder_lock(folder):
-        plan = make_plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=None)
+        plan = make(None)
         write(plan, out=None, progress=progress)
     return plan.report
 

@@ -62,6 +62,12 @@ def write(plan: Plan, *, out: str | None, progress: CopyProgress | None) -> None
     if bin_input:
         _write_bin_as_safetensors(plan, os.path.dirname(weights))
         return
+    if plan.compose is not None:  # --experts: new tensor data, streamed over the file
+        _note_link(report, weights)
+        with _copying(progress, weights, plan) as advance:
+            plan.compose(weights, "replace", advance)
+        report.written.append(weights)
+        return
     assert plan.header is not None and plan.body is not None
     if report.strategy == "in-place":
         rewrite.rewrite_in_place(weights, plan.header, plan.body)
@@ -184,6 +190,12 @@ def _fill_out(plan: Plan, tmp: str, *, progress: CopyProgress | None) -> list[st
         return written
     header = plan.header
     assert header is not None
+    if plan.compose is not None:
+        dest = os.path.join(tmp, weights_name)
+        with _copying(progress, dest, plan) as advance:
+            plan.compose(dest, "follow", advance)
+        written.append(weights_name)
+        return written
     body = plan.body
     if body is None:
         body = header.raw.rstrip(b" \t\n\r")

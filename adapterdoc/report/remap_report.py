@@ -34,7 +34,7 @@ class RemapReport(Report):
 
     input: str
     mode: str
-    """``vl``, ``to`` or ``rule``."""
+    """``vl``, ``to``, ``rule`` or ``experts``."""
     strategy: str
     """``in-place`` (header rewritten over the old one), ``copy`` (a new file written), ``none`` (nothing to rename)."""
     mapping: dict[str, str]
@@ -49,6 +49,9 @@ class RemapReport(Report):
     written: list[str] = field(default_factory=list)
     """Files written (or that would be, with ``dry_run``)."""
     notes: list[str] = field(default_factory=list)
+    experts: dict[str, Any] | None = None
+    """``--experts`` only: the direction, the per-expert names, the blocks and tensors rewritten, the rank of each
+    projection before and after, and what the conversion keeps exact."""
     renamed: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -72,4 +75,5 @@ class RemapReport(Report):
             "config_changes": [c.to_dict() for c in self.config_changes],
             "written": self.written,
             "notes": self.notes,
+            **({"experts": self.experts} if self.experts is not None else {}),
         }

@@ -1,0 +1,149 @@
+"""Planning ``remap --experts``: open the adapter (its header read once), plan the tensors
+(:mod:`~adapterdoc.remap.experts`) and the config (:mod:`~adapterdoc.remap.expert_config`), and the report; nothing
+is written here. The weights are always a new file (the tensor data changes), streamed by
+:func:`adapterdoc.st.compose.compose`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from adapterdoc.adapter import parse_key
+from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.remap.config import dump_like
+from adapterdoc.remap.expert_config import expert_config
+from adapterdoc.remap.expert_names import GATE_UP
+from adapterdoc.remap.experts import Block, ExpertPlan, plan_experts
+from adapterdoc.remap.plan import Plan, open_input
+from adapterdoc.report.remap_report import RemapReport
+from adapterdoc.st.atomic import target_mode
+from adapterdoc.st.compose import compose
+
+EXACT = (
+    "exact in outputs: fused → per-expert keeps each projection's rank (gate and up share A_e and take their rows "
+    "of B_e); per-expert → fused is PEFT's own construction (gate_up rank = gate's + up's, lora_B block-diagonal). "
+    "A round trip fused → per-expert → fused therefore gives the same outputs, not the same bytes (gate_up's rank "
+    "doubles)"
+)
+
+
+def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
+    """Plan ``remap --experts DIRECTION`` of ``spec``."""
+    ckpt = open_input(spec)
+    weights = ckpt.weights_path
+    assert weights is not None
+    if ckpt.weights_format == "bin":
+        raise UnsupportedInputError(
+            weights,
+            "remap --experts reads safetensors only; convert the .bin first (adapterdoc remap --rule)",
+        )
+    header = ckpt.headers[0]
+    cfg = ckpt.adapter_config
+    plan = plan_experts(header, cfg, direction, weights)
+    assert cfg is not None and cfg.path is not None
+    touched = {k for b in plan.blocks for pair in _keys_of(b) for k in pair}
+    others = sorted(
+        {parse_key(k).module for k in header.tensors if k not in touched and parse_key(k).is_lora}
+    )
+    with open(cfg.path, "rb") as f:
+        original = f.read()
+    raw = json.loads(original.decode("utf-8"))
+    changes = expert_config(raw, cfg, plan, others, cfg.path)
+    report = RemapReport(
+        input=spec,
+        mode="experts",
+        strategy="copy",
+        mapping=_mapping(plan),
+        weights=weights,
+        out=out,
+        config_changes=changes,
+        notes=_notes(plan),
+        experts=_summary(plan),
+    )
+    config_bytes = dump_like(raw, original) if changes or out is not None else None
+    result = Plan(report, ckpt, weights, header, None, cfg.path, config_bytes, None)
+
+    def write_weights(dest: str, link: str, progress: Callable[[int], None] | None) -> None:
+        compose(
+            dest,
+            plan.specs,
+            plan.pieces(),
+            metadata=header.metadata,
+            mode=target_mode(weights),
+            link=link,
+            progress=progress,
+        )
+
+    result.compose = write_weights
+    return result
+
+
+def _keys_of(b: Block) -> list[tuple[str, str]]:
+    return [b.fused_keys, *b.leaf_keys.values()]
+
+
+def _span(n: int) -> str:
+    return "0" if n == 1 else f"{{0..{n - 1}}}"
+
+
+def _per_expert_pattern(plan: ExpertPlan, b: Block) -> str:
+    leaves = b.leaves[0] if len(b.leaves) == 1 else "{" + ",".join(b.leaves) + "}"
+    return f"{b.pre}.{plan.style.container}.experts.{_span(b.experts)}.{leaves}"
+
+
+def _mapping(plan: ExpertPlan) -> dict[str, str]:
+    """One entry per MoE block: the per-expert modules (brace pattern) ↔ the fused module."""
+    out = {}
+    for b in plan.blocks:
+        many = _per_expert_pattern(plan, b)
+        if plan.direction == "fused":
+            out[many] = b.fused_module
+        else:
+            out[b.fused_module] = many
+    return out
+
+
+def _summary(plan: ExpertPlan) -> dict[str, object]:
+    ranks: dict[str, dict[str, object]] = {}
+    for b in plan.blocks:
+        per = dict(b.leaf_ranks)
+        before, after = (per, b.fused_rank) if plan.direction == "fused" else (b.fused_rank, per)
+        ranks.setdefault(b.param, {"before": before, "after": after})
+    fused = 2 * len(plan.blocks)
+    per_expert = sum(2 * len(b.leaf_keys) for b in plan.blocks)
+    read, written = (per_expert, fused) if plan.direction == "fused" else (fused, per_expert)
+    return {
+        "direction": plan.direction,
+        "names": {
+            "container": plan.style.container,
+            "gate": plan.style.gate,
+            "up": plan.style.up,
+            "down": plan.style.down,
+            "from": plan.style_reason,
+        },
+        "blocks": len(plan.blocks),
+        "experts": sorted({b.experts for b in plan.blocks}),
+        "tensors_before": plan.tensors_in,
+        "tensors_after": len(plan.specs),
+        "tensors_read": read,
+        "tensors_written": written,
+        "tensors_copied": plan.copied,
+        "rank": ranks,
+        "exact": EXACT,
+    }
+
+
+def _notes(plan: ExpertPlan) -> list[str]:
+    notes = []
+    if plan.direction == "per-expert":
+        notes.append(
+            f"per-expert names: {plan.style.container}.experts.N.{{{','.join(plan.style.leaves)}}} "
+            f"({plan.style_reason})"
+        )
+        if any(b.param == GATE_UP for b in plan.blocks):
+            notes.append(
+                "target_modules names the expert leaves: a shared expert or dense MLP with the same leaf "
+                "names is targeted too (PEFT starts it at zero, so outputs are unchanged)"
+            )
+    notes.append(EXACT)
+    return notes

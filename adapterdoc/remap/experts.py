@@ -1,0 +1,410 @@
+"""``remap --experts per-expert|fused``: rewrite a mixture-of-experts adapter between one LoRA per expert and
+projection and PEFT's fused-parameter form, exactly, as a streamed copy (one MoE block in memory at a time).
+
+The fused form is PEFT's ParamWrapper layout (``peft/tuners/lora/layer.py``, ``ParamWrapper.get_delta_weight``):
+``lora_A`` ``[E·r, in]`` with expert e's rows ``e·r … e·r+r-1``, ``lora_B`` ``[out, r·E]`` with expert e's rank k in
+column ``k·E + e``; ``gate_up_proj`` (the inner wrapper, ``experts.base_layer``, when ``down_proj`` is targeted too)
+holds gate's rows then up's. Per-expert → fused is PEFT's own load conversion
+(``peft/utils/transformers_weight_conversion.py``: ``lora_A`` of gate and up concatenated along the rank, ``lora_B``
+block-diagonal, rank and alpha of ``gate_up_proj`` doubled); fused → per-expert keeps the rank: expert e's gate and
+up take the same ``A_e`` and their rows of ``B_e``. Both are permutations of elements plus zero blocks, done on raw
+bytes (:mod:`adapterdoc.st.compose`), so every dtype is moved bit for bit and no torch is imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.adapter import WRAPPER, AdapterConfig, LoraKey, parse_key
+from adapterdoc.errors import RefusedError
+from adapterdoc.remap.expert_names import (
+    DOWN,
+    FUSED_PARAMS,
+    GATE_UP,
+    ExpertNames,
+    fused_owner_prefix,
+    fused_style,
+    per_expert_module,
+    per_expert_style,
+)
+from adapterdoc.st.compose import Spec, element_bytes, gather, scatter
+from adapterdoc.st.header import Header
+from adapterdoc.st.tensors import read_tensor_bytes, tensor_windows
+
+Pieces = Iterator["bytes | bytearray | memoryview"]
+
+
+@dataclass
+class Block:
+    """One MoE projection of one layer (``gate_up_proj`` or ``down_proj`` of ``owner``), in both forms."""
+
+    owner: str
+    """The fused module without the wrapper, ``...mlp.experts``."""
+    param: str
+    pre: str
+    wrapped: bool
+    experts: int
+    dtype: str
+    fused_in: int
+    fused_out: int
+    leaf_ranks: dict[str, int]
+    """The per-expert rank of each leaf (gate, up or down); the fused rank is their sum."""
+    leaf_keys: dict[tuple[int, str], tuple[str, str]] = field(default_factory=dict)
+    """(expert, leaf) → (lora_A key, lora_B key) of the per-expert form."""
+    fused_keys: tuple[str, str] = ("", "")
+    fused_module: str = ""
+    fused_rank: int = 0
+    """The rank of the fused module (gate_up: gate's plus up's when fused from per-expert LoRA)."""
+
+    @property
+    def leaves(self) -> list[str]:
+        return list(self.leaf_ranks)
+
+
+@dataclass
+class ExpertPlan:
+    """The whole rewrite: the output tensors in order with the producer of each group's bytes."""
+
+    direction: str
+    style: ExpertNames
+    style_reason: str
+    blocks: list[Block]
+    groups: list[tuple[list[Spec], Any]]
+    """(specs, producer): ``producer()`` yields the bytes of those tensors, in order."""
+    tensors_in: int
+    copied: int
+
+    @property
+    def specs(self) -> list[Spec]:
+        return [s for specs, _ in self.groups for s in specs]
+
+    def pieces(self) -> Pieces:
+        for _, produce in self.groups:
+            yield from produce()
+
+
+def _key(wrapped: bool, module: str, role: str) -> str:
+    return f"{WRAPPER if wrapped else ''}{module}.{role}.weight"
+
+
+def _refuse(path: str, why: str, key: str | None = None) -> RefusedError:
+    return RefusedError(path, why, key=key)
+
+
+def plan_experts(header: Header, cfg: AdapterConfig | None, direction: str, weights: str) -> ExpertPlan:
+    """Plan ``direction`` (``fused`` or ``per-expert``) for the adapter whose header is ``header``."""
+    if cfg is None:
+        raise _refuse(
+            weights,
+            "remap --experts needs the adapter folder with its adapter_config.json (the rank and the "
+            "expert targets are read from it)",
+        )
+    if cfg.use_dora:
+        raise _refuse(weights, "is a DoRA adapter: PEFT's fused expert LoRA (ParamWrapper) refuses DoRA")
+    parsed = {k: parse_key(k) for k in header.tensors}
+    if direction == "fused":
+        return _to_fused(header, cfg, parsed, weights)
+    return _to_per_expert(header, cfg, parsed, weights)
+
+
+# ------------------------------------------------------------------------------------------ per-expert → fused
+
+
+def _to_fused(header: Header, cfg: AdapterConfig, parsed: dict[str, LoraKey], weights: str) -> ExpertPlan:
+    style = per_expert_style(k.module for k in parsed.values() if k.is_lora)
+    if style is None:
+        raise _refuse(weights, "has no per-expert LoRA (`experts.N.<projection>`): nothing to fuse")
+    found: dict[tuple[str, str], Block] = {}
+    member: dict[str, tuple[str, str]] = {}
+    for key, info in parsed.items():
+        em = per_expert_module(info.module, style)
+        if em is None:
+            continue
+        if info.role not in ("lora_A", "lora_B"):
+            raise _refuse(weights, f"{info.role} on an expert projection cannot be fused", key=key)
+        if info.adapter_name is not None:
+            raise _refuse(weights, "an adapter name inside an expert key is not supported", key=key)
+        param = style.param_of(em.leaf)
+        t = header.tensors[key]
+        block = found.get((em.owner, param))
+        if block is None:
+            block = found[(em.owner, param)] = Block(
+                em.owner, param, em.pre, info.wrapped, 0, t.dtype, 0, 0, {}
+            )
+        if t.dtype != block.dtype or len(t.shape) != 2:
+            raise _refuse(weights, f"expert tensors of `{em.owner}` differ in dtype or are not 2-D", key=key)
+        a, b = block.leaf_keys.get((em.expert, em.leaf), ("", ""))
+        block.leaf_keys[(em.expert, em.leaf)] = (key, b) if info.role == "lora_A" else (a, key)
+        member[key] = (em.owner, param)
+    blocks = [found[k] for k in sorted(found)]
+    for block in blocks:
+        _check_per_expert(header, cfg, block, style, weights)
+    _check_pairs(blocks, style, weights)
+    for block in blocks:
+        both = (block.owner, GATE_UP) in found and (block.owner, DOWN) in found
+        block.fused_module = f"{block.owner}.base_layer" if both and block.param == GATE_UP else block.owner
+        block.fused_keys = (
+            _key(block.wrapped, block.fused_module, "lora_A"),
+            _key(block.wrapped, block.fused_module, "lora_B"),
+        )
+    groups: list[tuple[list[Spec], Any]] = []
+    placed: set[tuple[str, str]] = set()
+    copied = 0
+    for key in header.tensors:
+        where = member.get(key)
+        if where is None:
+            groups.append(_copy_group(header, key))
+            copied += 1
+        elif where not in placed:
+            placed.add(where)
+            groups.append(_fuse_group(header, found[where], style))
+    return ExpertPlan(
+        "fused", style, "the adapter's expert keys", blocks, groups, len(header.tensors), copied
+    )
+
+
+def _check_per_expert(
+    header: Header, cfg: AdapterConfig, block: Block, style: ExpertNames, weights: str
+) -> None:
+    """Every expert 0…E-1 with both factors for each leaf, one rank and one shape per leaf, and gate and up with
+    the same in/out features and scaling (so the fused block is exact)."""
+    leaves = sorted({leaf for _, leaf in block.leaf_keys}, key=style.leaves.index)
+    experts = sorted({e for e, _ in block.leaf_keys})
+    if experts != list(range(len(experts))):
+        raise _refuse(weights, f"`{block.owner}`: experts {experts} are not 0…{len(experts) - 1}")
+    block.experts = len(experts)
+    scalings = set()
+    dims = set()
+    for leaf in leaves:
+        shapes = set()
+        for e in experts:
+            a, b = block.leaf_keys.get((e, leaf), ("", ""))
+            if not a or not b:
+                raise _refuse(
+                    weights, f"`{block.pre}…experts.{e}.{leaf}` lacks its lora_A or lora_B (or the expert)"
+                )
+            ta, tb = header.tensors[a], header.tensors[b]
+            if ta.shape[0] != tb.shape[1]:
+                raise _refuse(weights, "lora_A and lora_B ranks differ", key=a)
+            shapes.add((ta.shape, tb.shape))
+            module = parse_key(a).module
+            scalings.add(cfg.scaling_for(module))
+        if len(shapes) != 1:
+            raise _refuse(
+                weights, f"`{block.owner}` {leaf}: the experts' ranks or shapes differ; cannot fuse"
+            )
+        ((sa, sb),) = shapes
+        block.leaf_ranks[leaf] = sa[0]
+        block.fused_in = sa[1]
+        block.fused_out += sb[0]
+        dims.add((sa[1], sb[0]))
+    if len(dims) != 1:
+        raise _refuse(weights, f"`{block.owner}`: gate and up differ in shape; cannot fuse")
+    block.fused_rank = sum(block.leaf_ranks.values())
+    if len(scalings) != 1:
+        raise _refuse(
+            weights,
+            f"`{block.owner}` {block.param}: the experts' LoRA scalings differ ({sorted(scalings)}); "
+            "one fused block has one scaling",
+        )
+
+
+def _check_pairs(blocks: list[Block], style: ExpertNames, weights: str) -> None:
+    """gate without up (or up without gate) is half of ``gate_up_proj``: PEFT raises on it, and so do we."""
+    for block in blocks:
+        if block.param == GATE_UP and len(block.leaf_ranks) != 2:
+            have = next(iter(block.leaf_ranks))
+            other = style.up if have == style.gate else style.gate
+            raise _refuse(
+                weights,
+                f"`{block.owner}` has LoRA on {have} but not on {other}: the two are fused into {GATE_UP}, "
+                "so one half alone has no fused form (PEFT refuses it too)",
+            )
+
+
+def _fuse_group(header: Header, block: Block, style: ExpertNames) -> tuple[list[Spec], Any]:
+    E, R = block.experts, block.fused_rank
+    specs = [
+        Spec(block.fused_keys[0], block.dtype, (E * R, block.fused_in)),
+        Spec(block.fused_keys[1], block.dtype, (block.fused_out, R * E)),
+    ]
+
+    def produce() -> Pieces:
+        w = element_bytes(block.dtype)
+        for e in range(E):  # lora_A: expert-major rows, gate's then up's
+            for leaf in block.leaves:
+                yield read_tensor_bytes(header, block.leaf_keys[(e, leaf)][0])
+        out = bytearray(block.fused_out * R * E * w)  # lora_B: per expert block-diagonal, rank-major columns
+        row0 = col0 = 0
+        for leaf, r in block.leaf_ranks.items():
+            rows = 0
+            for e in range(E):
+                b = read_tensor_bytes(header, block.leaf_keys[(e, leaf)][1])
+                rows = len(b) // (w * r)
+                for k in range(r):
+                    scatter(out, w, ((row0 * R) + col0 + k) * E + e, R * E, gather(b, w, k, r), rows)
+            row0 += rows
+            col0 += r
+        yield out
+
+    return specs, produce
+
+
+def _copy_group(header: Header, key: str) -> tuple[list[Spec], Any]:
+    t = header.tensors[key]
+
+    def produce() -> Pieces:
+        for _, view in tensor_windows(header, key):
+            yield view
+
+    return [Spec(key, t.dtype, t.shape)], produce
+
+
+# ------------------------------------------------------------------------------------------ fused → per-expert
+
+
+def _to_per_expert(
+    header: Header, cfg: AdapterConfig, parsed: dict[str, LoraKey], weights: str
+) -> ExpertPlan:
+    style, reason = fused_style(cfg.layout_hints)
+    targeted = [p for p in FUSED_PARAMS if any(t == p or t.endswith("." + p) for t in cfg.target_parameters)]
+    owners: dict[str, dict[str, dict[str, str]]] = {}  # owner → fused module → role → key
+    for key, info in parsed.items():
+        owner = info.module.removesuffix(".base_layer")
+        if fused_owner_prefix(owner) is None or not info.is_lora:
+            continue
+        if info.role not in ("lora_A", "lora_B") or info.adapter_name is not None:
+            raise _refuse(weights, f"{info.role} on a fused expert module is not supported", key=key)
+        owners.setdefault(owner, {}).setdefault(info.module, {})[info.role] = key
+    if not owners:
+        raise _refuse(
+            weights, "has no fused expert LoRA (`...mlp.experts` / `experts.base_layer`): nothing to split"
+        )
+    if not targeted:
+        raise _refuse(
+            weights,
+            f"adapter_config.json target_parameters names neither {GATE_UP} nor {DOWN}: which fused parameter "
+            "each expert module holds is unknown",
+        )
+    blocks: list[Block] = []
+    member: dict[str, int] = {}
+    for owner in sorted(owners):
+        mods = owners[owner]
+        inner = f"{owner}.base_layer"
+        if set(mods) - {owner, inner}:
+            raise _refuse(
+                weights, f"`{owner}` is wrapped more than twice; only {GATE_UP} and {DOWN} are known"
+            )
+        which = {inner: GATE_UP, owner: DOWN} if len(targeted) == 2 else {owner: targeted[0]}
+        if inner in mods and inner not in which:
+            raise _refuse(weights, f"`{inner}` exists but target_parameters names one expert parameter only")
+        for module in sorted(mods, key=lambda m: m != inner):
+            roles = mods[module]
+            if set(roles) != {"lora_A", "lora_B"}:
+                raise _refuse(weights, f"`{module}` lacks its lora_A or lora_B")
+            param = which[module]
+            blocks.append(_fused_block(header, cfg, owner, module, param, roles, style, weights))
+            member[roles["lora_A"]] = member[roles["lora_B"]] = len(blocks) - 1
+    _check_fused_dims(blocks, weights)
+    groups: list[tuple[list[Spec], Any]] = []
+    placed: set[int] = set()
+    copied = 0
+    for key in header.tensors:
+        i = member.get(key)
+        if i is None:
+            groups.append(_copy_group(header, key))
+            copied += 1
+        elif i not in placed:
+            placed.add(i)
+            groups.append(_split_group(header, blocks[i]))
+    return ExpertPlan("per-expert", style, reason, blocks, groups, len(header.tensors), copied)
+
+
+def _fused_block(
+    header: Header,
+    cfg: AdapterConfig,
+    owner: str,
+    module: str,
+    param: str,
+    roles: dict[str, str],
+    style: ExpertNames,
+    weights: str,
+) -> Block:
+    ta, tb = header.tensors[roles["lora_A"]], header.tensors[roles["lora_B"]]
+    rank = cfg.rank_for(f"{owner}.{param}")
+    if len(ta.shape) != 2 or len(tb.shape) != 2 or ta.dtype != tb.dtype:
+        raise _refuse(weights, "fused expert factors must be 2-D and of one dtype", key=ta.name)
+    if ta.shape[0] % rank or tb.shape[1] != ta.shape[0]:
+        raise _refuse(
+            weights,
+            f"`{module}` ({param}): lora_A {list(ta.shape)} and lora_B {list(tb.shape)} do not fit rank {rank} "
+            "from adapter_config.json",
+            key=ta.name,
+        )
+    leaves = style.leaf_of(param)
+    if tb.shape[0] % len(leaves):
+        raise _refuse(weights, f"`{module}`: {param} has an odd number of rows", key=tb.name)
+    pre = fused_owner_prefix(owner)
+    assert pre is not None
+    block = Block(
+        owner,
+        param,
+        pre,
+        parse_key(ta.name).wrapped,
+        ta.shape[0] // rank,
+        ta.dtype,
+        ta.shape[1],
+        tb.shape[0],
+        {leaf: rank for leaf in leaves},
+    )
+    block.fused_module, block.fused_keys = module, (roles["lora_A"], roles["lora_B"])
+    block.fused_rank = rank
+    for e in range(block.experts):
+        for leaf in leaves:
+            m = f"{pre}.{style.container}.experts.{e}.{leaf}"
+            block.leaf_keys[(e, leaf)] = (_key(block.wrapped, m, "lora_A"), _key(block.wrapped, m, "lora_B"))
+    return block
+
+
+def _check_fused_dims(blocks: list[Block], weights: str) -> None:
+    """gate_up and down of one layer must agree (gate_up in = down out = hidden, gate_up out = 2 × down in) and have
+    one experts count: a check that the nesting read from the config is the one PEFT wrote."""
+    by_owner: dict[str, dict[str, Block]] = {}
+    for b in blocks:
+        by_owner.setdefault(b.owner, {})[b.param] = b
+    for owner, pair in by_owner.items():
+        gu, dn = pair.get(GATE_UP), pair.get(DOWN)
+        if gu is None or dn is None:
+            continue
+        if gu.fused_in != dn.fused_out or gu.fused_out != 2 * dn.fused_in or gu.experts != dn.experts:
+            raise _refuse(
+                weights,
+                f"`{owner}`: the inner ({GATE_UP}) and outer ({DOWN}) factors do not fit together "
+                f"(in/out {gu.fused_in}/{gu.fused_out} and {dn.fused_in}/{dn.fused_out}, experts {gu.experts} "
+                f"and {dn.experts}); check rank_pattern and target_parameters",
+            )
+
+
+def _split_group(header: Header, block: Block) -> tuple[list[Spec], Any]:
+    E, R = block.experts, block.fused_rank
+    rows = block.fused_out // len(block.leaves)
+    specs = []
+    for e in range(E):
+        for leaf in block.leaves:
+            a, b = block.leaf_keys[(e, leaf)]
+            specs += [Spec(a, block.dtype, (R, block.fused_in)), Spec(b, block.dtype, (rows, R))]
+
+    def produce() -> Pieces:
+        w = element_bytes(block.dtype)
+        a_all = memoryview(read_tensor_bytes(header, block.fused_keys[0]))
+        b_all = read_tensor_bytes(header, block.fused_keys[1])
+        step = R * block.fused_in * w
+        for e in range(E):
+            b_e = gather(b_all, w, e, E)  # [out, R]: column k of expert e is fused column k·E + e
+            for i, _leaf in enumerate(block.leaves):
+                yield a_all[e * step : (e + 1) * step]
+                yield b_e[i * rows * R * w : (i + 1) * rows * R * w]
+
+    return specs, produce
