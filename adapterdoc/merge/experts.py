@@ -41,6 +41,8 @@ class ExpertConversion:
     sources: dict[str, list[str]] = field(default_factory=dict)
     """Fused module → the per-expert modules it replaces (in the adapter's naming)."""
     findings: list[Finding] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)
+    """Per-expert modules that land on a fused layer but cannot be converted (each group has its AD509)."""
     peft_model: Any = None
     peft_config: Any = None
 
@@ -92,6 +94,7 @@ def convert_experts(
                     key=fused,
                 )
             )
+            _drop(groups, modules, out)
             continue
         extra = sorted({r for m in modules for r in groups[m] if r not in _ROLES})
         if extra:
@@ -103,6 +106,7 @@ def convert_experts(
                     key=fused,
                 )
             )
+            _drop(groups, modules, out)
             continue
         sources = tuple(sorted(groups[m][r] for m in modules for r in _ROLES if r in groups[m]))
         meta = {k: torch.empty(adapter.tensors[k].shape, device="meta") for k in sources}
@@ -119,6 +123,7 @@ def convert_experts(
                     key=fused,
                 )
             )
+            _drop(groups, modules, out)
             continue
         want = {f"{WRAPPER}{fused}.{r}.weight": r for r in _ROLES}
         if set(result) != set(want):
@@ -131,6 +136,7 @@ def convert_experts(
                     key=fused,
                 )
             )
+            _drop(groups, modules, out)
             continue
         for key in want:
             out.converted[key] = Converted(key, tuple(int(d) for d in result[key].shape), sources)
@@ -150,6 +156,12 @@ def convert_experts(
             )
         )
     return out
+
+
+def _drop(groups: dict[str, dict[str, str]], modules: list[str], out: ExpertConversion) -> None:
+    for m in modules:
+        groups.pop(m, None)
+    out.unused.extend(sorted(modules))
 
 
 def refused_finding(error: str, spec: str) -> Finding:

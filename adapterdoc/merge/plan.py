@@ -38,6 +38,7 @@ def make_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
     experts = convert_experts(groups, adapter, name_map, inv, raw_config)
     placer = _Placer(adapter, name_map, inv, experts)
     placer.findings.extend(experts.findings)
+    placer.unused.extend(experts.unused)
     placer.whole_weights(full)
     placer.lora_modules(groups)
     placer.trainable_tokens(tokens)

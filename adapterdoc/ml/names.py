@@ -161,9 +161,10 @@ class _Unsupported(Exception):
 def _expert_index(disk: str, pattern: str) -> int | None:
     if "*" not in pattern:
         return None
-    rx = re.escape(pattern).replace(r"\*", r"(\d+)")
-    m = re.search(rf"(^|\.){rx}$", disk)
-    return int(m.group(2)) if m else None
+    # transformers spells some patterns with their leading dot (Mixtral's ``.experts.*.w1.weight``)
+    rx = re.escape(pattern.lstrip(".")).replace(r"\*", r"(\d+)")
+    m = re.search(rf"(?:^|\.){rx}$", disk)
+    return int(m.group(1)) if m else None
 
 
 def _op_signature(conv: Any) -> list[tuple[str, dict[str, Any]]]:
