@@ -41,6 +41,9 @@ class ExpertConversion:
     sources: dict[str, list[str]] = field(default_factory=dict)
     """Fused module → the per-expert modules it replaces (in the adapter's naming)."""
     findings: list[Finding] = field(default_factory=list)
+    unconverted: dict[str, str] = field(default_factory=dict)
+    """Per-expert module → the fused parameter its weight loads into, where PEFT builds no LoRA layer on that
+    parameter for this config (PEFT converts per-expert LoRA only for the model types its tables know)."""
     unused: list[str] = field(default_factory=list)
     """Per-expert modules that land on a fused layer but cannot be converted (each group has its AD509)."""
     peft_model: Any = None
@@ -74,15 +77,17 @@ def convert_experts(
 
     out = ExpertConversion(peft_model=inv.pm, peft_config=config)
     by_param = {t.param: t for t in inv.targets.values() if t.kind == "experts"}
-    if not by_param:
-        return out
     members: dict[str, list[str]] = {}
     for module in groups:
         if module in inv.targets:
             continue
         mem, pattern = name_map.memory_name(f"{module}.weight")
+        if pattern is None:
+            continue
         target = by_param.get(mem)
-        if pattern is not None and target is not None:
+        if target is None:
+            out.unconverted[module] = mem
+        else:
             members.setdefault(target.module, []).append(module)
     for fused, modules in members.items():
         if fused in groups:
@@ -164,6 +169,17 @@ def _drop(groups: dict[str, dict[str, str]], modules: list[str], out: ExpertConv
     out.unused.extend(sorted(modules))
 
 
+def unconverted_finding(module: str, param: str, spec: str) -> Finding:
+    """AD501 for a per-expert module PEFT leaves unloaded: it names the fused parameter and the way out."""
+    return make(
+        "AD501",
+        f"`{module}` is a per-expert LoRA module of `{param}`, which PEFT does not convert to its fused layout "
+        "on this base (it would load none of it)",
+        key=module,
+        hint=f"convert the adapter to PEFT's fused layout: adapterdoc remap {spec} --experts fused",
+    )
+
+
 def refused_finding(error: str, spec: str) -> Finding:
     """PEFT builds nothing for the adapter's config on this base: one finding with PEFT's reason."""
     hint = None
@@ -176,4 +192,4 @@ def refused_finding(error: str, spec: str) -> Finding:
     return make("AD507", f"PEFT refuses the adapter's config on this base: {error}", hint=hint)
 
 
-__all__ = ["Converted", "ExpertConversion", "convert_experts", "refused_finding"]
+__all__ = ["Converted", "ExpertConversion", "convert_experts", "refused_finding", "unconverted_finding"]

@@ -46,7 +46,9 @@ def make_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
         placer.fail_unused(parse_key(key).module, "is a tensor kind merge does not know", key)
     if placer.unused:
         hint = unused_hint(placer.unused, inv.targets, model, adapter.spec, base.spec)
-        placer.findings[:] = [replace(f, hint=hint) if f.code == "AD501" else f for f in placer.findings]
+        placer.findings[:] = [
+            replace(f, hint=hint) if f.code == "AD501" and f.hint is None else f for f in placer.findings
+        ]
     by_disk_edits, pieces, added = placer.per_disk_tensor(names.Piece)
     _check_float(base, by_disk_edits, placer.findings)
     return Plan(
@@ -144,6 +146,13 @@ class _Placer:
                 continue
             if not all(parse_key(k).wrapped for k in keys.values()):
                 self.fail_unused(module, "lacks PEFT's `base_model.model.` prefix, so PEFT would not load it")
+                continue
+            if target is None and module in self.experts.unconverted:
+                from adapterdoc.merge.experts import unconverted_finding
+
+                self.unused.append(module)
+                param = self.experts.unconverted[module]
+                self.findings.append(unconverted_finding(module, param, self.adapter.spec))
                 continue
             if target is None:
                 self.fail_unused(module, "is not a module PEFT creates on this base for the adapter's config")

@@ -7,6 +7,7 @@ fused file (``mlp.experts.gate_up_proj`` [E, 2I, H] on disk, as the model's stat
 stack's ``merge_and_unload`` logits (reference.safetensors), and a live PEFT 0.21 ``merge_and_unload`` of the original
 adapter on the same base, logits and state dict.
 """
+# ruff: noqa: F811  (the saved_base fixture imported from test_merge_helpers is shadowed by parameters)
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from test_merge_helpers import saved_base  # noqa: F401  (a fixture)
 
 from adapterdoc.merge import merge
 
@@ -273,3 +275,58 @@ def test_fused_and_per_expert_tensors_for_one_parameter(tmp_path: Path, fused_ad
     assert not report.ok and report.out is None
     assert [f.code for f in report.findings if f.severity == "error"] == ["AD509"]
     assert "both fused LoRA tensors and per-expert ones" in report.findings[0].message
+
+
+def test_per_expert_adapter_peft_does_not_convert(tmp_path: Path, tiny_model: Any, saved_base: Any) -> None:
+    """Qwen3.5-MoE (text): PEFT's MoE tables do not cover it, so ``gate_proj``/``up_proj``/``down_proj`` reach only
+    the shared expert's Linears and PEFT loads no per-expert tensor. Merge follows: AD501 for each per-expert module,
+    naming the fused parameter and ``remap --experts fused``; the shared expert's modules would merge."""
+    _skip_old_transformers()
+    from peft import PeftModel
+
+    from adapterdoc.ml.tiny import tiny_config
+
+    layout = "qwen3_5_moe_text"
+    base = Path(saved_base(layout))
+    cfg = tiny_config(layout)
+    hidden, inter = cfg.hidden_size, cfg.moe_intermediate_size
+    g = torch.Generator().manual_seed(0)
+    sd = {}
+    for e in range(cfg.num_experts):
+        p = f"base_model.model.model.layers.0.mlp.experts.{e}"
+        for proj, (i, o) in {
+            "gate_proj": (hidden, inter),
+            "up_proj": (hidden, inter),
+            "down_proj": (inter, hidden),
+        }.items():
+            sd[f"{p}.{proj}.lora_A.weight"] = torch.randn(2, i, generator=g)
+            sd[f"{p}.{proj}.lora_B.weight"] = torch.randn(o, 2, generator=g)
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    save_file(sd, str(adapter / "adapter_model.safetensors"))
+    (adapter / "adapter_config.json").write_text(
+        json.dumps(
+            {
+                "peft_type": "LORA",
+                "r": 2,
+                "lora_alpha": 4,
+                "target_modules": ["gate_proj", "up_proj", "down_proj"],
+                "task_type": "CAUSAL_LM",
+            }
+        )
+    )
+    with warnings.catch_warnings(record=True) as caught:  # PEFT: nothing of it loads
+        warnings.simplefilter("always")
+        PeftModel.from_pretrained(load_model(base), str(adapter))
+    assert any(
+        "missing adapter keys" in str(w.message).lower() or "unexpected" in str(w.message).lower()
+        for w in caught
+    )
+    report = merge(adapter, base, tmp_path / "out")
+    assert not report.ok and report.out is None
+    bad = [f for f in report.findings if f.code == "AD501"]
+    assert len(bad) == 3 * cfg.num_experts
+    assert "is a per-expert LoRA module of `model.layers.0.mlp.experts.gate_up_proj`" in "\n".join(
+        f.message for f in bad
+    )
+    assert all(f.hint and "--experts fused" in f.hint for f in bad)
