@@ -98,10 +98,11 @@ class AdapterTensors:
             return self._keep(key, self._read(key))
         # PEFT's conversion of one fused layer's per-expert tensors: the sources live only for the call
         made = self.experts.convert({k: self._read(k) for k in conv.sources})
+        # contiguous once: PEFT's lora_B comes back transposed, and each expert's slice would copy it again
         for k, t in made.items():
             if k != key and k in self.experts.converted and self.uses.get(k, 0) > 0:
-                self._keep(k, t.float())
-        return self._keep(key, made[key].float())
+                self._keep(k, t.float().contiguous())
+        return self._keep(key, made[key].float().contiguous())
 
     def _keep(self, key: str, t: Any) -> Any:
         self.cache[key] = t
