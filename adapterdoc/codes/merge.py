@@ -70,4 +70,46 @@ CODES = [
         "lora_B holding inf after a diverged run",
         "Inspect the adapter's weights (`adapterdoc verify`); retrain or take an earlier checkpoint.",
     ),
+    Code(
+        "AD507",
+        "peft-refuses-config",
+        "error",
+        "PEFT refuses to build the adapter's LoRA layers on this base (its injection raises), so there is nothing "
+        "PEFT would load and nothing to merge. On a transformers-5 MoE base the usual cause is a per-expert adapter "
+        "that targets one half of a pair transformers fuses (`gate_proj` without `up_proj`, Mixtral's `w1` "
+        "without `w3`): both live in one `gate_up_proj` parameter.",
+        "Merging what PEFT cannot load would give a checkpoint no PEFT model reproduces; without this finding "
+        "every module of the adapter would be reported as unused, which hides the one reason.",
+        "target_modules = ['q_proj', 'gate_proj', 'down_proj'] (no up_proj) on Qwen3-MoE under transformers 5: "
+        "PEFT's ValueError 'Cannot convert PEFT target(s) gate_proj without also targeting up_proj because they "
+        "are fused into gate_up_proj'",
+        "Retrain targeting both halves, or merge on the stack the adapter was written for (transformers 4).",
+    ),
+    Code(
+        "AD508",
+        "experts-converted",
+        "info",
+        "The adapter has one LoRA per expert (a transformers-4 MoE layout) and the base's experts are fused "
+        "parameters in transformers 5; merge converted the per-expert modules to PEFT's fused layout exactly as "
+        "PEFT does at load (`convert_peft_adapter_state_dict_for_transformers`: lora_A concatenated along the "
+        "rank, lora_B block-diagonal, gate_up's rank and alpha doubled) and merged that.",
+        "The merged weights are what PEFT's `merge_and_unload()` gives on a transformers-5 model, whether the base "
+        "stores its experts one tensor per expert or fused.",
+        "model.layers.0.mlp.experts.0.gate_proj ... experts.3.up_proj -> model.layers.0.mlp.experts.base_layer "
+        "(gate_up_proj, rank 2r)",
+        "Nothing to do; to keep a fused copy of the adapter, `adapterdoc remap ADAPTER --experts fused`.",
+    ),
+    Code(
+        "AD509",
+        "experts-not-convertible",
+        "error",
+        "Per-expert LoRA modules land on a fused expert parameter, but PEFT's per-expert to fused conversion "
+        "cannot turn them into the fused layer PEFT builds (experts missing from the set, extra tensor kinds "
+        "such as lora bias, or fused and per-expert tensors for the same parameter).",
+        "PEFT would fail to load these tensors, or load something else than the file says; a merge of them "
+        "would not match any PEFT model.",
+        "LoRA on experts 0 and 1 of 4 only: stacking gives lora_A [2·2r, H] where PEFT builds [4·2r, H]",
+        "Give every expert its LoRA (zeros where untrained), or convert with "
+        "`adapterdoc remap ADAPTER --experts fused` and check the result with `adapterdoc verify`.",
+    ),
 ]

@@ -3,6 +3,7 @@ edits it makes, what blocks a streaming merge of it, and the remap that would pl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from adapterdoc.adapter import LoraKey, parse_key
@@ -38,7 +39,8 @@ def group_keys(
     return groups, full, tokens, strays
 
 
-def check_shapes(adapter: Checkpoint, keys: dict[str, str], target: Any) -> str | None:
+def check_shapes(shape_of: Callable[[str], tuple[int, ...]], keys: dict[str, str], target: Any) -> str | None:
+    """What is wrong with ``keys``' shapes (``shape_of(key)``) for PEFT's layer ``target``, if anything."""
     if target.kind == "tokens":
         return "is a trainable-token module, not LoRA"
     emb = target.kind == "embedding"
@@ -54,7 +56,7 @@ def check_shapes(adapter: Checkpoint, keys: dict[str, str], target: Any) -> str 
     if target.lora_bias and "lora_B.bias" not in keys:
         return "the config sets lora_bias but the adapter has no lora_B.bias"
     for role, want in checks:
-        got = tuple(adapter.tensors[keys[role]].shape)
+        got = tuple(shape_of(keys[role]))
         if got != tuple(want):
             return f"{role} is {list(got)}, PEFT builds {list(want)} (rank {target.rank})"
     return None

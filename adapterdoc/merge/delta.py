@@ -65,8 +65,16 @@ class AdapterTensors:
     """Adapter tensors on demand, each dropped after the last output tensor that needs it (fused-expert
     factors serve every expert), and never more than ``budget`` bytes held."""
 
-    def __init__(self, ckpt: Checkpoint, uses: dict[str, int] | None = None, budget: int = 256 << 20) -> None:
+    def __init__(
+        self,
+        ckpt: Checkpoint,
+        uses: dict[str, int] | None = None,
+        budget: int = 256 << 20,
+        experts: Any = None,
+    ) -> None:
         self.ckpt = ckpt
+        self.experts = experts
+        """The plan's :class:`~adapterdoc.merge.experts.ExpertConversion`: fused tensors made from per-expert ones."""
         self.budget = budget
         self.uses = dict(uses or {})
         self.cache: OrderedDict[str, Any] = OrderedDict()
@@ -85,6 +93,26 @@ class AdapterTensors:
         if key in self.cache:
             self.cache.move_to_end(key)
             return self.cache[key]
+        conv = self.experts.converted.get(key) if self.experts is not None else None
+        if conv is None:
+            return self._keep(key, self._read(key))
+        # PEFT's conversion of one fused layer's per-expert tensors: the sources live only for the call
+        made = self.experts.convert({k: self._read(k) for k in conv.sources})
+        # contiguous once: PEFT's lora_B comes back transposed, and each expert's slice would copy it again
+        for k, t in made.items():
+            if k != key and k in self.experts.converted and self.uses.get(k, 0) > 0:
+                self._keep(k, t.float().contiguous())
+        return self._keep(key, made[key].float().contiguous())
+
+    def _keep(self, key: str, t: Any) -> Any:
+        self.cache[key] = t
+        self.size += t.numel() * 4
+        while self.size > self.budget and len(self.cache) > 1:
+            _, old = self.cache.popitem(last=False)
+            self.size -= old.numel() * 4
+        return t
+
+    def _read(self, key: str) -> Any:
         if self.ckpt.weights_format == "bin":
             if self._bin is None:
                 from adapterdoc.checkpoint import load_bin
@@ -98,11 +126,6 @@ class AdapterTensors:
             info = self.ckpt.tensors[key]
             with open(path, "rb") as f:
                 t = read_tensor(f, header.data_start + info.begin, info.dtype, info.shape).float()
-        self.cache[key] = t
-        self.size += t.numel() * 4
-        while self.size > self.budget and len(self.cache) > 1:
-            _, old = self.cache.popitem(last=False)
-            self.size -= old.numel() * 4
         return t
 
 

@@ -58,3 +58,5 @@ class Plan:
     model_class: str
     added: list[str] = field(default_factory=list)
     """Output tensors the base does not have (an untied weight)."""
+    experts: Any = None
+    """The :class:`~adapterdoc.merge.experts.ExpertConversion` (per-expert LoRA converted as PEFT converts it)."""

@@ -21,17 +21,24 @@ def make_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
     """Place ``adapter`` on ``base`` (PEFT's order: whole weights, LoRA modules, trainable tokens), then lay out the
     output tensors of every shard in ``dtype``."""
     from adapterdoc.bases import BaseSpec
+    from adapterdoc.merge.experts import convert_experts, refused_finding
     from adapterdoc.ml import names
     from adapterdoc.ml.build import build_meta_model, folder_config
-    from adapterdoc.ml.inject import inventory
+    from adapterdoc.ml.inject import inventory, lora_config_from_raw
 
     config = folder_config(base.root, "merge needs it to map adapter names to checkpoint names")
     model = build_meta_model(BaseSpec(base.root, "dir", root=base.root), config)
     name_map = names.build_name_map(model, {n: t.shape for n, t in base.tensors.items()})
     assert adapter.adapter_config is not None
     inv = inventory(model, adapter.adapter_config, adapter.spec)
-    placer = _Placer(adapter, name_map, inv)
+    if inv.error is not None:
+        return _refused(adapter, base, name_map.model_class, refused_finding(inv.error, adapter.spec))
     groups, full, tokens, strays = group_keys(adapter)
+    raw_config = lora_config_from_raw(adapter.adapter_config.raw, adapter.spec)
+    experts = convert_experts(groups, adapter, name_map, inv, raw_config)
+    placer = _Placer(adapter, name_map, inv, experts)
+    placer.findings.extend(experts.findings)
+    placer.unused.extend(experts.unused)
     placer.whole_weights(full)
     placer.lora_modules(groups)
     placer.trainable_tokens(tokens)
@@ -39,7 +46,9 @@ def make_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
         placer.fail_unused(parse_key(key).module, "is a tensor kind merge does not know", key)
     if placer.unused:
         hint = unused_hint(placer.unused, inv.targets, model, adapter.spec, base.spec)
-        placer.findings[:] = [replace(f, hint=hint) if f.code == "AD501" else f for f in placer.findings]
+        placer.findings[:] = [
+            replace(f, hint=hint) if f.code == "AD501" and f.hint is None else f for f in placer.findings
+        ]
     by_disk_edits, pieces, added = placer.per_disk_tensor(names.Piece)
     _check_float(base, by_disk_edits, placer.findings)
     return Plan(
@@ -53,14 +62,20 @@ def make_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
         untie=bool(added),
         model_class=name_map.model_class,
         added=list(added),
+        experts=experts,
     )
+
+
+def _refused(adapter: Checkpoint, base: Checkpoint, model_class: str, finding: Finding) -> Plan:
+    return Plan(base, adapter, [], [], [], [finding], {}, False, model_class)
 
 
 class _Placer:
     """Places adapter tensors on the base's in-memory parameters, collecting findings as it goes."""
 
-    def __init__(self, adapter: Checkpoint, name_map: Any, inv: Any) -> None:
+    def __init__(self, adapter: Checkpoint, name_map: Any, inv: Any, experts: Any) -> None:
         self.adapter = adapter
+        self.experts = experts
         self.name_map = name_map
         self.inv = inv
         self.findings: list[Finding] = []
@@ -68,6 +83,10 @@ class _Placer:
         self.unused: list[str] = []
         self.member_edits: dict[str, list[Edit]] = {}
         """In-memory parameter → its edits in order (tied parameters are separate members here)."""
+
+    def _shape(self, key: str) -> tuple[int, ...]:
+        conv = self.experts.converted.get(key)
+        return conv.shape if conv is not None else tuple(self.adapter.tensors[key].shape)
 
     def add(self, param: str, edit: Edit, *, shared: bool = False) -> None:
         # ``shared``: the edit lands in the Parameter object itself (a weight loaded into a tied tensor);
@@ -128,10 +147,20 @@ class _Placer:
             if not all(parse_key(k).wrapped for k in keys.values()):
                 self.fail_unused(module, "lacks PEFT's `base_model.model.` prefix, so PEFT would not load it")
                 continue
+            if target is None and module in self.experts.unconverted:
+                from adapterdoc.merge.experts import unconverted_finding
+
+                self.unused.append(module)
+                param = self.experts.unconverted[module]
+                self.findings.append(unconverted_finding(module, param, self.adapter.spec))
+                continue
             if target is None:
                 self.fail_unused(module, "is not a module PEFT creates on this base for the adapter's config")
                 continue
-            problem = check_shapes(self.adapter, keys, target)
+            sources = self.experts.sources.get(module)
+            problem = check_shapes(self._shape, keys, target)
+            if problem and sources:
+                problem = f"{problem}, after PEFT's conversion of its {len(sources)} per-expert modules"
             if problem:
                 self.findings.append(make("AD502", f"`{module}`: {problem}", key=module))
                 continue
@@ -154,7 +183,7 @@ class _Placer:
                 continue
             for e in new_edits:
                 self.add(bias_param if e.kind == "bias" else target.param, e)
-            self.applied.append(module)
+            self.applied.extend(sources or [module])
         absent = [m for m in self.inv.targets if m not in groups]
         if absent:
             self.findings.append(

@@ -73,7 +73,7 @@ def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tup
             for e in o.edits:
                 for key in e.keys.values():
                     uses[key] = uses.get(key, 0) + 1
-    tensors = AdapterTensors(plan.adapter, uses)
+    tensors = AdapterTensors(plan.adapter, uses, experts=plan.experts)
     total = sum(sum(o.nbytes for o in outs) for _, _, outs in plan.shards)
     done = 0
     n_tensors = n_merged = 0

@@ -66,6 +66,17 @@ class NameMap:
     """In-memory parameter → why its on-disk tensors cannot be sliced (an unknown conversion op)."""
     unmapped: list[str] = field(default_factory=list)
     """On-disk tensors the model does not load (transformers would call them unexpected)."""
+    conversions: dict[str, tuple[str, str | None]] = field(default_factory=dict, repr=False)
+    """Checkpoint-style name → (in-memory name, converter pattern), for every name :meth:`memory_name` was asked."""
+    _rename: Any = field(default=None, repr=False)
+
+    def memory_name(self, disk: str) -> tuple[str, str | None]:
+        """transformers' load-time rename of a checkpoint-style name (on disk or not): (in-memory parameter,
+        the converter pattern that matched, ``None`` for a plain rename). A per-expert adapter module ``M``
+        lands where its weight ``M.weight`` would load."""
+        if disk not in self.conversions:
+            self.conversions[disk] = self._rename(disk) if self._rename else (disk, None)
+        return self.conversions[disk]
 
     def resolve(self, param: str) -> tuple[str, list[Piece]] | None:
         """The parameter that holds ``param``'s data on disk (itself, or a tied alias) and its pieces."""
@@ -113,6 +124,7 @@ def build_name_map(model: Any, disk_shapes: dict[str, tuple[int, ...]]) -> NameM
                 nm.tied[n] = tuple(x for x in names if x != n)
 
     renamings, converters = _split_transforms(model)
+    nm._rename = lambda disk: to_memory_name(model, disk, renamings, converters, state)
     by_pattern = {p: c for c in converters for p in c.source_patterns}
     fused: dict[str, list[tuple[str, Any, int | None, int]]] = {}
     for disk in sorted(disk_shapes):
@@ -149,9 +161,10 @@ class _Unsupported(Exception):
 def _expert_index(disk: str, pattern: str) -> int | None:
     if "*" not in pattern:
         return None
-    rx = re.escape(pattern).replace(r"\*", r"(\d+)")
-    m = re.search(rf"(^|\.){rx}$", disk)
-    return int(m.group(2)) if m else None
+    # transformers spells some patterns with their leading dot (Mixtral's ``.experts.*.w1.weight``)
+    rx = re.escape(pattern.lstrip(".")).replace(r"\*", r"(\d+)")
+    m = re.search(rf"(?:^|\.){rx}$", disk)
+    return int(m.group(1)) if m else None
 
 
 def _op_signature(conv: Any) -> list[tuple[str, dict[str, Any]]]:
