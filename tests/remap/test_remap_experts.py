@@ -3,6 +3,8 @@ place, refusals, no torch), PEFT's own conversion as the oracle tensor for tenso
 old-stack Qwen3-MoE and Mixtral fixtures in both directions, plus a natively fused adapter trained-shape on
 transformers 5."""
 
+# ruff: noqa: F811  (the `stack` fixture imported from tests.ml.test_old_stack_fixtures is shadowed by parameters)
+
 from __future__ import annotations
 
 import hashlib
@@ -15,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.ml.test_old_stack_fixtures import load_base as base
+from tests.ml.test_old_stack_fixtures import stack  # noqa: F401  (a fixture)
 
 np = pytest.importorskip("numpy")
 
@@ -192,24 +197,6 @@ CASES = [
     (QWEN, "mlp", ("gate_proj", "up_proj", "down_proj")),
     (MIXTRAL, "block_sparse_moe", ("w1", "w3", "w2")),
 ]
-
-
-@pytest.fixture(scope="module")
-def stack() -> Any:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    pytest.importorskip("peft")
-    if int(transformers.__version__.split(".")[0]) < 5:
-        pytest.skip("fused experts need transformers 5")
-    pytest.importorskip("peft.utils.transformers_weight_conversion")
-    return torch
-
-
-def base(folder: Path) -> Any:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    return AutoModelForCausalLM.from_pretrained(str(folder / "base"), dtype=torch.float32).eval()
 
 
 def logits(model: Any, ids: Any) -> Any:
