@@ -2,7 +2,9 @@
 
 For each layout with a tiny reference model, ``train-smoke`` trains a real adapter (non-zero ``lora_B``), and that
 adapter then goes through ``inspect``, ``remap`` (every registry move, there and back), ``verify``, ``merge`` and
-``roundtrip``. A cell the registry lists but cannot run is an explicit "n/a" with its reason, never a gap.
+``roundtrip``; a mixture-of-experts layout's adapter also goes to the other expert layout and back (``experts``:
+``remap --experts``, names and exact tensors, then outputs through PEFT on the tiny base, from ``roundtrip``'s
+expert checks). A cell the registry lists but cannot run is an explicit "n/a" with its reason, never a gap.
 ``python -m adapterdoc.matrix`` prints the Markdown table that the README keeps.
 """
 
@@ -17,14 +19,22 @@ from typing import Any
 
 from adapterdoc.layouts import LAYOUTS
 
-OPERATIONS = ("train-smoke", "inspect", "remap", "verify", "merge", "roundtrip")
+OPERATIONS = ("train-smoke", "inspect", "remap", "verify", "merge", "roundtrip", "experts")
 SMOKE_STEPS = 4
 """Fast settings: enough steps for the loss to fall and lora_B to be non-zero."""
 
 NOT_APPLICABLE: dict[tuple[str, str], str] = {
     (name, op): lay.no_tiny for name, lay in LAYOUTS.items() if lay.tiny is None for op in OPERATIONS
 }
-"""Cells the registry lists but cannot run: every operation of a layout without a tiny model, with its reason."""
+NOT_APPLICABLE.update(
+    {
+        (name, "experts"): "no routed experts in this layout (dense MLP): nothing for remap --experts to move"
+        for name, lay in LAYOUTS.items()
+        if lay.tiny is not None and lay.experts is None
+    }
+)
+"""Cells the registry lists but cannot run: every operation of a layout without a tiny model, and the expert
+moves of a layout without routed experts, with their reasons."""
 
 
 @dataclass
@@ -50,6 +60,7 @@ class LayoutBench:
         self.work = work
         self.adapter: str | None = None
         self.smoke_error: str | None = None
+        self._rt: Any = None
 
     def run(self, operation: str) -> Cell:
         reason = NOT_APPLICABLE.get((self.layout, operation))
@@ -138,11 +149,25 @@ class LayoutBench:
             result.ok and not result.unused
         ), f"{len(result.applied)} modules applied, {len(result.unused)} unused"
 
-    def _roundtrip(self) -> tuple[bool, str]:
+    def _roundtrip_report(self) -> Any:
+        """``roundtrip`` on the adapter with ``tiny:LAYOUT``, run once for the roundtrip and experts cells."""
         from adapterdoc.roundtrip import roundtrip
 
         assert self.adapter
-        report = roundtrip(self.adapter, f"tiny:{self.layout}")
+        if self._rt is None:
+            self._rt = roundtrip(self.adapter, f"tiny:{self.layout}")
+        return self._rt
+
+    def _experts(self) -> tuple[bool, str]:
+        checks = [c for c in self._roundtrip_report().checks if c.name.split(":")[0] == "experts"]
+        bad = [f"{c.name} {c.status}: {c.detail}" for c in checks if c.status != "pass"]
+        if bad or len(checks) != 2:
+            return False, "; ".join(bad) or f"{len(checks)} expert checks ran, want 2"
+        path = checks[0].name.partition(":")[2]
+        return True, f"{path}: names and exact tensors identical; {checks[1].detail}"
+
+    def _roundtrip(self) -> tuple[bool, str]:
+        report = self._roundtrip_report()
         counts = {s: sum(c.status == s for c in report.checks) for s in ("pass", "fail", "skipped")}
         failed = [c.name for c in report.checks if c.status == "fail"]
         detail = f"{counts['pass']} passed, {counts['skipped']} skipped" + (

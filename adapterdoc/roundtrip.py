@@ -5,6 +5,9 @@ input's exact bytes; ``.safetensors`` → ``.bin`` → ``.safetensors`` must kee
 With a base that has weights (a model folder or ``tiny:LAYOUT``): load → save → load gives identical tensors and
 outputs; the merged model's outputs equal the unmerged adapter model's; the adapter remapped to the text
 counterpart, loaded on the counterpart class holding the same base weights, gives identical outputs.
+A mixture-of-experts adapter also goes to the other expert layout and back (``remap --experts``): names equal,
+shapes and bytes equal where the move is exact (gate_up's rank doubles, see :func:`expert_trip`), and with a base
+the outputs of both moved adapters equal the original's.
 The input is never modified: everything runs in a temp folder.
 """
 
@@ -59,6 +62,8 @@ def roundtrip(
         _identity_warning(report, original)
         byte_roundtrips(report, original, layout, work)
         _format_roundtrip(report, original, work)
+        trip: dict[str, str] = {}
+        _expert_check(report, original, work, trip)
         if base is None:
             report.checks.append(
                 Check(
@@ -69,7 +74,7 @@ def roundtrip(
                 )
             )
         else:
-            _model_roundtrips(report, original, layout, base, work)
+            _model_roundtrips(report, original, layout, base, work, trip)
     finally:
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -103,7 +108,14 @@ def _identity_warning(report: RoundtripReport, original: str) -> None:
         )
 
 
-_CODE_FOR = {"remap": "AD701", "format": "AD702", "reload": "AD703", "merge": "AD704", "counterpart": "AD705"}
+_CODE_FOR = {
+    "remap": "AD701",
+    "format": "AD702",
+    "reload": "AD703",
+    "merge": "AD704",
+    "counterpart": "AD705",
+    "experts": "AD707",
+}
 
 
 def copy_adapter(src: Checkpoint, folder: str) -> str:
@@ -137,7 +149,11 @@ def _timed(report: RoundtripReport, name: str, fn: Callable[[], str]) -> None:
 
 
 class _Skip(Exception):
-    pass
+    """A round trip that does not apply to this adapter (the reason)."""
+
+
+TripFailed, TripSkipped = _Fail, _Skip
+"""What :func:`expert_trip` raises, for the callers outside this module (train-smoke's expert check)."""
 
 
 def _sha(path: str) -> str:
@@ -284,7 +300,9 @@ def _bitwise_equal(a: Any, b: Any) -> bool:
 # ------------------------------------------------------------------------------------------------- model level
 
 
-def _model_roundtrips(report: RoundtripReport, original: str, layout: str, base_spec: str, work: str) -> None:
+def _model_roundtrips(
+    report: RoundtripReport, original: str, layout: str, base_spec: str, work: str, trip: dict[str, str]
+) -> None:
     from adapterdoc.bases import resolve_base
     from adapterdoc.ml.build import require_ml
 
@@ -312,7 +330,7 @@ def _model_roundtrips(report: RoundtripReport, original: str, layout: str, base_
     from adapterdoc.ml.load import load_base
 
     state: dict[str, Any] = {}
-    _timed(report, "reload:load→save→load", lambda: _reload(state, base, original, work))
+    _timed(report, "reload:load→save→load", lambda: _reload(state, base, original, work, trip))
     if "outputs" not in state:
         return
     _timed(report, "merge:merged=unmerged", lambda: _merge(state, base, original, work))
@@ -321,6 +339,8 @@ def _model_roundtrips(report: RoundtripReport, original: str, layout: str, base_
         "counterpart:remapped on text class",
         lambda: _counterpart(state, load_base(base), layout, original, work),
     )
+    if trip:
+        _timed(report, f"experts:outputs {trip['path']}", lambda: _expert_outputs(state, base, trip))
 
 
 def _peft_outputs(model: Any, adapter_dir: str) -> tuple[Any, Any]:
@@ -341,23 +361,33 @@ def _peft_outputs(model: Any, adapter_dir: str) -> tuple[Any, Any]:
     return pm, out
 
 
-def _reload(state: dict[str, Any], base: Any, original: str, work: str) -> str:
+def _reload(state: dict[str, Any], base: Any, original: str, work: str, trip: dict[str, str]) -> str:
     from safetensors.torch import load_file
 
     from adapterdoc.ml.load import load_base
 
-    pm, first = _peft_outputs(load_base(base), original)
+    try:
+        pm, first = _peft_outputs(load_base(base), original)
+    except (
+        ValueError
+    ) as e:  # PEFT refuses to convert it at load (gate without up, ...): a finding, not a crash
+        raise _Fail(f"PEFT refuses to load it: {' '.join(str(e).split())[:300]}") from None
     saved = os.path.join(work, "resaved")
     pm.save_pretrained(saved)
     _, second = _peft_outputs(load_base(base), os.path.join(saved))
     state["outputs"] = first
-    ref = _weights_file(original)
+    # PEFT loads a per-expert adapter fused (its load conversion) and saves it fused: the saved tensors must then
+    # equal ``remap --experts fused``'s, tensor for tensor
+    fused = trip.get("form") == "per-expert"
+    ref = _weights_file(trip["there"] if fused else original)
     if ref is not None:
-        _same_tensors(load_file(ref), load_file(os.path.join(saved, ADAPTER_WEIGHTS)), "load → save")
+        what = "load → save (PEFT's fused vs remap --experts fused)" if fused else "load → save"
+        _same_tensors(load_file(ref), load_file(os.path.join(saved, ADAPTER_WEIGHTS)), what)
     diff = float((first - second).abs().max())
     if not _bitwise_equal(first, second):
         raise _Fail(f"outputs after load → save → load differ by {diff:.3g}")
-    return f"tensors identical after save; outputs identical (probe output {tuple(first.shape)})"
+    said = "PEFT saved it fused, tensor for tensor as remap --experts fused" if fused else "tensors identical"
+    return f"{said} after save; outputs identical (probe output {tuple(first.shape)})"
 
 
 def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
@@ -423,3 +453,139 @@ def _counterpart(state: dict[str, Any], base_model: Any, layout: str, original: 
     if not _bitwise_equal(got, want):
         raise _Fail(f"{target} outputs differ from {layout}'s by {float((got - want).abs().max()):.3g}")
     return f"{target} with the remapped adapter gives identical outputs"
+
+
+# ------------------------------------------------------------------------------------------------- expert layouts
+
+EXPERT_RTOL = 1e-5
+"""The adapter moved to the other expert layout (and back) vs the original, through PEFT on the same base:
+max |Δ| ≤ EXPERT_RTOL · max(1, max |output|) (float32; the fused rank changes the order of the sums)."""
+
+_DOUBLED = {"fused": ("gate_up",), "per-expert": ("gate", "up")}
+"""Per expert layout, the projections whose rank the way there and back doubles."""
+
+
+def expert_trip(original: str, work: str) -> dict[str, str]:
+    """Move ``original`` to the other expert layout and back with ``remap --experts`` (new folders under ``work``).
+
+    Returns ``{"form", "other", "path", "there", "back", "detail"}``. Names must come back equal; every tensor
+    must come back with its shape and bytes but gate and up, whose rank doubles: fused → per-expert gives each
+    expert's gate and up the same ``A_e`` (rank r each), and per-expert → fused stacks gate's and up's ranks
+    (PEFT's own conversion: rank and alpha of ``gate_up_proj`` doubled, ``lora_B`` block-diagonal), so the trip
+    is equal in outputs, not in bytes. Raises :class:`_Skip` for an adapter ``remap --experts`` does not move
+    (no routed-expert LoRA, a 3-D or mixed layout, gate or up without the other) and :class:`_Fail` otherwise.
+    """
+    from adapterdoc.experts import classify, expert_picture
+    from adapterdoc.remap import remap
+
+    src = open_checkpoint(original)
+    weights = _weights_file(original)
+    if weights is None:
+        raise _Skip("the adapter has no .safetensors weights to move")
+    shapes = {k: tuple(t.shape) for k, t in src.tensors.items()}
+    pic = expert_picture(shapes, config=src.adapter_config)
+    if pic.layout is None:
+        raise _Skip("no routed expert carries LoRA: nothing for remap --experts to move")
+    if pic.layout not in _DOUBLED:
+        raise _Skip(f"expert layout {pic.layout}: remap --experts moves per-expert and fused adapters")
+    if pic.one_sided:
+        raise _Skip(f"{pic.one_sided[0].path} has only {pic.one_sided[0].one_sided}: PEFT cannot fuse it")
+    form = pic.layout
+    other = "fused" if form == "per-expert" else "per-expert"
+    there, back = os.path.join(work, f"experts-{other}"), os.path.join(work, f"experts-{other}-back")
+    remap(original, experts=other, out=there)
+    remap(there, experts=form, out=back)
+    path = f"{form}→{other}→{form}"
+    got = open_checkpoint(back)
+    got_shapes = {k: tuple(t.shape) for k, t in got.tensors.items()}
+    if set(got_shapes) != set(shapes):
+        raise _Fail(f"{path}: names differ ({sorted(set(shapes) ^ set(got_shapes))[:3]} ...)")
+    from adapterdoc.adapter import parse_key
+    from adapterdoc.st.header import read_header
+    from adapterdoc.st.tensors import read_tensor_bytes
+
+    h_in, h_back = read_header(weights), read_header(_weights_file(back) or "")
+    doubled, same = [], 0
+    for k, shape in shapes.items():
+        ek = classify(parse_key(k), shape)
+        if ek is not None and ek.projection in _DOUBLED[form]:
+            if got_shapes[k] != _rank_doubled(shape, ek.role):
+                raise _Fail(
+                    f"{path}: `{k}` {list(got_shapes[k])}, want {list(_rank_doubled(shape, ek.role))}"
+                )
+            doubled.append(k)
+        elif got_shapes[k] != shape or read_tensor_bytes(h_in, k) != read_tensor_bytes(h_back, k):
+            raise _Fail(f"{path}: `{k}` differs ({list(shape)} → {list(got_shapes[k])})")
+        else:
+            same += 1
+    which = "/".join(_DOUBLED[form])
+    detail = (
+        f"{path}: {len(shapes)} names identical, {same} tensors byte-identical; {len(doubled)} {which} tensors "
+        f"come back with twice the rank (not byte-equal by construction: {which}'s rank doubles on the way "
+        "to fused), so they are compared in outputs"
+    )
+    return {"form": form, "other": other, "path": path, "there": there, "back": back, "detail": detail}
+
+
+def _rank_doubled(shape: tuple[int, ...], role: str) -> tuple[int, ...]:
+    """``lora_A [r, in]`` → ``[2r, in]``; ``lora_B [out, r]`` → ``[out, 2r]``."""
+    if len(shape) != 2:
+        return shape
+    return (2 * shape[0], shape[1]) if role == "lora_A" else (shape[0], 2 * shape[1])
+
+
+def _expert_check(report: RoundtripReport, original: str, work: str, trip: dict[str, str]) -> None:
+    t = time.perf_counter()
+    try:
+        trip.update(expert_trip(original, work))
+        status, detail, name = "pass", trip["detail"], f"experts:{trip['path']}"
+    except _Skip as e:
+        status, detail, name = "skipped", str(e), "experts"
+    except _Fail as e:
+        status, detail, name = "fail", str(e), "experts"
+    except AdapterdocError as e:
+        status, detail, name = "fail", f"refused: {e}", "experts"
+    report.checks.append(Check(name, status, detail, round(time.perf_counter() - t, 3)))
+    if status != "pass":
+        trip.clear()
+
+
+def expert_outputs_match(reference: Any, got: Any, what: str) -> str:
+    """``max |Δ| = … ≤ bound`` or :class:`_Fail`."""
+    if got.shape != reference.shape:
+        raise _Fail(f"{what}: outputs have different shapes: {tuple(got.shape)} vs {tuple(reference.shape)}")
+    diff = float((got - reference).abs().max())
+    bound = EXPERT_RTOL * max(1.0, float(reference.abs().max()))
+    if diff > bound:
+        raise _Fail(f"{what}: outputs differ from the original's by {diff:.3g} (bound {bound:.3g})")
+    return f"{what} max |Δ| {diff:.3g}"
+
+
+def peft_has_expert_lora(model: Any) -> bool:
+    """Whether PEFT put LoRA on a routed-experts module. Loading a per-expert adapter, PEFT converts it to fused
+    only for the model types its conversion table lists (``peft/utils/transformers_weight_conversion.py``,
+    ``_convert_peft_config_moe``: ``_MODEL_TO_CONVERSION_PATTERN``, which has no ``qwen3_5_moe`` in PEFT 0.21);
+    elsewhere the expert keys are dropped without a warning and the experts carry no LoRA."""
+    return any(n.endswith(".experts") and hasattr(m, "lora_A") for n, m in model.named_modules())
+
+
+def peft_drops_note(model: Any, other: str) -> str:
+    kind = getattr(getattr(model, "config", None), "model_type", "?")
+    return (
+        f"as {other} not comparable: PEFT loads it with no LoRA on the experts (no per-expert conversion for "
+        f"model type {kind}), so that spelling is checked in names and the way back only"
+    )
+
+
+def _expert_outputs(state: dict[str, Any], base: Any, trip: dict[str, str]) -> str:
+    from adapterdoc.ml.load import load_base
+
+    want = state["outputs"]
+    pm, there = _peft_outputs(load_base(base), trip["there"])
+    _, back = _peft_outputs(load_base(base), trip["back"])
+    if trip["other"] == "per-expert" and not peft_has_expert_lora(pm):
+        a = peft_drops_note(pm.base_model.model, trip["other"])
+    else:
+        a = expert_outputs_match(want, there, f"as {trip['other']}")
+    b = expert_outputs_match(want, back, "back")
+    return f"PEFT on the base: {a}; {b} (≤ {EXPERT_RTOL:g} relative)"

@@ -61,4 +61,16 @@ CODES = [
         "a freshly initialised PEFT adapter (lora_B = 0) saved before training",
         "Round-trip a trained adapter (e.g. one from `adapterdoc train-smoke`).",
     ),
+    Code(
+        "AD707",
+        "expert-layout-roundtrip-differs",
+        "error",
+        "The mixture-of-experts adapter moved to the other expert layout and back (`remap --experts`) lost or "
+        "renamed a tensor, changed one that the move keeps exactly, or gives different outputs on the base.",
+        "Per-expert and fused are two spellings of the same weight deltas (PEFT converts one into the other at "
+        "load): a trip that changes the outputs means one of the two spellings serves a different model.",
+        "experts:outputs fused→per-expert→fused: as per-expert: outputs differ from the original's by 0.02",
+        "Run `adapterdoc roundtrip ADAPTER --base BASE --keep DIR` and compare the moved adapters with "
+        "`adapterdoc inspect`.",
+    ),
 ]

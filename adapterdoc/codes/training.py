@@ -107,6 +107,29 @@ CODES = [
         "Compare the saved keys with `adapterdoc verify --format json` output and fix whichever side is wrong.",
     ),
     Code(
+        "AD611",
+        "smoke-expert-coverage-gap",
+        "error",
+        "The mixture-of-experts adapter train-smoke trained does not carry LoRA on every expert of every MoE block "
+        "for each expert projection its LoRA config targets, or carries it in a layout remap --experts cannot move.",
+        "The smoke's LoRA config targets the experts (fused gate_up_proj/down_proj on transformers 5), so every "
+        "expert of every block must come out trained: a gap means PEFT or the saving code dropped experts, and "
+        "a real run with the same config would ship an adapter that leaves those experts untouched.",
+        "experts: fused: 3/4 MoE blocks × 4 experts; coverage gate_up 12/16, down 16/16; targeted gate_up, down",
+        "Run `adapterdoc inspect OUT/LAYOUT/adapter` and compare its experts coverage with the model's MoE blocks.",
+    ),
+    Code(
+        "AD612",
+        "smoke-expert-roundtrip-differs",
+        "error",
+        "The trained mixture-of-experts adapter, moved to the other expert layout and back with remap --experts, "
+        "lost a tensor, changed one that the move keeps exactly, or changes the outputs when PEFT loads it.",
+        "Per-expert and fused are two spellings of the same adapter (PEFT converts per-expert to fused at load): "
+        "on the tiny base it was trained on, both spellings must reproduce the trained outputs exactly.",
+        "experts_trip: fused→per-expert→fused: as per-expert max |Δlogits| = 0.013",
+        "Run `adapterdoc roundtrip OUT/LAYOUT/adapter --base tiny:LAYOUT --keep DIR` to look at the moved adapters.",
+    ),
+    Code(
         "AD620",
         "trained-adapter-fails-verify",
         "error",

@@ -9,7 +9,18 @@ from typing import Any
 from adapterdoc.report.base import Report
 from adapterdoc.report.findings import Finding, has_errors
 
-CHECK_NAMES = ("loss", "towers", "inspect", "verify", "reload", "lora_b", "remap", "merge")
+CHECK_NAMES = (
+    "loss",
+    "towers",
+    "inspect",
+    "verify",
+    "reload",
+    "lora_b",
+    "remap",
+    "merge",
+    "experts",
+    "experts_trip",
+)
 """The doctor checks train-smoke runs on each trained adapter, in order."""
 
 

@@ -226,6 +226,97 @@ def _compare_merged(ctx: Ctx, merged: Any, impl: str, prefix: str) -> CheckResul
     return CheckResult("merge", ok, detail, impl, value=diff, code="AD608")
 
 
+def check_experts(ctx: Ctx) -> CheckResult:
+    """The trained adapter's expert picture: every MoE block of the model carries LoRA on every expert, for each
+    expert projection the smoke's LoRA config targets (``target_parameters`` fused, ``target_modules`` per expert)."""
+    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.experts import expert_picture
+
+    impl = "adapterdoc.experts.expert_picture"
+    if get_layout(ctx.saved_layout).experts is None:
+        return CheckResult("experts", None, f"{ctx.saved_layout} has no routed experts", impl)
+    blocks, n = _model_experts(ctx.result.model)
+    ckpt = open_checkpoint(ctx.result.adapter_dir)
+    config = ckpt.adapter_config
+    pic = expert_picture({k: t.shape for k, t in ckpt.tensors.items()}, config=config, num_experts=n)
+    want = _targeted_expert_projections(config)
+    cov = pic.coverage()
+    full = blocks * n if n else None
+    ok = (
+        bool(want)
+        and pic.layout in ("fused", "per-expert")
+        and len(pic.routed) == blocks
+        and not pic.one_sided
+        and all(cov.get(p, {}).get("experts") == full and cov[p].get("of") == full for p in want)
+    )
+    got = ", ".join(f"{p} {c['experts']}/{c['of']}" for p, c in cov.items()) or "none"
+    detail = (
+        f"{pic.layout or 'no expert LoRA'}: {len(pic.routed)}/{blocks} MoE blocks × {n} experts; "
+        f"coverage {got}; targeted {', '.join(want) or 'none'}"
+    )
+    return CheckResult("experts", ok, detail, impl, value=len(pic.routed), code="AD611")
+
+
+def _model_experts(model: Any) -> tuple[int, int | None]:
+    """(MoE blocks of the trained model, routed experts per block): its transformers ``*Experts`` modules."""
+    found = [m for _, m in model.named_modules() if type(m).__name__.endswith("Experts")]
+    return len(found), max((getattr(m, "num_experts", 0) for m in found), default=None) or None
+
+
+def _targeted_expert_projections(config: Any) -> list[str]:
+    from adapterdoc.experts import FUSED_PROJECTIONS, PROJECTIONS
+
+    params = {p.rpartition(".")[2] for p in getattr(config, "target_parameters", None) or ()}
+    fused = [p for p in FUSED_PROJECTIONS if f"{p}_proj" in params]
+    if fused:  # the experts are 3-D parameters: gate_proj/up_proj in target_modules are the shared expert's
+        return fused
+    modules = getattr(config, "target_modules", None) or ()
+    modules = {modules} if isinstance(modules, str) else set(modules)
+    return [p for p in PROJECTIONS if f"{p}_proj" in modules]
+
+
+def check_experts_trip(ctx: Ctx) -> CheckResult:
+    """``remap --experts`` to the other expert layout and back (:func:`adapterdoc.roundtrip.expert_trip`: names,
+    exact tensors), each loaded with PEFT on a fresh tiny base: outputs identical to the trained model's."""
+    from adapterdoc.roundtrip import (
+        TripFailed,
+        TripSkipped,
+        expert_trip,
+        peft_drops_note,
+        peft_has_expert_lora,
+    )
+
+    impl = "adapterdoc.remap (experts=) + peft.PeftModel.from_pretrained"
+    if get_layout(ctx.saved_layout).experts is None:
+        return CheckResult("experts_trip", None, f"{ctx.saved_layout} has no routed experts", impl)
+    work = os.path.join(ctx.result.out_dir, "experts-trip")
+    os.makedirs(work, exist_ok=True)
+    try:
+        trip = expert_trip(ctx.result.adapter_dir, work)
+    except TripSkipped as e:
+        return CheckResult("experts_trip", False, f"not moved: {e}", impl, code="AD612")
+    except TripFailed as e:
+        return CheckResult("experts_trip", False, str(e), impl, code="AD612")
+    head = M.load_head(ctx.result.head_dir) if ctx.result.head_dir else None
+    worst, parts, missing = 0.0, [], []
+    for label, folder in ((f"as {trip['other']}", trip["there"]), ("back", trip["back"])):
+        model, miss = lora.load_peft(fresh_saved_base(ctx), folder)
+        missing += miss
+        if folder == trip["there"] and trip["other"] == "per-expert" and not peft_has_expert_lora(model):
+            parts.append(peft_drops_note(model.base_model.model, trip["other"]))
+            continue
+        diff, _, names = max_diff(
+            ctx.reference, outputs(model, ctx.batch, ctx.objective, head=head), ctx.batch["attention_mask"]
+        )
+        worst = max(worst, diff if names else float("inf"))
+        parts.append(f"{label} max |Δ{'/'.join(names)}| = {diff:.3g}")
+    ok = not missing and worst <= IDENTICAL
+    detail = f"{trip['path']}: " + "; ".join(parts) + "; " + trip["detail"].partition(": ")[2]
+    if missing:
+        detail += f"; PEFT: {missing[0][:200]}"
+    return CheckResult("experts_trip", ok, detail, impl, value=worst, code="AD612")
+
+
 Check = Callable[[Ctx], CheckResult]
 CHECKS: list[Check] = [
     check_loss,
@@ -236,6 +327,8 @@ CHECKS: list[Check] = [
     check_lora_b,
     check_remap,
     check_merge,
+    check_experts,
+    check_experts_trip,
 ]
 """The doctor checks, in order. Which implementation each uses is in its result's ``implementation``."""
 

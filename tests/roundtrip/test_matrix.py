@@ -40,7 +40,16 @@ def test_cell(benches: dict[str, LayoutBench], layout: str, operation: str) -> N
 def test_not_applicable_cells_are_exactly_the_layouts_without_a_tiny_model() -> None:
     from adapterdoc.ml.tiny import TINY_LAYOUTS
 
-    declared = {layout for layout, _ in NOT_APPLICABLE}
-    assert declared == set(LAYOUTS) - set(TINY_LAYOUTS)
-    for layout in declared:
+    whole = {layout for layout, op in NOT_APPLICABLE if op != "experts"}
+    assert whole == set(LAYOUTS) - set(TINY_LAYOUTS)
+    for layout in whole:
         assert all(NOT_APPLICABLE.get((layout, op)) for op in OPERATIONS), layout
+
+
+def test_experts_cells_are_n_a_exactly_for_the_layouts_without_routed_experts() -> None:
+    """The expert moves run for every MoE layout with a tiny model and are n/a, with a reason, elsewhere."""
+    moe = {name for name, lay in LAYOUTS.items() if lay.experts is not None and lay.tiny is not None}
+    assert moe == {"qwen3_5_moe_vl", "qwen3_5_moe_text", "qwen3_omni", "qwen3_omni_thinker", "qwen3_moe_text"}
+    runs = {layout for layout in LAYOUTS if (layout, "experts") not in NOT_APPLICABLE}
+    assert runs == moe
+    assert "no routed experts" in NOT_APPLICABLE["qwen3_5_text", "experts"]

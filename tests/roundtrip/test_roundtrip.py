@@ -46,7 +46,8 @@ def test_roundtrip_passes_every_trip_and_leaves_the_input_alone(vl_adapter: Path
     out = json.loads(res.stdout)
     names = {c["name"].split(":")[0]: c for c in out["checks"]}
     assert {"remap", "format", "reload", "merge", "counterpart"} <= set(names)
-    assert all(c["status"] == "pass" for c in out["checks"]), out["checks"]
+    assert names["experts"]["status"] == "skipped"  # a dense adapter: no expert moves
+    assert all(c["status"] == "pass" for c in out["checks"] if c["name"] != "experts"), out["checks"]
     assert out["ok"] and out["failed"] == 0
     assert not [f for f in out["findings"] if f["code"] == "AD706"]  # trained-like adapter: comparisons count
     assert _digest(vl_adapter) == before
@@ -57,7 +58,9 @@ def test_without_base_only_byte_trips_run(vl_adapter: Path, cli: Any) -> None:
     assert res.exit_code == 0, res.stderr
     out = json.loads(res.stdout)
     skipped = [c for c in out["checks"] if c["status"] == "skipped"]
-    assert skipped and "no --base" in skipped[0]["detail"]
+    assert skipped and "no --base" in skipped[-1]["detail"]
+    experts = next(c for c in out["checks"] if c["name"] == "experts")  # a dense adapter: nothing to move
+    assert experts["status"] == "skipped" and "no routed expert carries LoRA" in experts["detail"]
     assert any(c["name"].startswith("remap:") and c["status"] == "pass" for c in out["checks"])
 
 
@@ -95,3 +98,53 @@ def test_not_an_adapter_is_exit_3(tmp_path: Path, cli: Any) -> None:
     save_file({"w": torch.zeros(2)}, tmp_path / "plain.safetensors")
     res = cli("roundtrip", tmp_path / "plain.safetensors")
     assert res.exit_code == 3 and res.stderr.startswith("adapterdoc: error: ")
+
+
+OLD_STACK = Path(__file__).resolve().parents[2] / "fixtures" / "old_stack"
+
+
+def test_a_per_expert_adapter_of_the_old_stack_goes_fused_and_back(cli: Any) -> None:
+    """transformers 4.57 + peft 0.17 wrote it per expert; PEFT 0.21 loads it fused and saves it fused, tensor for
+    tensor as ``remap --experts fused``; both spellings give the original's logits on the saved base."""
+    ad, base = OLD_STACK / "qwen3_moe" / "adapter_experts", OLD_STACK / "qwen3_moe" / "base"
+    before = _digest(ad)
+    res = cli("roundtrip", ad, "--base", base, "--json")
+    assert res.exit_code == 0, res.stdout + res.stderr
+    checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
+    trip = checks["experts:per-expert→fused→per-expert"]
+    assert trip["status"] == "pass" and "64 names identical, 32 tensors byte-identical" in trip["detail"]
+    assert "32 gate/up tensors come back with twice the rank" in trip["detail"]
+    outs = checks["experts:outputs per-expert→fused→per-expert"]
+    assert outs["status"] == "pass" and "as fused max |Δ| 0" in outs["detail"], outs
+    assert "as remap --experts fused" in checks["reload:load→save→load"]["detail"]
+    assert _digest(ad) == before
+
+
+def test_a_broken_expert_move_makes_roundtrip_say_no(
+    tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The way back to per-expert scales one expert's down_proj lora_B: the names and shapes still match, the
+    bytes of a tensor the move keeps exactly do not (AD707)."""
+    from safetensors.torch import load_file, save_file
+
+    import adapterdoc.remap as remap_pkg
+
+    real = remap_pkg.remap
+
+    def scaled_back(spec: Any, **kw: Any) -> Any:
+        rep = real(spec, **kw)
+        if kw.get("experts") == "per-expert":
+            path = Path(kw["out"]) / "adapter_model.safetensors"
+            t = load_file(path)
+            k = next(k for k in t if ".experts.1.down_proj.lora_B" in k)
+            t[k] = t[k] * 2
+            save_file(t, path, metadata={"format": "pt"})
+        return rep
+
+    monkeypatch.setattr(remap_pkg, "remap", scaled_back)
+    res = cli("roundtrip", OLD_STACK / "qwen3_moe" / "adapter_experts", "--json")
+    assert res.exit_code == 1, res.stdout
+    out = json.loads(res.stdout)
+    (bad,) = [c for c in out["checks"] if c["status"] == "fail"]
+    assert bad["name"] == "experts" and "experts.1.down_proj.lora_B" in bad["detail"], bad
+    assert "AD707" in {f["code"] for f in out["findings"]}

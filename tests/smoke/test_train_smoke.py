@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from adapterdoc.layouts import LAYOUTS
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
@@ -50,9 +52,18 @@ def test_smoke_run_per_layout(tmp_path, layout: str) -> None:
     run = smoke.run_layout(layout, str(tmp_path / layout), TrainSettings(steps=FAST))
     assert run.error is None
     assert [c.name for c in run.checks] == list(smoke.CHECK_NAMES)
+    moe = LAYOUTS[layout].experts is not None
     failed = {c.name: c.detail for c in run.checks if c.ok is not True}
+    if not moe:  # the expert checks skip, with their reason, where there are no routed experts
+        assert {n: failed.pop(n) for n in ("experts", "experts_trip")} == dict.fromkeys(
+            ("experts", "experts_trip"), f"{layout} has no routed experts"
+        )
     assert not failed, failed
     assert run.ok and not run.findings
+    if moe:  # every expert of every MoE block trained; fused → per-expert → fused gives the trained outputs
+        assert "4/4 MoE blocks × 4 experts; coverage down 16/16, gate_up 16/16" in run.check("experts").detail
+        assert run.check("experts_trip").value == 0.0
+        assert "fused→per-expert→fused" in run.check("experts_trip").detail
     # the loss falls on the training rows (fixed seeds: base 0, LoRA 0)
     assert run.train_loss_after < run.train_loss_before - 0.05
     counterpart, n_keys = EXPECTED[layout]
@@ -121,7 +132,9 @@ def test_cli_json_contract_and_rerun_into_the_same_folder(cli, tmp_path) -> None
     assert row["layout"] == "modernbert_mlm" and row["ok"] is True
     assert row["loss_after"] < row["loss_before"]
     assert set(row["checks"]) == set(smoke.CHECK_NAMES)
-    assert all(c["ok"] is True and c["implementation"] for c in row["checks"].values())
+    experts = ("experts", "experts_trip")  # skipped: an encoder has no routed experts
+    assert all(c["ok"] is True and c["implementation"] for k, c in row["checks"].items() if k not in experts)
+    assert all(row["checks"][k]["ok"] is None for k in experts)
     impl = {k: c["implementation"] for k, c in row["checks"].items()}
     assert impl["remap"].startswith("adapterdoc.remap") and impl["verify"] == "adapterdoc.verify"
     assert impl["merge"].startswith("adapterdoc.merge") and impl["lora_b"].startswith("adapterdoc.verify")
