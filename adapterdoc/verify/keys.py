@@ -120,7 +120,7 @@ def expert_key_findings(
     out: list[Finding] = []
     if pic.one_sided and fused:
         out += [f for f in expert_findings(pic, spec, spec=spec, fused_base=True) if f.code == "AD241"]
-    if km.converted and pic.layout == "per-expert" and not meta.inject_error:
+    if km.converted and pic.layout == "per-expert" and _peft_fuses(meta):
         after = meta.config_after.get("rank_pattern") or {}
         ranks = ", ".join(f"{k}: {v}" for k, v in after.items())
         n = sum(1 for k in pic.routed for x in k.keys if x.role == "lora_A")
@@ -134,6 +134,17 @@ def expert_key_findings(
             )
         )
     return out
+
+
+def _peft_fuses(meta: Any) -> bool:
+    """Whether PEFT's injection rewrote the adapter config to fused ``target_parameters`` (its per-expert → fused
+    conversion, which PEFT 0.21 has only for some model types: none for Qwen3.5-MoE, whose per-expert keys it then
+    drops, AD221)."""
+
+    def fused(cfg: dict[str, Any]) -> bool:
+        return any(str(t).endswith("gate_up_proj") for t in cfg.get("target_parameters") or ())
+
+    return meta.inject_error is None and fused(meta.config_after) and not fused(meta.config_before)
 
 
 def _untargeted(spec: str, unexpected: list[str], meta: Any, acfg: AdapterConfig) -> list[Finding]:

@@ -184,3 +184,24 @@ def test_lone_fused_parameter(tiny_model: Any, tmp_path: Path) -> None:
     assert pic.layout == "fused" and {p for b in pic.routed for p in b.projections} == {"down"}
     rep = _verify(folder, "tiny:qwen3_5_moe_text", "vllm")
     assert {f.code: f.severity for f in rep.findings}.get("AD419") == "error"
+
+
+@ML
+def test_per_expert_on_qwen3_5_moe_fails_and_no_conversion_is_claimed(
+    tiny_model: Any, tmp_path: Path
+) -> None:
+    """PEFT 0.21 has no per-expert → fused conversion for Qwen3.5-MoE: the per-expert keys match nothing and would be
+    dropped (AD221, a failure), and AD243 must not say PEFT converts them."""
+    from adapterdoc.remap import remap
+
+    fused = _fused_adapter(tiny_model, "qwen3_5_moe_text", tmp_path / "fused", ["gate_up_proj", "down_proj"])
+    remap(str(fused), experts="per-expert", out=str(tmp_path / "per-expert"))
+    rep = _verify(tmp_path / "per-expert", "tiny:qwen3_5_moe_text")
+    codes = {f.code for f in rep.findings}
+    assert not rep.ok and "AD221" in codes and "AD243" not in codes
+    assert any(".mlp.experts." in k for k in rep.unexpected)
+    # the same keys on Qwen3-MoE, which PEFT converts, pass with the conversion named
+    fused = _fused_adapter(tiny_model, "qwen3_moe_text", tmp_path / "fused3", ["gate_up_proj", "down_proj"])
+    remap(str(fused), experts="per-expert", out=str(tmp_path / "per-expert3"))
+    rep = _verify(tmp_path / "per-expert3", "tiny:qwen3_moe_text")
+    assert rep.ok and "AD243" in {f.code for f in rep.findings}, [f.message for f in rep.findings]
