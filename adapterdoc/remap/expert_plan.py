@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.errors import UnsupportedInputError
@@ -39,6 +40,9 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
         )
     header = ckpt.headers[0]
     cfg = ckpt.adapter_config
+    done = _already(spec, ckpt, header, cfg, direction, out)
+    if done is not None:
+        return done
     plan = plan_experts(header, cfg, direction, weights)
     assert cfg is not None and cfg.path is not None
     touched = {k for b in plan.blocks for pair in _keys_of(b) for k in pair}
@@ -76,6 +80,30 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
 
     result.compose = write_weights
     return result
+
+
+def _already(spec: str, ckpt: Any, header: Any, cfg: Any, direction: str, out: str | None) -> Plan | None:
+    """An adapter whose expert LoRA is already in ``direction``'s layout: nothing to do (exit 0, strategy
+    ``none``, as ``--vl`` on a text adapter); with ``--out`` an unchanged copy."""
+    from adapterdoc.experts import expert_picture
+
+    if cfg is None or cfg.path is None:
+        return None
+    pic = expert_picture({k: t.shape for k, t in header.tensors.items()}, config=cfg)
+    if pic.layout != direction:
+        return None
+    report = RemapReport(
+        input=spec,
+        mode="experts",
+        strategy="none",
+        mapping={},
+        weights=ckpt.weights_path,
+        out=out,
+        notes=[f"the expert LoRA is already {direction}: nothing to do"],
+    )
+    with open(cfg.path, "rb") as f:
+        config_bytes = f.read() if out is not None else None
+    return Plan(report, ckpt, ckpt.weights_path, header, None, cfg.path, config_bytes, None)
 
 
 def _keys_of(b: Block) -> list[tuple[str, str]]:

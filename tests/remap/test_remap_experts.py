@@ -164,13 +164,22 @@ def test_dry_run_in_place_and_refusals(per_expert: Path, tmp_path: Path) -> None
     (busy / "x").write_text("mine")
     r = run("remap", str(per_expert), "--experts", "fused", "--out", str(busy))
     assert r.returncode == 3 and r.stderr.count("\n") == 1 and (busy / "x").read_text() == "mine"
-    r = run("remap", str(per_expert), "--experts", "per-expert")  # nothing fused to split
-    assert r.returncode == 3 and "nothing to split" in r.stderr
+    # already per-expert: nothing to do, exit 0 and nothing written (idempotent, as --vl on a text adapter)
+    r = run("remap", str(per_expert), "--experts", "per-expert", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["strategy"] == "none", r.stderr
     assert folder_digest(per_expert) == before
+    r = run(
+        "remap", str(OLD / "qwen3_moe" / "adapter_attention"), "--experts", "fused"
+    )  # no expert LoRA at all
+    assert r.returncode == 3 and "nothing to fuse" in r.stderr and r.stderr.count("\n") == 1
     r = run("remap", str(per_expert), "--experts", "fused")  # in place
     assert r.returncode == 0, r.stderr
     assert "base_layer" in (per_expert / "adapter_model.safetensors").read_bytes()[:4000].decode("latin-1")
     assert not [p for p in per_expert.iterdir() if p.name.startswith(".adapterdoc")]
+    fused = folder_digest(per_expert)
+    r = run("remap", str(per_expert), "--experts", "fused", "--json")  # a second time: already fused
+    assert r.returncode == 0 and json.loads(r.stdout)["strategy"] == "none", r.stderr
+    assert folder_digest(per_expert) == fused
     one_sided = tmp_path / "one_sided"
     shutil.copytree(QWEN / "adapter_one_sided", one_sided)
     before = folder_digest(one_sided)
