@@ -12,14 +12,14 @@ BASE = "tiny:ministral3_text"
 """The base the adapter fits."""
 
 
-def write_small_adapter(folder: Path) -> Path:
-    """``folder`` (created) holding one q_proj LoRA, r=2, ones in A and B."""
+def write_small_adapter(folder: Path, hidden: int = 64) -> Path:
+    """``folder`` (created) holding one q_proj LoRA, r=2, ones in A and B (``hidden`` 64 fits :data:`BASE`)."""
     folder.mkdir()
     key = "base_model.model.model.layers.0.self_attn.q_proj"
     save_file(
         {
-            f"{key}.lora_A.weight": np.ones((2, 64), np.float32),
-            f"{key}.lora_B.weight": np.ones((64, 2), np.float32),
+            f"{key}.lora_A.weight": np.ones((2, hidden), np.float32),
+            f"{key}.lora_B.weight": np.ones((hidden, 2), np.float32),
         },
         folder / "adapter_model.safetensors",
         metadata={"format": "pt"},

@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-from safetensors.numpy import save_file
+from small_adapters import write_small_adapter
 
 from adapterdoc import __version__
 
@@ -19,20 +18,7 @@ COMMANDS = ["inspect", "remap", "verify", "merge", "roundtrip", "train-smoke", "
 
 
 def _adapter(folder: Path) -> Path:
-    folder.mkdir()
-    key = "base_model.model.model.layers.0.self_attn.q_proj"
-    save_file(
-        {
-            f"{key}.lora_A.weight": np.ones((2, 8), np.float32),
-            f"{key}.lora_B.weight": np.ones((8, 2), np.float32),
-        },
-        folder / "adapter_model.safetensors",
-        metadata={"format": "pt"},
-    )
-    (folder / "adapter_config.json").write_text(
-        json.dumps({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"]})
-    )
-    return folder
+    return write_small_adapter(folder, hidden=8)
 
 
 def test_version(cli: Any) -> None:
