@@ -24,7 +24,7 @@ from hypothesis.errors import InvalidArgument
 
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.errors import ConfigError
-from adapterdoc.layouts.trees import Unmodeled, build_tree
+from adapterdoc.layouts.trees import TREES, Unmodeled, build_tree
 from adapterdoc.ml import meta as M
 from adapterdoc.verify.expected import registry_adapter
 
@@ -395,3 +395,110 @@ def test_registry_equals_meta_device(layout: str) -> None:
 @pytest.mark.parametrize("layout", REGISTRY_LAYOUTS)
 def test_registry_equals_meta_device_slow(layout: str) -> None:
     _registry_equals_meta_device(layout, SLOW)
+
+
+@pytest.mark.parametrize("layout", REGISTRY_LAYOUTS)
+def test_registry_decides_the_tiny_reference_configs(layout: str) -> None:
+    """The registry is no empty promise: the tiny reference configs and common LoRA configs are decided by it."""
+    from adapterdoc.ml.tiny import model_class, tiny_config
+
+    cfg = tiny_config(layout)
+    cfg.architectures = [model_class(layout).__name__]
+    leaves = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "in_proj_qkv"]
+    for lora in (
+        {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": leaves},
+        {
+            "peft_type": "LORA",
+            "r": 2,
+            "lora_alpha": 4,
+            "target_modules": "all-linear",
+            "exclude_modules": _TOWERS,
+        },
+        {
+            "peft_type": "LORA",
+            "r": 2,
+            "target_modules": ["q_proj"],
+            "rank_pattern": {"layers.1.self_attn.q_proj": 3},
+        },
+    ):
+        assert check_equal(cfg, lora) != "declined"
+
+
+def test_fused_experts_keys_and_nesting() -> None:
+    """Pinned PEFT fact: two target_parameters on one experts module nest (gate_up inner, down outer); lora_A is
+    ``[r*E, in]``, lora_B ``[out, r*E]`` with in/out swapped from the ``[E, out, in]`` Parameter."""
+    from adapterdoc.ml.tiny import tiny_config
+
+    cfg = tiny_config("qwen3_5_moe_text")
+    cfg.architectures = ["Qwen3_5MoeForCausalLM"]
+    lora = {
+        "peft_type": "LORA",
+        "r": 2,
+        "target_modules": ["o_proj"],
+        "target_parameters": ["gate_up_proj", "down_proj"],
+    }
+    assert check_equal(cfg, lora) != "declined"
+    _spec, raw = _write_base(cfg)
+    reg = registry_adapter(build_tree(raw), AdapterConfig(lora))
+    e, h, mi = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+    m = "base_model.model.model.layers.0.mlp.experts"
+    assert reg.expected[f"{m}.base_layer.lora_A.weight"] == (2 * e, h)
+    assert reg.expected[f"{m}.base_layer.lora_B.weight"] == (2 * mi, 2 * e)
+    assert reg.expected[f"{m}.lora_A.weight"] == (2 * e, mi)
+    assert reg.expected[f"{m}.lora_B.weight"] == (h, 2 * e)
+
+
+def test_load_conversions_are_transformers_own() -> None:
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+
+    from adapterdoc.layouts.trees import LOAD_CONVERSIONS
+
+    assert {mt for mt, _ in TREES if get_checkpoint_conversion_mapping(mt) is not None} == LOAD_CONVERSIONS
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (
+            {"model_type": "qwen3_omni_moe", "architectures": ["Qwen3OmniMoeForConditionalGeneration"]},
+            "no module tree",
+        ),
+        ({"mtp_num_hidden_layers": 1}, "does not model"),
+        ({"layer_types": ["sliding_attention"] * 4}, "not modelled"),
+    ],
+)
+def test_registry_declines_what_it_does_not_model(change: dict[str, Any], why: str) -> None:
+    from adapterdoc.ml.tiny import tiny_config
+
+    cfg = tiny_config("qwen3_5_text")
+    cfg.architectures = ["Qwen3_5ForCausalLM"]
+    _, raw = _write_base(cfg)
+    raw.update(change)
+    with pytest.raises(Unmodeled, match=why):
+        build_tree(raw)
+
+
+@pytest.mark.parametrize(
+    "lora",
+    [
+        {"use_dora": True},
+        {"lora_bias": True},
+        {"target_modules": None},
+        {"task_type": "SEQ_CLS"},
+        {"init_lora_weights": "pissa"},
+        {"layers_pattern": "layers"},
+        {"target_modules": ["conv1d"]},
+        {"trainable_token_indices": [1, 2]},
+        {"some_future_field": {"on": True}},
+    ],
+)
+def test_adapter_configs_the_registry_declines(lora: dict[str, Any]) -> None:
+    from adapterdoc.ml.tiny import tiny_config
+
+    cfg = tiny_config("qwen3_5_text")
+    cfg.architectures = ["Qwen3_5ForCausalLM"]
+    _, raw = _write_base(cfg)
+    with pytest.raises(Unmodeled):
+        registry_adapter(
+            build_tree(raw), AdapterConfig({"peft_type": "LORA", "target_modules": ["q_proj"], **lora})
+        )
