@@ -5,7 +5,7 @@ The rules themselves and the vLLM release they describe are the vLLM profile's (
 test keeps the two in step).
 """
 
-from adapterdoc.codes import Code
+from adapterdoc.codes import Code, lorax, sglang, tgi
 
 _V = "Describes vLLM 0.33.0."
 
@@ -209,3 +209,5 @@ CODES = [
         "Train both fused parameters (`target_parameters: [gate_up_proj, down_proj]`).",
     ),
 ]
+
+CODES += sglang.CODES + tgi.CODES + lorax.CODES

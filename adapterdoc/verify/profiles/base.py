@@ -2,12 +2,41 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
     from adapterdoc.report.findings import Finding
     from adapterdoc.report.verify_report import VerifyReport
+
+
+@dataclass(frozen=True)
+class EngineNeeds:
+    """What one serving engine needs an adapter to look like, as data: ``remap --for ENGINE`` makes every exact
+    rewrite these fields ask for, and the engine's profile fails an adapter that does not have them."""
+
+    keys: str = "as-is"
+    """``as-is`` (the engine matches keys loosely), ``text`` (exact text-style keys
+    ``base_model.model.model.layers.{i}...``: the language model's keys with no wrapper) or ``served`` (the layout of
+    the model class the engine serves, as the profile's ``served_as`` says)."""
+    experts: str | None = None
+    """The expert layout the engine reads (``per-expert`` or ``fused``); ``None``: either, or no expert LoRA at
+    all (see :attr:`expert_lora`)."""
+    expert_lora: bool = True
+    """Whether the engine applies expert LoRA at all (``False``: expert keys are dropped)."""
+    rslora: bool = True
+    """Whether ``use_rslora`` is honoured; ``False``: fold it into ``lora_alpha`` (``alpha * sqrt(r)``)."""
+    patterns: bool = True
+    """Whether ``rank_pattern`` / ``alpha_pattern`` are honoured; ``False``: uniform rank and scaling."""
+    regex_targets: bool = True
+    """Whether a regex (string) ``target_modules`` is accepted; ``False``: the explicit list."""
+    dora: bool = False
+    """Whether DoRA (``use_dora``) is served; ``False``: refused, there is no exact rewrite."""
+    modules_to_save: bool = False
+    """Whether ``modules_to_save`` tensors are applied; ``False``: refused, there is no exact rewrite."""
+    version: str = ""
+    """The engine release or commit these needs were read from."""
 
 
 class Profile:
@@ -45,6 +74,11 @@ class Profile:
         """The keys it adds to the run's JSON after ``profile``; every run has them, ``None`` when ``active`` is
         false (another profile ran)."""
         return {}
+
+    def needs(self, base_layout: str | None, options: Any = None) -> EngineNeeds | None:
+        """What ``remap --for NAME`` rewrites an adapter into for a base of registry layout ``base_layout``
+        (``None``: unknown); ``None`` when this profile is not a serving engine (``remap --for`` refuses it)."""
+        return None
 
     def label(self, options: Any) -> str:
         """The profile as the text report's header names it."""
