@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.errors import AdapterdocError, RefusedError
-from adapterdoc.layouts import LAYOUTS, remap_path
+from adapterdoc.layouts import LAYOUTS, move_rules, remap_path, rename
 from adapterdoc.remap.moves import RemapMove, detect, resolve_layout_move
 from adapterdoc.verify.profiles.served import is_vl, served_layout
 
@@ -58,6 +58,25 @@ def layout_of_base(spec: object, what: str) -> str | None:
     return hits[0] if hits else None
 
 
+def _settle_text(weights: str, modules: list[str], candidates: tuple[str, ...], served: str | None) -> str:
+    """Several layouts fit the keys: the served one if among them, else any when all of them give the same text
+    keys (e.g. several text layouts, none of which moves); refused otherwise."""
+    if served in candidates:
+        return served
+    renamed = set()
+    for c in candidates:
+        target = served_layout(c, "text")
+        rules = move_rules(c, target) if target not in (None, c) else ()
+        renamed.add(tuple(rename(rules, m) for m in modules) if rules is not None else None)
+    if len(renamed) == 1 and None not in renamed:
+        return candidates[0]
+    raise RefusedError(
+        weights,
+        f"cannot tell the adapter's layout ({', '.join(candidates)} fit its keys and have different text keys); "
+        "pass --base",
+    )
+
+
 def key_move(
     keys: str,
     weights: str,
@@ -75,17 +94,7 @@ def key_move(
     if keys == "text":
         source = found.name if found.name in LAYOUTS else None
         if found.name == "ambiguous":
-            targets = {c: served_layout(c, "text") for c in found.candidates}
-            if served in targets:
-                source = served
-            elif len(set(targets.values())) == 1:
-                source = found.candidates[0]
-            else:
-                raise RefusedError(
-                    weights,
-                    f"cannot tell the adapter's layout ({', '.join(found.candidates)} fit its keys and have "
-                    "different text keys); pass --base",
-                )
+            source = _settle_text(weights, modules, found.candidates, served)
         if source is None:
             notes.append("the keys match no registry layout: kept as they are (taken as text-style keys)")
             return None
