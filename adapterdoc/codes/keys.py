@@ -326,4 +326,98 @@ CODES += [
         "8 per-expert modules x 3 projections -> `gate_up_proj` (rank 4) and `down_proj` (rank 2) per block",
         "Nothing to do; `adapterdoc remap --experts fused` writes the converted form if you want it on disk.",
     ),
+    # remap --for
+    Code(
+        "AD260",
+        "dora-not-served",
+        "error",
+        "`remap --for ENGINE` refused: the adapter is DoRA (`use_dora`, `lora_magnitude_vector`) and the engine does "
+        "not serve DoRA.",
+        "DoRA rescales each output column by its magnitude vector over the norm of the merged weight; no LoRA-only "
+        "adapter reproduces that, so any rewrite would serve different outputs (vLLM and SGLang refuse DoRA, TGI and "
+        "LoRAX ignore it). The command exits 3 and changes nothing.",
+        "`base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector` with `--for sglang`",
+        "Merge the adapter into the base (`adapterdoc merge ADAPTER --base BASE --out DIR`) and serve the merged "
+        "model, or retrain with `use_dora: false`.",
+    ),
+    Code(
+        "AD261",
+        "modules-to-save-not-served",
+        "error",
+        "`remap --for ENGINE` refused: the adapter carries `modules_to_save` (whole trained weights) that the engine "
+        "does not apply.",
+        "SGLang skips them with a debug log, TGI and LoRAX ignore them, vLLM refuses any but the classification "
+        "heads: the engine would serve the base's weights for those modules. Dropping them is not exact, so the "
+        "command exits 3 and changes nothing.",
+        '`"modules_to_save": ["lm_head"]` with `--for tgi`',
+        "Merge the adapter into the base (`adapterdoc merge ...`) and serve the merged model, or retrain without "
+        "`modules_to_save`.",
+    ),
+    Code(
+        "AD262",
+        "expert-lora-not-served",
+        "error",
+        "`remap --for ENGINE` refused: the adapter has LoRA on MoE experts and the engine applies no expert LoRA.",
+        "TGI and LoRAX map only attention and dense-MLP keys; expert tensors are logged as unused and the experts run "
+        "as the base. No key rename makes them load, so the command exits 3 and changes nothing.",
+        "`base_model.model.model.layers.0.mlp.experts.0.gate_proj.lora_A.weight` with `--for tgi`",
+        "Merge the adapter (`adapterdoc merge ...`) and serve the merged model, or serve it on vLLM / SGLang.",
+    ),
+    Code(
+        "AD263",
+        "scaling-rounded",
+        "warning",
+        "`remap --for ENGINE` multiplied some `lora_B` tensors by their scaling ratio and the products were rounded.",
+        "An engine that ignores `alpha_pattern` reads one scaling for every module; modules whose `alpha/r` differed "
+        "keep their scaling only through their values (`B' = B * s_m / s`). A power-of-two ratio is exact; any other "
+        "is rounded once per element: up to 2^-24 relative in float32, 2^-9 in bfloat16. The JSON's `rewrites` "
+        "entry `scaling` gives the largest relative change measured.",
+        '`alpha_pattern: {"v_proj": 24}` with `lora_alpha: 16`: `v_proj`\'s lora_B times 1.5 in bfloat16',
+        "Accept the rounding (it is below the dtype's own precision), retrain with one alpha/r for every module, or "
+        "serve on an engine that honours `alpha_pattern` (vLLM).",
+    ),
+    Code(
+        "AD264",
+        "rslora-folded",
+        "info",
+        "`remap --for ENGINE` folded rsLoRA into `lora_alpha`: `use_rslora` false, `lora_alpha' = lora_alpha * "
+        "sqrt(r)` (and per `alpha_pattern` entry with its module's rank).",
+        "SGLang ignores `use_rslora` (sgl-project/sglang#40835) and serves `alpha/r`, sqrt(r) times too weak; "
+        "`alpha*sqrt(r)/r = alpha/sqrt(r)` gives every module its rsLoRA scaling exactly, in the config alone.",
+        "`r: 16, lora_alpha: 16, use_rslora: true` -> `lora_alpha: 64, use_rslora: false`",
+        "Nothing to do; serve the rewritten adapter.",
+    ),
+    Code(
+        "AD265",
+        "ranks-padded",
+        "info",
+        "`remap --for ENGINE` zero-padded every module to the largest rank (the engine ignores `rank_pattern`).",
+        "Zero rows of `lora_A` and zero columns of `lora_B` leave `B A` unchanged exactly, in every dtype; `r` and "
+        "`lora_alpha` follow (`lora_alpha = scaling * R`) so each module keeps its scaling. It costs the bytes of the "
+        "zeros, given as `bytes_added` in the JSON's `rewrites`.",
+        '`r: 8, rank_pattern: {"q_proj": 16}` -> every module rank 16, `lora_alpha` 2x',
+        "Nothing to do; or retrain with one rank to save the padding bytes.",
+    ),
+    Code(
+        "AD266",
+        "regex-targets-listed",
+        "info",
+        "`remap --for ENGINE` replaced a regex `target_modules` by the list of module paths it selected.",
+        "SGLang refuses a string `target_modules` other than `all` / `all-linear`. PEFT matches a list entry as the "
+        "exact module name or a dotted suffix, so the adapter's own module paths select exactly the modules the "
+        "regex did; the tensors are unchanged.",
+        '`target_modules: ".*\\\\.(q_proj|v_proj)"` -> `["model.layers.0.self_attn.q_proj", ...]`',
+        "Nothing to do; serve the rewritten adapter.",
+    ),
+    Code(
+        "AD267",
+        "served-model-unknown",
+        "warning",
+        "`remap --for ENGINE` could not tell which model the engine serves, so the keys were kept as they are.",
+        "vLLM serves the base folder's own class, whose key layout may differ from the one the adapter was trained "
+        "on (a text-class adapter on a vision-language base); neither `--base`, a locally available "
+        "`base_model_name_or_path` nor the adapter's keys named a registry layout.",
+        "an adapter whose keys match no registry layout, remapped `--for vllm` without `--base`",
+        "Pass `--base BASE` (the model folder the server loads, or its config.json).",
+    ),
 ]

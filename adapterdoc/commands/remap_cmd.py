@@ -1,5 +1,5 @@
-"""`adapterdoc remap ADAPTER (--vl | --to LAYOUT | --rule 'REGEX=>REPLACEMENT' ... | --experts per-expert|fused)
-[--out DIR] [--dry-run] [--json]`."""
+"""`adapterdoc remap ADAPTER (--vl | --to LAYOUT | --rule 'REGEX=>REPLACEMENT' ... | --experts per-expert|fused |
+--for ENGINE [--base BASE]) [--out DIR] [--dry-run] [--json]`."""
 
 from __future__ import annotations
 
@@ -59,6 +59,19 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     "(target_parameters); exact, a streamed copy.",
 )
 @click.option(
+    "--for",
+    "engine",
+    type=click.Choice(["vllm", "sglang", "tgi", "lorax"]),
+    help="Make every exact rewrite this serving engine needs (keys, expert layout, rsLoRA folded, uniform ranks, "
+    "explicit target_modules); DoRA and modules_to_save it cannot serve are refused.",
+)
+@click.option(
+    "--base",
+    metavar="BASE",
+    help="With --for: the base the engine serves (model folder, config.json, cached repo id or tiny:LAYOUT), when "
+    "the adapter's keys and base_model_name_or_path do not say it.",
+)
+@click.option(
     "--out",
     type=click.Path(),  # a file or link here is refused with exit 3 by the atomic module, not click
     metavar="DIR",
@@ -76,6 +89,8 @@ def command(
     from_layout: str | None,
     rules: tuple[str, ...],
     experts: str | None,
+    engine: str | None,
+    base: str | None,
     out: str | None,
     dry_run: bool,
     output: Output,
@@ -91,6 +106,7 @@ def command(
       --rule R=>S     your own renames on the full key, in order
       --experts FORM  a mixture-of-experts adapter into one LoRA per expert
                       (per-expert) or PEFT's fused target_parameters form
+      --for ENGINE    every exact rewrite vllm, sglang, tgi or lorax needs
 
     --vl, --to and --rule are header-only: the tensor data bytes never change. The header is rewritten in place when the new one fits
     (always for --vl), else the file is copied to a temp file beside it and renamed over it. A weights file
@@ -108,17 +124,21 @@ def command(
             ("--to", to_layout is not None),
             ("--rule", bool(rules)),
             ("--experts", experts is not None),
+            ("--for", engine is not None),
         )
         if on
     ]
     if len(modes) != 1:
         got = " and ".join(modes) if modes else "none"
         raise click.UsageError(
-            "choose exactly one of --vl, --to LAYOUT, --rule 'REGEX=>REPLACEMENT', --experts per-expert|fused "
+            "choose exactly one of --vl, --to LAYOUT, --rule 'REGEX=>REPLACEMENT', --experts per-expert|fused, "
+            "--for ENGINE "
             f"(got {got})"
         )
     if from_layout is not None and to_layout is None:
         raise click.UsageError("--from LAYOUT only goes with --to LAYOUT")
+    if base is not None and engine is None:
+        raise click.UsageError("--base BASE only goes with --for ENGINE")
     report = remap(
         adapter,
         vl=vl,
@@ -126,6 +146,8 @@ def command(
         source=from_layout,
         rules=rules,
         experts=experts,
+        engine=engine,
+        base=base,
         out=out,
         dry_run=dry_run,
         progress=copy_bar if output.fmt == "text" and not is_quiet() else None,

@@ -37,6 +37,8 @@ class Plan:
     blocker: str | None
     compose: Callable[[str, str, Callable[[int], None] | None], None] | None = None
     """``--experts``: writes the new weights file (dest, link rule, progress callback) instead of a header copy."""
+    config_only: bool = False
+    """``--for``: only adapter_config.json changes; in place, the weights file is not written at all."""
 
 
 def make_plan(
@@ -98,7 +100,7 @@ def make_plan(
     if ckpt.weights_format == "bin":
         _plan_bin(plan, out)
     else:
-        _plan_header(plan, mapping, out)
+        plan_header(plan, mapping, out)
     return plan
 
 
@@ -162,7 +164,7 @@ def _plan_bin(plan: Plan, out: str | os.PathLike[str] | None) -> None:
     )
 
 
-def _plan_header(plan: Plan, mapping: dict[str, str], out: str | os.PathLike[str] | None) -> None:
+def plan_header(plan: Plan, mapping: dict[str, str], out: str | os.PathLike[str] | None) -> None:
     """The renamed header (from the bytes read when the input was opened), and in place or copy."""
     weights = plan.weights_path
     header = plan.header or read_header(weights)
@@ -173,6 +175,31 @@ def _plan_header(plan: Plan, mapping: dict[str, str], out: str | os.PathLike[str
     plan.report.strategy = "copy" if (out is not None or plan.blocker) else "in-place"
     if plan.blocker and out is None:
         plan.report.notes.append(f"copy instead of in-place: {plan.blocker}")
+
+
+def move_keys(
+    ckpt: Checkpoint, report: RemapReport, keys: list[str], parsed: list[LoraKey], move: RemapMove
+) -> tuple[dict[str, str], bytes | None]:
+    """A move planned as ``--to`` plans it, for a caller that adds more rewrites (``remap --for``): the key
+    mapping (with the same refusals), and adapter_config.json's new bytes (``None``: unchanged);
+    ``report.config_changes`` and the tower findings are filled in."""
+    weights = ckpt.weights_path
+    assert weights is not None
+    mapping = _mapping(weights, keys, parsed, move)
+    if not mapping:
+        return {}, None
+    old_parsed = dict(zip(keys, parsed))
+    new_parsed = _parse_new(mapping, old_parsed, move)
+    _check_lora_kept(weights, keys, parsed, mapping)
+    module_map = _module_map(mapping, old_parsed, new_parsed)
+    out, report.out = report.out, None  # bytes only when something changes
+    try:
+        _, config_bytes = plan_config(ckpt, report, move, module_map, parsed)
+    finally:
+        report.out = out
+    towers = _tower_findings(weights, mapping, keys, parsed, new_parsed, move)
+    report.findings = sort_findings([*report.findings, *towers])
+    return mapping, config_bytes
 
 
 def open_input(spec: str) -> Checkpoint:

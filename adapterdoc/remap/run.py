@@ -6,12 +6,14 @@ import os
 from collections.abc import Iterable
 
 from adapterdoc.layouts import Rule
+from adapterdoc.remap.engine import make_engine_plan, write_config_only
 from adapterdoc.remap.expert_plan import make_expert_plan
 from adapterdoc.remap.moves import parse_rule
 from adapterdoc.remap.plan import Plan, make_plan
 from adapterdoc.remap.write import CopyProgress, write
 from adapterdoc.report.remap_report import RemapReport
 from adapterdoc.st.atomic import folder_lock
+from adapterdoc.verify.profiles.base import EngineNeeds
 
 EXPERT_FORMS = ("per-expert", "fused")
 """The two expert layouts ``experts=`` converts to."""
@@ -25,6 +27,9 @@ def remap(
     source: str | None = None,
     rules: Iterable[str | Rule] = (),
     experts: str | None = None,
+    engine: str | None = None,
+    base: str | None = None,
+    needs: EngineNeeds | None = None,
     out: str | os.PathLike[str] | None = None,
     dry_run: bool = False,
     progress: CopyProgress | None = None,
@@ -32,15 +37,20 @@ def remap(
     """Remap ``spec`` (adapter dir, .safetensors/.bin file or cached repo id); see the module docstring.
 
     ``experts`` (``per-expert`` or ``fused``) rewrites a mixture-of-experts adapter into that expert layout
-    (:mod:`adapterdoc.remap.experts`; always a streamed copy of the weights). ``source`` names the source layout for ``to`` when detection is ambiguous. ``out`` writes a complete new
+    (:mod:`adapterdoc.remap.experts`; always a streamed copy of the weights). ``engine`` (``vllm``, ``sglang``,
+    ``tgi``, ``lorax``) makes every exact rewrite that engine needs (:mod:`adapterdoc.remap.engine`); ``base``
+    (only with ``engine``) names the served base when the adapter's own keys do not say it; ``needs`` (only with
+    ``engine``) replaces the engine profile's :class:`~adapterdoc.verify.profiles.base.EngineNeeds`. ``source`` names the source layout for ``to`` when detection is ambiguous. ``out`` writes a complete new
     adapter folder and leaves the input untouched. ``dry_run`` plans and writes nothing. ``progress`` opens a
     progress display for a streamed copy (see :data:`~adapterdoc.remap.write.CopyProgress`). Raises an :class:`~adapterdoc.errors.AdapterdocError` (nothing
     written) when the input is unusable or the remap is refused.
     """
     user_rules = [r if isinstance(r, Rule) else parse_rule(r) for r in rules]
-    modes = sum([bool(vl), to is not None, bool(user_rules), experts is not None])
+    modes = sum([bool(vl), to is not None, bool(user_rules), experts is not None, engine is not None])
     if modes != 1:
-        raise ValueError("choose exactly one of vl=True, to=LAYOUT, rules=[...] or experts=")
+        raise ValueError("choose exactly one of vl=True, to=LAYOUT, rules=[...], experts= or engine=")
+    if base is not None and engine is None:
+        raise ValueError("base= only goes with engine=")
     if experts is not None and experts not in EXPERT_FORMS:
         raise ValueError(f"experts= is one of {', '.join(EXPERT_FORMS)}")
     if source is not None and to is None:
@@ -51,6 +61,8 @@ def remap(
     def make(out: str | None) -> Plan:
         if experts is not None:
             return make_expert_plan(os.fspath(spec), experts, out)
+        if engine is not None:
+            return make_engine_plan(os.fspath(spec), engine, base, out, needs)
         return make_plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=out)
 
     if dry_run or out is not None:
@@ -70,7 +82,10 @@ def remap(
     # interleaving with it.
     with folder_lock(folder):
         plan = make(None)
-        write(plan, out=None, progress=progress)
+        if plan.config_only:
+            write_config_only(plan)
+        else:
+            write(plan, out=None, progress=progress)
     return plan.report
 
 

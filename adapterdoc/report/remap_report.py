@@ -34,7 +34,7 @@ class RemapReport(Report):
 
     input: str
     mode: str
-    """``vl``, ``to``, ``rule`` or ``experts``."""
+    """``vl``, ``to``, ``rule``, ``experts`` or ``for``."""
     strategy: str
     """``in-place`` (header rewritten over the old one), ``copy`` (a new file written), ``none`` (nothing to rename)."""
     mapping: dict[str, str]
@@ -52,6 +52,12 @@ class RemapReport(Report):
     experts: dict[str, Any] | None = None
     """``--experts`` only: the direction, the per-expert names, the blocks and tensors rewritten, the rank of each
     projection before and after, and what the conversion keeps exact."""
+    engine: dict[str, Any] | None = None
+    """``--for`` only: the engine, the version its needs describe, the base layout and where it came from, and
+    the needs themselves."""
+    rewrites: list[dict[str, Any]] = field(default_factory=list)
+    """``--for`` only: each rewrite made (``keys``, ``experts``, ``rslora``, ``ranks``, ``scaling``, ``patterns``,
+    ``target_modules``), with what it cost (``bytes_added`` by padding, ``max_rel_rounding`` of scaling)."""
     renamed: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -76,4 +82,5 @@ class RemapReport(Report):
             "written": self.written,
             "notes": self.notes,
             **({"experts": self.experts} if self.experts is not None else {}),
+            **({"engine": self.engine, "rewrites": self.rewrites} if self.engine is not None else {}),
         }

@@ -33,6 +33,8 @@ def render_remap(report: RemapReport, *, width: int | None = None) -> str:
         _patterns(w, report.mapping)
     else:
         w.para("nothing to rename", indent=2)
+    for r in report.rewrites:
+        w.para("would rewrite" if report.dry_run else "rewrote", _rewrite(r), indent=2)
     for c in report.config_changes:
         _config_change(w, c)
     if report.out:
@@ -62,12 +64,28 @@ def _config_change(w: Writer, c: ConfigChange) -> None:
     w.para("→", (repr(c.new), KEEP) if len(repr(c.new)) < 40 else repr(c.new), indent=4, hang=6)
 
 
+def _rewrite(r: dict[str, object]) -> str:
+    """One ``--for`` rewrite in a few words."""
+    extra = {
+        "keys": lambda: f"{r.get('from')} → {r.get('to')}",
+        "experts": lambda: f"{r.get('from')} → {r.get('to')}",
+        "rslora": lambda: "lora_alpha {} → {}".format(*r["lora_alpha"]),  # type: ignore[misc]
+        "ranks": lambda: f"to {r['to']}, {r['bytes_added']} bytes added",
+        "scaling": lambda: f"{r['tensors']} lora_B tensor(s), largest rounding {r['max_rel_rounding']:.3g}",
+        "patterns": lambda: "rank_pattern / alpha_pattern dropped",
+        "target_modules": lambda: f"regex → {r['entries']} module path(s)",
+    }.get(str(r["rewrite"]))
+    return f"{r['rewrite']}: {extra()}" if extra else str(r["rewrite"])
+
+
 def _items(items: list[object]) -> list[Span]:
     return [(repr(x) + ("," if i < len(items) - 1 else ""), KEEP) for i, x in enumerate(items)]
 
 
 def _title(report: RemapReport) -> str:
     move = {"vl": "--vl", "to": "--to", "rule": "--rule"}.get(report.mode, f"--{report.mode}")
+    if report.engine is not None:
+        move = f"--for {report.engine['name']}"
     src, dst = report.source_layout, report.target_layout
     if move == "--to" and dst:
         move = f"--to {dst}"

@@ -35,6 +35,9 @@ class EngineNeeds:
     """Whether DoRA (``use_dora``) is served; ``False``: refused, there is no exact rewrite."""
     modules_to_save: bool = False
     """Whether ``modules_to_save`` tensors are applied; ``False``: refused, there is no exact rewrite."""
+    modules_to_save_heads: tuple[str, ...] = ()
+    """``modules_to_save`` entries served even when :attr:`modules_to_save` is false (vLLM: the ``classifier`` /
+    ``score`` heads of classification models)."""
     version: str = ""
     """The engine release or commit these needs were read from."""
 

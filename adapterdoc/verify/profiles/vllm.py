@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from adapterdoc.verify.profiles.base import Profile
+from adapterdoc.verify.profiles.base import EngineNeeds, Profile
 from adapterdoc.verify.profiles.served import is_vl, served_layout, served_modules
 
 if TYPE_CHECKING:
@@ -45,6 +45,24 @@ class VllmProfile(Profile):
             "max_lora_rank": options.max_lora_rank if active else None,
             "vllm_version": VLLM_VERSION if active else None,
         }
+
+    def needs(self, base_layout: str | None, options: Any = None) -> EngineNeeds | None:
+        """vLLM serves the base's own class (or ``served_as``): its layout's keys and the expert layout that class
+        reads (``Experts.served_fused``); it honours ``use_rslora``, the patterns and a regex ``target_modules``
+        (names are matched on the tensors, PEFTHelper only requires the field), refuses DoRA and
+        ``modules_to_save`` other than the classification heads."""
+        from adapterdoc.layouts import LAYOUTS
+
+        served_as = getattr(options, "served_as", None) or ("vl" if is_vl(base_layout) else "text")
+        layout = served_layout(base_layout, served_as)
+        facts = LAYOUTS[layout].experts if layout in LAYOUTS else None
+        reads = None if facts is None or facts.served_fused is None else facts.served_fused
+        return EngineNeeds(
+            keys="served",
+            experts=None if reads is None else ("fused" if reads else "per-expert"),
+            modules_to_save_heads=_VLLM_HEADS,
+            version=VLLM_VERSION,
+        )
 
     def label(self, options: Any) -> str:
         return f"vllm {VLLM_VERSION}, max LoRA rank {options.max_lora_rank}"

@@ -1,0 +1,343 @@
+"""``remap --for ENGINE``: every exact rewrite one serving engine needs, planned in one pass from what its verify
+profile says it needs (:meth:`~adapterdoc.verify.profiles.base.Profile.needs`):
+
+1. the key layout (the registry move ``--vl`` / ``--to`` use; header-only);
+2. the expert layout the engine reads (``--experts``' own conversion, :mod:`adapterdoc.remap.experts`);
+3. rsLoRA folded into ``lora_alpha`` (config only, exact);
+4. one rank and one scaling for an engine that ignores ``rank_pattern`` / ``alpha_pattern``: ranks zero-padded to
+   the largest (exact in every dtype), and where the modules' scalings differ, ``lora_B`` multiplied by
+   ``s_m / s`` (exact for a power of two, else rounded once per element: measured and reported);
+5. a regex ``target_modules`` replaced by the module paths it selected.
+
+DoRA, ``modules_to_save`` and expert LoRA on an engine that serves none of them have no exact rewrite: refused
+(exit 3) before anything is written, with what to do instead. Header-only when only keys and config change; a
+streamed copy (:func:`adapterdoc.st.compose.compose`) when tensor data changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from typing import Any
+
+from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, parse_key
+from adapterdoc.errors import RefusedError, UnsupportedInputError
+from adapterdoc.remap import engine_config as C
+from adapterdoc.remap.config import dump_like
+from adapterdoc.remap.engine_base import base_layout, key_move
+from adapterdoc.remap.engine_ranks import plan_uniform
+from adapterdoc.remap.engine_tensors import Group, identity_groups, transform
+from adapterdoc.remap.expert_names import DOWN, GATE_UP, fused_owner_prefix
+from adapterdoc.remap.plan import Plan, move_keys, open_input, plan_header
+from adapterdoc.report.findings import make, sort_findings
+from adapterdoc.report.remap_report import RemapReport
+from adapterdoc.st.atomic import target_mode
+from adapterdoc.st.compose import compose
+from adapterdoc.st.header import Header
+from adapterdoc.verify.profiles.base import EngineNeeds
+
+ENGINES = ("vllm", "sglang", "tgi", "lorax")
+"""The engines ``--for`` knows (each needs its verify profile registered)."""
+
+
+def make_engine_plan(
+    spec: str, engine: str, base: str | None, out: str | None, needs: EngineNeeds | None = None
+) -> Plan:
+    """Plan ``remap --for ENGINE`` of ``spec``; nothing is written here. ``needs`` replaces the profile's
+    (a library caller's own engine description; the profile is then not looked up)."""
+    from adapterdoc.verify.profiles import get_profile
+
+    ckpt = open_input(spec)
+    weights = ckpt.weights_path
+    assert weights is not None
+    if ckpt.weights_format == "bin":
+        raise UnsupportedInputError(
+            weights,
+            "remap --for reads safetensors only (engines need it); save the adapter as safetensors first",
+        )
+    cfg = ckpt.adapter_config
+    if cfg is None or cfg.path is None:
+        raise RefusedError(weights, "remap --for needs the adapter folder with its adapter_config.json")
+    if needs is None:
+        try:
+            profile = get_profile(engine)
+        except ValueError:
+            raise UnsupportedInputError(engine, "this build has no verify profile for that engine") from None
+    header = ckpt.headers[0]
+    keys = list(header.tensors)
+    parsed = [parse_key(k) for k in keys]
+    modules = sorted({k.module for k in parsed if k.is_lora or k.role == "magnitude"})
+    notes: list[str] = []
+    layout, base_from = base_layout(ckpt, base, modules, notes)
+    if needs is None:
+        needs = profile.needs(layout, None)
+    if needs is None:
+        raise UnsupportedInputError(
+            engine, "is not a serving engine; remap --for has nothing to rewrite for it"
+        )
+    _refuse_inexact(weights, engine, needs, cfg, header, parsed)
+    report = RemapReport(
+        input=spec, mode="for", strategy="none", mapping={}, weights=weights, out=out, notes=notes
+    )
+    report.engine = {
+        "name": engine,
+        "version": needs.version,
+        "base_layout": layout,
+        "base_from": base_from,
+        "needs": dataclasses.asdict(needs),
+    }
+    with open(cfg.path, "rb") as f:
+        original = f.read()
+    raw = json.loads(original.decode("utf-8"))
+    hint = cfg.layout_hints
+
+    # 1. keys (header-only)
+    move = key_move(needs.keys, weights, modules, hint, layout, notes)
+    mapping: dict[str, str] = {}
+    if move is not None:
+        mapping, moved = move_keys(ckpt, report, keys, parsed, move)
+        if moved is not None:
+            raw = json.loads(moved.decode("utf-8"))
+        if mapping:
+            report.mapping, report.renamed = mapping, len(mapping)
+            report.source_layout, report.target_layout = move.source, move.target
+            report.rewrites.append(
+                {"rewrite": "keys", "from": move.source, "to": move.target, "renamed": len(mapping)}
+            )
+    if needs.keys == "served" and layout is None:
+        report.findings.append(
+            make(
+                "AD267",
+                f"the model {engine} serves is unknown: keys kept as they are; pass --base",
+                path=spec,
+            )
+        )
+    view = renamed_header(header, mapping)
+    groups: list[Group] | None = None
+
+    # 2. experts (a streamed copy)
+    groups = _experts(raw, view, needs.experts, weights, report) or groups
+    specs = [s for g in groups for s in g[0]] if groups is not None else None
+    names = [(s.name, s.shape) for s in specs] if specs else [(k, t.shape) for k, t in view.tensors.items()]
+
+    # 3. rsLoRA folded (config only)
+    if not needs.rslora and raw.get("use_rslora") is True:
+        before = json.loads(json.dumps(raw))
+        C.fold_rslora(raw, resolution_names(names, raw), cfg.path)
+        report.config_changes += C.changes(before, raw, "rslora")
+        report.rewrites.append(
+            {"rewrite": "rslora", "lora_alpha": [before.get("lora_alpha"), raw["lora_alpha"]], "exact": True}
+        )
+
+    # 4. one rank, one scaling
+    if not needs.patterns:
+        before = json.loads(json.dumps(raw))
+        changes, rewrites = plan_uniform(raw, names, view, cfg.path)
+        report.config_changes += C.changes(before, raw, "ranks")
+        report.rewrites += rewrites
+        if changes:
+            groups = transform(groups if groups is not None else identity_groups(view), changes)
+
+    # 5. regex target_modules → the list
+    if not needs.regex_targets and C.is_regex(raw.get("target_modules")):
+        before = json.loads(json.dumps(raw))
+        listed = C.explicit_targets(raw, _targetable(names, raw), cfg.path)
+        report.config_changes += C.changes(before, raw, "targets")
+        report.rewrites.append(
+            {"rewrite": "target_modules", "from": before["target_modules"], "entries": len(listed)}
+        )
+
+    report.findings = sort_findings([*report.findings, *_findings(engine, report)])
+    raw_before = json.loads(original.decode("utf-8"))
+    config_bytes = dump_like(raw, original) if raw != raw_before else (original if out is not None else None)
+    plan = Plan(report, ckpt, weights, header, None, cfg.path, config_bytes, None)
+    if groups is not None:
+        report.strategy = "copy"
+        _compose_into(plan, groups, header)
+    elif mapping:
+        plan_header(plan, mapping, out)
+    elif raw != raw_before:
+        report.strategy = "copy" if out is not None else "in-place"
+        plan.config_only = True
+    if not report.rewrites:
+        notes.append(f"the adapter already fits {engine} {needs.version}: nothing to do")
+    return plan
+
+
+def _refuse_inexact(
+    weights: str, engine: str, needs: Any, cfg: AdapterConfig, header: Header, parsed: list[LoraKey]
+) -> None:
+    """DoRA, modules_to_save and expert LoRA on an engine that serves none: no exact rewrite exists."""
+    merge = "merge it into the base instead (adapterdoc merge ADAPTER --base BASE --out DIR) and serve the merged model"
+    if not needs.dora and (cfg.use_dora or any(k.role == "magnitude" for k in parsed)):
+        raise RefusedError(
+            weights,
+            f"AD260: is a DoRA adapter (use_dora / lora_magnitude_vector) and {engine} does not serve DoRA; "
+            f"no LoRA-only rewrite is exact; {merge}",
+        )
+    if not needs.modules_to_save:
+        saved = [m for m in cfg.modules_to_save if m not in needs.modules_to_save_heads]
+        full = [
+            k.key
+            for k in parsed
+            if k.role == "full" and k.module.rpartition(".")[2] not in needs.modules_to_save_heads
+        ]
+        if saved or full:
+            what = f"modules_to_save {saved}" if saved else f"whole weights such as `{full[0]}`"
+            raise RefusedError(
+                weights,
+                f"AD261: carries {what}, which {engine} does not apply; dropping them would change the outputs; "
+                f"{merge}, or retrain without modules_to_save",
+            )
+    if not needs.expert_lora:
+        from adapterdoc.experts import expert_picture
+
+        pic = expert_picture({k: t.shape for k, t in header.tensors.items()}, config=cfg)
+        if pic.routed:
+            raise RefusedError(
+                weights,
+                f"AD262: carries LoRA on {len(pic.routed)} MoE expert block(s) and {engine} applies no expert LoRA "
+                f"(it would serve them as the base); {merge}",
+            )
+
+
+def _experts(
+    raw: dict[str, Any], view: Header, reads: str | None, weights: str, report: RemapReport
+) -> list[Group] | None:
+    """``--experts``' conversion when the engine reads the other expert layout; its groups (``None``: none)."""
+    from adapterdoc.experts import expert_picture
+    from adapterdoc.remap.expert_config import expert_config
+    from adapterdoc.remap.experts import plan_experts
+
+    if reads is None:
+        return None
+    cfg = C.parse(raw)
+    pic = expert_picture({k: t.shape for k, t in view.tensors.items()}, config=cfg)
+    if pic.layout == reads or pic.layout is None:
+        return None
+    if pic.layout not in ("per-expert", "fused"):
+        raise RefusedError(weights, f"the expert LoRA is {pic.layout}: no exact conversion to {reads}")
+    eplan = plan_experts(view, cfg, reads, weights)
+    touched = {k for b in eplan.blocks for pair in (b.fused_keys, *b.leaf_keys.values()) for k in pair}
+    others = sorted({parse_key(k).module for k in view.tensors if k not in touched and parse_key(k).is_lora})
+    before = json.loads(json.dumps(raw))
+    expert_config(raw, cfg, eplan, others, weights)
+    report.config_changes += C.changes(before, raw, "experts")
+    report.rewrites.append(
+        {"rewrite": "experts", "from": pic.layout, "to": reads, "blocks": len(eplan.blocks), "exact": True}
+    )
+    return eplan.groups
+
+
+def renamed_header(header: Header, mapping: dict[str, str]) -> Header:
+    """``header`` with its tensors under their new names (same offsets, same file): the later steps read the
+    moved adapter through it without anything written."""
+    if not mapping:
+        return header
+    tensors = {mapping.get(k, k): t._replace(name=mapping.get(k, k)) for k, t in header.tensors.items()}
+    return Header(header.path, header.file_size, header.header_len, header.metadata, tensors, header.raw)
+
+
+def resolution_names(names: list[tuple[str, tuple[int, ...]]], raw: dict[str, Any]) -> list[str]:
+    """The names PEFT resolves ``rank_pattern`` / ``alpha_pattern`` on, one per LoRA module: the module path, or
+    for a fused expert module the parameter's name (``...experts.gate_up_proj`` / ``...experts.down_proj``)."""
+    params = [
+        p
+        for p in (GATE_UP, DOWN)
+        if any(str(t).rpartition(".")[2] == p for t in raw.get("target_parameters") or [])
+    ]
+    out: set[str] = set()
+    for name, _ in names:
+        k = parse_key(name)
+        if not k.is_lora:
+            continue
+        owner = k.module.removesuffix(".base_layer")
+        if params and fused_owner_prefix(owner) is not None:
+            param = GATE_UP if k.module.endswith(".base_layer") or params == [GATE_UP] else params[-1]
+            out.add(f"{owner}.{param}")
+        else:
+            out.add(fused_expert_owner(k.module))
+    return sorted(out)
+
+
+def _targetable(names: list[tuple[str, tuple[int, ...]]], raw: dict[str, Any]) -> list[str]:
+    """The LoRA modules ``target_modules`` selects (fused expert modules come from ``target_parameters``)."""
+    fused = bool(raw.get("target_parameters"))
+    mods = {parse_key(n).module for n, _ in names if parse_key(n).is_lora}
+    return sorted(
+        m for m in mods if not (fused and fused_owner_prefix(m.removesuffix(".base_layer")) is not None)
+    )
+
+
+def _findings(engine: str, report: RemapReport) -> list[Any]:
+    out = []
+    for r in report.rewrites:
+        kind = r["rewrite"]
+        if kind == "rslora":
+            out.append(
+                make(
+                    "AD264",
+                    f"use_rslora folded into lora_alpha {r['lora_alpha'][0]} → {r['lora_alpha'][1]} for {engine}",
+                    path=report.input,
+                )
+            )
+        elif kind == "ranks":
+            out.append(
+                make(
+                    "AD265",
+                    f"ranks zero-padded to {r['to']} for {engine} ({r['bytes_added']} bytes added)",
+                    path=report.input,
+                )
+            )
+        elif kind == "scaling" and not r["bit_exact"]:
+            out.append(
+                make(
+                    "AD263",
+                    f"{r['tensors']} lora_B tensor(s) multiplied by their scaling ratio for {engine}: rounded once, "
+                    f"largest relative change {r['max_rel_rounding']:.3g}",
+                    path=report.input,
+                )
+            )
+        elif kind == "target_modules":
+            out.append(
+                make(
+                    "AD266",
+                    f"regex target_modules replaced by {r['entries']} module path(s) for {engine}",
+                    path=report.input,
+                )
+            )
+    return out
+
+
+def _compose_into(plan: Plan, groups: list[Group], header: Header) -> None:
+    specs = [s for g in groups for s in g[0]]
+    weights = plan.weights_path
+
+    def pieces() -> Any:
+        for _, produce in groups:
+            yield from produce()
+
+    def write_weights(dest: str, link: str, progress: Callable[[int], None] | None) -> None:
+        compose(
+            dest,
+            specs,
+            pieces(),
+            metadata=header.metadata,
+            mode=target_mode(weights),
+            link=link,
+            progress=progress,
+        )
+
+    plan.compose = write_weights
+
+
+def write_config_only(plan: Plan) -> None:
+    """In place, only adapter_config.json changes: written atomically, the weights file is not touched."""
+    from adapterdoc.st.atomic import atomic_write_bytes
+    from adapterdoc.st.paths import check_writable
+
+    assert plan.config_path is not None and plan.config_bytes is not None
+    check_writable(plan.config_path)
+    atomic_write_bytes(plan.config_path, plan.config_bytes, link="replace")
+    plan.report.written.append(plan.config_path)
