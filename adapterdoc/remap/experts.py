@@ -113,9 +113,28 @@ def plan_experts(header: Header, cfg: AdapterConfig | None, direction: str, weig
     if cfg.use_dora:
         raise _refuse(weights, "is a DoRA adapter: PEFT's fused expert LoRA (ParamWrapper) refuses DoRA")
     parsed = {k: parse_key(k) for k in header.tensors}
+    _refuse_3d(header, parsed, weights)
     plan = (_to_fused if direction == "fused" else _to_per_expert)(header, cfg, parsed, weights)
     plan.parsed = parsed
     return plan
+
+
+def _refuse_3d(header: Header, parsed: dict[str, LoraKey], weights: str) -> None:
+    """The 3-D form (``experts.gate_up_proj.lora_A.weight`` ``[E, r, in]`` / ``lora_B`` ``[E, out, r]``, the
+    parameter name in the key, as some engines write fused-MoE LoRA) is named by inspect but not converted here:
+    which axis and which half is which differs between writers, and PEFT loads neither."""
+    from adapterdoc.experts import classify
+
+    for key, info in parsed.items():
+        ek = classify(info, header.tensors[key].shape)
+        if ek is not None and ek.form == "3d":
+            raise _refuse(
+                weights,
+                f"holds 3-D expert LoRA (`{ek.block}.{ek.leaf}`, {list(header.tensors[key].shape)}): remap "
+                "--experts converts between per-expert LoRA and PEFT's fused (ParamWrapper) layout only; serve "
+                "it with the engine that wrote it, or re-export the adapter per expert from its trainer",
+                key=key,
+            )
 
 
 # ------------------------------------------------------------------------------------------ per-expert → fused
