@@ -322,21 +322,19 @@ def _settle(b: ExpertBlock, config: AdapterConfig | None, num_experts: int | Non
             b.experts, b.experts_from = rows, "rank"
         elif per:
             b.experts, b.experts_from = max(k.expert or 0 for k in per) + 1, "keys"
+    roles: dict[tuple[int | None, str], set[str]] = {}
+    for k in per:
+        roles.setdefault((k.expert, k.projection), set()).add(k.role)
     for k in per:
         have = b.covered.setdefault(k.projection, [])
-        if k.expert is not None and k.expert not in have and _has_pair(per, k):
+        if k.expert is not None and roles[(k.expert, k.projection)] == {"lora_A", "lora_B"}:
             have.append(k.expert)
-    for have in b.covered.values():
-        have.sort()
+    for proj, have in b.covered.items():
+        b.covered[proj] = sorted(set(have))
     for k in other:
         b.covered[k.projection] = list(range(b.experts)) if b.experts else []
         if b.experts and k.role == "lora_A" and len(k.shape) == 2 and k.shape[0] % b.experts == 0:
             b.fused_rank[k.projection] = k.shape[0] // b.experts
-
-
-def _has_pair(keys: list[ExpertKey], k: ExpertKey) -> bool:
-    other = "lora_B" if k.role == "lora_A" else "lora_A"
-    return any(o.expert == k.expert and o.projection == k.projection and o.role == other for o in keys)
 
 
 def _fused_count(keys: list[ExpertKey], config: AdapterConfig | None, block: str) -> int | None:

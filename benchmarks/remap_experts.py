@@ -4,7 +4,8 @@ Writes a per-expert adapter (default 60 layers × 128 experts, r=8, bf16, Qwen3-
 intermediate 768: attention q/k/v/o plus gate/up/down of every expert) as a sparse safetensors file, then in one run,
 each step in its own child process (so ``ru_maxrss`` is that step's peak):
 
-1. ``copy``: the same bytes streamed into a new file (the floor: one read and one write of the data);
+1. ``copy``: the same bytes streamed into a new file (the floor: one read and one write of the data), and the
+   same with the ``fsync`` every atomic write ends with;
 2. ``fused``: ``remap --experts fused --out`` (per-expert → PEFT's fused layout);
 3. ``per-expert``: ``remap --experts per-expert --out`` on step 2's output (back again).
 
@@ -82,12 +83,15 @@ def write_adapter(folder: str, layers: int, experts: int, rank: int) -> tuple[in
 
 
 CHILD = r"""
-import json, resource, sys, time, shutil
+import json, os, resource, sys, time, shutil
 t = time.perf_counter()
 step, src, dst = sys.argv[1:4]
-if step == "copy":
+if step in ("copy", "copy+fsync"):
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         shutil.copyfileobj(fin, fout, 16 << 20)
+        if step == "copy+fsync":
+            fout.flush()
+            os.fsync(fout.fileno())
 else:
     from adapterdoc.remap import remap
     remap(src, experts=step, out=dst)
@@ -118,6 +122,9 @@ def main() -> None:
         rows = [
             ("copy (streamed, 16 MiB chunks)", child("copy", os.path.join(src, "adapter_model.safetensors"),
                                                       os.path.join(work, "copy.safetensors"))),
+            ("copy + fsync (as every atomic write)", child("copy+fsync",
+                                                          os.path.join(src, "adapter_model.safetensors"),
+                                                          os.path.join(work, "copy2.safetensors"))),
             ("remap --experts fused", child("fused", src, os.path.join(work, "fused"))),
             ("remap --experts per-expert (back)", child("per-expert", os.path.join(work, "fused"),
                                                          os.path.join(work, "back"))),
@@ -127,9 +134,9 @@ def main() -> None:
             f"{data / 2**30:.2f} GiB data, largest tensor {largest / 2**20:.2f} MiB "
             f"(fused gate_up lora_B {2 * INTER * 2 * args.rank * args.experts * 2 / 2**20:.2f} MiB)"
         )
-        print(f"{'step':<36}{'seconds':>10}{'peak RSS MiB':>15}")
+        print(f"{'step':<40}{'seconds':>10}{'peak RSS MiB':>15}")
         for name, r in rows:
-            print(f"{name:<36}{r['s']:>10.2f}{r['rss'] / 2**20:>15.1f}")
+            print(f"{name:<40}{r['s']:>10.2f}{r['rss'] / 2**20:>15.1f}")
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -91,9 +91,12 @@ def per_expert_module(module: str, style: ExpertNames) -> ExpertModule | None:
 def per_expert_style(modules: Iterable[str]) -> ExpertNames | None:
     """The style whose per-expert projections ``modules`` carry (the one with most hits), ``None`` for none."""
     counts = {s: 0 for s in STYLES}
-    for m in modules:
+    for module in modules:
+        m = _PER_EXPERT.match(module)
+        if not m:
+            continue
         for s in STYLES:
-            if per_expert_module(m, s) is not None:
+            if m["container"] == s.container and m["leaf"] in s.leaves:
                 counts[s] += 1
     best = max(STYLES, key=lambda s: counts[s])
     return best if counts[best] else None

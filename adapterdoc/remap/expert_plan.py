@@ -6,20 +6,23 @@ is written here. The weights are always a new file (the tensor data changes), st
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
-from adapterdoc.adapter import parse_key
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.remap.config import dump_like
 from adapterdoc.remap.expert_config import expert_config
-from adapterdoc.remap.expert_names import GATE_UP
+from adapterdoc.remap.expert_names import GATE_UP, STYLES
 from adapterdoc.remap.experts import Block, ExpertPlan, plan_experts
 from adapterdoc.remap.plan import Plan, open_input
 from adapterdoc.report.remap_report import RemapReport
 from adapterdoc.st.atomic import target_mode
 from adapterdoc.st.compose import compose
 
+_LEAVES = "|".join(sorted({re.escape(leaf) for s in STYLES for leaf in s.leaves}))
+_PER_EXPERT_KEY = re.compile(rf"\.experts\.\d+\.(?:{_LEAVES})\.lora_[AB]\.(?:[^.]+\.)?weight$")
+_FUSED_KEY = re.compile(r"\.experts(?:\.base_layer)*\.lora_[AB]\.(?:[^.]+\.)?weight$")
 EXACT = (
     "exact in outputs: fused → per-expert keeps each projection's rank (gate and up share A_e and take their rows "
     "of B_e); per-expert → fused is PEFT's own construction (gate_up rank = gate's + up's, lora_B block-diagonal). "
@@ -46,9 +49,7 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
     plan = plan_experts(header, cfg, direction, weights)
     assert cfg is not None and cfg.path is not None
     touched = {k for b in plan.blocks for pair in _keys_of(b) for k in pair}
-    others = sorted(
-        {parse_key(k).module for k in header.tensors if k not in touched and parse_key(k).is_lora}
-    )
+    others = sorted({k.module for name, k in plan.parsed.items() if name not in touched and k.is_lora})
     with open(cfg.path, "rb") as f:
         original = f.read()
     raw = json.loads(original.decode("utf-8"))
@@ -89,6 +90,8 @@ def _already(spec: str, ckpt: Any, header: Any, cfg: Any, direction: str, out: s
 
     if cfg is None or cfg.path is None:
         return None
+    if _other_form(header, direction):
+        return None
     pic = expert_picture({k: t.shape for k, t in header.tensors.items()}, config=cfg)
     if pic.layout != direction:
         return None
@@ -104,6 +107,13 @@ def _already(spec: str, ckpt: Any, header: Any, cfg: Any, direction: str, out: s
     with open(cfg.path, "rb") as f:
         config_bytes = f.read() if out is not None else None
     return Plan(report, ckpt, ckpt.weights_path, header, None, cfg.path, config_bytes, None)
+
+
+def _other_form(header: Any, direction: str) -> bool:
+    """A quick look (one regular expression per name, no parsing) for a key that is plainly in the other expert
+    form, so the adapter cannot be already ``direction``; when it says nothing, the whole picture decides."""
+    other = _PER_EXPERT_KEY if direction == "fused" else _FUSED_KEY
+    return any(other.search(name) for name in header.tensors)
 
 
 def _keys_of(b: Block) -> list[tuple[str, str]]:

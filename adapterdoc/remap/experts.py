@@ -13,9 +13,8 @@ bytes (:mod:`adapterdoc.st.compose`), so every dtype is moved bit for bit and no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.adapter import WRAPPER, AdapterConfig, LoraKey, parse_key
 from adapterdoc.errors import RefusedError
@@ -29,11 +28,13 @@ from adapterdoc.remap.expert_names import (
     per_expert_module,
     per_expert_style,
 )
-from adapterdoc.st.compose import Spec, element_bytes, gather, scatter
+from adapterdoc.st.compose import Spec, element_bytes, transpose
 from adapterdoc.st.header import Header
-from adapterdoc.st.tensors import read_tensor_bytes, tensor_windows
+from adapterdoc.st.tensors import TensorSource
 
 Pieces = Iterator["bytes | bytearray | memoryview"]
+Producer = Callable[[TensorSource], Pieces]
+"""Yields the bytes of one group's tensors, in order, reading the input through the one open source."""
 
 
 @dataclass
@@ -71,18 +72,26 @@ class ExpertPlan:
     style: ExpertNames
     style_reason: str
     blocks: list[Block]
-    groups: list[tuple[list[Spec], Any]]
-    """(specs, producer): ``producer()`` yields the bytes of those tensors, in order."""
+    groups: list[tuple[list[Spec], Producer]]
+    """(specs, producer): ``producer(source)`` yields the bytes of those tensors, in order."""
     tensors_in: int
     copied: int
+    header: Header | None = None
+    """The input's header (the file every producer reads)."""
+    parsed: dict[str, LoraKey] = field(default_factory=dict)
+    """Every input tensor name, parsed once."""
 
     @property
     def specs(self) -> list[Spec]:
         return [s for specs, _ in self.groups for s in specs]
 
     def pieces(self) -> Pieces:
-        for _, produce in self.groups:
-            yield from produce()
+        """The output's tensor bytes in order: one pass over the input through one open file, one group (one MoE
+        block) in memory at a time."""
+        assert self.header is not None
+        with TensorSource(self.header) as src:
+            for _, produce in self.groups:
+                yield from produce(src)
 
 
 def _key(wrapped: bool, module: str, role: str) -> str:
@@ -104,9 +113,28 @@ def plan_experts(header: Header, cfg: AdapterConfig | None, direction: str, weig
     if cfg.use_dora:
         raise _refuse(weights, "is a DoRA adapter: PEFT's fused expert LoRA (ParamWrapper) refuses DoRA")
     parsed = {k: parse_key(k) for k in header.tensors}
-    if direction == "fused":
-        return _to_fused(header, cfg, parsed, weights)
-    return _to_per_expert(header, cfg, parsed, weights)
+    _refuse_3d(header, parsed, weights)
+    plan = (_to_fused if direction == "fused" else _to_per_expert)(header, cfg, parsed, weights)
+    plan.parsed = parsed
+    return plan
+
+
+def _refuse_3d(header: Header, parsed: dict[str, LoraKey], weights: str) -> None:
+    """The 3-D form (``experts.gate_up_proj.lora_A.weight`` ``[E, r, in]`` / ``lora_B`` ``[E, out, r]``, the
+    parameter name in the key, as some engines write fused-MoE LoRA) is named by inspect but not converted here:
+    which axis and which half is which differs between writers, and PEFT loads neither."""
+    from adapterdoc.experts import classify
+
+    for key, info in parsed.items():
+        ek = classify(info, header.tensors[key].shape)
+        if ek is not None and ek.form == "3d":
+            raise _refuse(
+                weights,
+                f"holds 3-D expert LoRA (`{ek.block}.{ek.leaf}`, {list(header.tensors[key].shape)}): remap "
+                "--experts converts between per-expert LoRA and PEFT's fused (ParamWrapper) layout only; serve "
+                "it with the engine that wrote it, or re-export the adapter per expert from its trainer",
+                key=key,
+            )
 
 
 # ------------------------------------------------------------------------------------------ per-expert → fused
@@ -140,7 +168,7 @@ def _to_fused(header: Header, cfg: AdapterConfig, parsed: dict[str, LoraKey], we
         member[key] = (em.owner, param)
     blocks = [found[k] for k in sorted(found)]
     for block in blocks:
-        _check_per_expert(header, cfg, block, style, weights)
+        _check_per_expert(header, cfg, block, style, weights, parsed)
     _check_pairs(blocks, style, weights)
     for block in blocks:
         both = (block.owner, GATE_UP) in found and (block.owner, DOWN) in found
@@ -149,7 +177,7 @@ def _to_fused(header: Header, cfg: AdapterConfig, parsed: dict[str, LoraKey], we
             _key(block.wrapped, block.fused_module, "lora_A"),
             _key(block.wrapped, block.fused_module, "lora_B"),
         )
-    groups: list[tuple[list[Spec], Any]] = []
+    groups: list[tuple[list[Spec], Producer]] = []
     placed: set[tuple[str, str]] = set()
     copied = 0
     for key in header.tensors:
@@ -161,12 +189,17 @@ def _to_fused(header: Header, cfg: AdapterConfig, parsed: dict[str, LoraKey], we
             placed.add(where)
             groups.append(_fuse_group(header, found[where], style))
     return ExpertPlan(
-        "fused", style, "the adapter's expert keys", blocks, groups, len(header.tensors), copied
+        "fused", style, "the adapter's expert keys", blocks, groups, len(header.tensors), copied, header
     )
 
 
 def _check_per_expert(
-    header: Header, cfg: AdapterConfig, block: Block, style: ExpertNames, weights: str
+    header: Header,
+    cfg: AdapterConfig,
+    block: Block,
+    style: ExpertNames,
+    weights: str,
+    parsed: dict[str, LoraKey],
 ) -> None:
     """Every expert 0…E-1 with both factors for each leaf, one rank and one shape per leaf, and gate and up with
     the same in/out features and scaling (so the fused block is exact)."""
@@ -189,8 +222,7 @@ def _check_per_expert(
             if ta.shape[0] != tb.shape[1]:
                 raise _refuse(weights, "lora_A and lora_B ranks differ", key=a)
             shapes.add((ta.shape, tb.shape))
-            module = parse_key(a).module
-            scalings.add(cfg.scaling_for(module))
+            scalings.add(cfg.scaling_for(parsed[a].module))
         if len(shapes) != 1:
             raise _refuse(
                 weights, f"`{block.owner}` {leaf}: the experts' ranks or shapes differ; cannot fuse"
@@ -224,27 +256,39 @@ def _check_pairs(blocks: list[Block], style: ExpertNames, weights: str) -> None:
             )
 
 
-def _fuse_group(header: Header, block: Block, style: ExpertNames) -> tuple[list[Spec], Any]:
+def _fuse_group(header: Header, block: Block, style: ExpertNames) -> tuple[list[Spec], Producer]:
     E, R = block.experts, block.fused_rank
     specs = [
         Spec(block.fused_keys[0], block.dtype, (E * R, block.fused_in)),
         Spec(block.fused_keys[1], block.dtype, (block.fused_out, R * E)),
     ]
 
-    def produce() -> Pieces:
+    def produce(src: TensorSource) -> Pieces:
         w = element_bytes(block.dtype)
+        got = src.read_many(k for pair in block.leaf_keys.values() for k in pair)
         for e in range(E):  # lora_A: expert-major rows, gate's then up's
             for leaf in block.leaves:
-                yield read_tensor_bytes(header, block.leaf_keys[(e, leaf)][0])
-        out = bytearray(block.fused_out * R * E * w)  # lora_B: per expert block-diagonal, rank-major columns
+                yield got[block.leaf_keys[(e, leaf)][0]]
+        # lora_B [out, R·E], per expert block-diagonal, rank-major columns (expert e's rank k is column k·E + e):
+        # the leaf's B_e stacked [E, rows·r] and transposed is [rows, r, E], its rows' columns col0·E … (col0+r)·E
+        if len(block.leaf_ranks) == 1:
+            ((leaf, r),) = block.leaf_ranks.items()
+            stack = b"".join(got[block.leaf_keys[(e, leaf)][1]] for e in range(E))
+            yield transpose(stack, w, E, len(stack) // (w * E))
+            return
+        out = bytearray(block.fused_out * R * E * w)
         row0 = col0 = 0
+        line = R * E * w
         for leaf, r in block.leaf_ranks.items():
-            rows = 0
-            for e in range(E):
-                b = read_tensor_bytes(header, block.leaf_keys[(e, leaf)][1])
-                rows = len(b) // (w * r)
-                for k in range(r):
-                    scatter(out, w, ((row0 * R) + col0 + k) * E + e, R * E, gather(b, w, k, r), rows)
+            stack = b"".join(got[block.leaf_keys[(e, leaf)][1]] for e in range(E))
+            rows = len(stack) // (w * r * E)
+            part = memoryview(transpose(stack, w, E, rows * r))
+            del stack
+            run = r * E * w
+            for i in range(rows):
+                at = (row0 + i) * line + col0 * E * w
+                out[at : at + run] = part[i * run : (i + 1) * run]
+            part.release()
             row0 += rows
             col0 += r
         yield out
@@ -252,12 +296,11 @@ def _fuse_group(header: Header, block: Block, style: ExpertNames) -> tuple[list[
     return specs, produce
 
 
-def _copy_group(header: Header, key: str) -> tuple[list[Spec], Any]:
+def _copy_group(header: Header, key: str) -> tuple[list[Spec], Producer]:
     t = header.tensors[key]
 
-    def produce() -> Pieces:
-        for _, view in tensor_windows(header, key):
-            yield view
+    def produce(src: TensorSource) -> Pieces:
+        yield from src.chunks(key)
 
     return [Spec(key, t.dtype, t.shape)], produce
 
@@ -308,7 +351,7 @@ def _to_per_expert(
             blocks.append(_fused_block(header, cfg, owner, module, param, roles, style, weights))
             member[roles["lora_A"]] = member[roles["lora_B"]] = len(blocks) - 1
     _check_fused_dims(blocks, weights)
-    groups: list[tuple[list[Spec], Any]] = []
+    groups: list[tuple[list[Spec], Producer]] = []
     placed: set[int] = set()
     copied = 0
     for key in header.tensors:
@@ -319,7 +362,7 @@ def _to_per_expert(
         elif i not in placed:
             placed.add(i)
             groups.append(_split_group(header, blocks[i]))
-    return ExpertPlan("per-expert", style, reason, blocks, groups, len(header.tensors), copied)
+    return ExpertPlan("per-expert", style, reason, blocks, groups, len(header.tensors), copied, header)
 
 
 def _fused_block(
@@ -387,7 +430,7 @@ def _check_fused_dims(blocks: list[Block], weights: str) -> None:
             )
 
 
-def _split_group(header: Header, block: Block) -> tuple[list[Spec], Any]:
+def _split_group(header: Header, block: Block) -> tuple[list[Spec], Producer]:
     E, R = block.experts, block.fused_rank
     rows = block.fused_out // len(block.leaves)
     specs = []
@@ -396,15 +439,17 @@ def _split_group(header: Header, block: Block) -> tuple[list[Spec], Any]:
             a, b = block.leaf_keys[(e, leaf)]
             specs += [Spec(a, block.dtype, (R, block.fused_in)), Spec(b, block.dtype, (rows, R))]
 
-    def produce() -> Pieces:
+    def produce(src: TensorSource) -> Pieces:
         w = element_bytes(block.dtype)
-        a_all = memoryview(read_tensor_bytes(header, block.fused_keys[0]))
-        b_all = read_tensor_bytes(header, block.fused_keys[1])
+        a_all = memoryview(src.read(block.fused_keys[0]))
+        # lora_B [out, R·E] is [out·R, E]; transposed, [E, out·R]: expert e's [out, R] (fused column k·E + e) whole
+        b_t = memoryview(transpose(src.read(block.fused_keys[1]), w, block.fused_out * R, E))
         step = R * block.fused_in * w
+        b_step = block.fused_out * R * w
+        part = rows * R * w
         for e in range(E):
-            b_e = gather(b_all, w, e, E)  # [out, R]: column k of expert e is fused column k·E + e
             for i, _leaf in enumerate(block.leaves):
                 yield a_all[e * step : (e + 1) * step]
-                yield b_e[i * rows * R * w : (i + 1) * rows * R * w]
+                yield b_t[e * b_step + i * part : e * b_step + (i + 1) * part]
 
     return specs, produce

@@ -20,6 +20,12 @@ from adapterdoc.st.header import TensorInfo, serialize_header
 from adapterdoc.st.rewrite import aligned_length, padded
 
 _FORMAT = {1: "B", 2: "H", 4: "I", 8: "Q"}
+WRITE_BYTES = 8 * 1024 * 1024
+"""Pieces smaller than this are gathered and written together (fewer, larger writes)."""
+NUMPY_FROM = 1 << 16
+""":func:`transpose` of at least this many elements uses numpy when it is installed (its import costs more than a
+small transpose); below it, and without numpy, the standard-library path. Both give the same bytes."""
+_BAND = 1024
 
 
 @dataclass(frozen=True)
@@ -67,15 +73,31 @@ def compose(
     n = aligned_length(body)
     prefix = struct.pack("<Q", n) + padded(body, n)
     written = 0
-    with atomic_writer(dest, mode=mode, link=link) as f:
-        f.write(prefix)
-        for piece in pieces:
-            f.write(piece)
-            written += len(piece)
-            if progress is not None:
-                progress(len(piece))
-        if written != pos:
-            raise AssertionError(f"tensor data of {written} bytes written for a header of {pos}")
+    buf = bytearray(WRITE_BYTES)  # small pieces gathered into large sequential writes (one reused buffer)
+    view = memoryview(buf)
+    fill = 0
+    try:
+        with atomic_writer(dest, mode=mode, link=link) as f:
+            f.write(prefix)
+            for piece in pieces:
+                n = len(piece)
+                if fill and fill + n > WRITE_BYTES:
+                    f.write(view[:fill])
+                    fill = 0
+                if n >= WRITE_BYTES:
+                    f.write(piece)
+                else:
+                    buf[fill : fill + n] = piece
+                    fill += n
+                written += n
+                if progress is not None:
+                    progress(n)
+            if fill:
+                f.write(view[:fill])
+            if written != pos:
+                raise AssertionError(f"tensor data of {written} bytes written for a header of {pos}")
+    finally:
+        view.release()
     return len(prefix) + pos
 
 
@@ -97,3 +119,41 @@ def scatter(out: bytearray, width: int, start: int, step: int, data: bytes | mem
     finally:
         src.release()
         dst.release()
+
+
+def transpose(
+    buf: bytes | bytearray | memoryview, width: int, rows: int, cols: int
+) -> bytes | bytearray | memoryview:
+    """The ``[rows, cols]`` matrix of ``width``-byte elements in ``buf``, transposed to ``[cols, rows]``."""
+    if rows * cols * width != len(buf):
+        raise ValueError(f"{len(buf)} bytes are not a [{rows}, {cols}] matrix of {width}-byte elements")
+    if rows * cols >= NUMPY_FROM:
+        np = _numpy()
+        if np is not None:
+            arr = np.frombuffer(buf, dtype=f"<u{width}").reshape(rows, cols)
+            out = np.empty((cols, rows), dtype=arr.dtype)
+            if rows >= cols:  # in bands along the long side: several times faster than one strided copy
+                for i in range(0, rows, _BAND):
+                    out[:, i : i + _BAND] = arr[i : i + _BAND].T
+            else:
+                for j in range(0, cols, _BAND):
+                    out[j : j + _BAND] = arr[:, j : j + _BAND].T
+            return memoryview(out).cast("B")
+    if cols <= rows:  # one strided gather per output row
+        return b"".join(gather(buf, width, c, cols) for c in range(cols))
+    out = bytearray(len(buf))  # one strided scatter per input row
+    src = memoryview(buf).cast("B")
+    try:
+        for r in range(rows):
+            scatter(out, width, r, rows, src[r * cols * width : (r + 1) * cols * width], cols)
+    finally:
+        src.release()
+    return out
+
+
+def _numpy():  # type: ignore[no-untyped-def]
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - the standard-library path is tested directly
+        return None
+    return numpy

@@ -115,8 +115,95 @@ def scan_tensors(header: Header, names: Iterable[str], **kw: bool) -> Iterator[T
 
 def read_tensor_bytes(header: Header, name: str) -> bytes:
     """The raw bytes of one tensor (for small tensors and tests)."""
-    info = header.tensors[name]
-    return b"".join(bytes(buf) for _, buf in _windows(header, info))
+    with TensorSource(header) as src:
+        return src.read(name)
+
+
+class TensorSource:
+    """One open file for many tensor reads (``remap --experts`` reads tens of thousands of small tensors).
+
+    Reads are positioned reads (``os.pread``) on one descriptor into fresh buffers: nothing is mapped, so the
+    resident memory is what the caller keeps, and one file stays open for the whole pass. Use as a context manager.
+    """
+
+    def __init__(self, header: Header) -> None:
+        self.header = header
+        try:
+            self._f = open(header.path, "rb", buffering=0)  # noqa: SIM115  (closed in close())
+        except OSError as e:
+            raise HeaderError(header.path, f"cannot read: {e.strerror or e}") from e
+        self._fd = self._f.fileno()
+        self._size = os.fstat(self._fd).st_size
+
+    def __enter__(self) -> TensorSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def _span(self, name: str) -> tuple[int, int]:
+        info = self.header.tensors[name]
+        begin, end = self.header.data_start + info.begin, self.header.data_start + info.end
+        if self._size < end:
+            raise HeaderError(
+                self.header.path,
+                "file is shorter than its header says (changed since it was read?)",
+                key=name,
+            )
+        return begin, end
+
+    def _pread(self, n: int, pos: int) -> bytes:
+        if hasattr(os, "pread"):
+            data = os.pread(self._fd, n, pos)
+        else:  # pragma: no cover - hosts without pread (Windows)
+            self._f.seek(pos)
+            data = self._f.read(n)
+        while len(data) < n:  # a short read: go on from where it stopped
+            more = (
+                os.pread(self._fd, n - len(data), pos + len(data))
+                if hasattr(os, "pread")
+                else self._f.read(n - len(data))
+            )
+            if not more:
+                raise HeaderError(self.header.path, "file ended early (changed since it was read?)")
+            data += more
+        return data
+
+    def read(self, name: str) -> bytes:
+        """The raw bytes of tensor ``name``."""
+        begin, end = self._span(name)
+        return self._pread(end - begin, begin) if end > begin else b""
+
+    def read_many(self, names: Iterable[str], *, gap: int = 1 << 16) -> dict[str, memoryview]:
+        """The raw bytes of each of ``names``, read in as few positioned reads as the file's order allows: tensors
+        lying at most ``gap`` bytes apart are read together, in runs of at most :data:`CHUNK_BYTES` (plus one
+        tensor), so memory is what the names hold, plus the small gaps."""
+        spans = sorted((self._span(n), n) for n in set(names))
+        out: dict[str, memoryview] = {}
+        i = 0
+        while i < len(spans):
+            (start, end), _ = spans[i]
+            j = i + 1
+            while j < len(spans) and spans[j][0][0] - end <= gap and spans[j][0][1] - start <= CHUNK_BYTES:
+                end = max(end, spans[j][0][1])
+                j += 1
+            run = memoryview(self._pread(end - start, start) if end > start else b"")
+            for (b, e), n in spans[i:j]:
+                out[n] = run[b - start : e - start]
+            i = j
+        return out
+
+    def chunks(self, name: str, chunk: int = CHUNK_BYTES) -> Iterator[bytes]:
+        """The bytes of tensor ``name`` in pieces of at most ``chunk`` bytes (memory bounded by ``chunk``)."""
+        begin, end = self._span(name)
+        pos = begin
+        while pos < end:
+            n = min(chunk, end - pos)
+            yield self._pread(n, pos)
+            pos += n
 
 
 def tensor_windows(header: Header, name: str) -> Iterator[tuple[int, memoryview]]:
