@@ -18,7 +18,14 @@ from adapterdoc.layouts.common import (
     TEXT_LM,
     VL_LM,
 )
-from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Rule, Tiny
+from adapterdoc.layouts.registry import (
+    ADD_LANGUAGE_MODEL,
+    QWEN2_MOE_CONVERSION,
+    STRIP_LANGUAGE_MODEL,
+    Layout,
+    Rule,
+    Tiny,
+)
 from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
 
 # ------------------------------------------------------------------------------------- module trees
@@ -179,18 +186,25 @@ def _moe_text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
         t.linear(a + ".v_proj", h, nkv * hd, bias)
         t.linear(a + ".o_proj", nh * hd, h, bias)
         t.add(a + ".q_norm")
+        t.own[a + ".q_norm"] = ("weight",)
         t.add(a + ".k_norm")
+        t.own[a + ".k_norm"] = ("weight",)
         m = q + ".mlp"
         if sparse[i]:
             t.add(m)
             t.add(m + ".experts", EXPERTS, (("gate_up_proj", (e, 2 * mi, h)), ("down_proj", (e, h, mi))))
             t.add(m + ".experts.act_fn")
             t.add(m + ".gate")
+            t.other_params[m + ".gate"] = (("weight", (e, h)),)
+            t.own[m + ".gate"] = ("weight",)
         else:
             mlp(t, m, h, inter)
         t.add(q + ".input_layernorm")
+        t.own[q + ".input_layernorm"] = ("weight",)
         t.add(q + ".post_attention_layernorm")
+        t.own[q + ".post_attention_layernorm"] = ("weight",)
     t.add(p + "norm")
+    t.own[p + "norm"] = ("weight",)
     t.add(p + "rotary_emb")
     return h, v
 
@@ -207,7 +221,7 @@ def _moe_fields(raw: Mapping[str, Any], where: str, defaults: Mapping[str, Any])
 
 def _qwen3_moe(raw: Mapping[str, Any]) -> Tree:
     f = _moe_fields(raw, "qwen3_moe", _MOE_TEXT)
-    t = Tree("qwen3_moe_text", "Qwen3MoeForCausalLM", "qwen3_moe")
+    t = Tree("qwen3_moe_text", "Qwen3MoeForCausalLM", "qwen3_moe", own={})
     t.add("model")
     h, v = _moe_text(t, f, "model.")
     t.linear("lm_head", h, v)
@@ -231,13 +245,17 @@ def _audio(t: Tree, f: Fields, p: str) -> None:
         for leaf in ("k_proj", "v_proj", "q_proj", "out_proj"):
             t.linear(f"{b}.self_attn.{leaf}", d, d, True)
         t.add(b + ".self_attn_layer_norm")
+        t.own[b + ".self_attn_layer_norm"] = ("weight", "bias")
         t.add(b + ".activation_fn")
         t.linear(b + ".fc1", d, ffn, True)
         t.linear(b + ".fc2", ffn, d, True)
         t.add(b + ".final_layer_norm")
+        t.own[b + ".final_layer_norm"] = ("weight", "bias")
     t.add(p + ".ln_post")
+    t.own[p + ".ln_post"] = ("weight", "bias")
     for c in ("conv2d1", "conv2d2", "conv2d3"):
         t.add(f"{p}.{c}", CONV)
+        t.own[f"{p}.{c}"] = ("weight", "bias")
     t.linear(p + ".conv_out", ds * ((((mel + 1) // 2 + 1) // 2 + 1) // 2), d)
     t.linear(p + ".proj1", d, d, True)
     t.add(p + ".act")
@@ -247,6 +265,7 @@ def _audio(t: Tree, f: Fields, p: str) -> None:
 def _merger(t: Tree, m: str, d: int, s: int, out: int) -> None:
     t.add(m)
     t.add(m + ".ln_q")
+    t.own[m + ".ln_q"] = ("weight", "bias")
     t.add(m + ".mlp")
     t.linear(m + ".mlp.0", d * s * s, d * s * s, True)
     t.add(m + ".mlp.1")
@@ -269,6 +288,7 @@ def _vision(t: Tree, f: Fields, p: str) -> None:
         _merger(t, f"{p}.merger_list.{i}", d, s, out)
     t.add(p + ".patch_embed")
     t.add(p + ".patch_embed.proj", CONV)
+    t.own[p + ".patch_embed.proj"] = ("weight", "bias")
     t.embedding(p + ".pos_embed", npos, d)
     t.add(p + ".rotary_pos_emb")
     t.add(p + ".blocks")
@@ -276,7 +296,9 @@ def _vision(t: Tree, f: Fields, p: str) -> None:
         b = f"{p}.blocks.{i}"
         t.add(b)
         t.add(b + ".norm1")
+        t.own[b + ".norm1"] = ("weight", "bias")
         t.add(b + ".norm2")
+        t.own[b + ".norm2"] = ("weight", "bias")
         t.add(b + ".attn")
         t.linear(b + ".attn.qkv", d, 3 * d, True)
         t.linear(b + ".attn.proj", d, d, True)
@@ -315,7 +337,9 @@ def _thinker(t: Tree, raw: Mapping[str, Any], p: str, where: str) -> bool:
 
 
 def _qwen3_omni_thinker(raw: Mapping[str, Any]) -> Tree:
-    t = Tree("qwen3_omni_thinker", "Qwen3OmniMoeThinkerForConditionalGeneration", "qwen3_omni_moe_thinker")
+    t = Tree(
+        "qwen3_omni_thinker", "Qwen3OmniMoeThinkerForConditionalGeneration", "qwen3_omni_moe_thinker", own={}
+    )
     t.tied = _thinker(t, raw, "", "qwen3_omni_moe_thinker")
     t.output_embedding = "lm_head"
     return t
@@ -328,7 +352,7 @@ def _qwen3_omni(raw: Mapping[str, Any]) -> Tree:
         raise Unmodeled(
             "qwen3_omni_moe `enable_audio_output` is true: the talker and code2wav trees are not modelled"
         )
-    t = Tree("qwen3_omni", "Qwen3OmniMoeForConditionalGeneration", "qwen3_omni_moe")
+    t = Tree("qwen3_omni", "Qwen3OmniMoeForConditionalGeneration", "qwen3_omni_moe", own={})
     t.add("thinker")
     thinker = sub_config(raw, "thinker_config", "qwen3_omni_moe_thinker", "qwen3_omni_moe")
     if _thinker(t, thinker, "thinker.", "qwen3_omni_moe_thinker"):
@@ -404,6 +428,7 @@ ENTRIES: tuple[Layout, ...] = (
         move_words={"qwen3_omni_thinker": "Omni full-wrapper adapter on the thinker"},
         tree=_qwen3_omni,
         load_conversion=True,
+        peft_moe=QWEN2_MOE_CONVERSION,
     ),
     Layout(
         name="qwen3_omni_thinker",
@@ -432,6 +457,7 @@ ENTRIES: tuple[Layout, ...] = (
         move_words={"qwen3_omni": "thinker adapter on the Omni full wrapper"},
         tree=_qwen3_omni_thinker,
         load_conversion=True,
+        peft_moe=QWEN2_MOE_CONVERSION,
     ),
     Layout(
         name="qwen3_moe_text",
@@ -450,6 +476,7 @@ ENTRIES: tuple[Layout, ...] = (
         tiny=Tiny("Qwen3MoeConfig", lambda: {**_omni_text(), "num_local_experts": 4}),
         tree=_qwen3_moe,
         load_conversion=True,
+        peft_moe=QWEN2_MOE_CONVERSION,
     ),
 )
 
