@@ -3,6 +3,7 @@ thinker's text-only stand-in."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from adapterdoc.layouts.common import (
@@ -17,7 +18,348 @@ from adapterdoc.layouts.common import (
     TEXT_LM,
     VL_LM,
 )
-from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Rule, Tiny
+from adapterdoc.layouts.registry import (
+    ADD_LANGUAGE_MODEL,
+    QWEN2_MOE_CONVERSION,
+    STRIP_LANGUAGE_MODEL,
+    Layout,
+    Rule,
+    Tiny,
+)
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
+
+# ------------------------------------------------------------------------------------- module trees
+# Read from transformers 5.24's qwen3_moe/modeling_qwen3_moe.py (Qwen3MoeForCausalLM: fused 3-D experts,
+# Qwen3MoeExperts.gate_up_proj [E, 2I, H] and down_proj [E, H, I]; no per-expert nn.Linear in transformers 5) and
+# qwen3_omni_moe/modeling_qwen3_omni_moe.py (Qwen3OmniMoeThinkerForConditionalGeneration: audio_tower, visual,
+# language_model; Qwen3OmniMoeForConditionalGeneration: thinker, plus talker and code2wav only when
+# ``enable_audio_output``, which the registry does not model).
+
+_MOE_TEXT = {
+    "vocab_size": 151936,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": None,
+    "attention_bias": False,
+    "decoder_sparse_step": 1,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "mlp_only_layers": None,
+    "tie_word_embeddings": False,
+}
+"""Qwen3MoeConfig's tree fields and defaults (``head_dim`` ``None``: ``hidden_size // num_attention_heads``, as
+the attention's ``getattr(config, "head_dim", ...)`` reads it when the config has none)."""
+
+_OMNI_TEXT = {
+    **_MOE_TEXT,
+    "vocab_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+}
+"""Qwen3OmniMoeTextConfig (the thinker's ``text_config``); the same module tree as Qwen3-MoE."""
+
+_MOE_TEXT_INERT = frozenset(
+    {
+        "hidden_act",
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "rope_parameters",
+        "rope_scaling",
+        "rope_theta",
+        "attention_dropout",
+        "output_router_logits",
+        "router_aux_loss_coef",
+        "num_experts_per_tok",
+        "norm_topk_prob",
+        "sliding_window",
+        "use_sliding_window",
+        "max_window_layers",
+        "layer_types",
+    }
+)
+
+_AUDIO = {
+    "num_mel_bins": 128,
+    "encoder_layers": 32,
+    "encoder_attention_heads": 20,
+    "encoder_ffn_dim": 5120,
+    "d_model": 1280,
+    "output_dim": 3584,
+    "downsample_hidden_size": 480,
+}
+_AUDIO_INERT = frozenset(
+    {
+        "dropout",
+        "attention_dropout",
+        "activation_function",
+        "activation_dropout",
+        "scale_embedding",
+        "max_source_positions",
+        "n_window",
+        "n_window_infer",
+        "conv_chunksize",
+    }
+)
+_VISION = {
+    "depth": 27,
+    "hidden_size": 1152,
+    "intermediate_size": 4304,
+    "num_heads": 16,
+    "in_channels": 3,
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "out_hidden_size": 3584,
+    "num_position_embeddings": 2304,
+    "deepstack_visual_indexes": [8, 16, 24],
+}
+_VISION_INERT = frozenset({"hidden_act", "rope_parameters"})
+_THINKER = {"tie_word_embeddings": False, "text_config": None, "audio_config": None, "vision_config": None}
+_THINKER_INERT = frozenset(
+    {
+        "position_id_per_seconds",
+        "audio_start_token_id",
+        "audio_token_id",
+        "image_token_id",
+        "video_token_id",
+        "user_token_id",
+        "vision_start_token_id",
+        "vision_end_token_id",
+        "audio_end_token_id",
+        "enable_audio_output",
+    }
+)
+"""``enable_audio_output`` is the wrapper's field; a thinker config saved from a wrapper may carry it (unread)."""
+_OMNI = {"thinker_config": None, "enable_audio_output": True}
+_OMNI_INERT = frozenset(
+    {
+        "talker_config",
+        "code2wav_config",
+        "im_start_token_id",
+        "im_end_token_id",
+        "tts_pad_token_id",
+        "tts_bos_token_id",
+        "tts_eos_token_id",
+        "system_token_id",
+        "user_token_id",
+        "assistant_token_id",
+    }
+)
+"""``talker_config`` / ``code2wav_config`` build nothing unless ``enable_audio_output`` (refused below)."""
+
+
+def _moe_layers(f: Fields, n: int) -> list[bool]:
+    """Which decoder layers hold a sparse MoE block: ``layer not in mlp_only_layers and num_experts > 0 and
+    (layer + 1) % decoder_sparse_step == 0`` (Qwen3MoeDecoderLayer.__init__)."""
+    step, experts = f.int("decoder_sparse_step"), f.int("num_experts", 0)
+    only = f["mlp_only_layers"]
+    only = [] if only is None else only
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise Unmodeled(f"{f.where} `mlp_only_layers` is not a list of layer indices")
+    return [i not in only and experts > 0 and (i + 1) % step == 0 for i in range(n)]
+
+
+def _moe_text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
+    """Qwen3MoeModel / Qwen3OmniMoeThinkerTextModel under the prefix ``p``."""
+    h, v, n = f.int("hidden_size"), f.int("vocab_size"), f.int("num_hidden_layers", 0)
+    nh, nkv = f.int("num_attention_heads"), f.int("num_key_value_heads")
+    hd = h // nh if f["head_dim"] is None else f.int("head_dim")
+    bias = f.flag("attention_bias")
+    inter = f.int("intermediate_size")
+    sparse = _moe_layers(f, n)
+    if any(sparse):
+        e, mi = f.int("num_experts"), f.int("moe_intermediate_size")
+    t.embedding(p + "embed_tokens", v, h)
+    t.input_embedding = p + "embed_tokens"
+    t.add(p + "layers")
+    for i in range(n):
+        q = f"{p}layers.{i}"
+        t.add(q)
+        a = q + ".self_attn"
+        t.add(a)
+        t.linear(a + ".q_proj", h, nh * hd, bias)
+        t.linear(a + ".k_proj", h, nkv * hd, bias)
+        t.linear(a + ".v_proj", h, nkv * hd, bias)
+        t.linear(a + ".o_proj", nh * hd, h, bias)
+        t.add(a + ".q_norm")
+        t.own[a + ".q_norm"] = ("weight",)
+        t.add(a + ".k_norm")
+        t.own[a + ".k_norm"] = ("weight",)
+        m = q + ".mlp"
+        if sparse[i]:
+            t.add(m)
+            t.add(m + ".experts", EXPERTS, (("gate_up_proj", (e, 2 * mi, h)), ("down_proj", (e, h, mi))))
+            t.add(m + ".experts.act_fn")
+            t.add(m + ".gate")
+            t.other_params[m + ".gate"] = (("weight", (e, h)),)
+            t.own[m + ".gate"] = ("weight",)
+        else:
+            mlp(t, m, h, inter)
+        t.add(q + ".input_layernorm")
+        t.own[q + ".input_layernorm"] = ("weight",)
+        t.add(q + ".post_attention_layernorm")
+        t.own[q + ".post_attention_layernorm"] = ("weight",)
+    t.add(p + "norm")
+    t.own[p + "norm"] = ("weight",)
+    t.add(p + "rotary_emb")
+    return h, v
+
+
+def _moe_fields(raw: Mapping[str, Any], where: str, defaults: Mapping[str, Any]) -> Fields:
+    if "num_local_experts" in raw:  # Qwen3MoeConfig maps num_experts to num_local_experts (what it saves)
+        if "num_experts" in raw and raw["num_experts"] != raw["num_local_experts"]:
+            raise Unmodeled(f"{where} `num_experts` and `num_local_experts` differ")
+        raw = {k: v for k, v in raw.items() if k != "num_local_experts"} | {
+            "num_experts": raw["num_local_experts"]
+        }
+    return Fields(raw, where, defaults, _MOE_TEXT_INERT)
+
+
+def _qwen3_moe(raw: Mapping[str, Any]) -> Tree:
+    f = _moe_fields(raw, "qwen3_moe", _MOE_TEXT)
+    t = Tree("qwen3_moe_text", "Qwen3MoeForCausalLM", "qwen3_moe", own={})
+    t.add("model")
+    h, v = _moe_text(t, f, "model.")
+    t.linear("lm_head", h, v)
+    t.output_embedding = "lm_head"
+    t.tied = f.flag("tie_word_embeddings")
+    return t
+
+
+def _audio(t: Tree, f: Fields, p: str) -> None:
+    d, n, ffn = f.int("d_model"), f.int("encoder_layers", 0), f.int("encoder_ffn_dim")
+    if d % f.int("encoder_attention_heads"):
+        raise Unmodeled(f"{f.where} `d_model` is not divisible by `encoder_attention_heads`")
+    ds, mel, out = f.int("downsample_hidden_size"), f.int("num_mel_bins"), f.int("output_dim")
+    t.add(p)
+    t.add(p + ".positional_embedding")
+    t.add(p + ".layers")
+    for i in range(n):
+        b = f"{p}.layers.{i}"
+        t.add(b)
+        t.add(b + ".self_attn")
+        for leaf in ("k_proj", "v_proj", "q_proj", "out_proj"):
+            t.linear(f"{b}.self_attn.{leaf}", d, d, True)
+        t.add(b + ".self_attn_layer_norm")
+        t.own[b + ".self_attn_layer_norm"] = ("weight", "bias")
+        t.add(b + ".activation_fn")
+        t.linear(b + ".fc1", d, ffn, True)
+        t.linear(b + ".fc2", ffn, d, True)
+        t.add(b + ".final_layer_norm")
+        t.own[b + ".final_layer_norm"] = ("weight", "bias")
+    t.add(p + ".ln_post")
+    t.own[p + ".ln_post"] = ("weight", "bias")
+    for c in ("conv2d1", "conv2d2", "conv2d3"):
+        t.add(f"{p}.{c}", CONV)
+        t.own[f"{p}.{c}"] = ("weight", "bias")
+    t.linear(p + ".conv_out", ds * ((((mel + 1) // 2 + 1) // 2 + 1) // 2), d)
+    t.linear(p + ".proj1", d, d, True)
+    t.add(p + ".act")
+    t.linear(p + ".proj2", d, out, True)
+
+
+def _merger(t: Tree, m: str, d: int, s: int, out: int) -> None:
+    t.add(m)
+    t.add(m + ".ln_q")
+    t.own[m + ".ln_q"] = ("weight", "bias")
+    t.add(m + ".mlp")
+    t.linear(m + ".mlp.0", d * s * s, d * s * s, True)
+    t.add(m + ".mlp.1")
+    t.linear(m + ".mlp.2", d * s * s, out, True)
+
+
+def _vision(t: Tree, f: Fields, p: str) -> None:
+    d, inter, depth = f.int("hidden_size"), f.int("intermediate_size"), f.int("depth", 0)
+    f.int("num_heads")
+    f.int("in_channels")
+    f.int("patch_size")
+    f.int("temporal_patch_size")
+    s, out, npos = f.int("spatial_merge_size"), f.int("out_hidden_size"), f.int("num_position_embeddings")
+    deep = f["deepstack_visual_indexes"]
+    if not isinstance(deep, list):
+        raise Unmodeled(f"{f.where} `deepstack_visual_indexes` is not a list")
+    t.add(p)
+    t.add(p + ".merger_list")
+    for i in range(len(deep)):
+        _merger(t, f"{p}.merger_list.{i}", d, s, out)
+    t.add(p + ".patch_embed")
+    t.add(p + ".patch_embed.proj", CONV)
+    t.own[p + ".patch_embed.proj"] = ("weight", "bias")
+    t.embedding(p + ".pos_embed", npos, d)
+    t.add(p + ".rotary_pos_emb")
+    t.add(p + ".blocks")
+    for i in range(depth):
+        b = f"{p}.blocks.{i}"
+        t.add(b)
+        t.add(b + ".norm1")
+        t.own[b + ".norm1"] = ("weight", "bias")
+        t.add(b + ".norm2")
+        t.own[b + ".norm2"] = ("weight", "bias")
+        t.add(b + ".attn")
+        t.linear(b + ".attn.qkv", d, 3 * d, True)
+        t.linear(b + ".attn.proj", d, d, True)
+        t.add(b + ".mlp")
+        t.linear(b + ".mlp.linear_fc1", d, inter, True)
+        t.linear(b + ".mlp.linear_fc2", inter, d, True)
+        t.add(b + ".mlp.act_fn")
+    _merger(t, p + ".merger", d, s, out)
+
+
+def _thinker(t: Tree, raw: Mapping[str, Any], p: str, where: str) -> bool:
+    """Qwen3OmniMoeThinkerForConditionalGeneration under ``p`` (``""`` or ``thinker.``); whether it ties."""
+    top = Fields(raw, where, _THINKER, _THINKER_INERT)
+    tf = _moe_fields(
+        sub_config(raw, "text_config", "qwen3_omni_moe_text", where), "qwen3_omni_moe_text", _OMNI_TEXT
+    )
+    af = Fields(
+        sub_config(raw, "audio_config", "qwen3_omni_moe_audio_encoder", where),
+        "qwen3_omni_moe_audio_encoder",
+        _AUDIO,
+        _AUDIO_INERT,
+    )
+    vf = Fields(
+        sub_config(raw, "vision_config", "qwen3_omni_moe_vision_encoder", where),
+        "qwen3_omni_moe_vision_encoder",
+        _VISION,
+        _VISION_INERT,
+    )
+    t.add(p + "model")
+    _audio(t, af, p + "model.audio_tower")
+    _vision(t, vf, p + "model.visual")
+    t.add(p + "model.language_model")
+    h, v = _moe_text(t, tf, p + "model.language_model.")
+    t.linear(p + "lm_head", h, v)
+    return top.flag("tie_word_embeddings") or tf.flag("tie_word_embeddings")
+
+
+def _qwen3_omni_thinker(raw: Mapping[str, Any]) -> Tree:
+    t = Tree(
+        "qwen3_omni_thinker", "Qwen3OmniMoeThinkerForConditionalGeneration", "qwen3_omni_moe_thinker", own={}
+    )
+    t.tied = _thinker(t, raw, "", "qwen3_omni_moe_thinker")
+    t.output_embedding = "lm_head"
+    return t
+
+
+def _qwen3_omni(raw: Mapping[str, Any]) -> Tree:
+    """The wrapper: its ``get_output_embeddings()`` is ``None``, so PEFT's ``all-linear`` keeps ``thinker.lm_head``."""
+    f = Fields(raw, "qwen3_omni_moe", _OMNI, _OMNI_INERT)
+    if f.flag("enable_audio_output"):
+        raise Unmodeled(
+            "qwen3_omni_moe `enable_audio_output` is true: the talker and code2wav trees are not modelled"
+        )
+    t = Tree("qwen3_omni", "Qwen3OmniMoeForConditionalGeneration", "qwen3_omni_moe", own={})
+    t.add("thinker")
+    thinker = sub_config(raw, "thinker_config", "qwen3_omni_moe_thinker", "qwen3_omni_moe")
+    if _thinker(t, thinker, "thinker.", "qwen3_omni_moe_thinker"):
+        raise Unmodeled("the Omni wrapper with tied thinker embeddings is not modelled")
+    t.input_embedding = "thinker.model.language_model.embed_tokens"
+    return t
+
 
 # ------------------------------------------------------------------------------------- tiny configs
 
@@ -84,6 +426,9 @@ ENTRIES: tuple[Layout, ...] = (
         ),
         forward_via="thinker",
         move_words={"qwen3_omni_thinker": "Omni full-wrapper adapter on the thinker"},
+        tree=_qwen3_omni,
+        load_conversion=True,
+        peft_moe=QWEN2_MOE_CONVERSION,
     ),
     Layout(
         name="qwen3_omni_thinker",
@@ -110,6 +455,9 @@ ENTRIES: tuple[Layout, ...] = (
         hint=r"omni",
         tiny=Tiny("Qwen3OmniMoeThinkerConfig", _omni_thinker),
         move_words={"qwen3_omni": "thinker adapter on the Omni full wrapper"},
+        tree=_qwen3_omni_thinker,
+        load_conversion=True,
+        peft_moe=QWEN2_MOE_CONVERSION,
     ),
     Layout(
         name="qwen3_moe_text",
@@ -126,6 +474,9 @@ ENTRIES: tuple[Layout, ...] = (
         remaps={"qwen3_omni_thinker": (ADD_LANGUAGE_MODEL,)},
         hint=r"omni",
         tiny=Tiny("Qwen3MoeConfig", lambda: {**_omni_text(), "num_local_experts": 4}),
+        tree=_qwen3_moe,
+        load_conversion=True,
+        peft_moe=QWEN2_MOE_CONVERSION,
     ),
 )
 

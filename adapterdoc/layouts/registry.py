@@ -84,6 +84,37 @@ class Experts:
 
 
 @dataclass(frozen=True)
+class PeftMoeConversion:
+    """PEFT's transformers-5 rewrite of a per-expert LoRA config and its keys to the fused experts
+    (peft 0.21.2 ``utils/transformers_weight_conversion.py``: ``_MOE_TARGET_MODULE_MAPPING`` /
+    ``_MOE_FUSED_TARGETS`` for the model type's conversion pattern, ``_convert_peft_config_moe`` at injection and
+    ``build_peft_weight_mapping`` at load), as data."""
+
+    renames: tuple[tuple[str, str], ...]
+    """(old leaf, new target parameter) in PEFT's order: a ``target_modules`` entry equal to the old leaf or ending
+    in ``.old`` leaves ``target_modules`` and adds the new name to ``target_parameters``."""
+    fused: tuple[tuple[str, tuple[str, ...]], ...]
+    """(fused parameter, its old leaves in order): all or none of them must be targeted; with all, the fused
+    parameter's rank and alpha are the config's times their number (``rank_pattern`` / ``alpha_pattern``
+    ``.*\\.<fused>``)."""
+
+
+QWEN2_MOE_CONVERSION = PeftMoeConversion(
+    renames=(
+        ("gate", "gate.weight"),
+        ("gate_proj", "gate_up_proj"),
+        ("up_proj", "gate_up_proj"),
+        ("down_proj", "down_proj"),
+    ),
+    fused=(("gate_up_proj", ("gate_proj", "up_proj")),),
+)
+"""PEFT's ``qwen2_moe`` entry, which transformers' ``_MODEL_TO_CONVERSION_PATTERN`` gives ``qwen3_moe`` and the
+``qwen3_omni_moe*`` model types (transformers 5.24 ``conversion_mapping.py``: ``mlp.experts.*.gate_proj/up_proj``
+→ ``mlp.experts.gate_up_proj`` by MergeModulelist(dim=0) + Concatenate(dim=1), ``mlp.experts.*.down_proj`` →
+``mlp.experts.down_proj`` by MergeModulelist(dim=0))."""
+
+
+@dataclass(frozen=True)
 class Layout:
     """One model layout: how its adapters' module paths look and how to move them to neighbours."""
 
@@ -139,6 +170,8 @@ class Layout:
     load_conversion: bool = False
     """Whether transformers registers load-time renames for ``model_type`` (``transformers.conversion_mapping``),
     which PEFT's loader also applies to adapter keys."""
+    peft_moe: PeftMoeConversion | None = None
+    """PEFT's per-expert → fused config and key rewrite for ``model_type`` (``None``: PEFT has none for it)."""
 
     @property
     def exclude_regex(self) -> str | None:
@@ -163,6 +196,8 @@ LAYOUTS: dict[str, Layout] = {}
 """Every layout by name, in the order the family modules register them (detection and listings follow it)."""
 TREES: dict[tuple[str, str], Callable[[Mapping[str, Any]], Any]] = {}
 """(``config.model_type``, model class) → module-tree builder, for every layout that has one."""
+PEFT_MOE: dict[str, PeftMoeConversion] = {}
+"""Model types among :data:`TREES` whose per-expert LoRA configs and keys PEFT rewrites to fused experts."""
 LOAD_CONVERSIONS: set[str] = set()
 """Model types among :data:`TREES` with a ``transformers.conversion_mapping`` entry (transformers 5.24; pinned by
 ``tests/verify/test_expected_keys.py``)."""
@@ -186,6 +221,8 @@ def register(*layouts: Layout, smoke: Sequence[str] = ()) -> None:
             TREES.setdefault((layout.model_type, layout.model_class), layout.tree)
             if layout.load_conversion:
                 LOAD_CONVERSIONS.add(layout.model_type)
+            if layout.peft_moe is not None:
+                PEFT_MOE[layout.model_type] = layout.peft_moe
     for name in smoke:
         if name not in LAYOUTS or LAYOUTS[name].tiny is None:
             raise ValueError(f"smoke layout {name!r} is not a registered layout with a tiny config")

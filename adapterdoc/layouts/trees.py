@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapterdoc.layouts.registry import LAYOUTS, LOAD_CONVERSIONS, TREES
+from adapterdoc.layouts.registry import LAYOUTS, LOAD_CONVERSIONS, PEFT_MOE, TREES, PeftMoeConversion
 
 LINEAR, EMBEDDING, CONV, EXPERTS, OTHER = "linear", "embedding", "conv", "experts", "other"
 
@@ -56,6 +56,14 @@ class Tree:
     """Whether transformers registers load-time renames for this model type, which PEFT's loader also applies to
     adapter keys (``convert_peft_adapter_state_dict_for_transformers``): keys that do not match exactly may then
     be renamed into place, so only the meta device can judge them."""
+
+    peft_moe: PeftMoeConversion | None = None
+    """PEFT's per-expert → fused rewrite for this model type (:data:`adapterdoc.layouts.registry.PEFT_MOE`)."""
+    other_params: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = field(default_factory=dict)
+    """Parameters of ``other`` modules that PEFT's MoE rewrite may target (the router's ``gate.weight``)."""
+    own: dict[str, tuple[str, ...]] | None = None
+    """The names of every ``other`` / ``conv`` module's own Parameters (norms, routers, convs), where the builder
+    lists them all (``None``: not listed); PEFT's regex resolution for MoE rewrites reads parameter names."""
 
     def add(self, name: str, kind: str = OTHER, params: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> None:
         self.nodes.append(Node(name, kind, params))
@@ -176,6 +184,7 @@ def build_tree(raw: Mapping[str, Any]) -> Tree:
         raise Unmodeled(f"the registry has no module tree for {cls} with model_type {mt!r}")
     tree = builder(raw)
     tree.load_conversion = tree.model_type in LOAD_CONVERSIONS
+    tree.peft_moe = PEFT_MOE.get(tree.model_type)
     return tree
 
 
@@ -186,6 +195,7 @@ __all__ = [
     "LINEAR",
     "LOAD_CONVERSIONS",
     "OTHER",
+    "PEFT_MOE",
     "TREES",
     "Fields",
     "Node",

@@ -29,6 +29,7 @@ from adapterdoc.adapter import (
 )
 from adapterdoc.layouts import tower_segment
 from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Tree, Unmodeled, build_tree
+from adapterdoc.verify.expected_moe import convert_config, convert_keys
 
 ADAPTER = "default"
 _MIN_TARGETS_FOR_OPTIMIZATION = 20
@@ -98,6 +99,8 @@ class RegistryAdapterModel:
     """Expected keys of ``modules_to_save`` copies (never reported missing, as PEFT's loader does not)."""
     _by_model_name: dict[str, str] = field(default_factory=dict)
     """Model naming (``lora_A.default.weight``) → saved naming, for adapters that kept the adapter name."""
+    _tree: Tree | None = field(default=None, compare=False, repr=False)
+    """The tree, for PEFT's load-time per-expert → fused key conversion (:func:`convert_keys`)."""
 
     @property
     def rewritten(self) -> bool:
@@ -111,6 +114,12 @@ class RegistryAdapterModel:
         """Missing, unexpected and shape-mismatched keys, as :meth:`MetaAdapterModel.match` finds them."""
         from adapterdoc.ml.meta import KeyMatch
 
+        converted = False
+        if self._tree is not None and self._tree.peft_moe is not None:
+            try:
+                shapes, converted = convert_keys(self._tree, shapes)
+            except Unmodeled:  # only renamed candidates scored for a move get here; judged unconverted
+                converted = False
         loaded: dict[str, tuple[int, ...]] = {}
         unexpected: list[str] = []
         for key, shape in shapes.items():
@@ -121,7 +130,7 @@ class RegistryAdapterModel:
                 loaded[saved] = tuple(shape)
         missing = sorted(k for k in self.expected if k not in loaded and k not in self._aux)
         mismatch = sorted((k, s, self.expected[k]) for k, s in loaded.items() if s != self.expected[k])
-        return KeyMatch(missing, sorted(unexpected), mismatch, len(loaded))
+        return KeyMatch(missing, sorted(unexpected), mismatch, len(loaded), converted)
 
 
 # --------------------------------------------------------------------------------------------- the adapter config
@@ -239,12 +248,18 @@ def registry_adapter(
         raise Unmodeled("no target_modules: PEFT would pick its default targets for the model type")
     if tp is not None and any(p.rpartition(".")[2] not in _EXPERT_PARAMS for p in tp):
         raise Unmodeled("target_parameters other than fused-expert gate_up_proj/down_proj")
-    if tp and raw.get("lora_dropout", 0.0) != 0:
-        raise Unmodeled("lora_dropout != 0 with target_parameters (PEFT refuses it)")
     if shapes is not None:
-        _check_keys(shapes)
+        _check_keys(shapes, tree.peft_moe is not None)
 
     before = _snapshot(set(tm) if isinstance(tm, list) else tm, tp, rank_pattern, alpha_pattern, mts)
+    try:
+        tm, tp, rank_pattern, alpha_pattern = convert_config(
+            tree, tm, tp, rank_pattern, alpha_pattern, raw, excl, mts
+        )
+    except re.error as e:
+        raise Unmodeled(f"a pattern is not a valid regex: {e}") from None
+    if tp and raw.get("lora_dropout", 0.0) != 0:
+        raise Unmodeled("lora_dropout != 0 with target_parameters (PEFT refuses it)")
     nodes = {n.name: n for n in tree.nodes}
     names = tree.names
     try:
@@ -293,20 +308,21 @@ def registry_adapter(
         injected.append(name)
 
     for node in tree.nodes if tp else ():
+        router = node.name in tree.other_params
         hits = [
             (p, shape)
-            for p, shape in node.params
+            for p, shape in (tree.other_params[node.name] if router else node.params)
             if f"{node.name}.{p}" in tp or any(f"{node.name}.{p}".endswith(f".{t}") for t in tp)
         ]
         if not hits:
             continue
-        if node.kind != EXPERTS or node.name in selected:
+        if (node.kind != EXPERTS and not router) or node.name in selected:
             raise Unmodeled(f"target_parameters reach `{node.name}`, which is not a fused-expert module")
         for depth, (p, shape) in enumerate(hits):
             path = node.name + ".base_layer" * (len(hits) - 1 - depth)
             k = pattern_key(rank_pattern, f"{node.name}.{p}")
             rank = int(rank_pattern[k]) if k is not None else r
-            experts, dim1, dim2 = shape
+            experts, dim1, dim2 = shape if len(shape) == 3 else (1, *shape)
             add(f"{path}.lora_A.weight", (rank * experts, dim2), f"{path}.lora_A.{ADAPTER}.weight")
             add(f"{path}.lora_B.weight", (dim1, rank * experts), f"{path}.lora_B.{ADAPTER}.weight")
         injected.append(node.name)
@@ -318,8 +334,9 @@ def registry_adapter(
         for p, shape in nodes[name].params:
             add(f"{name}.{p}", shape, f"{name}.modules_to_save.{ADAPTER}.{p}")
             aux.add(WRAPPER + f"{name}.{p}")
-    for key in shapes or ():
-        if key in expected:
+    converted = convert_keys(tree, shapes)[0] if shapes is not None and tree.peft_moe else shapes
+    for key in converted or ():
+        if key in expected or key not in shapes:  # expected, or written by the modelled expert conversion
             continue
         if tree.load_conversion:
             raise Unmodeled(
@@ -341,6 +358,7 @@ def registry_adapter(
         layout=tree.layout,
         _aux=frozenset(aux),
         _by_model_name=by_model,
+        _tree=tree,
     )
 
 
@@ -363,12 +381,14 @@ def _modules_to_save(tree: Tree, mts: list[str] | None, nodes: dict[str, Any]) -
     return out
 
 
-def _check_keys(shapes: Mapping[str, tuple[int, ...]]) -> None:
+def _check_keys(shapes: Mapping[str, tuple[int, ...]], converts: bool) -> None:
+    """Refuse keys PEFT reads in ways not modelled; per-expert keys are :func:`convert_keys`' to judge where
+    PEFT converts them (``converts``)."""
     for key in shapes:
         k = parse_key(key)
         if k.role not in ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B", "full"):
             raise Unmodeled(f"adapter key `{key}` ({k.role}) is read by PEFT in ways not modelled")
-        if re.search(r"\.experts\.\d+\.", k.module):
+        if not converts and re.search(r"\.experts\.\d+\.", k.module):
             raise Unmodeled(f"per-expert key `{key}`: PEFT's transformers conversion may fuse it")
         if k.role == "full" and not key.startswith(WRAPPER):
             raise Unmodeled(f"adapter key `{key}` is not a LoRA tensor")

@@ -40,8 +40,11 @@ OLD_TREES = {
     "qwen3_5_moe_text",
     "ministral3_text",
     "mistral3_vl",
+    "qwen3_moe_text",
+    "qwen3_omni_thinker",
+    "qwen3_omni",
 }
-"""The layouts ``layouts/trees.py`` had a builder for before the split."""
+"""The layouts with a torch-free module-tree builder."""
 
 
 def test_every_family_module_registers_layouts_with_tiny_configs_and_trees() -> None:
@@ -57,7 +60,14 @@ def test_every_family_module_registers_layouts_with_tiny_configs_and_trees() -> 
     assert set(L.tiny_layouts()) == OLD_TINY
     assert {n for n, lay in L.LAYOUTS.items() if lay.tree is not None} == OLD_TREES
     assert {(lay.model_type, lay.model_class) for n, lay in L.LAYOUTS.items() if n in OLD_TREES} == set(TREES)
-    assert {"qwen3_5_text", "qwen3_5_moe_text", "mistral3"} == LOAD_CONVERSIONS
+    assert {
+        "qwen3_5_text",
+        "qwen3_5_moe_text",
+        "mistral3",
+        "qwen3_moe",
+        "qwen3_omni_moe_thinker",
+        "qwen3_omni_moe",
+    } == LOAD_CONVERSIONS
     for name in L.LAYOUTS:
         lay = L.LAYOUTS[name]
         if lay.tiny is None:

@@ -38,7 +38,18 @@ CASES = {
     "qwen3_5_text": LORA,
     "mistral3_vl": {**LORA, "exclude_modules": r"(^|.*\.)(vision_tower|multi_modal_projector)(\..*|$)"},
     "ministral3_text": {**LORA, "rank_pattern": {"layers.0.self_attn.q_proj": 3}},
+    "qwen3_moe_text": {**LORA, "target_modules": ["q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"]},
+    "qwen3_omni_thinker": {
+        **LORA,
+        "target_modules": ["q_proj", "o_proj"],
+        "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+        "exclude_modules": r"(^|.*\.)(visual|audio_tower)(\..*|$)",
+    },
+    "qwen3_omni": {**LORA, "target_modules": ["k_proj", "gate_proj", "up_proj"]},
 }
+PER_EXPERT = ("qwen3_moe_text", "qwen3_omni")
+"""Layouts whose CASES config PEFT rewrites to fused experts: they also get a per-expert adapter (transformers-4
+names) that PEFT converts at load (AD243), which the registry must judge as the meta device does."""
 
 
 def _base(root: Path, layout: str) -> Path:
@@ -78,6 +89,14 @@ def _adapters(root: Path, layout: str, base: Path) -> list[Path]:
     if layout.endswith("_vl"):
         text = {k.replace(".language_model.", ".", 1): s for k, s in keys.items() if ".language_model." in k}
         out.append(_adapter(root / f"{layout}-textnames", lora, text))
+    if layout in PER_EXPERT:
+        from adapterdoc.layouts.trees import build_tree
+        from tests.verify.test_expected_keys import _per_expert
+
+        tree = build_tree(json.loads((base / "config.json").read_text()))
+        per = _per_expert(keys, tree, seed=-1)
+        assert any(".experts.0." in k for k in per) and not any(".experts.base_layer" in k for k in per)
+        out.append(_adapter(root / f"{layout}-perexpert", lora, per))
     return out
 
 
@@ -131,6 +150,13 @@ def test_no_torch_verify_equals_the_ml_path(tmp_path: Path, layout: str) -> None
         assert proc.returncode == (0 if ml["ok"] else 1)
         if adapter.name.endswith("partial"):
             assert fast["adapters"][0]["missing"] and fast["adapters"][0]["shape_mismatch"]
+        if adapter.name.endswith("perexpert"):
+            assert [f["code"] for f in fast["findings"] if f["code"] == "AD243"] == ["AD243"]
+            unexpected = fast["adapters"][0]["unexpected"]
+            if "down_proj" in CASES[layout]["target_modules"]:
+                assert not unexpected and not fast["adapters"][0]["missing"]
+            else:  # pinned PEFT fact: gate/up alone convert to experts.base_layer.*, PEFT builds experts.lora_*
+                assert unexpected and all(".experts.base_layer.lora_" in k for k in unexpected)
 
 
 def test_no_torch_fallback_names_the_ml_extra(tmp_path: Path) -> None:
