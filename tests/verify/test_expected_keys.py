@@ -27,6 +27,7 @@ from adapterdoc.errors import ConfigError
 from adapterdoc.layouts.trees import TREES, Unmodeled, build_tree
 from adapterdoc.ml import meta as M
 from adapterdoc.verify.expected import registry_adapter
+from tests.verify.encoder_configs import ENCODER_LAYOUTS, encoder_base_configs
 
 REGISTRY_LAYOUTS = [
     "qwen3_5_text",
@@ -35,6 +36,9 @@ REGISTRY_LAYOUTS = [
     "qwen3_5_moe_vl",
     "ministral3_text",
     "mistral3_vl",
+    "embeddinggemma2",
+    "embeddinggemma2_text",
+    "qwen_vl",
 ]
 FAST = settings(
     max_examples=25, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None
@@ -169,6 +173,8 @@ def _pixtral(d: st.DrawFn) -> dict[str, Any]:
 def base_configs(d: st.DrawFn, layout: str) -> Any:
     import transformers as tf
 
+    if layout in ENCODER_LAYOUTS:
+        return d(encoder_base_configs(layout))
     if layout in ("qwen3_5_text", "qwen3_5_moe_text"):
         moe = "moe" in layout
         kwargs = _qwen_text(d, moe)
