@@ -40,8 +40,14 @@ OLD_TREES = {
     "qwen3_5_moe_text",
     "ministral3_text",
     "mistral3_vl",
+    "modernbert",
+    "modernbert_mlm",
+    "embeddinggemma2",
+    "embeddinggemma2_text",
+    "qwen_vl",
+    "qwen_vl_legacy",
 }
-"""The layouts ``layouts/trees.py`` had a builder for before the split."""
+"""The layouts with a torch-free tree builder (issue 17: every registry layout)."""
 
 
 def test_every_family_module_registers_layouts_with_tiny_configs_and_trees() -> None:

@@ -27,7 +27,7 @@ from adapterdoc.errors import ConfigError
 from adapterdoc.layouts.trees import TREES, Unmodeled, build_tree
 from adapterdoc.ml import meta as M
 from adapterdoc.verify.expected import registry_adapter
-from tests.verify.encoder_configs import ENCODER_LAYOUTS, encoder_base_configs
+from tests.verify.encoder_configs import ENCODER_LAYOUTS, encoder_base_configs, encoder_lora_configs
 
 REGISTRY_LAYOUTS = [
     "qwen3_5_text",
@@ -209,6 +209,8 @@ def base_configs(d: st.DrawFn, layout: str) -> Any:
 
 @st.composite
 def lora_configs(d: st.DrawFn, module_names: list[str]) -> dict[str, Any]:
+    if any(n.endswith((".Wqkv", ".ple_block")) for n in module_names):  # the encoders' own leaves
+        return d(encoder_lora_configs(module_names))
     moe = any(n.endswith(".experts") for n in module_names)
     kinds = ["list", "list", "regex", "all-linear", "names"] + (["none"] if moe else [])
     kind = d(st.sampled_from(kinds))  # "none": target_parameters alone (only MoE bases have any to target)

@@ -38,6 +38,11 @@ CASES = {
     "qwen3_5_text": LORA,
     "mistral3_vl": {**LORA, "exclude_modules": r"(^|.*\.)(vision_tower|multi_modal_projector)(\..*|$)"},
     "ministral3_text": {**LORA, "rank_pattern": {"layers.0.self_attn.q_proj": 3}},
+    "modernbert": {**LORA, "target_modules": ["Wqkv", "Wo", "Wi"], "task_type": "FEATURE_EXTRACTION"},
+    "modernbert_mlm": {**LORA, "target_modules": "all-linear"},
+    "embeddinggemma2": {**LORA, "target_modules": "all-linear", "exclude_modules": r".*\.ple_block\..*"},
+    "embeddinggemma2_text": {**LORA, "rank_pattern": {"layers.1.self_attn.q_proj": 3}},
+    "qwen_vl": {**LORA, "target_modules": "all-linear", "exclude_modules": r"(^|.*\.)visual(\..*|$)"},
 }
 
 
