@@ -51,3 +51,29 @@ DECODER = dict(
     max_position_embeddings=512,
     tie_word_embeddings=False,
 )
+
+PLAIN_ACTIVATIONS = frozenset(
+    {
+        "gelu",
+        "gelu_10",
+        "gelu_accurate",
+        "gelu_fast",
+        "gelu_new",
+        "gelu_python",
+        "gelu_python_tanh",
+        "gelu_pytorch_tanh",
+        "laplace",
+        "linear",
+        "mish",
+        "quick_gelu",
+        "relu",
+        "relu2",
+        "relu6",
+        "sigmoid",
+        "silu",
+        "swish",
+        "tanh",
+    }
+)
+"""``transformers.activations.ACT2CLS`` names (5.24) whose module has no children and no parameters: an
+activation outside this set (``prelu``, ``xielu``, a typo transformers refuses) is not modelled by the trees."""

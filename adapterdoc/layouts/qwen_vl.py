@@ -2,10 +2,182 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from adapterdoc.layouts.common import ATTN, DECODER, HIDDEN, LINEAR_ATTN, MLP, MOE, TEXT_LM, VL_DECODER
+from adapterdoc.layouts.common import (
+    ATTN,
+    DECODER,
+    HIDDEN,
+    LINEAR_ATTN,
+    MLP,
+    MOE,
+    PLAIN_ACTIVATIONS,
+    TEXT_LM,
+    VL_DECODER,
+)
 from adapterdoc.layouts.registry import Layout, Rule, Tiny
+from adapterdoc.layouts.trees import CONV, Fields, Tree, Unmodeled, mlp, sub_config
+
+# ------------------------------------------------------------------------------------- module trees
+
+_TEXT = {
+    "vocab_size": 152064,
+    "hidden_size": 8192,
+    "intermediate_size": 29568,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "hidden_act": "silu",
+    "layer_types": None,
+    "tie_word_embeddings": False,
+}
+"""``Qwen2_5_VLTextConfig``'s fields that shape the module tree, with their defaults (transformers 5.24,
+``models/qwen2_5_vl/configuration_qwen2_5_vl.py``); ``num_key_value_heads: null`` means one per attention head."""
+
+
+_TEXT_INERT = frozenset(
+    {
+        "max_position_embeddings",
+        "rms_norm_eps",
+        "use_sliding_window",
+        "sliding_window",
+        "max_window_layers",
+        "attention_dropout",
+        "rope_parameters",
+        "head_dim",
+    }
+)
+"""``head_dim`` is read by no module: the attention derives ``hidden_size // num_attention_heads``."""
+
+
+_VISION = {
+    "depth": 32,
+    "hidden_size": 3584,
+    "hidden_act": "silu",
+    "intermediate_size": 3420,
+    "num_heads": 16,
+    "in_channels": 3,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "out_hidden_size": 3584,
+}
+
+
+_VISION_INERT = frozenset({"tokens_per_second", "window_size", "fullatt_block_indexes", "rope_parameters"})
+
+
+_TOP = {"tie_word_embeddings": False, "text_config": None, "vision_config": None}
+
+
+_TOP_INERT = frozenset({"image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"})
+
+
+def _act(f: Fields) -> None:
+    if f["hidden_act"] not in PLAIN_ACTIVATIONS:
+        raise Unmodeled(f"{f.where} `hidden_act` {f['hidden_act']!r} is not modelled")
+
+
+def _vision(t: Tree, f: Fields, p: str) -> None:
+    """``Qwen2_5_VisionTransformerPretrainedModel``: every Linear but the merger's has a bias as well."""
+    d, inter, depth = f.int("hidden_size"), f.int("intermediate_size"), f.int("depth", 0)
+    heads, s, out = f.int("num_heads"), f.int("spatial_merge_size"), f.int("out_hidden_size")
+    if d % heads:
+        raise Unmodeled(f"{f.where} `hidden_size` {d} is not a multiple of `num_heads` {heads}")
+    f.int("in_channels")
+    for key in ("patch_size", "temporal_patch_size"):
+        f.int(key)
+    _act(f)
+    t.add(p)
+    t.add(p + ".patch_embed")
+    t.add(p + ".patch_embed.proj", CONV)
+    t.add(p + ".rotary_pos_emb")
+    t.add(p + ".blocks")
+    for i in range(depth):
+        b = f"{p}.blocks.{i}"
+        t.add(b)
+        t.add(b + ".norm1")
+        t.add(b + ".norm2")
+        t.add(b + ".attn")
+        t.linear(b + ".attn.qkv", d, 3 * d, True)
+        t.linear(b + ".attn.proj", d, d, True)
+        t.add(b + ".mlp")
+        t.linear(b + ".mlp.gate_proj", d, inter, True)
+        t.linear(b + ".mlp.up_proj", d, inter, True)
+        t.linear(b + ".mlp.down_proj", inter, d, True)
+        t.add(b + ".mlp.act_fn")
+    m, wide = p + ".merger", d * s * s
+    t.add(m)
+    t.add(m + ".ln_q")
+    t.add(m + ".mlp")
+    t.linear(m + ".mlp.0", wide, wide, True)
+    t.add(m + ".mlp.1")
+    t.linear(m + ".mlp.2", wide, out, True)
+
+
+def _text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
+    """``Qwen2_5_VLTextModel``: q/k/v with a bias, o_proj and the MLP without."""
+    h, v, n = f.int("hidden_size"), f.int("vocab_size"), f.int("num_hidden_layers")
+    heads = f.int("num_attention_heads")
+    nkv = heads if f["num_key_value_heads"] is None else f.int("num_key_value_heads")
+    if h % heads:
+        raise Unmodeled(f"{f.where} `hidden_size` {h} is not a multiple of `num_attention_heads` {heads}")
+    types = f["layer_types"]
+    if types is not None and (
+        not isinstance(types, list)
+        or len(types) != n
+        or any(x not in ("full_attention", "sliding_attention") for x in types)
+    ):
+        raise Unmodeled(f"{f.where} `layer_types` does not list one modelled type per layer ({n})")
+    _act(f)
+    hd, inter = h // heads, f.int("intermediate_size")
+    t.embedding(p + "embed_tokens", v, h)
+    t.input_embedding = p + "embed_tokens"
+    t.add(p + "layers")
+    for i in range(n):
+        q = f"{p}layers.{i}"
+        t.add(q)
+        t.add(q + ".self_attn")
+        t.linear(q + ".self_attn.q_proj", h, heads * hd, True)
+        t.linear(q + ".self_attn.k_proj", h, nkv * hd, True)
+        t.linear(q + ".self_attn.v_proj", h, nkv * hd, True)
+        t.linear(q + ".self_attn.o_proj", heads * hd, h)
+        mlp(t, q + ".mlp", h, inter)
+        t.add(q + ".input_layernorm")
+        t.add(q + ".post_attention_layernorm")
+    t.add(p + "norm")
+    t.add(p + "rotary_emb")
+    return h, v
+
+
+def _qwen2_5_vl_tree(raw: Mapping[str, Any]) -> Tree:
+    """``Qwen2_5_VLForConditionalGeneration`` (transformers 5.24, ``models/qwen2_5_vl/modeling_qwen2_5_vl.py``),
+    the class of both layouts: ``qwen_vl`` names its modules, ``qwen_vl_legacy`` is the pre-4.52 naming of adapter
+    keys. transformers 5.24 registers no load-time conversion for ``qwen2_5_vl`` (``conversion_mapping``) and the
+    class has no ``_checkpoint_conversion_mapping``, so PEFT's loader renames no legacy key: such keys are
+    unexpected, which the registry can say exactly. The config must nest ``text_config`` (the flat pre-5 form is
+    left to the meta device), and the text model needs a layer for the meta path to name the layout."""
+    top = Fields(raw, "qwen2_5_vl", _TOP, _TOP_INERT)
+    tf = Fields(
+        sub_config(raw, "text_config", "qwen2_5_vl_text", "qwen2_5_vl"), "qwen2_5_vl_text", _TEXT, _TEXT_INERT
+    )
+    vf = Fields(
+        sub_config(raw, "vision_config", "qwen2_5_vl_vision", "qwen2_5_vl"),
+        "qwen2_5_vl_vision",
+        _VISION,
+        _VISION_INERT,
+    )
+    t = Tree("qwen_vl", "Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl")
+    t.add("model")
+    _vision(t, vf, "model.visual")
+    t.add("model.language_model")
+    h, v = _text(t, tf, "model.language_model.")
+    t.linear("lm_head", h, v)
+    t.output_embedding = "lm_head"
+    t.tied = top.flag("tie_word_embeddings") or tf.flag("tie_word_embeddings")
+    return t
+
 
 # ------------------------------------------------------------------------------------- tiny configs
 
@@ -43,6 +215,7 @@ ENTRIES: tuple[Layout, ...] = (
         },
         hint=r"qwen[23](\.5)?-?vl",
         move_words={"qwen_vl": "pre-4.52 VL naming on a current VL base"},
+        tree=_qwen2_5_vl_tree,
         no_tiny=(
             "no model class: this layout exists only as adapter keys written with transformers < 4.52, which "
             "transformers 5 cannot build; the qwen_vl row's remap and roundtrip cells move adapters to it and back"
@@ -69,6 +242,7 @@ ENTRIES: tuple[Layout, ...] = (
         hint=r"qwen[23](\.5)?-?vl",
         tiny=Tiny("Qwen2_5_VLConfig", _qwen2_5_vl),
         move_words={"qwen_vl_legacy": "current VL naming on a pre-4.52 VL base"},
+        tree=_qwen2_5_vl_tree,
     ),
 )
 

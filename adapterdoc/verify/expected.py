@@ -27,7 +27,7 @@ from adapterdoc.adapter import (
     pattern_key,
     peft_selects,
 )
-from adapterdoc.layouts import tower_segment
+from adapterdoc.layouts import LAYOUTS, tower_segment
 from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Tree, Unmodeled, build_tree
 from adapterdoc.verify.expected_moe import convert_config, convert_keys
 
@@ -220,6 +220,8 @@ def registry_adapter(
     would rename or read in ways not modelled here (per-expert keys, DoRA magnitudes, whole weights)."""
     raw = acfg.raw
     _check_fields(raw)
+    if raw.get("task_type") == "CAUSAL_LM" and LAYOUTS[tree.layout].is_encoder:
+        raise Unmodeled("task_type CAUSAL_LM on an encoder (PEFT's causal-LM model needs generation methods)")
     r = int(raw.get("r", 8))
     tm_raw = raw.get("target_modules")
     tm: Any = tm_raw if isinstance(tm_raw, str) else _strings(tm_raw, "target_modules")

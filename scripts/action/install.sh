@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The Action's install step: torch first (the CPU build by default), then adapterdoc with the ml extra.
+# The Action's install step: adapterdoc's base package (verify's static checks need no torch); with ADAPTERDOC_ML
+# "true", torch first (the CPU build by default), then adapterdoc with the ml extra.
 #
 # Inputs arrive as environment variables (action.yml passes each through `env:`; nothing is interpolated into this
 # script):
+#   ADAPTERDOC_ML               "true": install the ml extra                  (default: false)
 #   ADAPTERDOC_TORCH_SPEC       pip requirement for torch                      (default: torch)
 #   ADAPTERDOC_TORCH_INDEX_URL  index for the torch install; empty: pip's own  (default: PyTorch's CPU wheel index)
 #   ADAPTERDOC_PIP_ARGS         extra pip arguments for the torch install, split on whitespace (no quoting)
@@ -15,6 +17,11 @@ torch_spec="${ADAPTERDOC_TORCH_SPEC-torch}"
 index_url="${ADAPTERDOC_TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
 source_dir="${ADAPTERDOC_SOURCE:-$(dirname "$(dirname "$here")")}"
 read -r -a extra <<< "${ADAPTERDOC_PIP_ARGS-}"
+
+if [ "${ADAPTERDOC_ML-false}" != "true" ]; then
+    python -m pip install --disable-pip-version-check "${source_dir}"
+    exit 0
+fi
 
 cmd=(python -m pip install --disable-pip-version-check)
 if [ -n "$index_url" ]; then cmd+=(--index-url "$index_url"); fi

@@ -83,11 +83,15 @@ TAIL = ["--no-cache-dir", "torch<3"]
 @pytest.mark.parametrize(
     ("inputs", "torch_call"),
     [
-        ({}, [*PIP, "--index-url", CPU_INDEX, "torch"]),
-        ({"torch_spec": "torch==2.5.1+cpu"}, [*PIP, "--index-url", CPU_INDEX, "torch==2.5.1+cpu"]),
-        ({"torch_index_url": ""}, [*PIP, "torch"]),  # opt out: pip's default index
+        ({"ml": "true"}, [*PIP, "--index-url", CPU_INDEX, "torch"]),
+        (
+            {"ml": "true", "torch_spec": "torch==2.5.1+cpu"},
+            [*PIP, "--index-url", CPU_INDEX, "torch==2.5.1+cpu"],
+        ),
+        ({"ml": "true", "torch_index_url": ""}, [*PIP, "torch"]),  # opt out: pip's default index
         (
             {
+                "ml": "true",
                 "pip_args": "--extra-index-url https://mirror.example/simple  --no-cache-dir",
                 "torch_spec": "torch<3",
             },
@@ -107,6 +111,22 @@ def test_install_step_pip_command_lines(
     res = _run_step(_step("Install"), env, tmp_path)
     assert res.returncode == 0, res.stderr
     assert _calls(log) == [torch_call, [*PIP, f"{action_path}[ml]"]]
+
+
+@pytest.mark.parametrize("ml", ["false", "", "no"])
+def test_install_step_defaults_to_the_base_package(
+    fake_python: tuple[Path, Path], tmp_path: Path, ml: str
+) -> None:
+    """verify's static checks need no torch: the default install is the action's folder alone, one pip call."""
+    action_path = tmp_path / "my action"
+    shutil.copytree(ROOT / "scripts" / "action", action_path / "scripts" / "action")
+    bindir, log = fake_python
+    env = _env(_step("Install"), action_path, **({} if ml == "false" else {"ml": ml}))
+    env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    res = _run_step(_step("Install"), env, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert _calls(log) == [[*PIP, str(action_path)]]
+    assert _action()["inputs"]["ml"]["default"] == "false"
 
 
 def test_install_step_stops_at_the_first_failure(tmp_path: Path) -> None:

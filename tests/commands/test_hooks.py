@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 import yaml
 
 from adapterdoc.hooks import adapter_dirs
@@ -94,4 +95,11 @@ def test_the_cpu_torch_route_for_pre_commit_is_documented_where_the_hook_is() ->
     section = readme[readme.index("### In pre-commit") : readme.index("### In GitHub Actions")]
     assert route in section
     assert route in (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
-    assert _hook()["additional_dependencies"] == ["adapterdoc[ml]"]
+    assert "additional_dependencies" not in _hook()  # the gate itself: the base package only
+    hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
+    (ml,) = [h for h in hooks if h["id"] == "adapterdoc-verify-ml"]
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["ml"]
+    assert ml["additional_dependencies"] == extra
+    assert {
+        k: v for k, v in ml.items() if k not in ("id", "name", "description", "additional_dependencies")
+    } == {k: v for k, v in _hook().items() if k not in ("id", "name", "description")}

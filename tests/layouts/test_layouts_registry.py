@@ -43,8 +43,14 @@ OLD_TREES = {
     "qwen3_moe_text",
     "qwen3_omni_thinker",
     "qwen3_omni",
+    "modernbert",
+    "modernbert_mlm",
+    "embeddinggemma2",
+    "embeddinggemma2_text",
+    "qwen_vl",
+    "qwen_vl_legacy",
 }
-"""The layouts with a torch-free module-tree builder."""
+"""The layouts with a torch-free tree builder (issue 17: every registry layout)."""
 
 
 def test_every_family_module_registers_layouts_with_tiny_configs_and_trees() -> None:

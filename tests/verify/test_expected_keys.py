@@ -27,6 +27,7 @@ from adapterdoc.errors import ConfigError
 from adapterdoc.layouts.trees import TREES, Unmodeled, build_tree
 from adapterdoc.ml import meta as M
 from adapterdoc.verify.expected import registry_adapter
+from tests.verify.encoder_configs import ENCODER_LAYOUTS, encoder_base_configs, encoder_lora_configs
 
 REGISTRY_LAYOUTS = [
     "qwen3_5_text",
@@ -38,6 +39,9 @@ REGISTRY_LAYOUTS = [
     "qwen3_moe_text",
     "qwen3_omni_thinker",
     "qwen3_omni",
+    "embeddinggemma2",
+    "embeddinggemma2_text",
+    "qwen_vl",
 ]
 FAST = settings(
     max_examples=25, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None
@@ -241,6 +245,8 @@ def base_configs(d: st.DrawFn, layout: str) -> Any:
         cfg.architectures = ["Qwen3OmniMoeForConditionalGeneration"]
         return cfg
 
+    if layout in ENCODER_LAYOUTS:
+        return d(encoder_base_configs(layout))
     if layout in ("qwen3_5_text", "qwen3_5_moe_text"):
         moe = "moe" in layout
         kwargs = _qwen_text(d, moe)
@@ -277,6 +283,8 @@ def base_configs(d: st.DrawFn, layout: str) -> Any:
 def lora_configs(d: st.DrawFn, module_names: list[str], converts: bool = False) -> dict[str, Any]:
     """``converts``: PEFT rewrites per-expert targets on this base, which refuses half a gate/up pair and dropout
     once the rewrite adds target_parameters; most drawn configs keep the pair whole and drop no dropout there."""
+    if any(n.endswith((".Wqkv", ".ple_block")) for n in module_names):  # the encoders' own leaves
+        return d(encoder_lora_configs(module_names))
     moe = any(n.endswith(".experts") for n in module_names)
     kinds = ["list", "list", "regex", "all-linear", "names"] + (["none"] if moe else [])
     kind = d(st.sampled_from(kinds))  # "none": target_parameters alone (only MoE bases have any to target)

@@ -46,6 +46,11 @@ CASES = {
         "exclude_modules": r"(^|.*\.)(visual|audio_tower)(\..*|$)",
     },
     "qwen3_omni": {**LORA, "target_modules": ["k_proj", "gate_proj", "up_proj"]},
+    "modernbert": {**LORA, "target_modules": ["Wqkv", "Wo", "Wi"], "task_type": "FEATURE_EXTRACTION"},
+    "modernbert_mlm": {**LORA, "target_modules": "all-linear"},
+    "embeddinggemma2": {**LORA, "target_modules": "all-linear", "exclude_modules": r".*\.ple_block\..*"},
+    "embeddinggemma2_text": {**LORA, "rank_pattern": {"layers.1.self_attn.q_proj": 3}},
+    "qwen_vl": {**LORA, "target_modules": "all-linear", "exclude_modules": r"(^|.*\.)visual(\..*|$)"},
 }
 PER_EXPERT = ("qwen3_moe_text", "qwen3_omni")
 """Layouts whose CASES config PEFT rewrites to fused experts: they also get a per-expert adapter (transformers-4
