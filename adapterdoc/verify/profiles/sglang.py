@@ -280,8 +280,7 @@ def _key_findings(
             hint=f"adapterdoc remap {spec} --for sglang --out DIR",
         )
     skip = set(towers) | set(fused)
-    lora = [k.key for k in keys if k.is_lora and k.key not in skip]
-    loaded: Loaded = load(lora, adapter_targets)
+    loaded: Loaded = load([k.key for k in keys if k.key not in skip], adapter_targets)
     if loaded.qkv_key_error:
         add(
             "AD435",
@@ -294,8 +293,12 @@ def _key_findings(
         for new, olds in names.items()
         if not target_of(new, server)
         for k in olds
-        if k not in loaded.qkv_key_error
-    ) + sorted(k for k in loaded.embedding if not target_of(k.replace("unembed_tokens", "lm_head"), server))
+        if k not in loaded.qkv_key_error and role[k].is_lora
+    ) + sorted(
+        k
+        for k in loaded.embedding
+        if role[k].is_lora and not target_of(k.replace("unembed_tokens", "lm_head"), server)
+    )
     if unmatched:
         add(
             "AD427",
@@ -303,7 +306,7 @@ def _key_findings(
             unmatched,
         )
     outside = sorted(loaded.dropped + loaded.untargeted_embedding)
-    outside = [k for k in outside if role[k].role != "full"]
+    outside = [k for k in outside if role[k].role not in ("full", "magnitude")]
     if outside:
         add("AD428", f"{len(outside)} tensor(s) outside the decoder layers are dropped", outside)
     per_expert = [b for b in pic.routed if b.layout != "fused"]
