@@ -1,8 +1,238 @@
 """AD420-AD439: the SGLang profile's findings (``verify --profile sglang``), part of the serving area.
 
-Each explanation names the SGLang release or commit its rule was read from.
+Each explanation names the SGLang release its rule was read from (the profile's ``SGLANG_VERSION``, in
+:mod:`adapterdoc.verify.profiles.sglang`; a test keeps the two in step). Sources: ``python/sglang/srt/lora/``
+``lora_config.py``, ``lora.py``, ``lora_manager.py``, ``mem_pool.py``, ``utils.py`` and
+``srt/arg_groups/fields/lora.py``.
 """
 
 from adapterdoc.codes import Code
 
-CODES: list[Code] = []
+_S = "Describes SGLang 0.5.23."
+_FIX = (
+    "`adapterdoc remap ADAPTER --for sglang --out DIR` (the finding's hint has the command), then verify DIR."
+)
+
+CODES: list[Code] = [
+    Code(
+        "AD420",
+        "sglang-rslora-ignored",
+        "error",
+        "The adapter uses rsLoRA (`use_rslora: true`), which SGLang ignores: it scales every adapter by "
+        "`lora_alpha / r` (`LoRAAdapter.scaling`, lora.py). " + _S,
+        "PEFT scales an rsLoRA adapter by `lora_alpha / sqrt(r)`; SGLang serves it `sqrt(r)` times too weak "
+        "(4x at r=16) with no error or warning (sgl-project/sglang#40835, open): the server answers almost like "
+        "the base model.",
+        '"use_rslora": true, "r": 16, "lora_alpha": 16 (PEFT scaling 4, served 1)',
+        "Fold the scaling into `lora_alpha` (`alpha' = alpha * sqrt(r)` is exact): " + _FIX,
+    ),
+    Code(
+        "AD421",
+        "sglang-dora-refused",
+        "error",
+        "The adapter uses DoRA (`use_dora`, or `lora_magnitude_vector` tensors). " + _S,
+        "SGLang refuses it when it is loaded (`validate_new_adapter`: \"LoRA serving currently doesn't support "
+        'DoRA adapters"); a config without `use_dora` but with magnitude tensors would load with the magnitudes '
+        "dropped.",
+        '"use_dora": true',
+        "There is no exact rewrite: merge the adapter into the base (`adapterdoc merge`) and serve the merged "
+        "model, or retrain without DoRA.",
+    ),
+    Code(
+        "AD422",
+        "sglang-config-refused",
+        "error",
+        "adapter_config.json cannot be read as an SGLang LoRA config: `peft_type` is not `LORA`, or one of "
+        "`peft_type`, `r`, `lora_alpha`, `target_modules` is missing or not usable. " + _S,
+        "`LoRAConfig` reads `target_modules`, `r` and `lora_alpha` by key and `LoRAAdapter` asserts "
+        '`peft_type.lower() == "lora"` (lora.py): the load fails with a KeyError or an AssertionError.',
+        '"peft_type": "LOHA"',
+        "Serve only LoRA adapters saved by PEFT's `save_pretrained` (it writes every field).",
+    ),
+    Code(
+        "AD423",
+        "sglang-regex-targets",
+        "error",
+        "`target_modules` is a string other than `all` / `all-linear` (a PEFT regex), or not a list. " + _S,
+        "SGLang refuses it: `get_normalized_target_modules` raises \"Only 'all' or 'all-linear' can be used as the "
+        'string for target module" and `init_lora_shapes` "SGLang does not recognize target_modules=..." (utils.py, '
+        "lora_manager.py).",
+        '"target_modules": ".*\\\\.(q_proj|v_proj)"',
+        "Replace the regex by the explicit list of the modules it matched: " + _FIX,
+    ),
+    Code(
+        "AD424",
+        "sglang-rank-above-limit",
+        "error",
+        "The adapter's rank `r` exceeds the server's `--max-lora-rank` (as given to `verify --max-lora-rank`). "
+        + _S,
+        'The memory pool refuses it (`can_support`: `config.r > max_lora_rank`; "... with rank N is incompatible '
+        'with the current LoRA memory pool configuration"). SGLang has no fixed ceiling: without `--max-lora-rank` '
+        "the pool takes the largest rank among the startup adapters, so verify checks the rank only when given.",
+        '"r": 64 on a server started with --max-lora-rank 32',
+        "Start the server with `--max-lora-rank` at least the adapter's rank, or retrain with a smaller rank.",
+    ),
+    Code(
+        "AD425",
+        "sglang-targets-not-served",
+        "error",
+        "The adapter's normalised target modules are not a subset of the server's `--lora-target-modules`. "
+        + _S,
+        'SGLang refuses the adapter (`can_support`, and `init_lora_shapes` at startup: "contains target modules '
+        '[...] that are not included in the specified --lora-target-modules"). Names are normalised first: '
+        "q/k/v_proj count as qkv_proj, gate/up_proj as gate_up_proj.",
+        "target_modules [q_proj, v_proj, o_proj] on a server with --lora-target-modules q_proj v_proj",
+        "Add the modules to the server's `--lora-target-modules` (or use `all`) and pass the same list to "
+        "`adapterdoc verify --lora-target-modules`.",
+    ),
+    Code(
+        "AD426",
+        "sglang-modules-to-save-skipped",
+        "error",
+        "The adapter has `modules_to_save` (whole trained copies of modules), which SGLang does not apply. "
+        + _S,
+        "SGLang keeps a tensor outside the decoder layers only when it is a targeted `embed_tokens` / `lm_head` "
+        "LoRA; a `modules_to_save` copy is skipped with at most a debug log (`_process_weight`, lora.py), so the "
+        "trained head or embedding is silently replaced by the base one.",
+        '"modules_to_save": ["lm_head"]',
+        "There is no exact LoRA rewrite: merge the adapter into the base (`adapterdoc merge`) and serve the "
+        "merged model, or retrain with LoRA on those modules (`target_modules`) instead.",
+    ),
+    Code(
+        "AD427",
+        "sglang-weight-matches-no-target",
+        "error",
+        "LoRA weights in the decoder layers match no target module of the server, after SGLang's own renames "
+        "(q+k+v -> qkv_proj, gate+up -> gate_up_proj, w1/w3/w2 -> gate/up/down). " + _S,
+        "The memory pool matches each weight name against the server's target modules by substring "
+        "(`get_target_module_name`); a weight that matches none is skipped with a warning (an error only with "
+        "`--lora-strict-loading`, off by default), so that part of the adapter is silently not applied. Typical "
+        "causes: k_proj/v_proj or up_proj LoRA without q_proj/gate_proj (left unrenamed), or an adapter with "
+        "`all-linear` targets on a server whose `--lora-target-modules` is narrower.",
+        "layers.0.self_attn.k_proj.lora_A.weight with target_modules [k_proj, v_proj]",
+        "Target q_proj with k/v_proj and gate_proj with up_proj, or widen the server's `--lora-target-modules`.",
+    ),
+    Code(
+        "AD428",
+        "sglang-non-layer-skipped",
+        "error",
+        "Tensors outside the decoder layers (no `layers.N.` in the name) that are not a targeted `embed_tokens` / "
+        "`lm_head` LoRA. " + _S,
+        "SGLang buckets weights by their `layers.N` part; outside the layers it keeps only targeted embedding and "
+        "lm_head LoRA and added-token embeddings; everything else is dropped without a log line (lora.py "
+        "`_process_weight`).",
+        "base_model.model.model.norm.lora_A.weight",
+        "Retrain without LoRA on those modules, or merge the adapter and serve the merged model.",
+    ),
+    Code(
+        "AD429",
+        "sglang-expert-pair",
+        "error",
+        "The adapter has routed-expert LoRA but the server's target modules lack `gate_up_proj` or `down_proj`. "
+        + _S,
+        "SGLang wraps a fused-MoE layer with LoRA only when both `gate_up_proj` and `down_proj` are targeted "
+        "(`init_lora_modules`, lora_manager.py; sgl-project/sglang#32376): with one of them the expert LoRA is "
+        "loaded and then applied nowhere.",
+        "target_modules [down_proj] on Qwen3-MoE: experts.N.down_proj LoRA dropped",
+        "Train (or serve with `--lora-target-modules`) both gate/up_proj and down_proj.",
+    ),
+    Code(
+        "AD430",
+        "sglang-fused-expert-layout",
+        "error",
+        "The adapter's routed-expert LoRA is in PEFT's fused-parameter layout (`target_parameters`, "
+        "`experts.base_layer.lora_A` keys), which SGLang does not read. " + _S,
+        "SGLang reads only `target_modules` (never `target_parameters`) and matches expert weights by their "
+        "projection name (`experts.N.gate_proj`, or 3-D `experts.gate_up_proj`): PEFT's fused keys name no "
+        "projection, match no target and are skipped (sgl-project/sglang#25528).",
+        "base_model.model.model.layers.0.mlp.experts.base_layer.lora_A.weight",
+        "Rewrite the experts one LoRA per expert (exact): " + _FIX,
+    ),
+    Code(
+        "AD431",
+        "sglang-added-tokens",
+        "error",
+        "added_tokens.json holds token ids at or above the base model's vocabulary size. " + _S,
+        "SGLang refuses the adapter (`validate_new_adapter`: \"LoRA serving currently doesn't support adapters "
+        'that add tokens to the vocabulary"); ids below the vocabulary size are ignored as copies of the base '
+        "tokenizer.",
+        'added_tokens.json {"<tool>": 32000} on a base with vocab_size 32000',
+        "Serve the merged model with the resized vocabulary, or train without new tokens.",
+    ),
+    Code(
+        "AD432",
+        "sglang-tower-lora",
+        "error",
+        "LoRA modules sit on a vision/audio tower or a multimodal projector. " + _S,
+        "SGLang wraps only the language model's modules (`should_apply_lora` on the VL classes) and files "
+        "weights under the decoder layer whose number their name carries: tower LoRA is dropped, or lands on the "
+        "language model's layer of the same number.",
+        "base_model.model.model.visual.blocks.0.attn.qkv.lora_A.weight",
+        "Train with the towers excluded, or merge the adapter and serve the merged model.",
+    ),
+    Code(
+        "AD433",
+        "sglang-rank-pattern",
+        "error",
+        "`rank_pattern` gives some modules a rank other than `r`; SGLang reads only `r`. " + _S,
+        "The memory pool slices every module's buffer to `r` rows and asserts the weight fits "
+        '("LoRA buffer shape ... does not match weight shape ..."): the adapter fails when a request first uses '
+        "it.",
+        '"r": 8, "rank_pattern": {"o_proj": 16}',
+        "Make the ranks uniform (zero-padding lora_A/lora_B is exact): " + _FIX,
+    ),
+    Code(
+        "AD434",
+        "sglang-alpha-pattern",
+        "error",
+        "`alpha_pattern` gives some modules a `lora_alpha` of their own; SGLang ignores it. " + _S,
+        "SGLang scales every module by the adapter's `lora_alpha / r`, so the modules named in `alpha_pattern` "
+        "are served at the wrong strength, silently.",
+        '"lora_alpha": 16, "alpha_pattern": {"o_proj": 64}',
+        "Fold each module's scaling into its lora_B (exact): " + _FIX,
+    ),
+    Code(
+        "AD435",
+        "sglang-qkv-incomplete",
+        "error",
+        "A layer has q_proj LoRA without v_proj LoRA. " + _S,
+        "SGLang stacks q/k/v into qkv_proj and assumes v_proj is present (`normalize_qkv_proj` reads it, and "
+        "fills a missing k_proj with zeros shaped like v_proj): loading the adapter fails with a KeyError.",
+        "target_modules [q_proj] or [q_proj, k_proj]",
+        "Train with v_proj targeted as well (PEFT's default q_proj + v_proj works).",
+    ),
+    Code(
+        "AD436",
+        "sglang-target-unsupported",
+        "error",
+        "A normalised target module is not one SGLang has LoRA support for (its `--lora-target-modules` choices "
+        "and the modules its memory pool can size). " + _S,
+        "A server started with the adapter infers its target modules from it and fails to size a buffer for an "
+        "unknown module (`get_hidden_dim` raises NotImplementedError); with `--lora-target-modules` the adapter "
+        "is refused as not a subset.",
+        "target_modules [conv1d] (a linear-attention convolution)",
+        "Train with `target_modules` limited to the language model's supported linear layers.",
+    ),
+    Code(
+        "AD437",
+        "sglang-server-assumed",
+        "info",
+        "The SGLang server settings the profile checked against: `--max-lora-rank` and `--lora-target-modules` "
+        "as given to verify, or inferred from this adapter as SGLang does for a startup `--lora-paths` adapter. "
+        + _S,
+        "The rank and target checks depend on them; pass the server's own values to `adapterdoc verify` when it "
+        "serves several adapters or is started with explicit values.",
+        "server targets ['o_proj', 'qkv_proj'] (inferred from the adapter), no --max-lora-rank",
+        "Pass `--max-lora-rank N` and `--lora-target-modules ...` to match the server.",
+    ),
+    Code(
+        "AD438",
+        "sglang-lora-bias",
+        "error",
+        "The adapter trains LoRA biases (`lora_bias: true`, `lora_B.bias` tensors). " + _S,
+        "SGLang files every tensor of a module without `lora_A` in its name as that module's lora_B, so the bias "
+        "takes the lora_B slot and the buffer shape assertion fails when a request uses the adapter.",
+        '"lora_bias": true',
+        "Retrain with `lora_bias=False`, or merge the adapter and serve the merged model.",
+    ),
+]

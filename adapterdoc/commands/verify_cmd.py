@@ -19,6 +19,7 @@ from adapterdoc.commands._common import (
 )
 from adapterdoc.verify.profiles import PROFILES as _REGISTRY
 from adapterdoc.verify.profiles.served import SERVED_AS
+from adapterdoc.verify.profiles.sglang import split_targets
 from adapterdoc.verify.profiles.vllm import VLLM_MAX_LORA_RANKS as RANKS
 
 PROFILES = tuple(_REGISTRY)
@@ -27,6 +28,7 @@ SCANS = ("all", "lora-b", "nonzero")
 TABLE_KEYS = {
     "profile": "profile",
     "max-lora-rank": "max_lora_rank",
+    "lora-target-modules": "lora_target_modules",
     "base": "base",
     "served-as": "served_as",
     "max-inert-share": "max_inert_share",
@@ -51,8 +53,17 @@ def _profile_help() -> str:
 @click.option("--profile", type=click.Choice(PROFILES), help=_profile_help())
 @click.option(
     "--max-lora-rank",
-    type=click.Choice([str(r) for r in RANKS]),
-    help="The server's --max-lora-rank (vLLM profile; default 16).",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help=f"The server's --max-lora-rank: vLLM one of {', '.join(map(str, RANKS))} (default 16); SGLang any "
+    "rank (default: none, no rank check).",
+)
+@click.option(
+    "--lora-target-modules",
+    multiple=True,
+    metavar="MODULES",
+    help="The SGLang server's --lora-target-modules (repeat it or give a comma list; `all`). Default: inferred "
+    "from the adapter, as SGLang does for a startup adapter.",
 )
 @click.option(
     "--served-as", type=click.Choice(SERVED_AS), help="How vLLM serves the base (default: inferred)."
@@ -90,7 +101,8 @@ def command(
     adapters: tuple[str, ...],
     base: str | None,
     profile: str | None,
-    max_lora_rank: str | None,
+    max_lora_rank: int | None,
+    lora_target_modules: tuple[str, ...],
     served_as: str | None,
     load: bool,
     scan: str,
@@ -101,8 +113,8 @@ def command(
 ) -> None:
     """Check adapters against a base before they are deployed: keys, shapes, weights, serving rules.
 
-    Defaults for --profile, --max-lora-rank, --base and --served-as come from a [tool.adapterdoc] table in the
-    nearest pyproject.toml.
+    Defaults for --profile, --max-lora-rank, --lora-target-modules, --base and --served-as come from a
+    [tool.adapterdoc] table in the nearest pyproject.toml.
     """
     defaults = project_defaults()
     base = base or defaults.get("base")
@@ -117,10 +129,17 @@ def command(
             "--junit-file and --output-file name the same file", param_hint="--junit-file"
         )
 
+    targets = split_targets(list(lora_target_modules)) if lora_target_modules else None
+    from_table = [
+        name
+        for name, flag in (("max_lora_rank", max_lora_rank), ("lora_target_modules", targets))
+        if flag is None and name in defaults
+    ]
     try:
         options = VerifyOptions(
             profile=profile or defaults.get("profile", "peft"),
-            max_lora_rank=int(max_lora_rank or defaults.get("max_lora_rank", 16)),
+            max_lora_rank=max_lora_rank or defaults.get("max_lora_rank"),
+            lora_target_modules=targets or defaults.get("lora_target_modules"),
             served_as=served_as or defaults.get("served_as"),
             load=load,
             scan=scan,
@@ -129,6 +148,14 @@ def command(
             else defaults.get("max_inert_share"),
         )
     except ValueError as e:
+        bad = next((n for n in from_table if str(e).startswith(n)), None)
+        if bad:  # a [tool.adapterdoc] value the running profile cannot use: an input error, as for the others
+            from adapterdoc.errors import ConfigError
+
+            raise ConfigError(
+                find_pyproject() or "pyproject.toml",
+                f"[tool.adapterdoc] {str(e).replace(bad, bad.replace('_', '-'), 1)}",
+            ) from None
         raise click.BadParameter(str(e)) from None
     # without --base, each adapter is checked against the base its adapter_config.json names
     run = verify(list(adapters), base, options) if base else verify_own_bases(list(adapters), options)
@@ -197,10 +224,17 @@ def project_defaults(start: str | None = None) -> dict[str, Any]:
         raise ConfigError(path, f"[tool.adapterdoc] profile must be one of {', '.join(PROFILES)}")
     if "served_as" in out and out["served_as"] not in SERVED_AS:
         raise ConfigError(path, "[tool.adapterdoc] served-as must be text or vl")
-    if "max_lora_rank" in out and out["max_lora_rank"] not in RANKS:
-        raise ConfigError(
-            path, f"[tool.adapterdoc] max-lora-rank must be one of {', '.join(map(str, RANKS))}"
-        )
+    rank = out.get("max_lora_rank")
+    if "max_lora_rank" in out and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
+        raise ConfigError(path, "[tool.adapterdoc] max-lora-rank must be a positive integer")
+    if "lora_target_modules" in out:
+        mods = out["lora_target_modules"]
+        if isinstance(mods, str) or (isinstance(mods, list) and all(isinstance(m, str) for m in mods)):
+            out["lora_target_modules"] = split_targets(mods)
+        else:
+            raise ConfigError(
+                path, "[tool.adapterdoc] lora-target-modules must be a list of names or a string"
+            )
     share = out.get("max_inert_share")
     if "max_inert_share" in out and (
         isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1

@@ -18,8 +18,11 @@ SCAN_MODES = ("all", "lora-b", "nonzero")
 class VerifyOptions:
     profile: str = "peft"
     """A name in :data:`adapterdoc.verify.profiles.PROFILES`."""
-    max_lora_rank: int = VLLM_DEFAULT_MAX_LORA_RANK
-    """The server's ``--max-lora-rank`` (the vLLM profile)."""
+    max_lora_rank: int | None = None
+    """The server's ``--max-lora-rank``. ``None`` (not given) becomes the running profile's default: vLLM's 16,
+    except for a profile whose ``default_max_lora_rank`` is ``None`` (SGLang: no ceiling, no rank finding)."""
+    lora_target_modules: tuple[str, ...] | None = None
+    """The server's ``--lora-target-modules`` (the SGLang profile); ``None``: inferred from the adapter."""
     served_as: str | None = None
     """``text`` or ``vl``; ``None`` infers it from the base."""
     load: bool = False
@@ -31,7 +34,14 @@ class VerifyOptions:
     ``meta-device``: always PEFT on the meta device (the oracle the registry is tested against)."""
 
     def __post_init__(self) -> None:
-        get_profile(self.profile)
+        running = get_profile(self.profile)
+        if self.max_lora_rank is None:
+            self.max_lora_rank = getattr(running, "default_max_lora_rank", VLLM_DEFAULT_MAX_LORA_RANK)
+        rank = self.max_lora_rank
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
+            raise ValueError(f"max_lora_rank must be a positive integer, got {rank!r}")
+        if self.lora_target_modules is not None:
+            self.lora_target_modules = tuple(self.lora_target_modules)
         for p in PROFILES.values():
             p.check_options(self)
         if self.served_as not in (None, *SERVED_AS):
@@ -55,7 +65,9 @@ class VerifyOptions:
         """The run-level JSON keys of every registered profile, filled in by the one that runs."""
         out: dict[str, Any] = {}
         for p in PROFILES.values():
-            out.update(p.run_fields(self, active=p.name == self.profile))
+            for key, value in p.run_fields(self, active=p.name == self.profile).items():
+                if value is not None or key not in out:  # a key two profiles share: the running one's value
+                    out[key] = value
         return out
 
     def profile_label(self) -> str:

@@ -34,6 +34,9 @@ class VllmProfile(Profile):
     options = ("max_lora_rank", "served_as")
 
     def check_options(self, options: Any) -> None:
+        running = options.profile_rules
+        if running is not self and "max_lora_rank" in running.options:
+            return  # the running profile reads --max-lora-rank itself and checks it by its own rule
         if options.max_lora_rank not in VLLM_MAX_LORA_RANKS:
             allowed = ", ".join(map(str, VLLM_MAX_LORA_RANKS))
             raise ValueError(

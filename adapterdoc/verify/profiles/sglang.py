@@ -1,0 +1,382 @@
+"""The SGLang profile (``verify --profile sglang``): SGLang's adapter rules as its own source states them,
+AD420-AD438.
+
+Every rule here describes :data:`SGLANG_VERSION` (``python/sglang/srt/lora/`` ``lora_config.py``, ``lora.py``,
+``lora_manager.py``, ``mem_pool.py``, ``utils.py``; ``srt/arg_groups/fields/lora.py`` for the server options);
+the messages say so. The explanations are in :mod:`adapterdoc.codes.sglang`. What SGLang does with the tensor
+names is ported in :mod:`.sglang_keys`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import TYPE_CHECKING, Any
+
+from adapterdoc.verify.profiles.base import EngineNeeds, Profile
+from adapterdoc.verify.profiles.sglang_keys import (
+    EMBEDDING_NAMES,
+    KNOWN_TARGETS,
+    SERVER_CHOICES,
+    Loaded,
+    RegexTargets,
+    load,
+    normalize_targets,
+    target_of,
+)
+
+if TYPE_CHECKING:
+    from adapterdoc.adapter import AdapterConfig, LoraKey
+    from adapterdoc.report.findings import Finding
+    from adapterdoc.report.verify_report import VerifyReport
+
+SGLANG_VERSION = "0.5.23"
+"""The SGLang release (PyPI ``sglang==0.5.23``; its ``_version.py`` records no commit) these rules were read from."""
+
+
+def split_targets(values: Any) -> tuple[str, ...] | None:
+    """``--lora-target-modules`` values (repeated, space- or comma-separated) as one tuple; ``None`` if none."""
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    out = tuple(p for v in values for p in str(v).replace(",", " ").split())
+    return out or None
+
+
+class SglangProfile(Profile):
+    name = "sglang"
+    summary = "SGLang serving"
+    options = ("max_lora_rank", "lora_target_modules")
+    default_max_lora_rank = None
+    """SGLang has no fixed ceiling: without ``--max-lora-rank`` the pool sizes itself from the startup adapters."""
+
+    def check_options(self, options: Any) -> None:
+        targets = options.lora_target_modules
+        if targets is None:
+            return
+        bad = [t for t in targets if t not in (*SERVER_CHOICES, "all")]
+        if bad or not targets:
+            raise ValueError(
+                f"lora_target_modules must be from {', '.join(SERVER_CHOICES)} or all (SGLang {SGLANG_VERSION}), "
+                f"got {', '.join(bad) or 'nothing'}"
+            )
+        if "all" in targets and len(targets) > 1:
+            raise ValueError("lora_target_modules: all must be the only module given (SGLang's own rule)")
+
+    def run_fields(self, options: Any, *, active: bool) -> dict[str, Any]:
+        return {
+            "max_lora_rank": options.max_lora_rank if active else None,
+            "sglang_version": SGLANG_VERSION if active else None,
+            "lora_target_modules": list(options.lora_target_modules or []) or None if active else None,
+        }
+
+    def label(self, options: Any) -> str:
+        rank = options.max_lora_rank or "from the adapters"
+        targets = " ".join(options.lora_target_modules or ()) or "from the adapters"
+        return f"sglang {SGLANG_VERSION}, max LoRA rank {rank}, target modules {targets}"
+
+    def needs(self, base_layout: str | None, options: Any = None) -> EngineNeeds:
+        return EngineNeeds(
+            keys="as-is",
+            experts="per-expert",
+            expert_lora=True,
+            rslora=False,
+            patterns=False,
+            regex_targets=False,
+            dora=False,
+            modules_to_save=False,
+            version=SGLANG_VERSION,
+        )
+
+    def findings(
+        self,
+        spec: str,
+        report: VerifyReport,
+        keys: list[LoraKey],
+        meta: Any,
+        options: Any,
+        config: AdapterConfig,
+    ) -> list[Finding]:
+        out, adapter_targets = _config_findings(
+            spec, config, bool(report.config.get("inferred")), keys, options
+        )
+        server = _server_targets(options, adapter_targets, meta)
+        out.append(
+            _make(
+                "AD437",
+                spec,
+                f"server targets {sorted(server)} "
+                + (
+                    "(--lora-target-modules)"
+                    if options.lora_target_modules
+                    else "(inferred from the adapter)"
+                )
+                + (
+                    f", --max-lora-rank {options.max_lora_rank}"
+                    if options.max_lora_rank
+                    else ", no --max-lora-rank"
+                ),
+            )
+        )
+        if adapter_targets is not None and options.lora_target_modules and "all" not in server:
+            extra = sorted(adapter_targets - server - {"all"})
+            if extra:
+                out.append(
+                    _make(
+                        "AD425",
+                        spec,
+                        f"target modules {extra} are not included in --lora-target-modules {sorted(server)}",
+                        key="target_modules",
+                    )
+                )
+        out += _key_findings(spec, config, keys, adapter_targets or set(), server)
+        out += _added_tokens(spec, report, meta)
+        return out
+
+
+PROFILE = SglangProfile()
+
+
+def _config_findings(
+    spec: str, acfg: AdapterConfig, inferred: bool, keys: list[LoraKey], options: Any
+) -> tuple[list[Finding], set[str] | None]:
+    """The config rules (AD420-AD424, AD426, AD433-AD436, AD438) and the adapter's normalised targets."""
+    raw = acfg.raw
+    out: list[Finding] = []
+
+    def add(code: str, msg: str, **kw: Any) -> None:
+        out.append(_make(code, spec, msg, **kw))
+
+    if inferred:
+        add("AD422", "no adapter_config.json: LoRAConfig reads adapter_config.json and fails without it")
+    else:
+        missing = [f for f in ("peft_type", "r", "lora_alpha", "target_modules") if f not in raw]
+        peft_type = raw.get("peft_type")
+        if missing:
+            add("AD422", "missing configuration fields: " + ", ".join(missing))
+        elif not isinstance(peft_type, str) or peft_type.lower() != "lora":
+            add("AD422", f"peft_type {peft_type!r} is not LORA (LoRAAdapter asserts it)", key="peft_type")
+    r, alpha = raw.get("r", 8), raw.get("lora_alpha", 8)
+    rank_ok = isinstance(r, int) and not isinstance(r, bool) and r > 0
+    if not rank_ok:
+        add("AD422", f"r {r!r} is not a positive integer", key="r")
+    if raw.get("use_rslora") and rank_ok and isinstance(alpha, (int, float)):
+        add(
+            "AD420",
+            f"use_rslora is ignored: served scaling lora_alpha / r = {alpha / r:g} instead of PEFT's "
+            f"lora_alpha / sqrt(r) = {alpha / math.sqrt(r):g} ({math.sqrt(r):g}x too weak)",
+            key="use_rslora",
+            hint=f"adapterdoc remap {spec} --for sglang --out DIR",
+        )
+    if acfg.use_dora or any(k.role == "magnitude" for k in keys):
+        add("AD421", "LoRA serving does not support DoRA adapters (use_dora / lora_magnitude_vector)")
+    targets: set[str] | None = None
+    tm = raw.get("target_modules")
+    try:
+        if isinstance(tm, str) or (isinstance(tm, list) and all(isinstance(t, str) for t in tm)):
+            targets = normalize_targets(tm)
+        elif "target_modules" in raw:
+            add("AD423", f"target_modules {tm!r} is not a list of module names", key="target_modules")
+    except RegexTargets:
+        add(
+            "AD423",
+            f"target_modules {tm!r} is a regex; only a list or 'all' / 'all-linear' is accepted",
+            key="target_modules",
+            hint=f"adapterdoc remap {spec} --for sglang --out DIR",
+        )
+    if targets:
+        odd = sorted(targets - KNOWN_TARGETS - {"all"})
+        if odd:
+            add("AD436", f"target modules {odd} have no LoRA support in SGLang", key="target_modules")
+    if options.max_lora_rank is not None and rank_ok and r > options.max_lora_rank:
+        add(
+            "AD424",
+            f"LoRA rank {r} is greater than --max-lora-rank {options.max_lora_rank}",
+            key="r",
+            hint=f"start the server with --max-lora-rank {r} and verify with the same value",
+        )
+    pattern = {m: v for m, v in (raw.get("rank_pattern") or {}).items() if v != r}
+    if pattern:
+        add(
+            "AD433",
+            f"rank_pattern {pattern} differs from r {r}; only r is read and the buffer shapes will not match",
+            key="rank_pattern",
+            hint=f"adapterdoc remap {spec} --for sglang --out DIR",
+        )
+    apattern = {m: v for m, v in (raw.get("alpha_pattern") or {}).items() if v != alpha}
+    if apattern:
+        add(
+            "AD434",
+            f"alpha_pattern {apattern} is ignored; those modules are served with lora_alpha {alpha}",
+            key="alpha_pattern",
+            hint=f"adapterdoc remap {spec} --for sglang --out DIR",
+        )
+    mts = raw.get("modules_to_save")
+    saved = [k.key for k in keys if k.role == "full"]
+    if mts or saved:
+        add(
+            "AD426",
+            f"modules_to_save {mts or []} ({len(saved)} tensor(s)) are skipped with only a debug log: not applied",
+            key="modules_to_save" if mts else saved[0],
+        )
+    biases = [k.key for k in keys if k.role == "lora_B.bias"]
+    if raw.get("lora_bias") or biases:
+        add(
+            "AD438",
+            "lora_bias tensors are read as lora_B weights of the same module; the buffer shapes will not match",
+            key=biases[0] if biases else "lora_bias",
+        )
+    return out, targets
+
+
+def _server_targets(options: Any, adapter_targets: set[str] | None, meta: Any) -> set[str]:
+    """The server's target modules: ``--lora-target-modules`` normalised (``all``: what ``auto_detect`` finds on
+    the base, plus the embeddings), else the adapter's own, as SGLang infers them from a startup adapter."""
+    given = options.lora_target_modules
+    if given and "all" not in given:
+        return normalize_targets(given)
+    if given or (adapter_targets and "all" in adapter_targets):
+        return _auto_detect(meta) | (set(EMBEDDING_NAMES) if given else set())
+    return set(adapter_targets or ())
+
+
+def _auto_detect(meta: Any) -> set[str]:
+    """``auto_detect_lora_target_modules`` from the base's module names: the leaves SGLang knows, and both expert
+    projections where the base has routed experts."""
+    from adapterdoc.experts import is_shared_expert
+
+    names = list(getattr(meta, "base_modules", ()))
+    found = normalize_targets({n.rpartition(".")[2] for n in names}) & KNOWN_TARGETS
+    if any(n.endswith(".experts") and not is_shared_expert(n) for n in names):
+        found |= {"gate_up_proj", "down_proj"}
+    return found
+
+
+def _key_findings(
+    spec: str, acfg: AdapterConfig, keys: list[LoraKey], adapter_targets: set[str], server: set[str]
+) -> list[Finding]:
+    """Where SGLang puts each tensor and what it then applies (AD427-AD430, AD432, AD435)."""
+    from adapterdoc.experts import expert_picture
+    from adapterdoc.layouts import tower_segment
+
+    out: list[Finding] = []
+
+    def add(code: str, msg: str, names: list[str], **kw: Any) -> None:
+        out.append(_make(code, spec, msg, key=names[0], **kw))
+
+    role = {k.key: k for k in keys}
+    towers = sorted({k.key for k in keys if k.is_lora and tower_segment(k.module)})
+    if towers:
+        add("AD432", f"{len(towers)} LoRA tensor(s) outside the language model are not applied", towers)
+    pic = expert_picture({k.key: () for k in keys}, config=acfg)
+    fused = sorted({ek.key for b in pic.routed if b.layout == "fused" for ek in b.keys})
+    if fused:
+        add(
+            "AD430",
+            f"{len(fused)} fused expert tensor(s) (target_parameters) name no projection and are skipped",
+            fused,
+            hint=f"adapterdoc remap {spec} --for sglang --out DIR",
+        )
+    skip = set(towers) | set(fused)
+    loaded: Loaded = load([k.key for k in keys if k.key not in skip], adapter_targets)
+    if loaded.qkv_key_error:
+        add(
+            "AD435",
+            "q_proj LoRA without v_proj in the same layer: normalize_qkv_proj fails",
+            loaded.qkv_key_error,
+        )
+    unmatched = sorted(
+        k
+        for names in loaded.layers.values()
+        for new, olds in names.items()
+        if not target_of(new, server)
+        for k in olds
+        if k not in loaded.qkv_key_error and role[k].is_lora
+    ) + sorted(
+        k
+        for k in loaded.embedding
+        if role[k].is_lora and not target_of(k.replace("unembed_tokens", "lm_head"), server)
+    )
+    if unmatched:
+        add(
+            "AD427",
+            f"{len(unmatched)} LoRA weight(s) match no target module in {sorted(server)}; skipped with a warning",
+            unmatched,
+        )
+    outside = sorted(loaded.dropped + loaded.untargeted_embedding)
+    outside = [k for k in outside if role[k].role not in ("full", "magnitude")]
+    if outside:
+        add("AD428", f"{len(outside)} tensor(s) outside the decoder layers are dropped", outside)
+    per_expert = [b for b in pic.routed if b.layout != "fused"]
+    lacking = [t for t in ("gate_up_proj", "down_proj") if t not in server]
+    if per_expert and lacking:
+        add(
+            "AD429",
+            f"{len(per_expert)} MoE block(s) carry expert LoRA but the server targets lack {lacking}: "
+            "the fused-MoE layer gets no LoRA",
+            [per_expert[0].keys[0].key] if per_expert[0].keys else [per_expert[0].path],
+        )
+    return out
+
+
+def _added_tokens(spec: str, report: VerifyReport, meta: Any) -> list[Finding]:
+    """AD431: ``added_tokens.json`` ids at or above the base's vocabulary (``LoRAConfig`` filters the others)."""
+    root = report.path if report.path and os.path.isdir(report.path) else None
+    path = os.path.join(root, "added_tokens.json") if root else None
+    if not path or not os.path.isfile(path):
+        return []
+    try:
+        with open(path, encoding="utf-8") as f:
+            tokens = json.load(f)
+    except (OSError, ValueError):
+        return []  # SGLang logs a warning and reads no added tokens
+    vocab = _vocab_size(meta)
+    if not isinstance(tokens, dict) or vocab is None:
+        return []
+    added = {t: i for t, i in tokens.items() if isinstance(i, int) and i >= vocab}
+    if not added:
+        return []
+    return [
+        _make(
+            "AD431",
+            spec,
+            f"{len(added)} added token(s) with ids >= the base vocabulary {vocab}, e.g. {next(iter(added))!r}",
+            key="added_tokens.json",
+        )
+    ]
+
+
+def _vocab_size(meta: Any) -> int | None:
+    """The base's text ``vocab_size`` (SGLang reads ``get_text_config().vocab_size``)."""
+    base = getattr(meta, "base", None)
+    raw: Any = None
+    if getattr(base, "kind", None) == "tiny":
+        from adapterdoc.layouts import LAYOUTS
+
+        lay = LAYOUTS.get(base.tiny_layout)
+        raw = lay.tiny.kwargs() if lay and lay.tiny else None
+    elif getattr(base, "config_path", None):
+        from adapterdoc.bases import read_config_json
+
+        raw = read_config_json(base)
+    return _find_vocab(raw)
+
+
+def _find_vocab(raw: Any) -> int | None:
+    if not isinstance(raw, dict):
+        return None
+    if isinstance(raw.get("vocab_size"), int):
+        return raw["vocab_size"]
+    for value in raw.values():
+        found = _find_vocab(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _make(code: str, spec: str, msg: str, **kw: Any) -> Finding:
+    from adapterdoc.report.findings import make
+
+    return make(code, f"SGLang {SGLANG_VERSION}: {msg}", path=spec, **kw)
