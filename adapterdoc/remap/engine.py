@@ -227,7 +227,19 @@ def _experts(
     report.rewrites.append(
         {"rewrite": "experts", "from": pic.layout, "to": reads, "blocks": len(eplan.blocks), "exact": True}
     )
-    return eplan.groups
+    return [(specs, _bound(eplan.header or view, produce)) for specs, produce in eplan.groups]
+
+
+def _bound(header: Header, produce: Any) -> Any:
+    """An expert plan's producer (it reads through an open :class:`~adapterdoc.st.tensors.TensorSource`) as a
+    group producer that opens its own: one open file per MoE block."""
+    from adapterdoc.st.tensors import TensorSource
+
+    def run() -> Any:
+        with TensorSource(header) as src:
+            yield from produce(src)
+
+    return run
 
 
 def renamed_header(header: Header, mapping: dict[str, str]) -> Header:
