@@ -36,7 +36,9 @@ CODES = [
         "error",
         "`modules_to_save` names modules other than `classifier`/`score`. " + _V,
         'vLLM only supports `modules_to_save` being None or ["classifier", "score"] (classification heads); any '
-        "other whole-module weights (an `lm_head`, `embed_tokens`) make it refuse the adapter.",
+        "other whole-module weights (an `lm_head`, `embed_tokens`) make it refuse the adapter. It also loads only one "
+        "full classification module per adapter (full weights for both `classifier` and `score` are refused), and "
+        "only on a model that exposes one classification head.",
         '"modules_to_save": ["lm_head"]',
         "Train without `modules_to_save` (LoRA on the module instead), or merge the adapter and serve the merged model.",
     ),
@@ -143,9 +145,9 @@ CODES = [
         "vllm-tower-lora-dropped",
         "error",
         "LoRA modules sit on a vision/audio tower or a multimodal projector. " + _V,
-        'vLLM applies LoRA to the language model only ("vLLM currently only supports adding LoRA to language model") '
-        "unless the server enables tower/connector LoRA: those modules are dropped and the served adapter is not the "
-        "trained one.",
+        "vLLM gives no tower or connector module a LoRA wrapper unless the server runs "
+        "`--enable-tower-connector-lora` on a class that supports it (and not `language_model_only`): the adapter "
+        "loads, those modules' LoRA is applied nowhere, and the served adapter is not the trained one.",
         "base_model.model.model.visual.blocks.0.attn.qkv.lora_A.weight",
         "Train with the towers excluded (`exclude_modules` regex), or enable tower LoRA on the server if it supports it.",
     ),
@@ -188,11 +190,14 @@ CODES = [
         "error",
         "The adapter's routed-expert LoRA is in the other expert layout from the one vLLM reads for this model "
         "class: vLLM picks the layout from the class (`is_3d_moe_weight`), not from the file. " + _V,
-        "On a class with 3-D MoE LoRA (Qwen3.5-MoE) vLLM stacks PEFT's fused pair (`experts.base_layer` = "
-        "gate_up, `experts` = down); on the other MoE classes (Qwen3-MoE, `is_3d_moe_weight` False) it packs "
-        "per-expert `experts.N.{gate,up,down}_proj` and a fused `experts.base_layer` key is passed over by its name "
-        'check (`"base_layer" in name: continue`) and applied nowhere. Only `--enable-mixed-moe-lora-format` '
-        "with `is_3d_lora_weight` on the request reads the other form (vllm/lora/model_manager.py).",
+        "On a class with 3-D MoE LoRA (`is_3d_moe_weight` True: Qwen3.5-MoE's VL class) vLLM stacks PEFT's fused "
+        "pair (`experts.base_layer` = gate_up, `experts` = down) and its name check refuses per-expert "
+        "`experts.N.*` modules at load; on the other MoE classes (Qwen3-MoE, `is_3d_moe_weight` False) it packs "
+        'per-expert `experts.N.{gate,up,down}_proj` and refuses a fused `experts` tensor at load ("contains fused '
+        '3D MoE weights ... uses a 2D MoE LoRA wrapper"); a lone fused gate_up (`experts.base_layer`) is passed over '
+        'by the name check (`"base_layer" in name`) and applied nowhere. `--enable-mixed-moe-lora-format` makes the '
+        "2-D wrapper read both, the fused form when the request sets `is_3d_lora_weight` "
+        "(vllm/lora/model_manager.py, lora_model.py).",
         "PEFT-fused `model.layers.0.mlp.experts.base_layer.lora_A.weight` served on Qwen3MoeForCausalLM",
         "`adapterdoc remap ADAPTER --experts per-expert --out DIR` (or `--experts fused` for a 3-D class), "
         "then verify the new folder.",
@@ -203,8 +208,10 @@ CODES = [
         "error",
         "A fused expert adapter carries only one of the two fused parameters (`gate_up_proj` or `down_proj`) on a "
         "class vLLM serves with 3-D MoE LoRA. " + _V,
-        "vLLM's fused stacking asserts both halves (`assert gate_up_proj_lora is not None`, "
-        "`assert down_proj_lora is not None` in `_stack_moe_lora_weights`): loading the adapter fails.",
+        "vLLM reads a LoRA on `experts` itself as down_proj (PEFT saves a lone wrapper there even when only gate_up "
+        "is targeted) and stacks only when it is there: with `experts` alone `assert gate_up_proj_lora is not None` "
+        "in `_stack_moe_lora_weights` fails the load; with `experts.base_layer` alone the stacking never runs and "
+        "gate_up is applied nowhere.",
         "`experts.lora_A.weight` (down_proj) without `experts.base_layer.lora_A.weight`",
         "Train both fused parameters (`target_parameters: [gate_up_proj, down_proj]`).",
     ),

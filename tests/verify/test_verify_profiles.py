@@ -92,3 +92,130 @@ def test_a_registered_profile_is_run_by_verify(echo: Profile, tmp_path: Path) ->
     assert peft["echo_version"] is None and not any(
         f["message"].startswith("echo:") for f in peft["findings"]
     )
+
+
+# ------------------------------------------------------------------------ vLLM rules, re-read from its source
+
+
+def _vllm(adapter: Path, base: str) -> dict[str, Finding]:
+    report = verify([str(adapter)], base, VerifyOptions(profile="vllm", scan="nonzero")).adapters[0]
+    assert report.error is None, report.error
+    return {f.code: f for f in report.findings}
+
+
+def test_vllm_one_full_classification_module_per_adapter(tmp_path: Path) -> None:
+    """vLLM accepts ``modules_to_save`` of ``classifier``/``score``, but loads one full module per adapter
+    (lora_model.py ``from_lora_tensors``: "Only one full classification module is supported per adapter")."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    from small_adapters import BASE, write_small_adapter
+
+    folder = write_small_adapter(tmp_path / "a")
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(
+        json.dumps({**cfg, "modules_to_save": ["classifier", "score"]})
+    )
+    assert "AD403" not in _vllm(folder, BASE)  # the field alone is accepted
+    tensors = load_file(folder / "adapter_model.safetensors")
+    for head in ("score", "classifier"):
+        tensors[f"base_model.model.{head}.weight"] = np.ones((2, 64), np.float32)
+        save_file(tensors, folder / "adapter_model.safetensors", metadata={"format": "pt"})
+        found = _vllm(folder, BASE).get("AD403")
+        if head == "score":  # one full module: loaded
+            assert found is None
+        else:
+            assert found is not None and found.severity == "error"
+            assert "['classifier', 'score']" in found.message and "only one full" in found.message
+
+
+def _fused(tiny_model: Any, layout: str, out: Path, targets: list[str], *, drop_outer: bool = False) -> Path:
+    """A real PEFT fused-expert adapter (``target_parameters``); ``drop_outer`` keeps only the
+    ``experts.base_layer`` (gate_up) keys, a lone gate_up that nothing names as down_proj."""
+    torch = pytest.importorskip("torch")
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file, save_file
+
+    pm = get_peft_model(
+        tiny_model(layout),
+        LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], target_parameters=targets, lora_dropout=0.0),
+    )
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n:
+                p.normal_()
+    pm.save_pretrained(str(out))
+    if drop_outer:
+        path = out / "adapter_model.safetensors"
+        t = load_file(path)
+        kept = {k: v for k, v in t.items() if ".experts.lora_" not in k}
+        assert len(kept) < len(t) and any(".experts.base_layer.lora_" in k for k in kept)
+        save_file(kept, path, metadata={"format": "pt"})
+        cfg = json.loads((out / "adapter_config.json").read_text())
+        (out / "adapter_config.json").write_text(json.dumps({**cfg, "target_parameters": ["gate_up_proj"]}))
+    return out
+
+
+@pytest.mark.ml
+@pytest.mark.parametrize(
+    ("targets", "drop_outer", "said"),
+    [
+        (["gate_up_proj", "down_proj"], False, "refuses the fused 3-D expert weights"),
+        # PEFT saves a lone wrapper as `experts.lora_*`: vLLM reads it as down_proj and refuses it the same way
+        (["gate_up_proj"], False, "refuses the fused 3-D expert weights"),
+        (["gate_up_proj", "down_proj"], True, "applied nowhere"),
+    ],
+    ids=["pair", "lone-gate_up", "base_layer-only"],
+)
+def test_vllm_fused_adapter_on_a_2d_moe_class(
+    tiny_model: Any, tmp_path: Path, targets: list[str], drop_outer: bool, said: str
+) -> None:
+    """``FusedMoEWithLoRA`` (``is_3d_moe_weight`` False) refuses a fused ``experts`` tensor at load
+    (model_manager.py ``_validate_moe_lora_format``); only a fused gate_up alone passes silently."""
+    pytest.importorskip("peft.utils.transformers_weight_conversion")
+    folder = _fused(tiny_model, "qwen3_moe_text", tmp_path / "a", targets, drop_outer=drop_outer)
+    f = _vllm(folder, "tiny:qwen3_moe_text")["AD418"]
+    assert f.severity == "error" and said in f.message and "base_layer" in f.message, f.message
+    assert ("--enable-mixed-moe-lora-format" in f.message) is (not drop_outer)
+    assert f.hint == f"adapterdoc remap {folder} --experts per-expert --out DIR"
+
+
+@pytest.mark.ml
+@pytest.mark.parametrize(
+    ("targets", "drop_outer", "said"),
+    [
+        (["down_proj"], False, "the load fails"),
+        (["gate_up_proj"], False, "the load fails"),  # the lone wrapper is `experts`: read as down_proj
+        (["gate_up_proj", "down_proj"], True, "applied nowhere"),
+    ],
+    ids=["down-only", "gate_up-only", "base_layer-only"],
+)
+def test_vllm_half_a_fused_pair_on_a_3d_moe_class(
+    tiny_model: Any, tmp_path: Path, targets: list[str], drop_outer: bool, said: str
+) -> None:
+    """``FusedMoE3DWithLoRA`` stacks only when ``experts`` carries LoRA, asserting ``experts.base_layer``
+    beside it (model_manager.py ``_stack_moe_lora_weights``)."""
+    pytest.importorskip("peft.utils.transformers_weight_conversion")
+    folder = _fused(tiny_model, "qwen3_5_moe_vl", tmp_path / "a", targets, drop_outer=drop_outer)
+    codes = _vllm(folder, "tiny:qwen3_5_moe_vl")
+    assert "AD418" not in codes
+    assert codes["AD419"].severity == "error" and said in codes["AD419"].message, codes["AD419"].message
+    both = _vllm(
+        _fused(tiny_model, "qwen3_5_moe_vl", tmp_path / "b", ["gate_up_proj", "down_proj"]),
+        "tiny:qwen3_5_moe_vl",
+    )
+    assert not {"AD418", "AD419"} & set(both)
+
+
+@pytest.mark.ml
+def test_vllm_per_expert_adapter_on_a_3d_moe_class(tiny_model: Any, tmp_path: Path) -> None:
+    """A 3-D class's name check expects no ``experts.N.*`` module (lora_model.py ``check_unexpected_modules``):
+    the per-expert spelling of a good fused adapter is refused at load."""
+    pytest.importorskip("peft.utils.transformers_weight_conversion")
+    from adapterdoc.remap import remap
+
+    fused = _fused(tiny_model, "qwen3_5_moe_vl", tmp_path / "a", ["gate_up_proj", "down_proj"])
+    remap(str(fused), experts="per-expert", out=str(tmp_path / "per"))
+    f = _vllm(tmp_path / "per", "tiny:qwen3_5_moe_vl")["AD418"]
+    assert f.severity == "error" and "refuses the per-expert modules" in f.message, f.message
+    assert "--enable-mixed-moe-lora-format" in f.message
+    assert f.hint == f"adapterdoc remap {tmp_path / 'per'} --experts fused --out DIR"

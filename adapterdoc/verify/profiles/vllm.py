@@ -17,8 +17,12 @@ if TYPE_CHECKING:
     from adapterdoc.report.verify_report import VerifyReport
 
 VLLM_VERSION = "0.33.0"
-"""The vLLM release whose source (``vllm/lora/peft_helper.py``, ``lora_model.py``, ``utils.py``, ``config/lora.py``)
-these rules were read from."""
+"""The vLLM release whose source these rules were read from: ``vllm/lora/peft_helper.py``, ``lora_model.py``,
+``utils.py``, ``model_manager.py``, ``worker_manager.py``, ``request.py``, ``layers/fused_moe.py``,
+``config/lora.py`` and the MoE model classes' ``is_3d_moe_weight``, in the released wheel (commit
+:data:`VLLM_COMMIT`)."""
+VLLM_COMMIT = "4ba787ec9"
+"""The commit of :data:`VLLM_VERSION` (``vllm/_version.py``'s ``__commit_id__`` in the 0.33.0 wheel)."""
 
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The values vLLM accepts for ``--max-lora-rank``."""
@@ -117,6 +121,13 @@ def _config_findings(
     mts = raw.get("modules_to_save")
     if mts and not set(mts) <= set(_VLLM_HEADS):
         add("AD403", f'modules_to_save {mts} is not None or ["classifier", "score"]', key="modules_to_save")
+    full_heads = sorted({k.module.rpartition(".")[2] for k in keys if k.role == "full"} & set(_VLLM_HEADS))
+    if len(full_heads) > 1:
+        add(
+            "AD403",
+            f"full weights for {full_heads}: only one full classification module is supported per adapter",
+            key="modules_to_save",
+        )
     if raw.get("lora_bias"):
         add("AD404", "does not support lora_bias", key="lora_bias")
     init = raw.get("init_lora_weights", True)
@@ -162,8 +173,9 @@ def _served_findings(
     if towers:
         add(
             "AD414",
-            f"{len(towers)} LoRA module(s) outside the language model are dropped "
-            "(only supports adding LoRA to language model)",
+            f"{len(towers)} LoRA module(s) outside the language model are not applied: no tower or connector "
+            "module gets a LoRA wrapper unless the server runs --enable-tower-connector-lora on a class that "
+            "supports it (and not language_model_only)",
             key=towers[0],
         )
     lm_mods = [m for m in lora_mods if not tower_segment(m)]
@@ -212,10 +224,13 @@ def _expert_findings(
     """The expert layout vLLM reads for the served class (AD418) and the fused pair it requires (AD419).
 
     vLLM chooses the layout from the model class (``is_3d_moe_weight``; the registry's ``Experts.served_fused``),
-    not from the file: ``FusedMoE3DWithLoRA`` stacks PEFT's ``experts.base_layer`` (gate_up) and ``experts``
-    (down) and asserts both (``_stack_moe_lora_weights``); ``FusedMoEWithLoRA`` packs per-expert modules, and its
-    name check skips any name containing ``base_layer`` (``check_unexpected_modules``), so a fused gate_up is
-    applied nowhere (vllm/lora/model_manager.py, vllm/lora/lora_model.py)."""
+    not from the file, unless the server runs ``--enable-mixed-moe-lora-format`` (then the 2-D wrapper reads
+    both, the fused form when the request sets ``is_3d_lora_weight``). ``FusedMoE3DWithLoRA`` stacks PEFT's
+    ``experts.base_layer`` (gate_up) and ``experts`` (down) only when ``experts`` is there, asserting gate_up
+    beside it (``_stack_moe_lora_weights``); its name check refuses per-expert ``experts.N.*`` modules
+    (``check_unexpected_modules``). ``FusedMoEWithLoRA`` packs per-expert modules and refuses a fused ``experts``
+    tensor at load (``_validate_moe_lora_format``); a fused gate_up alone is skipped by the name check
+    (``"base_layer" in name``) and applied nowhere (vllm/lora/model_manager.py, lora_model.py, worker_manager.py)."""
     from adapterdoc.experts import expert_picture
     from adapterdoc.layouts import LAYOUTS
 
@@ -230,17 +245,22 @@ def _expert_findings(
     out: list[Finding] = []
     if pic.layout != reads:
         example = next(k.key for b in pic.routed for k in b.keys)
-        dropped = (
-            "; the fused gate_up key (experts.base_layer) is skipped by its name check and applied nowhere"
-            if pic.layout == "fused"
-            else ""
-        )
+        mixed = "--enable-mixed-moe-lora-format"
+        if pic.layout == "per-expert":
+            what = f"its name check refuses the per-expert modules at load, unless the server runs {mixed}"
+        elif any(_outer(b) for b in pic.routed):
+            what = (
+                "it refuses the fused 3-D expert weights (experts.base_layer = gate_up, experts = down) at load "
+                f"(2-D MoE LoRA wrapper), unless the server runs {mixed} and the request sets is_3d_lora_weight"
+            )
+        else:
+            what = "the fused gate_up (experts.base_layer) is skipped by its name check and applied nowhere"
         out.append(
             _make(
                 "AD418",
                 spec,
                 f"reads {reads} expert LoRA for {LAYOUTS[layout].model_class} (is_3d_moe_weight "
-                f"{facts.served_fused}); the adapter is {pic.layout}{dropped}",
+                f"{facts.served_fused}); the adapter is {pic.layout}: {what}",
                 key=example,
                 hint=f"adapterdoc remap {spec} --experts {reads} --out DIR",
             )
@@ -248,16 +268,29 @@ def _expert_findings(
     elif reads == "fused":
         half = [b for b in pic.routed if len(b.projections) == 1]
         if half:
+            only = next(iter(half[0].projections))
             out.append(
                 _make(
                     "AD419",
                     spec,
-                    f"{len(half)} MoE block(s) carry only {next(iter(half[0].projections))} of the fused pair; "
-                    "the fused MoE LoRA stacking asserts both",
+                    f"{len(half)} MoE block(s) carry only {only} of the fused pair; "
+                    + (
+                        "vLLM reads the lone `experts` LoRA as down_proj and its stacking asserts gate_up "
+                        "(experts.base_layer) beside it: the load fails"
+                        if _outer(half[0])
+                        else "the stacking runs only when the `experts` (down_proj) LoRA is there, so gate_up is "
+                        "applied nowhere"
+                    ),
                     key=half[0].path,
                 )
             )
     return out
+
+
+def _outer(block: Any) -> bool:
+    """Whether a fused block has a LoRA on ``experts`` itself (no ``base_layer``): vLLM reads that one as down_proj,
+    whatever parameter PEFT wrapped (PEFT saves a lone wrapper there even when only gate_up is targeted)."""
+    return any(k.form == "fused" and k.leaf == "experts" for k in block.keys)
 
 
 def _make(code: str, spec: str, msg: str, **kw: Any) -> Finding:

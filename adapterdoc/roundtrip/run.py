@@ -1,0 +1,98 @@
+"""The entry of ``adapterdoc roundtrip``: copy the adapter to a work folder, run every round trip on the copy,
+and turn each failed check into its finding."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from adapterdoc.checkpoint import open_checkpoint
+from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.layouts import detect_layout
+from adapterdoc.report.findings import make
+from adapterdoc.report.roundtrip_report import Check, RoundtripReport
+from adapterdoc.roundtrip.bytes import byte_roundtrips, format_roundtrip
+from adapterdoc.roundtrip.common import copy_adapter, weights_file
+from adapterdoc.roundtrip.experts import expert_check
+from adapterdoc.roundtrip.models import model_roundtrips
+
+
+def roundtrip(
+    spec: str | os.PathLike[str], base: str | None = None, *, keep: str | None = None
+) -> RoundtripReport:
+    """Run every round trip on copies of ``spec``; ``keep`` (a folder) keeps the work files for inspection."""
+    src = open_checkpoint(spec)
+    if not src.is_adapter:
+        raise UnsupportedInputError(src.spec, "is not an adapter (no adapter_config.json and no LoRA keys)")
+    from adapterdoc.adapter import parse_key
+
+    modules = {parse_key(k).module for k in src.tensors if parse_key(k).is_lora}
+    hint = src.adapter_config.layout_hints if src.adapter_config else None
+    layout = detect_layout(modules, hint).name
+    report = RoundtripReport(input=src.spec, layout=layout, base=base)
+    from adapterdoc.st.atomic import ensure_folder, writing
+
+    if keep is not None:
+        keep = ensure_folder(os.path.expanduser(os.fspath(keep)), option="--keep")
+    with writing(keep or tempfile.gettempdir()):
+        work = tempfile.mkdtemp(prefix="adapterdoc-roundtrip-", dir=keep)
+    try:
+        original = copy_adapter(src, os.path.join(work, "original"))
+        _identity_warning(report, original)
+        byte_roundtrips(report, original, layout, work)
+        format_roundtrip(report, original, work)
+        trip: dict[str, str] = {}
+        expert_check(report, original, work, trip)
+        if base is None:
+            report.checks.append(
+                Check(
+                    "load/save/merge/counterpart",
+                    "skipped",
+                    "no --base: the model-level round trips need base weights "
+                    "(a model folder with weights, or tiny:LAYOUT)",
+                )
+            )
+        else:
+            model_roundtrips(report, original, layout, base, work, trip)
+    finally:
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    for c in report.checks:
+        if c.status == "fail":
+            report.findings.append(
+                make(_CODE_FOR.get(c.name.split(":")[0], "AD701"), f"{c.name}: {c.detail}", path=report.input)
+            )
+    return report
+
+
+def _identity_warning(report: RoundtripReport, original: str) -> None:
+    """An all-zero lora_B adapter is the identity: every output comparison then passes trivially. Say so."""
+    from adapterdoc.adapter import parse_key
+    from adapterdoc.st.header import read_header
+    from adapterdoc.st.tensors import scan_tensor
+
+    weights = weights_file(original)
+    if weights is None:
+        return
+    header = read_header(weights)
+    bs = [k for k in header.tensors if parse_key(k).is_b]
+    if bs and all(scan_tensor(header, k, finite=False, stop_at_nonzero=True).all_zero for k in bs):
+        report.findings.append(
+            make(
+                "AD706",
+                f"all {len(bs)} lora_B tensors are zero: the adapter is the identity, so the output "
+                "comparisons below cannot tell a good move from a bad one",
+                path=report.input,
+            )
+        )
+
+
+_CODE_FOR = {
+    "remap": "AD701",
+    "format": "AD702",
+    "reload": "AD703",
+    "merge": "AD704",
+    "counterpart": "AD705",
+    "experts": "AD707",
+}
