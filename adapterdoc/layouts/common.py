@@ -20,11 +20,16 @@ EXPERT_LORA = r"\.mlp\.experts(\.base_layer|\.\d+\.(gate_proj|up_proj|down_proj)
 QWEN_MOE_EXPERTS = Experts(served_fused=False)
 """Qwen3-MoE and the Omni thinker: ``mlp.experts.{e}.{gate,up,down}_proj`` / fused ``gate_up_proj``, ``down_proj``;
 no shared expert. vLLM's ``Qwen3MoeForCausalLM`` leaves ``is_3d_moe_weight`` at ``False`` (per-expert LoRA)."""
-OMNI_EXPERTS = Experts(count_field="num_experts")
-"""The Omni thinker: Qwen3-MoE's expert names; which layout vLLM reads for it is not checked."""
+OMNI_EXPERTS = Experts(count_field="num_experts", served_fused=True)
+"""The Omni thinker: Qwen3-MoE's expert names. vLLM 0.33.0's ``Qwen3OmniMoeThinkerForConditionalGeneration`` sets
+``is_3d_moe_weight = True`` (``vllm/model_executor/models/qwen3_omni_moe_thinker.py:1621``: fused LoRA)."""
 QWEN35_MOE_EXPERTS = Experts(shared=("shared_expert", "shared_expert_gate"), served_fused=True)
 """Qwen3.5-MoE (and Qwen2-MoE): the Qwen3-MoE experts plus one shared expert and its sigmoid gate.
-vLLM's ``Qwen3_5MoeForConditionalGeneration`` sets ``is_3d_moe_weight = True`` (fused LoRA)."""
+vLLM 0.33.0's ``Qwen3_5MoeForConditionalGeneration`` sets ``is_3d_moe_weight = True`` (fused LoRA,
+``vllm/model_executor/models/qwen3_5.py:707``)."""
+QWEN35_MOE_TEXT_EXPERTS = Experts(shared=("shared_expert", "shared_expert_gate"), served_fused=False)
+"""Qwen3.5-MoE's text class: the same experts, but vLLM 0.33.0's ``Qwen3_5MoeForCausalLM`` leaves
+``is_3d_moe_weight`` at ``False`` (``qwen3_5.py:455``: per-expert LoRA)."""
 MIXTRAL_EXPERTS = Experts(
     per_expert=("w1", "w3", "w2"), block="block_sparse_moe", count_field="num_local_experts"
 )

@@ -15,6 +15,7 @@ from adapterdoc.layouts.common import (
     MLP,
     MOE,
     QWEN35_MOE_EXPERTS,
+    QWEN35_MOE_TEXT_EXPERTS,
     TEXT_LM,
     VL_LM,
 )
@@ -357,7 +358,7 @@ ENTRIES: tuple[Layout, ...] = (
         ),
         lora_leaves=ATTN + MLP + _DELTANET,
         target_parameters=_EXPERTS,
-        experts=QWEN35_MOE_EXPERTS,
+        experts=QWEN35_MOE_TEXT_EXPERTS,
         towers=("mtp",),
         remaps={"qwen3_5_moe_vl": (ADD_LANGUAGE_MODEL,)},
         hint=r"qwen3[._-]?[56].*(a\d+b|moe)",
