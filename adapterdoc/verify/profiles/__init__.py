@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from adapterdoc.verify.profiles import peft, vllm
+from adapterdoc.verify.profiles import lorax, peft, tgi, vllm
 from adapterdoc.verify.profiles.base import Profile
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (peft.PROFILE, vllm.PROFILE)}
+PROFILES: dict[str, Profile] = {p.name: p for p in (peft.PROFILE, vllm.PROFILE, tgi.PROFILE, lorax.PROFILE)}
 """Name → profile, in the order ``--profile`` lists them (the first is the default)."""
 
 
