@@ -66,6 +66,16 @@ def layer_count(meta: Any, keys: list[Any]) -> int:
     return max(found) + 1 if found else 0
 
 
+def base_lacks(meta: Any, leaf: str, layers: list[int]) -> list[int]:
+    """The ``layers`` whose base module tree has no ``leaf`` (hybrid stacks: linear-attention layers)."""
+    has = {
+        int(m.group(1))
+        for name in getattr(meta, "base_modules", [])
+        if name.endswith("." + leaf) and (m := _ANY_LAYER.search(name))
+    }
+    return [i for i in layers if i not in has] if has or getattr(meta, "base_modules", None) else []
+
+
 def read_text_keys(keys: list[Any], layer_types: tuple[str, ...], nlayers: int) -> TextKeyReading:
     """How an engine that loads ``layer_types`` on ``nlayers`` layers reads ``keys`` (parsed :class:`LoraKey`)."""
     from adapterdoc.adapter import fused_expert_owner
@@ -253,10 +263,12 @@ class TextKeyProfile(Profile):
                 hint=fix,
             )
         for leaf, missing in sorted(rd.dropped.items()):
+            absent = base_lacks(meta, leaf, missing)
+            why = f"the base has no {leaf} in layer(s) {layers_text(absent)}; " if absent else ""
             add(
                 "dropped",
-                f"{leaf} LoRA is missing in layer(s) {layers_text(missing)} of {nlayers}: the engine drops {leaf} "
-                "in every layer",
+                f"{leaf} LoRA is missing in layer(s) {layers_text(missing)} of {nlayers} ({why}a type is loaded "
+                f"only when every layer has it): the engine drops {leaf} in every layer",
                 key=leaf,
             )
         categorized = set(rd.read) | set(rd.not_text) | set(rd.other)
@@ -272,8 +284,8 @@ class TextKeyProfile(Profile):
             )
         if config.use_dora or any(k.role == "magnitude" for k in keys):
             add("dora", "DoRA (use_dora / lora_magnitude_vector) is ignored: served as plain LoRA")
-        if config.modules_to_save or any(k.role == "full" for k in keys):
-            add("mts", f"modules_to_save {config.modules_to_save or '(saved whole weights)'} are never read")
+        if config.modules_to_save:
+            add("mts", f"modules_to_save {config.modules_to_save} are never read", key="modules_to_save")
         mods = sorted({k.module for k in keys if k.role == "lora_A"})
         off = pattern_modules(config, mods)
         if off:
@@ -293,7 +305,7 @@ class TextKeyProfile(Profile):
                 "fan_in_fan_out is read and never used (no effect on lora_A/lora_B)",
                 key="fan_in_fan_out",
             )
-        applied = ", ".join(rd.applied) or "nothing"
+        applied = ", ".join(t for t in types if t in rd.applied) or "nothing"
         add("reads", f"applies {applied} on {nlayers} layer(s) ({len(rd.read)} of {len(lora)} LoRA tensors)")
         return out
 
@@ -331,7 +343,7 @@ class TextKeyProfile(Profile):
                 continue
             is_a = ".lora_A." in name
             r = shape[0] if is_a else shape[1]
-            leaf = "lm_head" if name.startswith("base_model.model.lm_head.") else name.split(".")[-4]
+            leaf = "lm_head" if name.startswith("base_model.model.lm_head.") else name.split(".")[-3]
             rank.setdefault(leaf, r)
             extra += (padded_rank(r) - r) * (shape[1] if is_a else shape[0])
         if not rank:
