@@ -13,7 +13,7 @@ CODES: list[Code] = [
     Code(
         "AD460",
         "lorax-not-safetensors",
-        "warning",
+        "error",
         "The adapter's weights are not safetensors (`adapter_model.bin`). " + _V,
         "LoRAX's local and S3 sources list only `*.safetensors` files (utils/sources/local.py: \"No local weights "
         'found ... with extension .safetensors"); only a Hub download converts `.bin` on the way.',

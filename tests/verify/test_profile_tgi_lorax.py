@@ -6,7 +6,9 @@ VL and model-type rules use the registry's tiny bases."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
@@ -197,9 +199,60 @@ def test_rslora_is_honoured(made: dict[str, str], cli: Any) -> None:
         assert rc == 0, _codes(d)
 
 
-def test_lorax_bin_is_a_warning(made: dict[str, str], cli: Any) -> None:
+def test_lorax_bin_fails(made: dict[str, str], cli: Any) -> None:
     rc, d = _run(cli, made["bin"], made["base"], "lorax")
-    assert rc == 0 and _codes(d)["AD460"]["severity"] == "warning"
+    assert rc == 1 and "weights are bin" in _codes(d)["AD460"]["message"]
+
+
+ORACLE_PYTHON = Path(os.environ.get("ADAPTERDOC_LORAX_PYTHON", "/tmp/tgi-venv/bin/python"))
+ORACLE_SERVER = Path(os.environ.get("ADAPTERDOC_LORAX_SERVER", "/tmp/tgi-oracle/lorax/server"))
+"""A Python that imports LoRAX's server package, and LoRAX's ``server`` folder: torch (CPU), peft, transformers,
+safetensors, loguru, requests, boto3, triton, opentelemetry-api, einops, grpcio-tools, and the protobuf module
+generated as LoRAX's ``make gen-server`` does (see scripts/lorax_oracle.py)."""
+
+
+def _oracle(adapter: str) -> dict[str, Any]:
+    script = Path(__file__).parents[2] / "scripts" / "lorax_oracle.py"
+    env = {**os.environ, "PYTHONPATH": str(ORACLE_SERVER)}
+    res = subprocess.run(
+        [str(ORACLE_PYTHON), str(script), adapter, str(LAYERS)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(
+    not (ORACLE_PYTHON.exists() and (ORACLE_SERVER / "lorax_server" / "pb" / "generate_pb2.py").exists()),
+    reason="no LoRAX oracle venv (set ADAPTERDOC_LORAX_PYTHON / ADAPTERDOC_LORAX_SERVER; see scripts/lorax_oracle.py)",
+)
+def test_we_refuse_everything_lorax_refuses(made: dict[str, str], cli: Any) -> None:
+    """LoRAX's own loader (config, weight mapping, padding, scaling) on the CPU: every adapter it fails to load
+    or serves differently from PEFT, the LoRAX profile fails too."""
+    verdicts = {}
+    for name in (
+        "clean",
+        "bin",
+        "layers",
+        "lm_head",
+        "embed",
+        "dora",
+        "patterns",
+        "alpha",
+        "r4",
+        "r4_one",
+        "rslora",
+    ):
+        verdicts[name] = _oracle(made[name])
+        if not verdicts[name]["ok"]:
+            rc, d = _run(cli, made[name], made["base"], "lorax")
+            assert rc == 1, (name, verdicts[name], _codes(d))
+    assert verdicts["clean"]["ok"] and verdicts["lm_head"]["ok"] and verdicts["rslora"]["ok"]
+    assert verdicts["r4"]["wrong"] and not verdicts["r4_one"]["wrong"]  # the padded rank rescales later types
+    assert verdicts["layers"]["unused"] and verdicts["bin"]["error"]
 
 
 def test_json_shape_and_versions(made: dict[str, str], cli: Any) -> None:
