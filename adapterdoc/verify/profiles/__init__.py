@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from adapterdoc.verify.profiles import peft, sglang, vllm
+from adapterdoc.verify.profiles import lorax, peft, sglang, tgi, vllm
 from adapterdoc.verify.profiles.base import Profile
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (peft.PROFILE, vllm.PROFILE, sglang.PROFILE)}
+PROFILES: dict[str, Profile] = {
+    p.name: p for p in (peft.PROFILE, vllm.PROFILE, sglang.PROFILE, tgi.PROFILE, lorax.PROFILE)
+}
 """Name → profile, in the order ``--profile`` lists them (the first is the default)."""
 
 

@@ -40,6 +40,11 @@ class EngineNeeds:
     ``score`` heads of classification models)."""
     version: str = ""
     """The engine release or commit these needs were read from."""
+    rank_padding: tuple[int, int] | None = None
+    """``(minimum, block)`` when the engine pads every rank at or below ``minimum`` to ``minimum`` and every other
+    to the next multiple of ``block`` and then scales layer types with the padded rank (TGI, LoRAX): make every
+    rank one it does not pad, zero-padding lora_A/lora_B and scaling ``lora_alpha`` so that each module keeps
+    PEFT's scaling exactly. ``None``: ranks are served as they are."""
 
 
 class Profile:

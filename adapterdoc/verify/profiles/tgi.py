@@ -1,0 +1,55 @@
+"""The TGI profile (``verify --profile tgi``): text-generation-inference's adapter rules as its own source states
+them (``server/text_generation_server/utils/adapter.py``, ``adapters/lora.py``, ``models/__init__.py``, the flash
+model files), AD440-AD453. Every rule describes :data:`TGI_VERSION`; the explanations are in
+:mod:`adapterdoc.codes.tgi`. The rules themselves are the exact-text-key reading TGI shares with LoRAX
+(:mod:`~adapterdoc.verify.profiles.text_keys`)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from adapterdoc.verify.profiles.text_keys import TextKeyProfile
+
+TGI_VERSION = "db931fcf (v3.3.7+1)"
+"""The huggingface/text-generation-inference commit (v3.3.7 plus one commit, 2026-01-08) the rules were read from."""
+
+
+class TgiProfile(TextKeyProfile):
+    name = "tgi"
+    summary = "TGI serving"
+    engine = "TGI"
+    version = TGI_VERSION
+    codes: ClassVar[dict[str, str]] = {
+        "format": "AD440",
+        "config": "AD441",
+        "keys": "AD442",
+        "dropped": "AD443",
+        "unsupported": "AD444",
+        "dora": "AD445",
+        "mts": "AD446",
+        "patterns": "AD447",
+        "arch": "AD448",
+        "model_type": "AD449",
+        "padding": "AD450",
+        "rescale": "AD451",
+        "fan": "AD452",
+        "reads": "AD453",
+    }
+
+    def layer_types(self, model_type: str | None) -> tuple[str, ...]:
+        from adapterdoc.layouts.engines import TGI_ADAPTER_LAYERS
+
+        return TGI_ADAPTER_LAYERS
+
+    def model_type_problem(self, model_type: str | None) -> tuple[str, str] | None:
+        from adapterdoc.layouts.engines import TGI_LORA_MODEL_TYPES
+
+        if model_type in TGI_LORA_MODEL_TYPES:
+            return None
+        return "model_type", (
+            f"model_type {model_type!r} has no adapter-aware flash class (build_layer_weight_lookup needs "
+            "self_attn.query_key_value): no adapter can be served on this base"
+        )
+
+
+PROFILE = TgiProfile()
