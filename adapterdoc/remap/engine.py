@@ -130,10 +130,10 @@ def make_engine_plan(
             {"rewrite": "rslora", "lora_alpha": [before.get("lora_alpha"), raw["lora_alpha"]], "exact": True}
         )
 
-    # 4. one rank, one scaling
-    if not needs.patterns:
+    # 4. one rank, one scaling (and a rank the engine does not pad itself)
+    if not needs.patterns or needs.rank_padding:
         before = json.loads(json.dumps(raw))
-        changes, rewrites = plan_uniform(raw, names, view, cfg.path)
+        changes, rewrites = plan_uniform(raw, names, view, cfg.path, needs.rank_padding)
         report.config_changes += C.changes(before, raw, "ranks")
         report.rewrites += rewrites
         if changes:

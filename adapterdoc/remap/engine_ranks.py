@@ -29,9 +29,11 @@ def plan_uniform(
     names: list[tuple[str, tuple[int, ...]]],
     view: Header,
     path: str,
+    padding: tuple[int, int] | None = None,
 ) -> tuple[dict[str, Change], list[dict[str, Any]]]:
     """Rewrite ``raw`` for one rank and one scaling; the tensor changes and the ``rewrites`` entries. ``names`` are
-    the tensors (name, shape) after the earlier steps, ``view`` the header they are read through."""
+    the tensors (name, shape) after the earlier steps, ``view`` the header they are read through. ``padding``
+    (``EngineNeeds.rank_padding``): the rank is raised further to one the engine does not pad itself."""
     cfg = C.parse(raw)
     factors: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {}  # module → role → (tensor, shape)
     for name, shape in names:
@@ -67,9 +69,9 @@ def plan_uniform(
         weight[scalings[module]] += math.prod(a[1]) + math.prod(b[1])
     if not ranks:
         return {}, []
-    top = max(ranks.values())
+    top = engine_rank(max(ranks.values()), padding)
     s = max(weight, key=lambda x: (weight[x], x))
-    uniform_already = len(set(ranks.values())) == 1 and len(set(scalings.values())) == 1
+    uniform_already = set(ranks.values()) == {top} and len(set(scalings.values())) == 1
     if uniform_already and not has_patterns:
         return {}, []
     C.uniform(raw, top, s)
@@ -131,3 +133,12 @@ def plan_uniform(
     if not padded and not scaled:
         rewrites.append({"rewrite": "patterns", "dropped": True, "exact": True})
     return changes, rewrites
+
+
+def engine_rank(rank: int, padding: tuple[int, int] | None) -> int:
+    """The smallest rank >= ``rank`` that an engine padding ``(minimum, block)`` leaves as it is: ``minimum`` at or
+    below it, else the next multiple of ``block`` (the punica SGMV rule TGI and LoRAX apply)."""
+    if padding is None:
+        return rank
+    minimum, block = padding
+    return minimum if rank <= minimum else -(-rank // block) * block

@@ -99,3 +99,12 @@ def test_cli_json_and_text(text_adapter: Path, tmp_path: Path) -> None:
     assert r.returncode == 0 and "remap --for" in r.stdout
     r = run("remap", str(text_adapter), "--base", "tiny:qwen3_5_text", "--vl")
     assert r.returncode == 2 and "--base BASE only goes with --for" in r.stderr
+
+
+def test_engine_rank_is_one_the_sgmv_path_leaves_alone() -> None:
+    from adapterdoc.remap.engine_ranks import engine_rank
+    from adapterdoc.verify.profiles.text_keys import padded_rank
+
+    assert [engine_rank(r, (8, 16)) for r in (1, 7, 8, 9, 16, 17, 33)] == [8, 8, 8, 16, 16, 32, 48]
+    assert all(padded_rank(engine_rank(r, (8, 16))) == engine_rank(r, (8, 16)) for r in range(1, 300))
+    assert engine_rank(5, None) == 5

@@ -253,24 +253,58 @@ def test_dry_run_writes_nothing_and_in_place_replaces_atomically(tmp_path: Path)
 # ------------------------------------------------------------------------------ the engines' own needs (profiles)
 
 
+def _llama() -> Any:
+    """A tiny llama: a model type TGI and LoRAX serve with LoRA (neither serves the registry's families)."""
+    import transformers
+
+    cfg = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=256,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return transformers.LlamaForCausalLM(cfg).eval()
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi", "lorax"])
 def test_each_engine_output_verifies_clean(tmp_path: Path, engine: str) -> None:
+    """rsLoRA, a rank_pattern and a regex target_modules: the engine's output keeps PEFT's outputs, verifies
+    clean under the engine's profile, and a second --for is a no-op. TGI and LoRAX also get a rank they do not
+    pad themselves (LoRAX scales later layer types with an earlier type's padded rank)."""
     if engine not in PROFILES:
         pytest.skip("profile not merged yet")
-    folder, want = adapter(
-        tmp_path,
+    if engine in ("tgi", "lorax"):
+        build, base = _llama, str(tmp_path / "base")
+        _llama().save_pretrained(base)
+    else:
+        build, base = (lambda: build_tiny(TEXT)), f"tiny:{TEXT}"
+    pm = trained(
+        build(),
         r=4,
         lora_alpha=8,
         use_rslora=True,
         target_modules=r".*\.(q_proj|v_proj|down_proj)",
         rank_pattern={"v_proj": 2},
     )
+    want = outputs(pm)
+    folder = save(pm, tmp_path / "in")
     assert get_profile(engine).needs(TEXT) is not None
     out = tmp_path / "out"
-    r = run("remap", str(folder), "--for", engine, "--base", f"tiny:{TEXT}", "--out", str(out), "--json")
+    r = run("remap", str(folder), "--for", engine, "--base", base, "--out", str(out), "--json")
     assert r.returncode == 0, r.stderr
-    assert rel(outputs(loaded(build_tiny(TEXT), out)), want) <= REL
-    v = run("verify", str(out), "--profile", engine, "--base", f"tiny:{TEXT}")
+    assert rel(outputs(loaded(build(), out)), want) <= REL
+    if engine in ("tgi", "lorax"):
+        cfg = json.loads((out / "adapter_config.json").read_text())
+        assert cfg["r"] == 8 and not cfg.get(
+            "rank_pattern"
+        )  # 4 and 2 -> 8: the SGMV minimum, not padded again
+        assert any(w["rewrite"] == "ranks" and w["to"] == 8 for w in json.loads(r.stdout)["rewrites"])
+    v = run("verify", str(out), "--profile", engine, "--base", base)
     assert v.returncode == 0, v.stdout + v.stderr
-    again = run("remap", str(out), "--for", engine, "--base", f"tiny:{TEXT}", "--json")
+    again = run("remap", str(out), "--for", engine, "--base", base, "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["strategy"] == "none"
