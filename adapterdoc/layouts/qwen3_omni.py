@@ -18,6 +18,7 @@ from adapterdoc.layouts.common import (
     TEXT_LM,
     VL_LM,
 )
+from adapterdoc.layouts.qwen3_omni_talker import code2wav, talker
 from adapterdoc.layouts.registry import (
     ADD_LANGUAGE_MODEL,
     QWEN2_MOE_CONVERSION,
@@ -33,7 +34,7 @@ from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp
 # Qwen3MoeExperts.gate_up_proj [E, 2I, H] and down_proj [E, H, I]; no per-expert nn.Linear in transformers 5) and
 # qwen3_omni_moe/modeling_qwen3_omni_moe.py (Qwen3OmniMoeThinkerForConditionalGeneration: audio_tower, visual,
 # language_model; Qwen3OmniMoeForConditionalGeneration: thinker, plus talker and code2wav only when
-# ``enable_audio_output``, which the registry does not model).
+# ``enable_audio_output``: adapterdoc.layouts.qwen3_omni_talker).
 
 _MOE_TEXT = {
     "vocab_size": 151936,
@@ -79,8 +80,12 @@ _MOE_TEXT_INERT = frozenset(
         "use_sliding_window",
         "max_window_layers",
         "layer_types",
+        "use_qk_norm",
+        "shared_expert_intermediate_size",
     }
 )
+"""``use_qk_norm`` and ``shared_expert_intermediate_size`` (``0``) are in the released Omni thinker's text config,
+read by no thinker module (only the talker's MoE block reads its own ``shared_expert_intermediate_size``)."""
 
 _AUDIO = {
     "num_mel_bins": 128,
@@ -102,8 +107,10 @@ _AUDIO_INERT = frozenset(
         "n_window",
         "n_window_infer",
         "conv_chunksize",
+        "tie_word_embeddings",
     }
 )
+"""``tie_word_embeddings`` of a tower's config ties nothing: the tower classes have no ``_tied_weights_keys``."""
 _VISION = {
     "depth": 27,
     "hidden_size": 1152,
@@ -117,7 +124,19 @@ _VISION = {
     "num_position_embeddings": 2304,
     "deepstack_visual_indexes": [8, 16, 24],
 }
-_VISION_INERT = frozenset({"hidden_act", "rope_parameters"})
+_VISION_INERT = frozenset(
+    {
+        "hidden_act",
+        "rope_parameters",
+        "tie_word_embeddings",
+        "apply_vit_abs_pos_embed",
+        "image_size",
+        "in_chans",
+        "spatial_patch_size",
+        "tokens_per_second",
+    }
+)
+"""The released config's ``apply_vit_abs_pos_embed`` ... ``tokens_per_second`` are read by no module."""
 _THINKER = {"tie_word_embeddings": False, "text_config": None, "audio_config": None, "vision_config": None}
 _THINKER_INERT = frozenset(
     {
@@ -131,6 +150,7 @@ _THINKER_INERT = frozenset(
         "vision_end_token_id",
         "audio_end_token_id",
         "enable_audio_output",
+        "seconds_per_chunk",
     }
 )
 """``enable_audio_output`` is the wrapper's field; a thinker config saved from a wrapper may carry it (unread)."""
@@ -149,7 +169,8 @@ _OMNI_INERT = frozenset(
         "assistant_token_id",
     }
 )
-"""``talker_config`` / ``code2wav_config`` build nothing unless ``enable_audio_output`` (refused below)."""
+"""``talker_config`` / ``code2wav_config`` build nothing unless ``enable_audio_output`` (then read by
+:func:`adapterdoc.layouts.qwen3_omni_talker.talker` / ``code2wav``)."""
 
 
 def _moe_layers(f: Fields, n: int) -> list[bool]:
@@ -348,15 +369,15 @@ def _qwen3_omni_thinker(raw: Mapping[str, Any]) -> Tree:
 def _qwen3_omni(raw: Mapping[str, Any]) -> Tree:
     """The wrapper: its ``get_output_embeddings()`` is ``None``, so PEFT's ``all-linear`` keeps ``thinker.lm_head``."""
     f = Fields(raw, "qwen3_omni_moe", _OMNI, _OMNI_INERT)
-    if f.flag("enable_audio_output"):
-        raise Unmodeled(
-            "qwen3_omni_moe `enable_audio_output` is true: the talker and code2wav trees are not modelled"
-        )
+    audio = f.flag("enable_audio_output")
     t = Tree("qwen3_omni", "Qwen3OmniMoeForConditionalGeneration", "qwen3_omni_moe", own={})
     t.add("thinker")
     thinker = sub_config(raw, "thinker_config", "qwen3_omni_moe_thinker", "qwen3_omni_moe")
     if _thinker(t, thinker, "thinker.", "qwen3_omni_moe_thinker"):
         raise Unmodeled("the Omni wrapper with tied thinker embeddings is not modelled")
+    if audio:  # enable_talker(): the talker, then code2wav
+        talker(t, raw)
+        code2wav(t, raw)
     t.input_embedding = "thinker.model.language_model.embed_tokens"
     return t
 

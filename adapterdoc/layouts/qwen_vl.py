@@ -65,13 +65,62 @@ _VISION = {
 }
 
 
-_VISION_INERT = frozenset({"tokens_per_second", "window_size", "fullatt_block_indexes", "rope_parameters"})
+_VISION_INERT = frozenset(
+    {
+        "tokens_per_second",
+        "window_size",
+        "fullatt_block_indexes",
+        "rope_parameters",
+        "in_chans",
+        "spatial_patch_size",
+    }
+)
+"""``in_chans`` / ``spatial_patch_size``: in hub (pre-5) vision configs, read by no module (``in_channels`` and
+``patch_size`` are)."""
 
 
 _TOP = {"tie_word_embeddings": False, "text_config": None, "vision_config": None}
 
 
 _TOP_INERT = frozenset({"image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"})
+
+
+_FLAT_TEXT = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_act",
+    "max_position_embeddings",
+    "initializer_range",
+    "rms_norm_eps",
+    "use_cache",
+    "use_sliding_window",
+    "sliding_window",
+    "max_window_layers",
+    "layer_types",
+    "attention_dropout",
+    "rope_parameters",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "rope_scaling",
+    "rope_theta",
+)
+"""The keys ``Qwen2_5_VLConfig.__post_init__`` moves from a flat (pre-5 hub) config into ``text_config`` when it
+has none: ``Qwen2_5_VLTextConfig.__init__``'s parameters that are not ``Qwen2_5_VLConfig`` fields of its own,
+plus ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` (transformers 5.24). Everything else stays at the
+top: ``tie_word_embeddings`` (a top-level field, which v5's tying reads) and extras such as ``head_dim`` or
+``vision_token_id``, which no module reads."""
+_FLAT_INERT = frozenset({"vision_token_id", "head_dim"})
+
+
+def _split_flat(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A flat config's (top, text_config) as transformers 5.24 splits it."""
+    top = {k: v for k, v in raw.items() if k not in _FLAT_TEXT and k != "text_config"}
+    return top, {k: raw[k] for k in _FLAT_TEXT if k in raw}
 
 
 def _act(f: Fields) -> None:
@@ -120,7 +169,7 @@ def _text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     """``Qwen2_5_VLTextModel``: q/k/v with a bias, o_proj and the MLP without."""
     h, v, n = f.int("hidden_size"), f.int("vocab_size"), f.int("num_hidden_layers")
     heads = f.int("num_attention_heads")
-    nkv = heads if f["num_key_value_heads"] is None else f.int("num_key_value_heads")
+    nkv = heads if f.raw.get("num_key_value_heads", 0) is None else f.int("num_key_value_heads")
     if h % heads:
         raise Unmodeled(f"{f.where} `hidden_size` {h} is not a multiple of `num_attention_heads` {heads}")
     types = f["layer_types"]
@@ -156,12 +205,19 @@ def _qwen2_5_vl_tree(raw: Mapping[str, Any]) -> Tree:
     the class of both layouts: ``qwen_vl`` names its modules, ``qwen_vl_legacy`` is the pre-4.52 naming of adapter
     keys. transformers 5.24 registers no load-time conversion for ``qwen2_5_vl`` (``conversion_mapping``) and the
     class has no ``_checkpoint_conversion_mapping``, so PEFT's loader renames no legacy key: such keys are
-    unexpected, which the registry can say exactly. The config must nest ``text_config`` (the flat pre-5 form is
-    left to the meta device), and the text model needs a layer for the meta path to name the layout."""
-    top = Fields(raw, "qwen2_5_vl", _TOP, _TOP_INERT)
-    tf = Fields(
-        sub_config(raw, "text_config", "qwen2_5_vl_text", "qwen2_5_vl"), "qwen2_5_vl_text", _TEXT, _TEXT_INERT
-    )
+    unexpected, which the registry can say exactly. A flat config (text fields at the top, no ``text_config``: most
+    hub checkpoints) is split the way ``Qwen2_5_VLConfig`` splits it (:func:`_split_flat`); the text model needs a
+    layer for the meta path to name the layout."""
+    vision = raw.get("vision_config")
+    if isinstance(vision, dict) and vision.get("model_type") == "qwen2_5_vl":  # old checkpoints: overridden
+        raw = {**raw, "vision_config": {**vision, "model_type": "qwen2_5_vl_vision"}}
+    if raw.get("text_config") is None:
+        raw, text = _split_flat(raw)
+        top = Fields(raw, "qwen2_5_vl", _TOP, _TOP_INERT | _FLAT_INERT)
+    else:
+        top = Fields(raw, "qwen2_5_vl", _TOP, _TOP_INERT)
+        text = sub_config(raw, "text_config", "qwen2_5_vl_text", "qwen2_5_vl")
+    tf = Fields(text, "qwen2_5_vl_text", _TEXT, _TEXT_INERT | {"rope_scaling", "rope_theta"})
     vf = Fields(
         sub_config(raw, "vision_config", "qwen2_5_vl_vision", "qwen2_5_vl"),
         "qwen2_5_vl_vision",

@@ -13,7 +13,68 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-ENCODER_LAYOUTS = ("modernbert", "modernbert_mlm", "embeddinggemma2", "embeddinggemma2_text", "qwen_vl")
+ENCODER_LAYOUTS = (
+    "modernbert",
+    "modernbert_mlm",
+    "embeddinggemma2",
+    "embeddinggemma2_text",
+    "qwen_vl",
+    "qwen_vl:flat",
+)
+"""``qwen_vl:flat``: Qwen2.5-VL's flat (pre-transformers-5 hub) ``config.json``, text fields at the top."""
+
+
+class RawConfig:
+    """A ``config.json`` dict written as is, where a transformers config's ``save_pretrained`` would rewrite it."""
+
+    def __init__(self, raw: dict[str, Any]):
+        self.raw = raw
+
+    def save_pretrained(self, folder: str) -> None:
+        import json
+        from pathlib import Path
+
+        (Path(folder) / "config.json").write_text(json.dumps(self.raw))
+
+
+def flat_qwen_vl(d: st.DrawFn) -> RawConfig:
+    """A hub-style flat Qwen2.5-VL config: text fields at the top (rope as ``rope_scaling`` ``mrope`` +
+    ``rope_theta`` or ``rope_parameters``), ``tie_word_embeddings`` at the top, the old vision ``model_type``, the
+    vision config's ``in_chans`` / ``spatial_patch_size`` and the top's ``vision_token_id`` / ``head_dim`` extras;
+    a text field left out now and then (``Qwen2_5_VLTextConfig``'s default applies)."""
+    kw = qwen_vl_kwargs(d)
+    text = kw["text_config"]
+    raw: dict[str, Any] = {
+        "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "model_type": "qwen2_5_vl",
+        **{k: v for k, v in text.items() if k != "tie_word_embeddings"},
+        "tie_word_embeddings": kw["tie_word_embeddings"],
+        "vision_config": dict(kw["vision_config"]),
+        "torch_dtype": "bfloat16",
+        "use_sliding_window": False,
+        "sliding_window": 32768,
+        "max_window_layers": d(st.sampled_from([1, 28])),
+        "image_token_id": 151655,
+    }
+    if d(st.booleans()):
+        raw["rope_scaling"] = {"type": "mrope", "mrope_section": [1, 1, 2]}
+        raw["rope_theta"] = 1000000.0
+    else:
+        raw["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [1, 1, 2]}
+    if d(st.booleans()):
+        raw["vision_config"].update(model_type="qwen2_5_vl", in_chans=3, spatial_patch_size=14)
+        raw["vision_token_id"] = 151654
+    if d(st.booleans()):
+        raw["head_dim"] = 4
+    for key in d(
+        st.lists(st.sampled_from(["intermediate_size", "hidden_act", "num_key_value_heads"]), max_size=2)
+    ):
+        raw.pop(key, None)
+    if raw.get("num_key_value_heads") is None and d(st.booleans()):
+        raw["num_key_value_heads"] = None
+    return RawConfig(raw)
+
+
 _TYPES = ["sliding_attention", "full_attention"]
 
 
@@ -117,6 +178,8 @@ def encoder_base_configs(d: st.DrawFn, layout: str) -> Any:
     elif layout == "embeddinggemma2":
         cfg = tf.EmbeddingGemma2Config(text_config=gemma2_text_kwargs(d))
         cls = "EmbeddingGemma2Model"
+    elif layout == "qwen_vl:flat":
+        return flat_qwen_vl(d)
     elif layout == "qwen_vl":
         cfg = tf.Qwen2_5_VLConfig(**qwen_vl_kwargs(d))
         cls = "Qwen2_5_VLForConditionalGeneration"

@@ -113,7 +113,13 @@ def test_qwen_vl_legacy_keys_are_unexpected_not_renamed() -> None:
             "differs",
         ),
         ("embeddinggemma2", {"vision_config": {"model_type": "gemma4_vision"}}, "Gemma 4 towers"),
-        ("qwen_vl", {"text_config": None}, "no `text_config`"),
+        # a flat config is modelled (its text fields are moved into text_config); an unread top field is not
+        ("qwen_vl", {"text_config": None, "some_future_field": 1}, "does not model"),
+        (
+            "qwen_vl",
+            {"text_config": None, "num_hidden_layers": 2, "layer_types": ["chunked"] * 2},
+            "layer_types",
+        ),
         ("qwen_vl", {"architectures": ["Qwen2_5_VLModel"]}, "no module tree"),
     ],
 )

@@ -23,11 +23,16 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from adapterdoc.adapter import AdapterConfig
-from adapterdoc.errors import ConfigError
+from adapterdoc.errors import ConfigError, UnsupportedInputError
 from adapterdoc.layouts.trees import TREES, Unmodeled, build_tree
 from adapterdoc.ml import meta as M
 from adapterdoc.verify.expected import registry_adapter
-from tests.verify.encoder_configs import ENCODER_LAYOUTS, encoder_base_configs, encoder_lora_configs
+from tests.verify.encoder_configs import (
+    ENCODER_LAYOUTS,
+    RawConfig,
+    encoder_base_configs,
+    encoder_lora_configs,
+)
 
 REGISTRY_LAYOUTS = [
     "qwen3_5_text",
@@ -43,6 +48,9 @@ REGISTRY_LAYOUTS = [
     "embeddinggemma2_text",
     "qwen_vl",
 ]
+DIFFERENTIAL = [*REGISTRY_LAYOUTS, "qwen3_omni:audio", "qwen_vl:flat"]
+"""The layouts, plus draws that always switch one config feature on: the Omni wrapper with ``enable_audio_output``
+(talker and code2wav) and Qwen2.5-VL's flat (transformers-4) ``config.json``."""
 FAST = settings(
     max_examples=25, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck), database=None
 )
@@ -79,9 +87,13 @@ _LEAVES = [
     "fc1",
     "proj1",
     "experts.0.gate_proj",
+    "codec_head",
+    "codec_embedding",
+    "pwconv1",
     "no_such_module",
 ]
 _TOWERS = r"(^|.*\.)(visual|vision_tower|multi_modal_projector|audio_tower)(\..*|$)"
+_SPEECH = r"(^|.*\.)(visual|audio_tower|talker|code2wav)(\..*|$)"
 _REGEXES = [
     r".*\.layers\.\d+\.(self_attn|linear_attn)\.[a-z_]+",
     r".*\.(q|v)_proj",
@@ -226,6 +238,68 @@ def _omni_thinker(d: st.DrawFn) -> dict[str, Any]:
     }
 
 
+def _talker(d: st.DrawFn, thinker_hidden: int) -> dict[str, Any]:
+    """A talker config that builds: ``shared_expert_intermediate_size`` and ``spatial_merge_size`` are extra
+    attributes the modeling code reads (transformers' defaults lack them and do not build; the registry declines
+    those, see ``test_the_default_talker_does_not_build``)."""
+    heads = d(st.sampled_from([1, 2, 4]))
+    text: dict[str, Any] = {
+        "hidden_size": d(st.sampled_from([16, 32])),
+        "intermediate_size": d(st.sampled_from([24, 48])),
+        "num_hidden_layers": d(st.integers(0, 3)),
+        "num_attention_heads": heads,
+        "num_key_value_heads": d(st.sampled_from([k for k in (1, 2, 4) if heads % k == 0])),
+        "vocab_size": d(st.sampled_from([40, 64])),
+        "moe_intermediate_size": d(st.sampled_from([8, 24])),
+        "shared_expert_intermediate_size": d(st.sampled_from([8, 12])),
+        "num_experts": d(st.integers(1, 4)),
+        "num_experts_per_tok": 1,
+        "decoder_sparse_step": d(st.sampled_from([1, 2])),
+        "mlp_only_layers": d(st.sampled_from([[], [0]])),
+        "attention_bias": d(st.booleans()),
+    }
+    if d(st.booleans()):
+        text["head_dim"] = d(st.sampled_from([8, 16]))
+    ph = d(st.sampled_from([1, 2]))
+    return {
+        "text_config": text,
+        "code_predictor_config": {
+            "hidden_size": d(st.sampled_from([16, 32])),
+            "intermediate_size": d(st.sampled_from([24, 48])),
+            "num_hidden_layers": d(st.integers(0, 2)),
+            "num_attention_heads": ph,
+            "num_key_value_heads": d(st.sampled_from([1, ph])),
+            "head_dim": 8,
+            "vocab_size": d(st.sampled_from([32, 48])),
+            "num_code_groups": d(st.integers(1, 3)),
+            "attention_bias": d(st.booleans()),
+        },
+        "thinker_hidden_size": thinker_hidden,
+        "spatial_merge_size": 2,
+        "num_code_groups": 4,
+    }
+
+
+def _code2wav(d: st.DrawFn) -> dict[str, Any]:
+    heads = d(st.sampled_from([1, 2]))
+    cfg: dict[str, Any] = {
+        "hidden_size": d(st.sampled_from([8, 16])),
+        "intermediate_size": d(st.sampled_from([24, 32])),
+        "num_hidden_layers": d(st.integers(0, 2)),
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "attention_bias": d(st.booleans()),
+        "decoder_dim": d(st.sampled_from([8, 16])),
+        "codebook_size": d(st.sampled_from([8, 16])),
+        "num_quantizers": d(st.integers(1, 3)),
+        "upsample_rates": d(st.lists(st.integers(1, 3), min_size=0, max_size=2)),
+        "upsampling_ratios": d(st.lists(st.integers(1, 2), min_size=0, max_size=2)),
+    }
+    if d(st.booleans()):
+        cfg["head_dim"] = 4
+    return cfg
+
+
 @st.composite
 def base_configs(d: st.DrawFn, layout: str) -> Any:
     import transformers as tf
@@ -238,10 +312,14 @@ def base_configs(d: st.DrawFn, layout: str) -> Any:
         cfg = tf.Qwen3OmniMoeThinkerConfig(**_omni_thinker(d))
         cfg.architectures = ["Qwen3OmniMoeThinkerForConditionalGeneration"]
         return cfg
-    if layout == "qwen3_omni":
+    if layout in ("qwen3_omni", "qwen3_omni:audio"):
         thinker = _omni_thinker(d)
         thinker["tie_word_embeddings"] = False
-        cfg = tf.Qwen3OmniMoeConfig(thinker_config=thinker, enable_audio_output=False)
+        audio = layout.endswith(":audio") or d(st.booleans())
+        speech = {"talker_config": _talker(d, thinker["text_config"]["hidden_size"])} if audio else {}
+        if audio:
+            speech["code2wav_config"] = _code2wav(d)
+        cfg = tf.Qwen3OmniMoeConfig(thinker_config=thinker, enable_audio_output=audio, **speech)
         cfg.architectures = ["Qwen3OmniMoeForConditionalGeneration"]
         return cfg
 
@@ -319,7 +397,8 @@ def lora_configs(d: st.DrawFn, module_names: list[str], converts: bool = False) 
     if d(st.booleans()):
         raw["exclude_modules"] = d(
             st.one_of(
-                st.just(_TOWERS), st.lists(st.sampled_from(_LEAVES), min_size=1, max_size=3, unique=True)
+                st.sampled_from([_TOWERS, _SPEECH]),
+                st.lists(st.sampled_from(_LEAVES), min_size=1, max_size=3, unique=True),
             )
         )
     if kind in ("list", "names") and d(st.integers(0, 2)) == 0:
@@ -353,6 +432,8 @@ def lora_configs(d: st.DrawFn, module_names: list[str], converts: bool = False) 
 
 
 def _write_base(cfg: Any) -> tuple[Any, dict[str, Any]]:
+    """``cfg`` saved as ``config.json`` (a transformers config, or a :class:`RawConfig`): the meta path's base and
+    the raw dict."""
     folder = tempfile.mkdtemp(prefix="adapterdoc-expected-")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -373,7 +454,7 @@ def _meta_tree(model: Any) -> dict[str, tuple[str, tuple[tuple[str, tuple[int, .
             kind = "linear"
         elif isinstance(mod, torch.nn.Embedding):
             kind = "embedding"
-        elif isinstance(mod, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+        elif isinstance(mod, torch.nn.modules.conv._ConvNd):  # Conv1d/2d/3d and ConvTranspose (code2wav)
             kind = "conv"
         elif any(len(s) == 3 for _, s in own):
             kind = "experts"
@@ -535,13 +616,13 @@ def _registry_equals_meta_device(layout: str, how: Any) -> None:
     assert outcomes.count("declined") <= 0.7 * len(outcomes), outcomes
 
 
-@pytest.mark.parametrize("layout", REGISTRY_LAYOUTS)
+@pytest.mark.parametrize("layout", DIFFERENTIAL)
 def test_registry_equals_meta_device(layout: str) -> None:
     _registry_equals_meta_device(layout, FAST)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", REGISTRY_LAYOUTS)
+@pytest.mark.parametrize("layout", DIFFERENTIAL)
 def test_registry_equals_meta_device_slow(layout: str) -> None:
     _registry_equals_meta_device(layout, SLOW)
 
@@ -673,3 +754,270 @@ def test_adapter_configs_the_registry_declines(lora: dict[str, Any]) -> None:
         registry_adapter(
             build_tree(raw), AdapterConfig({"peft_type": "LORA", "target_modules": ["q_proj"], **lora})
         )
+
+
+# --------------------------------------------------------------------------------------------- Omni with audio output
+
+
+def released_omni_config() -> dict[str, Any]:
+    """A ``config.json`` with every field the released Qwen3-Omni-30B-A3B-Instruct config carries (saved by
+    transformers 5.7: ``enable_audio_output`` true, talker and code2wav configs with ``model_type`` ``""``, the
+    talker text config's extra ``shared_expert_intermediate_size`` / ``head_dim``, the talker's
+    ``spatial_merge_size``, unread leftovers such as ``codebook_dim``), at tiny sizes."""
+    rope = {"rope_theta": 1000000, "rope_type": "default", "interleaved": True, "mrope_section": [1, 1, 2]}
+    text = {
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "decoder_sparse_step": 1,
+        "head_dim": 8,
+        "hidden_act": "silu",
+        "hidden_size": 32,
+        "intermediate_size": 24,
+        "max_position_embeddings": 128,
+        "mlp_only_layers": [],
+        "model_type": "qwen3_omni_moe_text",
+        "moe_intermediate_size": 8,
+        "norm_topk_prob": True,
+        "num_attention_heads": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 2,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {**rope, "mrope_interleaved": True},
+        "router_aux_loss_coef": 0.001,
+        "shared_expert_intermediate_size": 0,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "use_qk_norm": True,
+        "use_sliding_window": False,
+        "vocab_size": 100,
+    }
+    talker_text = {
+        **{k: text[k] for k in ("attention_bias", "decoder_sparse_step", "hidden_act", "mlp_only_layers")},
+        "head_dim": 8,
+        "hidden_size": 16,
+        "intermediate_size": 24,
+        "max_position_embeddings": 128,
+        "model_type": "qwen3_omni_moe_talker_text",
+        "moe_intermediate_size": 8,
+        "norm_topk_prob": True,
+        "num_attention_heads": 2,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 2,
+        "num_key_value_heads": 1,
+        "num_local_experts": 4,
+        "output_router_logits": False,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {**rope, "type": "default"},
+        "router_aux_loss_coef": 0.001,
+        "shared_expert_intermediate_size": 16,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "use_sliding_window": False,
+        "vocab_size": 48,
+    }
+    return {
+        "architectures": ["Qwen3OmniMoeForConditionalGeneration"],
+        "assistant_token_id": 77091,
+        "code2wav_config": {
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "codebook_dim": 8,
+            "codebook_size": 16,
+            "decoder_dim": 16,
+            "hidden_act": "silu",
+            "hidden_size": 16,
+            "initializer_range": 0.02,
+            "intermediate_size": 32,
+            "layer_scale_initial_scale": 0.01,
+            "max_position_embeddings": 128,
+            "model_type": "",
+            "num_attention_heads": 2,
+            "num_hidden_layers": 1,
+            "num_key_value_heads": 2,
+            "num_quantizers": 2,
+            "num_semantic_quantizers": 1,
+            "rms_norm_eps": 1e-05,
+            "rope_parameters": {"rope_theta": 10000, "rope_type": "default"},
+            "semantic_codebook_size": 32,
+            "sliding_window": 8,
+            "upsample_rates": [2, 2],
+            "upsampling_ratios": [2],
+            "vector_quantization_hidden_dimension": 8,
+        },
+        "dtype": "bfloat16",
+        "enable_audio_output": True,
+        "im_end_token_id": 151645,
+        "im_start_token_id": 151644,
+        "initializer_range": 0.02,
+        "model_type": "qwen3_omni_moe",
+        "system_token_id": 8948,
+        "talker_config": {
+            "accept_hidden_layer": 1,
+            "audio_end_token_id": 151670,
+            "audio_start_token_id": 151669,
+            "audio_token_id": 151675,
+            "code_predictor_config": {
+                "attention_bias": False,
+                "attention_dropout": 0,
+                "head_dim": 8,
+                "hidden_act": "silu",
+                "hidden_size": 16,
+                "intermediate_size": 24,
+                "layer_types": ["full_attention"],
+                "max_position_embeddings": 128,
+                "max_window_layers": 28,
+                "model_type": "qwen3_omni_moe_talker_code_predictor",
+                "num_attention_heads": 2,
+                "num_code_groups": 3,
+                "num_hidden_layers": 1,
+                "num_key_value_heads": 1,
+                "rms_norm_eps": 1e-06,
+                "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"},
+                "sliding_window": None,
+                "tie_word_embeddings": False,
+                "use_sliding_window": False,
+                "vocab_size": 32,
+            },
+            "codec_bos_id": 2149,
+            "codec_eos_token_id": 2150,
+            "codec_nothink_id": 2155,
+            "codec_pad_id": 2148,
+            "codec_think_bos_id": 2156,
+            "codec_think_eos_id": 2157,
+            "image_token_id": 151655,
+            "initializer_range": 0.02,
+            "model_type": "",
+            "num_code_groups": 3,
+            "output_router_logits": False,
+            "position_id_per_seconds": 13,
+            "seconds_per_chunk": 2,
+            "spatial_merge_size": 2,
+            "speaker_id": {"aiden": 2303, "chelsie": 2301, "ethan": 2302},
+            "text_config": talker_text,
+            "thinker_hidden_size": 32,
+            "tie_word_embeddings": False,
+            "video_token_id": 151656,
+            "vision_start_token_id": 151652,
+        },
+        "thinker_config": {
+            "audio_config": {
+                "activation_dropout": 0,
+                "activation_function": "gelu",
+                "attention_dropout": 0,
+                "conv_chunksize": 500,
+                "d_model": 16,
+                "downsample_hidden_size": 8,
+                "dropout": 0,
+                "encoder_attention_heads": 2,
+                "encoder_ffn_dim": 32,
+                "encoder_layers": 1,
+                "max_source_positions": 1500,
+                "model_type": "qwen3_omni_moe_audio_encoder",
+                "n_window": 4,
+                "n_window_infer": 800,
+                "num_mel_bins": 16,
+                "output_dim": 32,
+                "scale_embedding": False,
+                "tie_word_embeddings": True,
+            },
+            "audio_end_token_id": 151670,
+            "audio_start_token_id": 151669,
+            "audio_token_id": 151675,
+            "dtype": "bfloat16",
+            "image_token_id": 151655,
+            "initializer_range": 0.02,
+            "model_type": "qwen3_omni_moe_thinker",
+            "position_id_per_seconds": 13,
+            "seconds_per_chunk": 2,
+            "text_config": text,
+            "tie_word_embeddings": False,
+            "user_token_id": 872,
+            "video_token_id": 151656,
+            "vision_config": {
+                "apply_vit_abs_pos_embed": True,
+                "deepstack_visual_indexes": [0],
+                "depth": 1,
+                "hidden_act": "gelu_pytorch_tanh",
+                "hidden_size": 16,
+                "image_size": 64,
+                "in_channels": 3,
+                "in_chans": 3,
+                "intermediate_size": 24,
+                "model_type": "qwen3_omni_moe_vision_encoder",
+                "num_heads": 2,
+                "num_position_embeddings": 16,
+                "out_hidden_size": 32,
+                "patch_size": 16,
+                "spatial_merge_size": 2,
+                "spatial_patch_size": 16,
+                "temporal_patch_size": 2,
+                "tie_word_embeddings": True,
+                "tokens_per_second": 2,
+            },
+            "vision_end_token_id": 151653,
+            "vision_start_token_id": 151652,
+        },
+        "transformers_version": "5.7.0",
+        "tts_bos_token_id": 151672,
+        "tts_eos_token_id": 151673,
+        "tts_pad_token_id": 151671,
+        "user_token_id": 872,
+    }
+
+
+_Raw = RawConfig
+
+
+_TALKER_LORAS = [
+    {"peft_type": "LORA", "r": 2, "target_modules": ["q_proj", "v_proj", "o_proj"]},  # the talker's too
+    {"peft_type": "LORA", "r": 2, "target_modules": ["q_proj", "gate_proj", "up_proj", "down_proj"]},
+    {"peft_type": "LORA", "r": 2, "target_modules": ["k_proj"], "exclude_modules": _SPEECH},
+    {
+        "peft_type": "LORA",
+        "r": 4,
+        "target_modules": ["q_proj", "codec_head", "pwconv1", "shared_expert_gate"],
+        "target_parameters": ["mlp.experts.gate_up_proj"],
+        "rank_pattern": {"talker.model.layers.0.self_attn.q_proj": 3},
+    },
+    {"peft_type": "LORA", "r": 2, "target_modules": _OMNI_ALL},
+]
+
+
+@pytest.mark.parametrize("lora", _TALKER_LORAS)
+def test_the_released_omni_config_with_audio_output_is_the_registrys(lora: dict[str, Any]) -> None:
+    """The released Instruct config (audio output on) is decided by the registry, equal to PEFT on the meta device,
+    talker and code2wav included; leaf-name targets reach the talker unless excluded. Pinned PEFT fact (peft
+    0.21.2): even a regex that names only ``language_model`` does, because the MoE config rewrite resolves a string
+    ``target_modules`` to leaf names (``q_proj``, ...), which then match the talker's and code2wav's layers."""
+    assert check_equal(_Raw(released_omni_config()), lora) != "declined"  # perturbed keys: the meta device
+    _, raw = _write_base(_Raw(released_omni_config()))
+    reg = registry_adapter(build_tree(raw), AdapterConfig(lora))
+    on_talker = any(m.startswith(("talker.", "code2wav.")) for m in reg.injected_modules)
+    assert on_talker == ("exclude_modules" not in lora)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda c: c["talker_config"]["text_config"].pop("shared_expert_intermediate_size"), "shared_expert"),
+        (lambda c: c["talker_config"].pop("spatial_merge_size"), "spatial_merge_size"),
+        (lambda c: c.pop("talker_config"), "talker_config"),
+        (lambda c: c.pop("code2wav_config"), "code2wav_config"),
+        (lambda c: c["talker_config"].update(tie_word_embeddings=True), "tie_word_embeddings"),
+    ],
+)
+def test_omni_audio_configs_the_registry_declines(change: Any, why: str) -> None:
+    """Talker configs transformers cannot build (its defaults lack ``shared_expert_intermediate_size`` and
+    ``spatial_merge_size``) are declined: the meta device then reports transformers' own error. A default
+    sub-config (``talker_config`` / ``code2wav_config`` left out) and tied talker weights are not modelled."""
+    cfg = released_omni_config()
+    change(cfg)
+    with pytest.raises(Unmodeled, match=why):
+        build_tree(cfg)
+    if why in ("shared_expert", "spatial_merge_size"):  # pinned transformers fact: the meta device fails too
+        spec, _ = _write_base(_Raw(cfg))
+        with pytest.raises(UnsupportedInputError, match=f"cannot build .*{why}"):
+            M.build_meta_model(spec, M.load_config(spec))

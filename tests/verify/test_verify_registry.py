@@ -51,18 +51,46 @@ CASES = {
     "embeddinggemma2": {**LORA, "target_modules": "all-linear", "exclude_modules": r".*\.ple_block\..*"},
     "embeddinggemma2_text": {**LORA, "rank_pattern": {"layers.1.self_attn.q_proj": 3}},
     "qwen_vl": {**LORA, "target_modules": "all-linear", "exclude_modules": r"(^|.*\.)visual(\..*|$)"},
+    # the released Omni Instruct config (talker and code2wav built): these leaves reach the talker too
+    "qwen3_omni:audio": {**LORA, "target_modules": ["q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"]},
+    "qwen_vl:flat": {**LORA, "rank_pattern": {"layers.1.self_attn.q_proj": 3}},
 }
-PER_EXPERT = ("qwen3_moe_text", "qwen3_omni")
+PER_EXPERT = ("qwen3_moe_text", "qwen3_omni", "qwen3_omni:audio")
 """Layouts whose CASES config PEFT rewrites to fused experts: they also get a per-expert adapter (transformers-4
 names) that PEFT converts at load (AD243), which the registry must judge as the meta device does."""
 
 
+def _flat_qwen_vl() -> dict[str, Any]:
+    """The tiny Qwen2.5-VL config in the flat hub form (pre-transformers-5): text fields at the top, rope as
+    ``rope_scaling`` ``mrope`` + ``rope_theta``, the old vision ``model_type``."""
+    from adapterdoc.ml.tiny import tiny_config
+
+    raw = tiny_config("qwen_vl").to_dict()
+    text = raw.pop("text_config")
+    rope = text.pop("rope_parameters")
+    raw.update({k: v for k, v in text.items() if k not in ("model_type", "tie_word_embeddings", "dtype")})
+    raw.update(
+        architectures=["Qwen2_5_VLForConditionalGeneration"],
+        rope_scaling={"type": "mrope", "mrope_section": rope["mrope_section"]},
+        rope_theta=rope["rope_theta"],
+        vision_token_id=151654,
+    )
+    raw["vision_config"].update(model_type="qwen2_5_vl", in_chans=3)
+    return raw
+
+
 def _base(root: Path, layout: str) -> Path:
     from adapterdoc.ml.tiny import model_class, tiny_config
+    from tests.verify.test_expected_keys import released_omni_config
 
+    folder = root / f"base-{layout.replace(':', '-')}"
+    raw = {"qwen3_omni:audio": released_omni_config, "qwen_vl:flat": _flat_qwen_vl}.get(layout)
+    if raw is not None:  # a config.json as the hub has it
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(raw()))
+        return folder
     cfg = tiny_config(layout)
     cfg.architectures = [model_class(layout).__name__]
-    folder = root / f"base-{layout}"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cfg.save_pretrained(folder)
@@ -86,14 +114,15 @@ def _adapters(root: Path, layout: str, base: Path) -> list[Path]:
     spec = M.resolve_base(str(base))
     meta = M.build_meta_adapter(spec, M.lora_config_from_raw(lora), config=M.load_config(spec))
     keys = dict(meta.expected)
-    out = [_adapter(root / f"{layout}-clean", lora, keys)]
+    name = layout.replace(":", "-")
+    out = [_adapter(root / f"{name}-clean", lora, keys)]
     partial = dict(list(keys.items())[3:])
     first = next(iter(partial))
     partial[first] = (partial[first][0] + 1, *partial[first][1:])
-    out.append(_adapter(root / f"{layout}-partial", lora, partial))
+    out.append(_adapter(root / f"{name}-partial", lora, partial))
     if layout.endswith("_vl"):
         text = {k.replace(".language_model.", ".", 1): s for k, s in keys.items() if ".language_model." in k}
-        out.append(_adapter(root / f"{layout}-textnames", lora, text))
+        out.append(_adapter(root / f"{name}-textnames", lora, text))
     if layout in PER_EXPERT:
         from adapterdoc.layouts.trees import build_tree
         from tests.verify.test_expected_keys import _per_expert
@@ -101,7 +130,7 @@ def _adapters(root: Path, layout: str, base: Path) -> list[Path]:
         tree = build_tree(json.loads((base / "config.json").read_text()))
         per = _per_expert(keys, tree, seed=-1)
         assert any(".experts.0." in k for k in per) and not any(".experts.base_layer" in k for k in per)
-        out.append(_adapter(root / f"{layout}-perexpert", lora, per))
+        out.append(_adapter(root / f"{name}-perexpert", lora, per))
     return out
 
 
@@ -155,6 +184,8 @@ def test_no_torch_verify_equals_the_ml_path(tmp_path: Path, layout: str) -> None
         assert proc.returncode == (0 if ml["ok"] else 1)
         if adapter.name.endswith("partial"):
             assert fast["adapters"][0]["missing"] and fast["adapters"][0]["shape_mismatch"]
+        if layout == "qwen3_omni:audio" and adapter.name.endswith("clean"):  # PEFT puts LoRA on the talker
+            assert any(f["code"] == "AD227" and "`talker`" in f["message"] for f in fast["findings"])
         if adapter.name.endswith("perexpert"):
             assert [f["code"] for f in fast["findings"] if f["code"] == "AD243"] == ["AD243"]
             unexpected = fast["adapters"][0]["unexpected"]
