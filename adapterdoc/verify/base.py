@@ -102,7 +102,8 @@ class KeysView:
     ) -> None:
         from adapterdoc.layouts import apply_move, rename
 
-        self._meta, self.rules, self.layout, self.model_class, self.fix = meta, rules, layout, model_class, fix
+        self._meta, self.rules, self.fix = meta, rules, fix
+        self.layout, self.model_class = layout, model_class
         self.base_modules = [rename(rules, m) for m in meta.base_modules if not _tower(m)]
         own = [k for k in meta.expected if not _tower(k)]
         self._to_base = {apply_move(rules, k): k for k in own}

@@ -147,7 +147,8 @@ def _keys_view(spec: str, meta: Any, options: VerifyOptions) -> Any:
     view = profile.keys_against(meta.layout, options)
     if view is None:
         return meta
-    fix = f"adapterdoc remap {spec} --for {profile.name} --out DIR" if profile.needs(meta.layout, options) else None
+    needs = profile.needs(meta.layout, options)
+    fix = f"adapterdoc remap {spec} --for {profile.name} --out DIR" if needs else None
     return keys_view(meta, view, fix)
 
 
