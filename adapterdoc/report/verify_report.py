@@ -58,6 +58,9 @@ class VerifyReport(Report):
     move: dict[str, Any] | None = None
     """The diagnosed layout move, when the mismatch is one."""
     served_as: str | None = None
+    keys_against: dict[str, Any] | None = None
+    """Set when the profile checks the keys against a view of the base, not the model PEFT builds (``view``
+    ``text``, the registry ``layout`` or ``None``, the ``model_class`` words): TGI/LoRAX on a VL base."""
     load: dict[str, Any] | None = None
     weights: dict[str, Any] | None = None
     """The weights audit's summary (modules, inert, inert_share, total_delta_norm), when it ran."""
@@ -88,6 +91,7 @@ class VerifyReport(Report):
             "config": self.config,
             "move": self.move,
             "served_as": self.served_as,
+            "keys_against": self.keys_against,
             "load": self.load,
         }
         if self.weights is not None:

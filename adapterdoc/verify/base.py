@@ -87,3 +87,84 @@ def expected_model(
     report.expected_keys_from = "meta-device"
     report.expected_keys_note = why
     return M.build_meta_adapter(base.spec, lora_cfg, config=config, as_class=as_class)
+
+
+class KeysView:
+    """The expected model (``meta``: registry or meta device, the same surface) seen as an engine names its keys:
+    module paths and expected keys renamed along ``rules`` (the registry move from the base's layout to its text
+    counterpart, or the ``language_model`` strip of ``remap --vl`` when the registry has none), towers dropped.
+    :meth:`match` puts an adapter's keys through the base's own :meth:`match` (so PEFT's load-time rules still
+    apply) with each engine-style key renamed back to the base's; a key that is not engine-style (a name the
+    move would still change, or a tower module) is unexpected. Everything else reads through to ``meta``."""
+
+    def __init__(
+        self, meta: Any, rules: tuple[Any, ...], layout: str | None, model_class: str, fix: str | None
+    ) -> None:
+        from adapterdoc.layouts import apply_move, rename
+
+        self._meta, self.rules, self.fix = meta, rules, fix
+        self.layout, self.model_class = layout, model_class
+        self.base_modules = [rename(rules, m) for m in meta.base_modules if not _tower(m)]
+        own = [k for k in meta.expected if not _tower(k)]
+        self._to_base = {apply_move(rules, k): k for k in own}
+        self.expected = {apply_move(rules, k): meta.expected[k] for k in own}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._meta, name)
+
+    def _engine(self, key: str) -> str:
+        from adapterdoc.layouts import apply_move
+
+        return apply_move(self.rules, key)
+
+    def match(self, shapes: Any) -> Any:
+        import dataclasses
+
+        fed: dict[str, Any] = {}
+        back: dict[str, str] = {}
+        wrong: list[str] = []
+        for key, shape in shapes.items():
+            inner = self._to_base.get(key)
+            if inner is None:
+                if _tower(key) or self._engine(key) != key:
+                    wrong.append(key)
+                    continue
+                inner = key
+            fed[inner], back[inner] = shape, key
+        km = self._meta.match(fed)
+        return dataclasses.replace(
+            km,
+            missing=sorted({self._engine(k) for k in km.missing if not _tower(k)}),
+            unexpected=sorted([back.get(k, k) for k in km.unexpected] + wrong),
+            shape_mismatch=sorted((self._engine(k), got, want) for k, got, want in km.shape_mismatch),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The report's ``keys_against``."""
+        return {"view": "text", "layout": self.layout, "model_class": self.model_class}
+
+
+def _tower(name: str) -> bool:
+    from adapterdoc.layouts import tower_segment
+
+    return tower_segment(name) is not None
+
+
+def keys_view(meta: Any, view: str | None, fix: str | None) -> Any:
+    """``meta`` as a profile's :meth:`~adapterdoc.verify.profiles.base.Profile.keys_against` asks its keys to be
+    checked (``text``: the base's text model, named by the registry's text counterpart of its layout when it has
+    one, else the base's language model with ``language_model.`` stripped); ``meta`` itself for ``None`` or a
+    base with no such view."""
+    from adapterdoc.layouts import LAYOUTS, VL_RULES, move_rules
+    from adapterdoc.verify.profiles.served import is_vl, served_layout
+
+    if view != "text" or not is_vl(meta.layout):
+        return meta
+    layout = served_layout(meta.layout, "text")
+    rules = move_rules(meta.layout, layout) if layout else None
+    if layout is None or rules is None:
+        layout, rules = None, VL_RULES
+        model_class = f"the language model of {meta.model_class} (text-style keys)"
+    else:
+        model_class = f"{LAYOUTS[layout].model_class} (layout {layout}, the text model)"
+    return KeysView(meta, rules, layout, model_class, fix)

@@ -33,7 +33,8 @@ def key_findings(
         )
         return out  # nothing is expected, so every key "mismatches": the refusal is the one finding
     move = None
-    if km.unexpected or km.missing:
+    fix = getattr(meta, "fix", None)  # keys checked as an engine names them: its remap --for is the fix
+    if (km.unexpected or km.missing) and not fix:
         current = (len(km.unexpected), len(km.missing))
 
         def score(renamed: list[str]) -> tuple[int, int]:
@@ -45,7 +46,7 @@ def key_findings(
         move = best_move(
             candidate_moves(preferred, keys), names, score, current, target=meta.layout, sources=preferred
         )
-    hint = move.command(spec, report.layout) if move else None
+    hint = fix or (move.command(spec, report.layout) if move else None)
     if move:
         report.move = move.to_dict(spec, report.layout)
         n = len(km.unexpected) or len(km.missing)

@@ -18,7 +18,7 @@ from adapterdoc.facts import header_facts
 from adapterdoc.layouts import Detection
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.verify_report import OWN_BASE, VerifyReport, VerifyRun
-from adapterdoc.verify.base import Base, built_as_finding, expected_model
+from adapterdoc.verify.base import Base, built_as_finding, expected_model, keys_view
 from adapterdoc.verify.common import at, dedupe
 from adapterdoc.verify.config import adapter_config, config_findings, config_summary
 from adapterdoc.verify.keys import key_findings
@@ -119,7 +119,10 @@ def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
     report.base_layout = meta.layout
     if getattr(meta, "built_as", None) is not None:
         findings.append(built_as_finding(spec, meta.built_as))
-    km = meta.match(shapes)
+    kmeta = _keys_view(spec, meta, options)
+    if kmeta is not meta:
+        report.keys_against = kmeta.describe()
+    km = kmeta.match(shapes)
     report.missing, report.unexpected = km.missing, km.unexpected
     report.shape_mismatch = [k for k, _, _ in km.shape_mismatch]
     report.shape_details = [
@@ -127,14 +130,26 @@ def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
     ]
     report.config = config_summary(acfg, meta, inferred)
 
-    findings += key_findings(spec, ckpt, keys, meta, km, report, acfg)
+    findings += key_findings(spec, ckpt, keys, kmeta, km, report, acfg)
     findings += config_findings(spec, acfg, meta, keys)
     findings += weight_findings(spec, ckpt, keys, options.scan, report, options.max_inert_share)
-    findings += options.profile_rules.findings(spec, report, keys, meta, options, acfg)
+    findings += options.profile_rules.findings(spec, report, keys, kmeta, options, acfg)
     if options.load:
         findings += load_findings(spec, ckpt, base.spec, report, getattr(meta, "built_as", None))
     report.findings = sort_findings(dedupe(findings))
     return report
+
+
+def _keys_view(spec: str, meta: Any, options: VerifyOptions) -> Any:
+    """The expected model as the profile's engine names its keys (:meth:`Profile.keys_against`), with the
+    ``remap --for`` fix for keys that are not so named; ``meta`` itself when the profile checks PEFT's own."""
+    profile = options.profile_rules
+    view = profile.keys_against(meta.layout, options)
+    if view is None:
+        return meta
+    needs = profile.needs(meta.layout, options)
+    fix = f"adapterdoc remap {spec} --for {profile.name} --out DIR" if needs else None
+    return keys_view(meta, view, fix)
 
 
 def _header(ckpt: Checkpoint, spec: str) -> tuple[Detection, dict[str, int], list[Finding]]:

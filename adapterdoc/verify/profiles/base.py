@@ -88,6 +88,13 @@ class Profile:
         (``None``: unknown); ``None`` when this profile is not a serving engine (``remap --for`` refuses it)."""
         return None
 
+    def keys_against(self, base_layout: str | None, options: Any = None) -> str | None:
+        """The view of a base of registry layout ``base_layout`` that the adapter's keys are checked against
+        under this profile (missing, unexpected and shape: AD220-AD223): ``text``, the base's text model with the
+        names the engine reads (the registry's text counterpart of a VL layout, towers dropped:
+        :func:`adapterdoc.verify.base.keys_view`); ``None``, the model PEFT builds on the base."""
+        return None
+
     def label(self, options: Any) -> str:
         """The profile as the text report's header names it."""
         return self.name

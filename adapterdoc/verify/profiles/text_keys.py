@@ -219,6 +219,14 @@ class TextKeyProfile(Profile):
             rank_padding=(PAD_MINIMUM, PAD_BLOCK),
         )
 
+    def keys_against(self, base_layout: str | None, options: Any = None) -> str | None:
+        """The engine reads text-style keys on a VL base too (TGI's Qwen2-VL / Qwen2.5-VL classes find the
+        language model under ``language_model`` but look up ``model.layers.{i}...``): check the keys against the
+        base's text model, not PEFT's VL class."""
+        from adapterdoc.verify.profiles.served import is_vl
+
+        return "text" if is_vl(base_layout) else None
+
     def run_fields(self, options: Any, *, active: bool) -> dict[str, Any]:
         return {f"{self.name}_version": self.version if active else None}
 
@@ -306,7 +314,12 @@ class TextKeyProfile(Profile):
                 key="fan_in_fan_out",
             )
         applied = ", ".join(t for t in types if t in rd.applied) or "nothing"
-        add("reads", f"applies {applied} on {nlayers} layer(s) ({len(rd.read)} of {len(lora)} LoRA tensors)")
+        against = report.keys_against
+        checked = f"; keys checked against {against['model_class']}, not PEFT's VL class" if against else ""
+        add(
+            "reads",
+            f"applies {applied} on {nlayers} layer(s) ({len(rd.read)} of {len(lora)} LoRA tensors){checked}",
+        )
         return out
 
     def _architecture(self, config: Any, meta: Any, add: Any) -> None:
