@@ -120,9 +120,11 @@ CODES: list[Code] = [
         "error",
         "TGI has no adapter-aware model class for the base's `model_type`. " + _V,
         "TGI loads LoRA only into its own flash layers (llama, phi3, granite, mistral, qwen2, gemma2, gemma3, "
-        "starcoder2, qwen2_vl, qwen2_5_vl); on any other type `build_layer_weight_lookup` reads a "
-        "`self_attn.query_key_value` the class does not have, so no adapter can be served on that base.",
-        "a qwen3_5 base",
+        "starcoder2); on any other type `build_layer_weight_lookup` reads a `self_attn.query_key_value` the class "
+        "does not have, so no adapter can be served on that base. qwen2_vl and qwen2_5_vl have adapter-aware "
+        "layers, but the loader reads `text_model.model`, which their text model lacks: start-up fails with an "
+        "AttributeError (huggingface/text-generation-inference#3335, open).",
+        "a qwen3_5 or qwen2_5_vl base",
         "Serve the adapter on an engine that supports the architecture (vLLM, SGLang), or merge it and serve the "
         "merged model.",
     ),

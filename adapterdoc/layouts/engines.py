@@ -16,8 +16,6 @@ TGI_LORA_MODEL_TYPES = frozenset(
         "gemma3",
         "gemma3_text",
         "starcoder2",
-        "qwen2_vl",
-        "qwen2_5_vl",
     }
 )
 """``model_type``s TGI builds with its adapter-aware flash layers (``TensorParallelMultiAdapterLinear`` in
@@ -26,6 +24,15 @@ TGI_LORA_MODEL_TYPES = frozenset(
 ``flash_starcoder2_modeling.py``; ``models/__init__.py`` routes ``phi3`` and ``granite`` to the llama class). Any
 other type runs on a class whose layers have no ``self_attn.query_key_value``, which ``build_layer_weight_lookup``
 reads for every layer: no adapter can be served on it."""
+
+TGI_LORA_BROKEN = {
+    "qwen2_vl": "Qwen2Model",
+    "qwen2_5_vl": "Qwen2Model",
+}
+"""``model_type``s whose TGI class has adapter-aware layers but cannot load an adapter: ``build_layer_weight_lookup``
+(``utils/adapter.py``) reads ``model.text_model.model``, and the VL classes' ``text_model`` is the named class
+(``custom_modeling/qwen2_5_vl.py:843``, ``qwen2_vl.py:419``), which has no ``.model``: an AttributeError at start-up
+(huggingface/text-generation-inference#3335, #2847, open)."""
 
 TGI_ADAPTER_LAYERS = (
     "q_proj",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.errors import AdapterdocError, RefusedError
 from adapterdoc.layouts import LAYOUTS, move_rules, remap_path, rename
-from adapterdoc.remap.moves import RemapMove, detect, resolve_layout_move
+from adapterdoc.remap.moves import RemapMove, detect, resolve_layout_move, vl_move
 from adapterdoc.verify.profiles.served import is_vl, served_layout
 
 
@@ -99,6 +99,12 @@ def key_move(
             notes.append("the keys match no registry layout: kept as they are (taken as text-style keys)")
             return None
         target = served_layout(source, "text")
+        if target is None and is_vl(source):
+            notes.append(
+                f"the registry has no text layout for {source}: the language model's keys with "
+                "`language_model.` removed, as `remap --vl` writes them"
+            )
+            return vl_move()
     else:
         target = served_layout(served, "vl" if is_vl(served) else "text") if served else None
         if target is None:

@@ -42,10 +42,16 @@ class TgiProfile(TextKeyProfile):
         return TGI_ADAPTER_LAYERS
 
     def model_type_problem(self, model_type: str | None) -> tuple[str, str] | None:
-        from adapterdoc.layouts.engines import TGI_LORA_MODEL_TYPES
+        from adapterdoc.layouts.engines import TGI_LORA_BROKEN, TGI_LORA_MODEL_TYPES
 
         if model_type in TGI_LORA_MODEL_TYPES:
             return None
+        if model_type in TGI_LORA_BROKEN:
+            return "model_type", (
+                f"model_type {model_type!r}: TGI's adapter loader reads text_model.model, which its "
+                f"{TGI_LORA_BROKEN[model_type]} text model lacks (an AttributeError at start-up, TGI issue #3335): "
+                "no adapter can be served on this base"
+            )
         return "model_type", (
             f"model_type {model_type!r} has no adapter-aware flash class (build_layer_weight_lookup needs "
             "self_attn.query_key_value): no adapter can be served on this base"
