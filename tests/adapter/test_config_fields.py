@@ -294,7 +294,7 @@ def test_unknown_tool_table_key_is_exit_3_with_the_known_keys(text_adapter: Path
     assert r.stdout == ""
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("adapterdoc: error: ") and "`profle`" in line and "did you mean profile?" in line
-    assert "base, max-inert-share, max-lora-rank, profile, served-as" in line
+    assert "base, lora-target-modules, max-inert-share, max-lora-rank, profile, served-as" in line
     (tmp_path / "pyproject.toml").write_text("[tool.adapterdoc]\nmax_lora_rnk = 64\n")
     r = run_cli("verify", str(text_adapter), cwd=tmp_path)
     assert r.returncode == 3 and "did you mean max-lora-rank?" in r.stderr
