@@ -88,6 +88,7 @@ class SglangProfile(Profile):
             dora=False,
             modules_to_save=False,
             version=SGLANG_VERSION,
+            fill="sglang-pairs",
         )
 
     def findings(

@@ -217,6 +217,7 @@ class TextKeyProfile(Profile):
             modules_to_save=False,
             version=self.version,
             rank_padding=(PAD_MINIMUM, PAD_BLOCK),
+            fill="layer-types",
         )
 
     def run_fields(self, options: Any, *, active: bool) -> dict[str, Any]:
