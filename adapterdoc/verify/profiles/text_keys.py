@@ -271,6 +271,7 @@ class TextKeyProfile(Profile):
                 f"{leaf} LoRA is missing in layer(s) {layers_text(missing)} of {nlayers} ({why}a type is loaded "
                 f"only when every layer has it): the engine drops {leaf} in every layer",
                 key=leaf,
+                hint=None if absent else fix,
             )
         categorized = set(rd.read) | set(rd.not_text) | set(rd.other)
         categorized |= {k.key for k in lora if k.target.rpartition(".")[2] in rd.dropped}
