@@ -420,4 +420,34 @@ CODES += [
         "an adapter whose keys match no registry layout, remapped `--for vllm` without `--base`",
         "Pass `--base BASE` (the model folder the server loads, or its config.json).",
     ),
+    Code(
+        "AD268",
+        "zero-lora-added",
+        "info",
+        "`remap --for ENGINE` added zero LoRA (`lora_A` and `lora_B` all zeros) on modules the engine needs and the "
+        "adapter lacked.",
+        "A module with `B = A = 0` adds `B A x = 0`: PEFT's outputs are unchanged exactly, in every dtype. TGI and "
+        "LoRAX load a layer type only when every layer has it (an adapter trained with `layers_to_transform`, or "
+        "`q_proj` on some layers only, loses the whole type); SGLang stacks `q_proj` with `k_proj`/`v_proj` "
+        "(`q_proj` without `v_proj` fails to load) and `gate_proj` with `up_proj` (a `k_proj`/`v_proj` without "
+        "`q_proj`, an `up_proj` without `gate_proj`, is skipped). The zeros take the base module's shape and the "
+        "module's rank; adapter_config.json then makes PEFT build exactly these modules (the leaf names added to "
+        "`target_modules`, `layers_to_transform` / `layers_pattern` dropped). The JSON's `rewrites` entry `fill` "
+        "lists the modules and `bytes_added`.",
+        "`layers_to_transform: [0, 1]` on a 4-layer base with `--for tgi`: q_proj and v_proj added on layers 2-3",
+        "Nothing to do; serve the rewritten adapter (the zeros cost their bytes and the engine's compute on them).",
+    ),
+    Code(
+        "AD269",
+        "zero-lora-fill-impossible",
+        "error",
+        "`remap --for ENGINE` refused: the engine needs zero LoRA added and it cannot be added exactly.",
+        "The zeros need the base's module shapes (no `--base` and no local `base_model_name_or_path`), or the base "
+        "itself has no such module on some layer (a hybrid stack whose linear-attention layers have no `q_proj`: "
+        "TGI and LoRAX then drop that layer type whatever the adapter holds), or no `target_modules` makes PEFT "
+        "build exactly the filled modules. The command exits 3 and changes nothing.",
+        "a `q_proj` adapter for `--for tgi` on a base whose layers 0-2 are linear attention",
+        "Pass `--base BASE` when the shapes are missing; otherwise serve the adapter on an engine that loads the "
+        "layers it has (vLLM, SGLang), or merge it into the base (`adapterdoc merge ADAPTER --base BASE --out DIR`).",
+    ),
 ]

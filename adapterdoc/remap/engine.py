@@ -7,7 +7,8 @@ profile says it needs (:meth:`~adapterdoc.verify.profiles.base.Profile.needs`):
 4. one rank and one scaling for an engine that ignores ``rank_pattern`` / ``alpha_pattern``: ranks zero-padded to
    the largest (exact in every dtype), and where the modules' scalings differ, ``lora_B`` multiplied by
    ``s_m / s`` (exact for a power of two, else rounded once per element: measured and reported);
-5. a regex ``target_modules`` replaced by the module paths it selected.
+5. zero LoRA added where the engine drops or fails on a module that lacks a partner (:mod:`.engine_fill`);
+6. a regex ``target_modules`` replaced by the module paths it selected.
 
 DoRA, ``modules_to_save`` and expert LoRA on an engine that serves none of them have no exact rewrite: refused
 (exit 3) before anything is written, with what to do instead. Header-only when only keys and config change; a
@@ -26,6 +27,7 @@ from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.remap import engine_config as C
 from adapterdoc.remap.config import dump_like
 from adapterdoc.remap.engine_base import base_layout, key_move
+from adapterdoc.remap.engine_fill import fill_step
 from adapterdoc.remap.engine_ranks import plan_uniform
 from adapterdoc.remap.engine_tensors import Group, identity_groups, transform
 from adapterdoc.remap.expert_names import DOWN, GATE_UP, fused_owner_prefix
@@ -139,7 +141,10 @@ def make_engine_plan(
         if changes:
             groups = transform(groups if groups is not None else identity_groups(view), changes)
 
-    # 5. regex target_modules → the list
+    # 5. zero LoRA the engine needs added (a streamed copy)
+    groups, names = fill_step(needs.fill, raw, names, groups, view, base, cfg.path, engine, report)
+
+    # 6. regex target_modules → the list
     if not needs.regex_targets and C.is_regex(raw.get("target_modules")):
         before = json.loads(json.dumps(raw))
         listed = C.explicit_targets(raw, _targetable(names, raw), cfg.path)
@@ -308,6 +313,15 @@ def _findings(engine: str, report: RemapReport) -> list[Any]:
                     "AD263",
                     f"{r['tensors']} lora_B tensor(s) multiplied by their scaling ratio for {engine}: rounded once, "
                     f"largest relative change {r['max_rel_rounding']:.3g}",
+                    path=report.input,
+                )
+            )
+        elif kind == "fill":
+            what = ", ".join(f"{leaf} on {len(layers)} layer(s)" for leaf, layers in r["added"].items())
+            out.append(
+                make(
+                    "AD268",
+                    f"zero LoRA added for {engine} ({r['fill']}): {what}; {r['bytes_added']} bytes added",
                     path=report.input,
                 )
             )

@@ -300,4 +300,5 @@ def test_needs(name: str) -> None:
         modules_to_save=False,
         version=get_profile(name).version,  # type: ignore[attr-defined]
         rank_padding=(8, 16),
+        fill="layer-types",
     )

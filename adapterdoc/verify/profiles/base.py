@@ -45,6 +45,11 @@ class EngineNeeds:
     to the next multiple of ``block`` and then scales layer types with the padded rank (TGI, LoRAX): make every
     rank one it does not pad, zero-padding lora_A/lora_B and scaling ``lora_alpha`` so that each module keeps
     PEFT's scaling exactly. ``None``: ranks are served as they are."""
+    fill: str | None = None
+    """Zero LoRA the engine needs added (``B A = 0``: PEFT's outputs unchanged): ``layer-types`` (the engine drops
+    a layer type unless every layer has it, TGI and LoRAX: the type is added on the layers that lack it),
+    ``sglang-pairs`` (the partners SGLang stacks: ``v_proj`` (and ``k_proj``) for a ``q_proj``, ``q_proj`` for a
+    ``k_proj`` / ``v_proj``, ``gate_proj`` for an ``up_proj``). ``None``: nothing is added."""
 
 
 class Profile:

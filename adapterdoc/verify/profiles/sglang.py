@@ -88,6 +88,7 @@ class SglangProfile(Profile):
             dora=False,
             modules_to_save=False,
             version=SGLANG_VERSION,
+            fill="sglang-pairs",
         )
 
     def findings(
@@ -286,6 +287,7 @@ def _key_findings(
             "AD435",
             "q_proj LoRA without v_proj in the same layer: normalize_qkv_proj fails",
             loaded.qkv_key_error,
+            hint=f"adapterdoc remap {spec} --for sglang --out DIR",
         )
     unmatched = sorted(
         k

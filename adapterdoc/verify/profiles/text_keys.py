@@ -217,6 +217,7 @@ class TextKeyProfile(Profile):
             modules_to_save=False,
             version=self.version,
             rank_padding=(PAD_MINIMUM, PAD_BLOCK),
+            fill="layer-types",
         )
 
     def keys_against(self, base_layout: str | None, options: Any = None) -> str | None:
@@ -278,6 +279,7 @@ class TextKeyProfile(Profile):
                 f"{leaf} LoRA is missing in layer(s) {layers_text(missing)} of {nlayers} ({why}a type is loaded "
                 f"only when every layer has it): the engine drops {leaf} in every layer",
                 key=leaf,
+                hint=None if absent else fix,
             )
         categorized = set(rd.read) | set(rd.not_text) | set(rd.other)
         categorized |= {k.key for k in lora if k.target.rpartition(".")[2] in rd.dropped}

@@ -1,0 +1,124 @@
+"""The base's modules a ``remap --for`` fill adds zero LoRA on (:mod:`adapterdoc.remap.engine_fill`): which
+Linear modules it has, with their ``(out_features, in_features)``, and which modules PEFT can put LoRA on at all.
+The registry's module tree when it describes the base (torch-free), else the base built on the meta device
+(:mod:`adapterdoc.ml.build`; needs the ML extra). Only a fill that is needed reads the base this way."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.bases import BaseSpec
+
+LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+@dataclass
+class BaseModules:
+    """The base's LoRA-capable modules (no ``base_model.model.`` wrapper)."""
+
+    linear: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Linear module → ``(out_features, in_features)``."""
+    capable: set[str] = field(default_factory=set)
+    """Every module PEFT can put LoRA on (Linear, Embedding, Conv)."""
+    output_embedding: str | None = None
+    """``get_output_embeddings()``'s module (PEFT's ``all-linear`` leaves it out)."""
+    source: str = "registry"
+
+    @property
+    def nlayers(self) -> int:
+        """Layers of the decoder stack (outside towers): the largest ``layers.N`` + 1."""
+        from adapterdoc.layouts import tower_segment
+
+        found = [int(m.group(1)) for n in self.capable if tower_segment(n) is None and (m := LAYER.search(n))]
+        return max(found) + 1 if found else 0
+
+
+def resolve(base: str | None, named: str | None) -> BaseSpec | None:
+    """``--base``, else ``base_model_name_or_path`` when it resolves locally; ``None`` when neither does."""
+    from adapterdoc.bases import resolve_base
+    from adapterdoc.errors import AdapterdocError
+
+    if base is not None:
+        return resolve_base(base)
+    if not named:
+        return None
+    try:
+        return resolve_base(named)
+    except AdapterdocError:
+        return None
+
+
+def layer_count(spec: BaseSpec) -> int | None:
+    """``num_hidden_layers`` of the base's (text) config, read torch-free; ``None`` when it does not say."""
+    from adapterdoc.bases import read_config_json
+    from adapterdoc.errors import AdapterdocError
+    from adapterdoc.layouts import LAYOUTS
+
+    try:
+        if spec.kind == "tiny":
+            lay = LAYOUTS.get(spec.tiny_layout or "")
+            raw: Any = lay.tiny.kwargs() if lay and lay.tiny else None
+        else:
+            raw = read_config_json(spec)
+    except (AdapterdocError, OSError, ValueError):
+        return None
+    return _find(raw, "num_hidden_layers")
+
+
+def _find(raw: Any, key: str) -> int | None:
+    if not isinstance(raw, dict):
+        return None
+    text = raw.get("text_config")
+    if isinstance(text, dict) and isinstance(text.get(key), int):
+        return text[key]
+    if isinstance(raw.get(key), int):
+        return raw[key]
+    for value in raw.values():
+        found = _find(value, key)
+        if found is not None:
+            return found
+    return None
+
+
+def read_base(spec: BaseSpec) -> BaseModules:
+    """The base's modules: the registry tree when it describes the base, else the meta device."""
+    from adapterdoc.bases import registry_view
+    from adapterdoc.layouts.trees import CONV, EMBEDDING, LINEAR
+
+    tree, _, _ = registry_view(spec)
+    if tree is not None:
+        out = BaseModules(output_embedding=tree.output_embedding, source="registry")
+        for node in tree.nodes:
+            if node.kind == LINEAR:
+                out_f, in_f = dict(node.params)["weight"]
+                out.linear[node.name] = (out_f, in_f)
+            if node.kind in (LINEAR, EMBEDDING, CONV):
+                out.capable.add(node.name)
+        return out
+    return _meta(spec)
+
+
+def _meta(spec: BaseSpec) -> BaseModules:
+    from adapterdoc.ml.build import build_meta_model, require_ml
+
+    require_ml(f"remap --for on {spec.spec} (the base's module shapes: the registry does not describe it)")
+    import torch
+
+    model = build_meta_model(spec)
+    out = BaseModules(source="meta device")
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    for name, mod in model.named_modules():
+        if not name:
+            continue
+        if mod is head:
+            out.output_embedding = name
+        if isinstance(mod, torch.nn.Linear):
+            out.linear[name] = (mod.out_features, mod.in_features)
+            out.capable.add(name)
+        elif isinstance(mod, (torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d)) or (
+            type(mod).__name__ == "Conv1D"
+        ):
+            out.capable.add(name)
+    return out
