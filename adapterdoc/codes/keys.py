@@ -450,4 +450,18 @@ CODES += [
         "Pass `--base BASE` when the shapes are missing; otherwise serve the adapter on an engine that loads the "
         "layers it has (vLLM, SGLang), or merge it into the base (`adapterdoc merge ADAPTER --base BASE --out DIR`).",
     ),
+    Code(
+        "AD270",
+        "engine-cannot-serve",
+        "error",
+        "`remap --for ENGINE` refused: the engine cannot apply this adapter whatever is rewritten.",
+        "Some of its LoRA is on modules the engine has no LoRA support for (SGLang: Qwen3.5's `in_proj_qkv` / "
+        "`in_proj_z`; TGI and LoRAX: anything outside their layer lists, such as `lm_head` on TGI or the "
+        "linear-attention projections), or the engine serves no LoRA on the base's model type at all. Renaming or "
+        "padding cannot make those modules served, and dropping them would change the outputs, so the command "
+        "exits 3 and changes nothing (verify under the engine's profile names the same modules).",
+        "a Qwen3.5 adapter on `in_proj_qkv` with `--for sglang`",
+        "Serve it on an engine that applies those modules (vLLM), merge it into the base "
+        "(`adapterdoc merge ADAPTER --base BASE --out DIR`), or retrain without those targets.",
+    ),
 ]

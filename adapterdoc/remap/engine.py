@@ -61,6 +61,7 @@ def make_engine_plan(
     cfg = ckpt.adapter_config
     if cfg is None or cfg.path is None:
         raise RefusedError(weights, "remap --for needs the adapter folder with its adapter_config.json")
+    profile = None
     if needs is None:
         try:
             profile = get_profile(engine)
@@ -153,6 +154,17 @@ def make_engine_plan(
             {"rewrite": "target_modules", "from": before["target_modules"], "entries": len(listed)}
         )
 
+    # 7. what no rewrite can make the engine apply
+    if profile is not None:
+        lora = sorted({parse_key(n).module for n, _ in names if parse_key(n).is_lora})
+        why = profile.unservable(raw, lora, _model_type(layout, base, cfg.base_model))
+        if why is not None:
+            raise RefusedError(
+                weights,
+                f"AD270: {why}: no rewrite makes {engine} apply it; serve it on an engine that does, or merge it "
+                "into the base (adapterdoc merge ADAPTER --base BASE --out DIR)",
+            )
+
     report.findings = sort_findings([*report.findings, *_findings(engine, report)])
     raw_before = json.loads(original.decode("utf-8"))
     config_bytes = dump_like(raw, original) if raw != raw_before else (original if out is not None else None)
@@ -168,6 +180,26 @@ def make_engine_plan(
     if not report.rewrites:
         notes.append(f"the adapter already fits {engine} {needs.version}: nothing to do")
     return plan
+
+
+def _model_type(layout: str | None, base: str | None, named: str | None) -> str | None:
+    """The base's ``model_type``: its registry layout's, else its config.json's (``--base`` or a local
+    ``base_model_name_or_path``); ``None`` when neither says."""
+    from adapterdoc.layouts import LAYOUTS
+
+    if layout in LAYOUTS:
+        return LAYOUTS[layout].model_type
+    from adapterdoc.bases import read_config_json
+    from adapterdoc.errors import AdapterdocError
+    from adapterdoc.remap.engine_fill_base import resolve
+
+    try:
+        spec = resolve(base, named)
+        raw = read_config_json(spec) if spec is not None and spec.kind != "tiny" else None
+    except (AdapterdocError, OSError, ValueError):
+        return None
+    mt = raw.get("model_type") if isinstance(raw, dict) else None
+    return mt if isinstance(mt, str) else None
 
 
 def _refuse_inexact(

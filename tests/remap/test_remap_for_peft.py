@@ -197,10 +197,11 @@ def test_vllm_served_class_from_base(tmp_path: Path) -> None:
 
 
 def test_expert_layout_for_vllm(tmp_path: Path) -> None:
-    """vLLM reads fused expert LoRA for this MoE class: a per-expert adapter is fused, outputs unchanged."""
-    moe = "qwen3_5_moe_text"
-    if get_profile("vllm").needs(moe).experts != "fused":
-        pytest.skip("the registry does not say this class reads fused experts")
+    """vLLM 0.33.0 reads fused expert LoRA for the 3-D MoE class Qwen3_5MoeForConditionalGeneration (and
+    per-expert for the text class Qwen3_5MoeForCausalLM): a per-expert adapter is fused, outputs unchanged."""
+    moe = "qwen3_5_moe_vl"
+    assert get_profile("vllm").needs(moe).experts == "fused"
+    assert get_profile("vllm").needs("qwen3_5_moe_text").experts == "per-expert"
     pm = trained(
         build_tiny(moe),
         r=2,
@@ -308,3 +309,26 @@ def test_each_engine_output_verifies_clean(tmp_path: Path, engine: str) -> None:
     assert v.returncode == 0, v.stdout + v.stderr
     again = run("remap", str(out), "--for", engine, "--base", base, "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["strategy"] == "none"
+
+
+@pytest.mark.parametrize(
+    ("engine", "targets", "needle"),
+    [
+        ("sglang", ["q_proj", "v_proj", "in_proj_qkv"], "in_proj_qkv"),  # SGLang has no LoRA for it
+        ("tgi", ["gate_proj", "up_proj", "down_proj"], "qwen3_5_text"),  # TGI: no LoRA class for the type
+    ],
+)
+def test_what_no_rewrite_makes_the_engine_apply_is_refused(
+    tmp_path: Path, engine: str, targets: list[str], needle: str
+) -> None:
+    """The train-smoke adapter of qwen3_5_text, remapped --for sglang, used to say "already fits" while verify
+    --profile sglang failed it (AD436): the command must refuse (exit 3, AD270) and change nothing."""
+    folder, _ = adapter(tmp_path, r=2, lora_alpha=4, target_modules=targets)
+    before = digest(folder)
+    out = tmp_path / "out"
+    r = run("remap", str(folder), "--for", engine, "--base", f"tiny:{TEXT}", "--out", str(out))
+    assert r.returncode == 3 and r.stderr.count("\n") == 1, r.stderr
+    assert "AD270" in r.stderr and needle in r.stderr and "merge" in r.stderr
+    assert digest(folder) == before and not out.exists()
+    v = run("verify", str(folder), "--profile", engine, "--base", f"tiny:{TEXT}")
+    assert v.returncode == 1  # verify under the engine's profile agrees

@@ -184,9 +184,15 @@ def test_the_cli_reports_the_view(made: dict[str, str], cli: Any) -> None:
 
 
 def test_remap_for_tgi_writes_text_keys_on_qwen_vl(made: dict[str, str], cli: Any) -> None:
-    """The registry has no text layout for qwen_vl: --for tgi strips `language_model.` as --vl does."""
+    """The registry has no text layout for qwen_vl: TGI's key layout strips `language_model.` as --vl does. The
+    command itself refuses (AD270): TGI's qwen2_5_vl class cannot load any adapter today (AD449)."""
+    from adapterdoc.remap import remap
+    from adapterdoc.verify.profiles.base import EngineNeeds
+
     out = Path(made["root"]) / "vl-for-tgi"
     res = cli("remap", made["vl"], "--for", "tgi", "--base", "tiny:qwen_vl", "--out", str(out))
-    assert res.exit_code == 0
+    assert res.exit_code == 3 and "AD270" in res.output and "text_model.model" in res.output
+    assert not out.exists()
+    remap(made["vl"], engine="tgi", needs=EngineNeeds(keys="text"), base="tiny:qwen_vl", out=str(out))
     assert _keys(str(out)) == _keys(made["vl_text"])
     assert _errors(_verify(str(out), "tiny:qwen_vl", "tgi", "auto")) == {"AD449"}

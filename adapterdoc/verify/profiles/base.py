@@ -100,6 +100,12 @@ class Profile:
         :func:`adapterdoc.verify.base.keys_view`); ``None``, the model PEFT builds on the base."""
         return None
 
+    def unservable(self, config: Any, modules: list[str], model_type: str | None) -> str | None:
+        """Why the engine cannot apply an adapter with this ``adapter_config.json`` (``config``, a dict) and these
+        LoRA module paths on a base of ``model_type`` (``None``: unknown), whatever ``remap --for`` rewrites;
+        ``None`` when nothing stands in the way. ``remap --for`` refuses with it (AD270)."""
+        return None
+
     def label(self, options: Any) -> str:
         """The profile as the text report's header names it."""
         return self.name

@@ -77,6 +77,17 @@ class SglangProfile(Profile):
         targets = " ".join(options.lora_target_modules or ()) or "from the adapters"
         return f"sglang {SGLANG_VERSION}, max LoRA rank {rank}, target modules {targets}"
 
+    def unservable(self, config: Any, modules: list[str], model_type: str | None) -> str | None:
+        tm = config.get("target_modules")
+        try:
+            targets = normalize_targets(tm) if isinstance(tm, (str, list)) else set()
+        except (RegexTargets, TypeError):
+            return None  # a regex is listed by remap --for; the list is then checked on verify
+        odd = sorted(targets - KNOWN_TARGETS - {"all"})
+        if odd:
+            return f"SGLang {SGLANG_VERSION} has no LoRA support for target modules {odd}"
+        return None
+
     def needs(self, base_layout: str | None, options: Any = None) -> EngineNeeds:
         return EngineNeeds(
             keys="as-is",

@@ -206,6 +206,18 @@ class TextKeyProfile(Profile):
         """(rule, message) when the engine cannot serve LoRA on ``model_type`` as this profile models it."""
         return None
 
+    def unservable(self, config: Any, modules: list[str], model_type: str | None) -> str | None:
+        if model_type is None:
+            return None
+        problem = self.model_type_problem(model_type)
+        if problem is not None and problem[0] == "model_type":
+            return problem[1]
+        loaded = set(self.layer_types(model_type))
+        odd = sorted({m.rpartition(".")[2] for m in modules} - loaded)
+        if odd:
+            return f"{self.name} loads LoRA only on {', '.join(sorted(loaded))}; the adapter has {odd}"
+        return None
+
     def needs(self, base_layout: str | None, options: Any = None) -> EngineNeeds | None:
         return EngineNeeds(
             keys="text",
