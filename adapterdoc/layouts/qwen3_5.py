@@ -20,7 +20,7 @@ from adapterdoc.layouts.common import (
     VL_LM,
 )
 from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Tiny
-from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config, vision_blocks
 
 _DELTANET = ("in_proj_qkv", "in_proj_z", "out_proj")
 _EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
@@ -184,23 +184,7 @@ def _qwen35_vision(t: Tree, f: Fields, p: str) -> None:
     f.int("temporal_patch_size")
     s, out, npos = f.int("spatial_merge_size"), f.int("out_hidden_size"), f.int("num_position_embeddings")
     t.add(p)
-    t.add(p + ".patch_embed")
-    t.add(p + ".patch_embed.proj", CONV)
-    t.embedding(p + ".pos_embed", npos, d)
-    t.add(p + ".rotary_pos_emb")
-    t.add(p + ".blocks")
-    for i in range(depth):
-        b = f"{p}.blocks.{i}"
-        t.add(b)
-        t.add(b + ".norm1")
-        t.add(b + ".norm2")
-        t.add(b + ".attn")
-        t.linear(b + ".attn.qkv", d, 3 * d, True)
-        t.linear(b + ".attn.proj", d, d, True)
-        t.add(b + ".mlp")
-        t.linear(b + ".mlp.linear_fc1", d, inter, True)
-        t.linear(b + ".mlp.linear_fc2", inter, d, True)
-        t.add(b + ".mlp.act_fn")
+    vision_blocks(t, p, d, inter, depth, npos)
     m = p + ".merger"
     t.add(m)
     t.add(m + ".norm")

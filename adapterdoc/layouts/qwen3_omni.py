@@ -27,7 +27,7 @@ from adapterdoc.layouts.registry import (
     Rule,
     Tiny,
 )
-from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config, vision_blocks
 
 # ------------------------------------------------------------------------------------- module trees
 # Read from transformers 5.24's qwen3_moe/modeling_qwen3_moe.py (Qwen3MoeForCausalLM: fused 3-D experts,
@@ -307,26 +307,7 @@ def _vision(t: Tree, f: Fields, p: str) -> None:
     t.add(p + ".merger_list")
     for i in range(len(deep)):
         _merger(t, f"{p}.merger_list.{i}", d, s, out)
-    t.add(p + ".patch_embed")
-    t.add(p + ".patch_embed.proj", CONV)
-    t.own[p + ".patch_embed.proj"] = ("weight", "bias")
-    t.embedding(p + ".pos_embed", npos, d)
-    t.add(p + ".rotary_pos_emb")
-    t.add(p + ".blocks")
-    for i in range(depth):
-        b = f"{p}.blocks.{i}"
-        t.add(b)
-        t.add(b + ".norm1")
-        t.own[b + ".norm1"] = ("weight", "bias")
-        t.add(b + ".norm2")
-        t.own[b + ".norm2"] = ("weight", "bias")
-        t.add(b + ".attn")
-        t.linear(b + ".attn.qkv", d, 3 * d, True)
-        t.linear(b + ".attn.proj", d, d, True)
-        t.add(b + ".mlp")
-        t.linear(b + ".mlp.linear_fc1", d, inter, True)
-        t.linear(b + ".mlp.linear_fc2", inter, d, True)
-        t.add(b + ".mlp.act_fn")
+    vision_blocks(t, p, d, inter, depth, npos)
     _merger(t, p + ".merger", d, s, out)
 
 

@@ -147,6 +147,34 @@ def mlp(t: Tree, m: str, h: int, inter: int, own: bool = True, act: str = "act_f
     t.add(f"{m}.{act}")
 
 
+def vision_blocks(t: Tree, p: str, d: int, inter: int, depth: int, npos: int) -> None:
+    """The patch and position embeddings, rotary and ``blocks`` of a Qwen-VL-style vision tower under ``p``
+    (``attn.qkv`` / ``attn.proj``, ``mlp.linear_fc1`` / ``linear_fc2``: hidden ``d``, MLP ``inter``). Where the
+    tree lists other modules' own Parameters (:attr:`Tree.own`), the convolution's and the norms' are listed."""
+    own = t.own
+    t.add(p + ".patch_embed")
+    t.add(p + ".patch_embed.proj", CONV)
+    if own is not None:
+        own[p + ".patch_embed.proj"] = ("weight", "bias")
+    t.embedding(p + ".pos_embed", npos, d)
+    t.add(p + ".rotary_pos_emb")
+    t.add(p + ".blocks")
+    for i in range(depth):
+        b = f"{p}.blocks.{i}"
+        t.add(b)
+        for norm in (b + ".norm1", b + ".norm2"):
+            t.add(norm)
+            if own is not None:
+                own[norm] = ("weight", "bias")
+        t.add(b + ".attn")
+        t.linear(b + ".attn.qkv", d, 3 * d, True)
+        t.linear(b + ".attn.proj", d, d, True)
+        t.add(b + ".mlp")
+        t.linear(b + ".mlp.linear_fc1", d, inter, True)
+        t.linear(b + ".mlp.linear_fc2", inter, d, True)
+        t.add(b + ".mlp.act_fn")
+
+
 def sub_config(raw: Mapping[str, Any], key: str, model_type: str, where: str) -> Mapping[str, Any]:
     """The sub-config ``raw[key]`` (``text_config``, ...), which must be present and of ``model_type``."""
     sub = raw.get(key)
