@@ -51,7 +51,8 @@ CODES: list[Code] = [
         "`LoraWeights.load` (adapters/lora.py) returns None at the first layer without the type, so the type is "
         "dropped in every layer, without an error.",
         "`q_proj` LoRA in layers 0-13 of a 28-layer model (`layers_to_transform`)",
-        "Train every layer, or merge the adapter and serve the merged model.",
+        "`adapterdoc remap ADAPTER --for lorax --out DIR` adds exact zero LoRA on the layers that lack the type "
+        "(where the base has the module); else train every layer, or merge the adapter and serve the merged model.",
     ),
     Code(
         "AD464",

@@ -55,8 +55,9 @@ CODES: list[Code] = [
         "first layer without them it returns None and the whole type is dropped in every layer, without an error "
         "(adapters trained with `layers_to_transform` or `layers_pattern`, or with a tower's layers renamed).",
         "`q_proj` LoRA in layers 0-13 of a 28-layer model",
-        "Train every layer (no `layers_to_transform`), or merge the adapter (`adapterdoc merge`) and serve the "
-        "merged model.",
+        "`adapterdoc remap ADAPTER --for tgi --out DIR` adds exact zero LoRA on the layers that lack the type (the "
+        "base must have the module there: not on a hybrid stack's linear-attention layers); else train every layer, "
+        "or merge the adapter (`adapterdoc merge`) and serve the merged model.",
     ),
     Code(
         "AD444",
