@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +31,15 @@ TEXT = "qwen3_5_text"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "adapterdoc", *args], capture_output=True, text=True, cwd=ROOT, timeout=600
-    )
+    """The CLI in this process (click's runner: the exit code, stdout and stderr as a user's shell sees them),
+    which saves each call a fresh interpreter importing torch; the subprocess form is kept for the no-torch
+    tests (test_remap_for.py)."""
+    from click.testing import CliRunner
+
+    from adapterdoc.cli import main
+
+    res = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return subprocess.CompletedProcess(list(args), res.exit_code, res.stdout, res.stderr)
 
 
 def outputs(model: Any) -> Any:
