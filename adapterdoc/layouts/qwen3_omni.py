@@ -18,7 +18,7 @@ from adapterdoc.layouts.common import (
     TEXT_LM,
     VL_LM,
 )
-from adapterdoc.layouts.qwen3_omni_talker import code2wav, talker
+from adapterdoc.layouts.qwen3_omni_talker import MOE_TEXT_INERT, code2wav, talker
 from adapterdoc.layouts.registry import (
     ADD_LANGUAGE_MODEL,
     QWEN2_MOE_CONVERSION,
@@ -63,27 +63,7 @@ _OMNI_TEXT = {
 }
 """Qwen3OmniMoeTextConfig (the thinker's ``text_config``); the same module tree as Qwen3-MoE."""
 
-_MOE_TEXT_INERT = frozenset(
-    {
-        "hidden_act",
-        "max_position_embeddings",
-        "rms_norm_eps",
-        "rope_parameters",
-        "rope_scaling",
-        "rope_theta",
-        "attention_dropout",
-        "output_router_logits",
-        "router_aux_loss_coef",
-        "num_experts_per_tok",
-        "norm_topk_prob",
-        "sliding_window",
-        "use_sliding_window",
-        "max_window_layers",
-        "layer_types",
-        "use_qk_norm",
-        "shared_expert_intermediate_size",
-    }
-)
+_MOE_TEXT_INERT = MOE_TEXT_INERT | {"layer_types", "use_qk_norm", "shared_expert_intermediate_size"}
 """``use_qk_norm`` and ``shared_expert_intermediate_size`` (``0``) are in the released Omni thinker's text config,
 read by no thinker module (only the talker's MoE block reads its own ``shared_expert_intermediate_size``)."""
 

@@ -40,7 +40,7 @@ _TALKER_TEXT = {
     "tie_word_embeddings": False,
 }
 """Qwen3OmniMoeTalkerTextConfig (``head_dim`` and ``shared_expert_intermediate_size`` are extra attributes)."""
-_TEXT_INERT = frozenset(
+MOE_TEXT_INERT = frozenset(
     {
         "hidden_act",
         "max_position_embeddings",
@@ -58,6 +58,8 @@ _TEXT_INERT = frozenset(
         "max_window_layers",
     }
 )
+"""Fields of the Qwen3-MoE-style text configs (the talker's, its code predictor's, and the thinker's and Qwen3-MoE's
+with a few more in :mod:`adapterdoc.layouts.qwen3_omni`) that no module's shape depends on."""
 _PREDICTOR = {
     "vocab_size": 2048,
     "hidden_size": 1024,
@@ -271,12 +273,12 @@ def talker(t: Tree, raw: Mapping[str, Any]) -> None:
         text = {k: v for k, v in text.items() if k != "num_local_experts"} | {
             "num_experts": text["num_local_experts"]
         }
-    tf = Fields(text, "qwen3_omni_moe_talker_text", _TALKER_TEXT, _TEXT_INERT | {"layer_types"})
+    tf = Fields(text, "qwen3_omni_moe_talker_text", _TALKER_TEXT, MOE_TEXT_INERT | {"layer_types"})
     cf = Fields(
         sub_config(sub, "code_predictor_config", "qwen3_omni_moe_talker_code_predictor", where),
         "qwen3_omni_moe_talker_code_predictor",
         _PREDICTOR,
-        _TEXT_INERT,
+        MOE_TEXT_INERT,
     )
     t.add("talker")
     h, v, inter = _talker_text(t, tf, "talker.model")
