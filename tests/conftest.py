@@ -128,3 +128,29 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
         check=True,
     )
     return WheelVenv(tmp_path_factory.mktemp("wheel-venv") / "env", out.stdout.strip().splitlines()[-1])
+
+
+ORACLES_ROOT = os.environ.get("ADAPTERDOC_ORACLES", "/opt/adapterdoc-oracles")
+"""Where ``.ci/oracles/NAME.sh`` builds each oracle environment (see .ci/oracles/README.md)."""
+
+
+def oracles_required() -> bool:
+    """In CI (or with ADAPTERDOC_REQUIRE_ORACLES=1) a missing oracle environment is a failure, not a skip."""
+    return bool(os.environ.get("CI")) or os.environ.get("ADAPTERDOC_REQUIRE_ORACLES") == "1"
+
+
+@pytest.fixture(scope="session")
+def oracle_env() -> Callable[[str], Any]:
+    """``oracle_env("vllm")`` → the ``bin/python`` of that oracle's environment; skips (fails in CI) without it."""
+    from pathlib import Path
+
+    def get(name: str) -> Path:
+        python = Path(ORACLES_ROOT) / name / "bin" / "python"
+        if not python.exists():
+            why = f"oracle environment {name!r} is not built (bash .ci/oracles/{name}.sh)"
+            if oracles_required():
+                pytest.fail(why)
+            pytest.skip(why)
+        return python
+
+    return get

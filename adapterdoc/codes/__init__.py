@@ -1,7 +1,7 @@
 """The catalogue of finding codes: one module per area, each a list of :class:`Code` entries.
 
 AD1xx format, AD2xx keys and layouts, AD3xx weights, AD4xx serving profiles, AD5xx merge,
-AD6xx training, AD7xx round trips. Codes are stable once released.
+AD6xx training, AD7xx round trips, AD8xx format conversions. Codes are stable once released.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-AREAS = ("format", "keys", "weights", "serving", "merge", "training", "roundtrip")
+AREAS = ("format", "keys", "weights", "serving", "merge", "training", "roundtrip", "convert")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,5 @@
+"""AD8xx codes of the MLX format (see :mod:`adapterdoc.codes.convert`)."""
+
+from adapterdoc.codes import Code
+
+CODES: list[Code] = []

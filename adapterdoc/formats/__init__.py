@@ -1,0 +1,67 @@
+"""Adapter formats: one module per format (``peft``, ``mlx``, ``gguf``), each torch-free at import.
+
+The contract every format module keeps (``convert`` and ``inspect`` go through it):
+
+- ``NAME``: the format's name as ``convert --to`` spells it.
+- ``detect(path: Path) -> Detection | None``: whether ``path`` is an adapter of this format, with the evidence (file
+  names, config fields, GGUF keys) that decided it; header-only, never raises on a foreign input (``None``).
+- ``to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted``: write the PEFT adapter
+  folder ``out`` (``adapter_config.json`` + ``adapter_model.safetensors``) holding exactly ``src``'s adapter.
+- ``from_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted``: the reverse, from a PEFT
+  adapter folder.
+
+Conversions go through PEFT (hub and spoke): MLX → GGUF is MLX → PEFT (a temporary folder) → GGUF. What the target
+cannot hold is an :class:`~adapterdoc.errors.AdapterdocError` (exit 3) raised before anything is written; every write
+is atomic (``adapterdoc.st.atomic``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+FORMATS = ("peft", "mlx", "gguf")
+"""The only list of format names; ``adapterdoc.formats.<name>`` is each one's module."""
+
+
+@dataclass(frozen=True)
+class Detection:
+    """A format recognised, and why."""
+
+    format: str
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Converted:
+    """What one conversion wrote."""
+
+    source_format: str
+    target_format: str
+    out: Path
+    tensors: int
+    """Tensors written."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """Exact-but-worth-saying facts (zero-padded ranks, folded scalings, the dtype chosen)."""
+
+
+def module(name: str) -> ModuleType:
+    """The format module of ``name`` (one of :data:`FORMATS`)."""
+    if name not in FORMATS:
+        raise KeyError(f"unknown adapter format {name!r}")
+    return importlib.import_module(f"adapterdoc.formats.{name}")
+
+
+def detect(path: Path) -> Detection | None:
+    """The first format that recognises ``path``; non-PEFT formats are asked first (a PEFT folder is the fallback)."""
+    for name in (*(f for f in FORMATS if f != "peft"), "peft"):
+        try:
+            mod = module(name)
+        except ImportError:  # a format whose module is not written yet
+            continue
+        found = mod.detect(Path(path))
+        if found is not None:
+            return found
+    return None
