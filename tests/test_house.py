@@ -147,6 +147,37 @@ def test_low_layers_import_no_command(low):
     assert {m: t for m, t in bad.items() if t} == {}
 
 
+def test_engines_import_neither_verify_nor_remap():
+    # engines/ is the seam both commands read (verify's rules, remap --for's needs): it sits below them
+    bad = {
+        m: sorted(t for t in ts if t.startswith(("adapterdoc.verify", "adapterdoc.remap", "adapterdoc.commands")))
+        for m, ts in GRAPH.items()
+        if m == "adapterdoc.engines" or m.startswith("adapterdoc.engines.")
+    }
+    assert "adapterdoc.engines.vllm" in bad
+    assert {m: t for m, t in bad.items() if t} == {}
+
+
+def test_engine_names_are_listed_once():
+    # adding an engine is one module plus its name in engines.NAMES: no other module spells the list of engines
+    from adapterdoc import engines
+
+    names = set(engines.NAMES)
+    where = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).as_posix()
+        if rel in ("adapterdoc/engines/__init__.py",):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                items = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                if len(items & names) >= 3:
+                    where.append(f"{rel}:{node.lineno}")
+    assert where == []
+    for name in engines.NAMES:
+        assert engines.get_profile(name).name == name
+
+
 def test_the_training_core_runs_no_doctor():
     # train/ is settings, models, objectives, the loop and its records: the doctor's orchestrators (train-smoke,
     # train + verify) sit above it, in smoke/ and fit/

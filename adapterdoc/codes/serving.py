@@ -1,6 +1,6 @@
 """AD4xx: serving-profile findings (``verify --profile vllm``): vLLM's adapter rules as its own source states them.
 
-The rules themselves and the vLLM release they describe are the vLLM profile's (:mod:`adapterdoc.verify.profiles.vllm`,
+The rules themselves and the vLLM release they describe are the vLLM profile's (:mod:`adapterdoc.engines.vllm`,
 ``VLLM_VERSION``); the explanations here name that release, because vLLM changes these rules between releases (a
 test keeps the two in step).
 """

@@ -1,7 +1,7 @@
 """AD420-AD439: the SGLang profile's findings (``verify --profile sglang``), part of the serving area.
 
 Each explanation names the SGLang release its rule was read from (the profile's ``SGLANG_VERSION``, in
-:mod:`adapterdoc.verify.profiles.sglang`; a test keeps the two in step). Sources: ``python/sglang/srt/lora/``
+:mod:`adapterdoc.engines.sglang`; a test keeps the two in step). Sources: ``python/sglang/srt/lora/``
 ``lora_config.py``, ``lora.py``, ``lora_manager.py``, ``mem_pool.py``, ``utils.py`` and
 ``srt/arg_groups/fields/lora.py``.
 """

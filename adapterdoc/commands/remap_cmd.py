@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import click
 
 from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, is_quiet, output_options
+from adapterdoc.engines import SERVING
 from adapterdoc.layouts import LAYOUTS
 
 _LAYOUT = click.Choice(sorted(LAYOUTS), case_sensitive=True)
@@ -61,7 +62,7 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 @click.option(
     "--for",
     "engine",
-    type=click.Choice(["vllm", "sglang", "tgi", "lorax"]),
+    type=click.Choice(SERVING),
     help="Make every exact rewrite this serving engine needs (keys, expert layout, rsLoRA folded, uniform ranks, "
     "explicit target_modules); DoRA and modules_to_save it cannot serve are refused.",
 )

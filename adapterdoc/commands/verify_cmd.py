@@ -17,10 +17,10 @@ from adapterdoc.commands._common import (
     output_options,
     write_report,
 )
-from adapterdoc.verify.profiles import PROFILES as _REGISTRY
-from adapterdoc.verify.profiles.served import SERVED_AS
-from adapterdoc.verify.profiles.sglang import split_targets
-from adapterdoc.verify.profiles.vllm import VLLM_MAX_LORA_RANKS as RANKS
+from adapterdoc.engines import PROFILES as _REGISTRY
+from adapterdoc.engines.served import SERVED_AS
+from adapterdoc.engines.sglang import split_targets
+from adapterdoc.engines.vllm import VLLM_MAX_LORA_RANKS as RANKS
 
 PROFILES = tuple(_REGISTRY)
 """The profile registry's names (read when the command line starts)."""

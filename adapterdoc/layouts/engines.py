@@ -1,6 +1,6 @@
 """Which model types the text-key serving engines (TGI, LoRAX) can put LoRA on, and with which layer types: data
 read from each engine's own source, kept here because they are model-family facts. The rules that use them are
-the TGI and LoRAX verify profiles (:mod:`adapterdoc.verify.profiles.tgi`, :mod:`~adapterdoc.verify.profiles.lorax`);
+the TGI and LoRAX verify profiles (:mod:`adapterdoc.engines.tgi`, :mod:`~adapterdoc.engines.lorax`);
 the commits they were read from are those profiles' ``*_VERSION`` constants."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``remap --for ENGINE``: every exact rewrite one serving engine needs, planned in one pass from what its verify
-profile says it needs (:meth:`~adapterdoc.verify.profiles.base.Profile.needs`):
+profile says it needs (:meth:`~adapterdoc.engines.base.Profile.needs`):
 
 1. the key layout (the registry move ``--vl`` / ``--to`` use; header-only);
 2. the expert layout the engine reads (``--experts``' own conversion, :mod:`adapterdoc.remap.experts`);
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, parse_key
+from adapterdoc.engines.base import EngineNeeds
 from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.remap import engine_config as C
 from adapterdoc.remap.config import dump_like
@@ -37,9 +38,7 @@ from adapterdoc.report.remap_report import RemapReport
 from adapterdoc.st.atomic import target_mode
 from adapterdoc.st.compose import compose
 from adapterdoc.st.header import Header
-from adapterdoc.verify.profiles.base import EngineNeeds
 
-ENGINES = ("vllm", "sglang", "tgi", "lorax")
 """The engines ``--for`` knows (each needs its verify profile registered)."""
 
 
@@ -48,7 +47,7 @@ def make_engine_plan(
 ) -> Plan:
     """Plan ``remap --for ENGINE`` of ``spec``; nothing is written here. ``needs`` replaces the profile's
     (a library caller's own engine description; the profile is then not looked up)."""
-    from adapterdoc.verify.profiles import get_profile
+    from adapterdoc.engines import get_profile
 
     ckpt = open_input(spec)
     weights = ckpt.weights_path

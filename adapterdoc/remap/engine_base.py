@@ -4,10 +4,10 @@ adapter that model's keys, from the registry's moves (the ones ``--vl`` / ``--to
 from __future__ import annotations
 
 from adapterdoc.checkpoint import Checkpoint
+from adapterdoc.engines.served import is_vl, served_layout
 from adapterdoc.errors import AdapterdocError, RefusedError
 from adapterdoc.layouts import LAYOUTS, move_rules, remap_path, rename
 from adapterdoc.remap.moves import RemapMove, detect, resolve_layout_move, vl_move
-from adapterdoc.verify.profiles.served import is_vl, served_layout
 
 
 def base_layout(

@@ -161,7 +161,7 @@ def _layer_types(
             else:
                 lacking.setdefault(leaf, []).append(i)
     if lacking:
-        from adapterdoc.verify.profiles.text_keys import layers_text
+        from adapterdoc.engines.text_keys import layers_text
 
         leaf, where = next(iter(sorted(lacking.items())))
         raise RefusedError(

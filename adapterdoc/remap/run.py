@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from adapterdoc.engines.base import EngineNeeds
 from adapterdoc.layouts import Rule
 from adapterdoc.remap.engine import make_engine_plan, write_config_only
 from adapterdoc.remap.expert_plan import make_expert_plan
@@ -13,7 +14,6 @@ from adapterdoc.remap.plan import Plan, make_plan
 from adapterdoc.remap.write import CopyProgress, write
 from adapterdoc.report.remap_report import RemapReport
 from adapterdoc.st.atomic import folder_lock
-from adapterdoc.verify.profiles.base import EngineNeeds
 
 EXPERT_FORMS = ("per-expert", "fused")
 """The two expert layouts ``experts=`` converts to."""
@@ -40,7 +40,7 @@ def remap(
     (:mod:`adapterdoc.remap.experts`; always a streamed copy of the weights). ``engine`` (``vllm``, ``sglang``,
     ``tgi``, ``lorax``) makes every exact rewrite that engine needs (:mod:`adapterdoc.remap.engine`); ``base``
     (only with ``engine``) names the served base when the adapter's own keys do not say it; ``needs`` (only with
-    ``engine``) replaces the engine profile's :class:`~adapterdoc.verify.profiles.base.EngineNeeds`. ``source`` names the source layout for ``to`` when detection is ambiguous. ``out`` writes a complete new
+    ``engine``) replaces the engine profile's :class:`~adapterdoc.engines.base.EngineNeeds`. ``source`` names the source layout for ``to`` when detection is ambiguous. ``out`` writes a complete new
     adapter folder and leaves the input untouched. ``dry_run`` plans and writes nothing. ``progress`` opens a
     progress display for a streamed copy (see :data:`~adapterdoc.remap.write.CopyProgress`). Raises an :class:`~adapterdoc.errors.AdapterdocError` (nothing
     written) when the input is unusable or the remap is refused.

@@ -2,7 +2,7 @@
 
 The run is :mod:`.run` (options in :mod:`.options`, the base and its expected model in :mod:`.base` and
 :mod:`.expected`); the findings come from :mod:`.keys`, :mod:`.config`, :mod:`.weights`, :mod:`.load` and the
-profile chosen from :mod:`.profiles`. The reports are :mod:`adapterdoc.report.verify_report`.
+profile chosen from :mod:`adapterdoc.engines`. The reports are :mod:`adapterdoc.report.verify_report`.
 
 The names below are loaded on first use, so that the command line can read the profile registry at start-up
 without importing the whole run.
@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from adapterdoc.engines import PROFILES
+    from adapterdoc.engines.served import SERVED_AS, served_layout, served_modules
     from adapterdoc.report.verify_report import OWN_BASE, VerifyReport, VerifyRun
     from adapterdoc.verify.config import infer_config
     from adapterdoc.verify.options import SCAN_MODES, VerifyOptions
-    from adapterdoc.verify.profiles import PROFILES
-    from adapterdoc.verify.profiles.served import SERVED_AS, served_layout, served_modules
     from adapterdoc.verify.run import MissingWeightsError, verify, verify_one, verify_own_bases
 
 __all__ = [
@@ -44,9 +44,9 @@ def __getattr__(name: str) -> Any:
     elif name in ("VerifyOptions", "SCAN_MODES"):
         from adapterdoc.verify import options as module
     elif name == "PROFILES":
-        from adapterdoc.verify import profiles as module
+        from adapterdoc import engines as module
     elif name in ("SERVED_AS", "served_layout", "served_modules"):
-        from adapterdoc.verify.profiles import served as module
+        from adapterdoc.engines import served as module
     elif name == "infer_config":
         from adapterdoc.verify import config as module
     elif name in __all__:

@@ -151,12 +151,12 @@ def _tower(name: str) -> bool:
 
 
 def keys_view(meta: Any, view: str | None, fix: str | None) -> Any:
-    """``meta`` as a profile's :meth:`~adapterdoc.verify.profiles.base.Profile.keys_against` asks its keys to be
+    """``meta`` as a profile's :meth:`~adapterdoc.engines.base.Profile.keys_against` asks its keys to be
     checked (``text``: the base's text model, named by the registry's text counterpart of its layout when it has
     one, else the base's language model with ``language_model.`` stripped); ``meta`` itself for ``None`` or a
     base with no such view."""
+    from adapterdoc.engines.served import is_vl, served_layout
     from adapterdoc.layouts import LAYOUTS, VL_RULES, move_rules
-    from adapterdoc.verify.profiles.served import is_vl, served_layout
 
     if view != "text" or not is_vl(meta.layout):
         return meta

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from adapterdoc.verify.profiles import PROFILES, Profile, get_profile
-from adapterdoc.verify.profiles.served import SERVED_AS
-from adapterdoc.verify.profiles.vllm import VLLM_DEFAULT_MAX_LORA_RANK
+from adapterdoc.engines import PROFILES, get_profile
+from adapterdoc.engines.base import Profile
+from adapterdoc.engines.served import SERVED_AS
+from adapterdoc.engines.vllm import VLLM_DEFAULT_MAX_LORA_RANK
 
 SCAN_MODES = ("all", "lora-b", "nonzero")
 """``all``: every tensor for NaN/Inf and every lora_B for zeros; ``lora-b``: lora_B only (zeros and NaN/Inf);
@@ -17,7 +18,7 @@ SCAN_MODES = ("all", "lora-b", "nonzero")
 @dataclass
 class VerifyOptions:
     profile: str = "peft"
-    """A name in :data:`adapterdoc.verify.profiles.PROFILES`."""
+    """A name in :data:`adapterdoc.engines.PROFILES`."""
     max_lora_rank: int | None = None
     """The server's ``--max-lora-rank``. ``None`` (not given) becomes the running profile's default: vLLM's 16,
     except for a profile whose ``default_max_lora_rank`` is ``None`` (SGLang: no ceiling, no rank finding)."""
@@ -58,7 +59,7 @@ class VerifyOptions:
 
     @property
     def profile_rules(self) -> Profile:
-        """The :class:`~adapterdoc.verify.profiles.base.Profile` this run applies."""
+        """The :class:`~adapterdoc.engines.base.Profile` this run applies."""
         return get_profile(self.profile)
 
     def profile_fields(self) -> dict[str, Any]:

@@ -71,7 +71,7 @@ def text_adapter(tmp_path: Path) -> Path:
 
 def test_remap_for_imports_no_torch(text_adapter: Path, tmp_path: Path) -> None:
     code = (
-        "import sys\nfrom adapterdoc.remap import remap\nfrom adapterdoc.verify.profiles.base import EngineNeeds\n"
+        "import sys\nfrom adapterdoc.remap import remap\nfrom adapterdoc.engines.base import EngineNeeds\n"
         f"remap({str(text_adapter)!r}, engine='tgi', out={str(tmp_path / 'o')!r}, "
         "needs=EngineNeeds(keys='text', rslora=False, patterns=False, regex_targets=False))\n"
         f"remap({str(text_adapter)!r}, engine='vllm', out={str(tmp_path / 'v')!r})\n"
@@ -102,8 +102,8 @@ def test_cli_json_and_text(text_adapter: Path, tmp_path: Path) -> None:
 
 
 def test_engine_rank_is_one_the_sgmv_path_leaves_alone() -> None:
+    from adapterdoc.engines.text_keys import padded_rank
     from adapterdoc.remap.engine_ranks import engine_rank
-    from adapterdoc.verify.profiles.text_keys import padded_rank
 
     assert [engine_rank(r, (8, 16)) for r in (1, 7, 8, 9, 16, 17, 33)] == [8, 8, 8, 16, 16, 32, 48]
     assert all(padded_rank(engine_rank(r, (8, 16))) == engine_rank(r, (8, 16)) for r in range(1, 300))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from test_remap_for_peft import REL, _llama, digest, loaded, outputs, rel, run, save, trained
 
-from adapterdoc.verify.profiles import PROFILES
+from adapterdoc.engines import PROFILES
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from adapterdoc.engines import PROFILES, get_profile
+from adapterdoc.engines.base import EngineNeeds
 from adapterdoc.remap import remap
-from adapterdoc.verify.profiles import PROFILES, get_profile
-from adapterdoc.verify.profiles.base import EngineNeeds
 
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from adapterdoc.codes import catalogue
+from adapterdoc.engines import get_profile
+from adapterdoc.engines.sglang import SGLANG_VERSION
 from adapterdoc.verify import VerifyOptions
-from adapterdoc.verify.profiles import get_profile
-from adapterdoc.verify.profiles.sglang import SGLANG_VERSION
 
 pytestmark = pytest.mark.ml
 
@@ -265,7 +265,7 @@ def test_we_refuse_everything_sglang_refuses(
 ) -> None:
     """SGLang's own functions (scripts/sglang_oracle.py) on the same adapters and server options: every adapter it
     refuses, or whose weights it would skip, we fail with exit 1."""
-    from adapterdoc.verify.profiles.sglang import split_targets
+    from adapterdoc.engines.sglang import split_targets
 
     why = _oracle_ready()
     if why:

@@ -257,8 +257,8 @@ def test_we_refuse_everything_lorax_refuses(made: dict[str, str], cli: Any) -> N
 
 
 def test_json_shape_and_versions(made: dict[str, str], cli: Any) -> None:
-    from adapterdoc.verify.profiles.lorax import LORAX_VERSION
-    from adapterdoc.verify.profiles.tgi import TGI_VERSION
+    from adapterdoc.engines.lorax import LORAX_VERSION
+    from adapterdoc.engines.tgi import TGI_VERSION
 
     _, d = _run(cli, made["clean"], made["base"], "tgi")
     assert d["profile"] == "tgi" and d["tgi_version"] == TGI_VERSION and d["lorax_version"] is None
@@ -271,10 +271,10 @@ def test_json_shape_and_versions(made: dict[str, str], cli: Any) -> None:
 
 def test_codes_name_the_profiles_version() -> None:
     from adapterdoc.codes import lorax, tgi
-    from adapterdoc.verify.profiles.lorax import LORAX_VERSION
-    from adapterdoc.verify.profiles.lorax import PROFILE as LX
-    from adapterdoc.verify.profiles.tgi import PROFILE as TG
-    from adapterdoc.verify.profiles.tgi import TGI_VERSION
+    from adapterdoc.engines.lorax import LORAX_VERSION
+    from adapterdoc.engines.lorax import PROFILE as LX
+    from adapterdoc.engines.tgi import PROFILE as TG
+    from adapterdoc.engines.tgi import TGI_VERSION
 
     assert tgi.CODES and all(c.summary.endswith(f"Describes TGI {TGI_VERSION}.") for c in tgi.CODES)
     assert lorax.CODES and all(c.summary.endswith(f"Describes LoRAX {LORAX_VERSION}.") for c in lorax.CODES)
@@ -286,8 +286,8 @@ def test_codes_name_the_profiles_version() -> None:
 
 @pytest.mark.parametrize("name", ["tgi", "lorax"])
 def test_needs(name: str) -> None:
-    from adapterdoc.verify.profiles import get_profile
-    from adapterdoc.verify.profiles.base import EngineNeeds
+    from adapterdoc.engines import get_profile
+    from adapterdoc.engines.base import EngineNeeds
 
     needs = get_profile(name).needs("qwen3_5_vl")
     assert needs == EngineNeeds(

@@ -186,8 +186,8 @@ def test_the_cli_reports_the_view(made: dict[str, str], cli: Any) -> None:
 def test_remap_for_tgi_writes_text_keys_on_qwen_vl(made: dict[str, str], cli: Any) -> None:
     """The registry has no text layout for qwen_vl: TGI's key layout strips `language_model.` as --vl does. The
     command itself refuses (AD270): TGI's qwen2_5_vl class cannot load any adapter today (AD449)."""
+    from adapterdoc.engines.base import EngineNeeds
     from adapterdoc.remap import remap
-    from adapterdoc.verify.profiles.base import EngineNeeds
 
     out = Path(made["root"]) / "vl-for-tgi"
     res = cli("remap", made["vl"], "--for", "tgi", "--base", "tiny:qwen_vl", "--out", str(out))

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from adapterdoc.codes import catalogue
+from adapterdoc.engines import PROFILES, Profile, get_profile, profile_names, register
+from adapterdoc.engines.vllm import VLLM_VERSION
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.verify import VerifyOptions, verify
-from adapterdoc.verify.profiles import PROFILES, Profile, get_profile, profile_names, register
-from adapterdoc.verify.profiles.vllm import VLLM_VERSION
 
 
 class EchoProfile(Profile):

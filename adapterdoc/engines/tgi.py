@@ -2,13 +2,13 @@
 them (``server/text_generation_server/utils/adapter.py``, ``adapters/lora.py``, ``models/__init__.py``, the flash
 model files), AD440-AD453. Every rule describes :data:`TGI_VERSION`; the explanations are in
 :mod:`adapterdoc.codes.tgi`. The rules themselves are the exact-text-key reading TGI shares with LoRAX
-(:mod:`~adapterdoc.verify.profiles.text_keys`)."""
+(:mod:`~adapterdoc.engines.text_keys`)."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from adapterdoc.verify.profiles.text_keys import TextKeyProfile
+from adapterdoc.engines.text_keys import TextKeyProfile
 
 TGI_VERSION = "db931fcf (v3.3.7+1)"
 """The huggingface/text-generation-inference commit (v3.3.7 plus one commit, 2026-01-08) the rules were read from."""

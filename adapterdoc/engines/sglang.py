@@ -14,8 +14,8 @@ import math
 import os
 from typing import TYPE_CHECKING, Any
 
-from adapterdoc.verify.profiles.base import EngineNeeds, Profile
-from adapterdoc.verify.profiles.sglang_keys import (
+from adapterdoc.engines.base import EngineNeeds, Profile
+from adapterdoc.engines.sglang_keys import (
     EMBEDDING_NAMES,
     KNOWN_TARGETS,
     SERVER_CHOICES,

@@ -1,7 +1,7 @@
 """What SGLang does with an adapter's tensor names, torch-free: where each tensor goes (``_process_weight``), the
 renames it makes per decoder layer (``_normalize_weights``) and which server target each name then matches
 (``get_target_module_name``), ported on names only from SGLang's ``python/sglang/srt/lora/lora.py`` and
-``utils.py`` (the release in :data:`adapterdoc.verify.profiles.sglang.SGLANG_VERSION`)."""
+``utils.py`` (the release in :data:`adapterdoc.engines.sglang.SGLANG_VERSION`)."""
 
 from __future__ import annotations
 

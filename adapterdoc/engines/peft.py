@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adapterdoc.verify.profiles.base import Profile
+from adapterdoc.engines.base import Profile
 
 
 class PeftProfile(Profile):

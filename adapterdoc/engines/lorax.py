@@ -2,13 +2,13 @@
 (``server/lorax_server/adapters/lora.py``, ``utils/adapter.py``, ``models/flash_*.py`` ``ADAPTER_LAYERS``,
 ``utils/punica.py``), AD460-AD475. Every rule describes :data:`LORAX_VERSION`; the explanations are in
 :mod:`adapterdoc.codes.lorax`; the rules are the exact-text-key reading of
-:mod:`~adapterdoc.verify.profiles.text_keys`."""
+:mod:`~adapterdoc.engines.text_keys`."""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from adapterdoc.verify.profiles.text_keys import TextKeyProfile
+from adapterdoc.engines.text_keys import TextKeyProfile
 
 LORAX_VERSION = "a7394ba3 (v0.4.0+23)"
 """The predibase/lorax commit (v0.4.0 plus 23 commits, 2026-05-28) the rules were read from."""

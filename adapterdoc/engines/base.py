@@ -55,7 +55,7 @@ class EngineNeeds:
 class Profile:
     """One ``verify --profile NAME``: a name, the options it reads, its findings and its run-level JSON keys.
 
-    Subclass it in a module of its own under :mod:`adapterdoc.verify.profiles`, make one instance and list it in
+    Subclass it in a module of its own under :mod:`adapterdoc.engines`, make one instance and list it in
     that package's registry. Import what the rules need inside the methods: the registry is read when the
     command line starts."""
 

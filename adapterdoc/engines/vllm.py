@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from adapterdoc.verify.profiles.base import EngineNeeds, Profile
-from adapterdoc.verify.profiles.served import is_vl, served_layout, served_modules
+from adapterdoc.engines.base import EngineNeeds, Profile
+from adapterdoc.engines.served import is_vl, served_layout, served_modules
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from adapterdoc.verify.profiles.base import EngineNeeds, Profile
+from adapterdoc.engines.base import EngineNeeds, Profile
 
 if TYPE_CHECKING:
     from adapterdoc.report.findings import Finding
@@ -236,7 +236,7 @@ class TextKeyProfile(Profile):
         """The engine reads text-style keys on a VL base too (TGI's Qwen2-VL / Qwen2.5-VL classes find the
         language model under ``language_model`` but look up ``model.layers.{i}...``): check the keys against the
         base's text model, not PEFT's VL class."""
-        from adapterdoc.verify.profiles.served import is_vl
+        from adapterdoc.engines.served import is_vl
 
         return "text" if is_vl(base_layout) else None
 
