@@ -150,7 +150,9 @@ def test_low_layers_import_no_command(low):
 def test_engines_import_neither_verify_nor_remap():
     # engines/ is the seam both commands read (verify's rules, remap --for's needs): it sits below them
     bad = {
-        m: sorted(t for t in ts if t.startswith(("adapterdoc.verify", "adapterdoc.remap", "adapterdoc.commands")))
+        m: sorted(
+            t for t in ts if t.startswith(("adapterdoc.verify", "adapterdoc.remap", "adapterdoc.commands"))
+        )
         for m, ts in GRAPH.items()
         if m == "adapterdoc.engines" or m.startswith("adapterdoc.engines.")
     }
@@ -170,7 +172,9 @@ def test_engine_names_are_listed_once():
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-                items = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                items = {
+                    e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                }
                 if len(items & names) >= 3:
                     where.append(f"{rel}:{node.lineno}")
     assert where == []
