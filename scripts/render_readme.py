@@ -1,7 +1,9 @@
-"""Regenerate the README's generated blocks from real runs: quickstart output, the layout table, the codes, the matrix.
+"""Regenerate the generated blocks of README.md and docs/*.md: the quickstart (from real runs), the commands table
+(from click), the layout table, the matrix.
 
-python scripts/render_readme.py            # quickstart, layouts, codes
+python scripts/render_readme.py            # quickstart, commands, layouts
 python scripts/render_readme.py --matrix   # also the layout x operation matrix (a few minutes)
+python scripts/render_readme.py --check    # exit 1 if the commands or layouts tables are stale (CI runs this)
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+"""Every file whose generated blocks this script writes; a block lives in exactly one of them."""
 
 QUICKSTART = [
     "adapterdoc train-smoke --layout qwen3_5_vl --steps 8 --out runs/quick",
@@ -64,13 +68,27 @@ def layouts() -> str:
     return "\n".join(lines) + "\n"
 
 
-def codes() -> str:
-    from adapterdoc.codes import catalogue
+def commands() -> str:
+    """One row per command, from click itself: its usage line and its short help."""
+    import click
 
-    lines = ["| code | name | severity | meaning |", "| --- | --- | --- | --- |"]
-    for c in catalogue().values():
-        summary = c.summary.replace("|", "\\|")
-        lines.append(f"| `{c.code}` | {c.name} | {c.severity} | {summary} |")
+    from adapterdoc.cli import main
+
+    ctx = click.Context(main, info_name="adapterdoc")
+    lines = ["| command | what it does | options |", "| --- | --- | --- |"]
+    shared = {"--help", "-h", "--quiet", "-q", "--debug"}
+    for name in main.list_commands(ctx):
+        cmd = main.get_command(ctx, name)
+        if cmd is None or cmd.hidden:
+            continue
+        args = " ".join(
+            p.make_metavar(click.Context(cmd)) for p in cmd.params if isinstance(p, click.Argument)
+        )
+        opts = [o for p in cmd.params if isinstance(p, click.Option) for o in p.opts if o.startswith("--")]
+        options = ", ".join(f"`{o}`" for o in opts if o not in shared)
+        short = cmd.get_short_help_str(limit=300).replace("|", "\\|")
+        usage = f"adapterdoc {name} {args}".rstrip()
+        lines.append(f"| `{usage}` | {short} | {options} |")
     return "\n".join(lines) + "\n"
 
 
@@ -87,18 +105,49 @@ def matrix() -> str:
     )
 
 
+def has_block(text: str, name: str) -> bool:
+    return f"<!-- BEGIN generated:{name}" in text or f"<!-- BEGIN section:{name}" in text
+
+
+def render(blocks: dict[str, str], *, check: bool = False) -> list[Path]:
+    """Write each block into the page that holds it; with ``check``, write nothing and return the stale pages."""
+    stale, placed = [], set()
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        new = text
+        for name, body in blocks.items():
+            if has_block(new, name):
+                new = replace_block(new, name, body)
+                placed.add(name)
+        if new != text:
+            stale.append(page)
+            if not check:
+                page.write_text(new, encoding="utf-8")
+    missing = set(blocks) - placed
+    if missing:
+        raise SystemExit(f"no page has the block(s) {', '.join(sorted(missing))}")
+    return stale
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--matrix", action="store_true")
+    parser.add_argument("--check", action="store_true", help="compare the commands and layouts tables only")
     args = parser.parse_args()
-    text = README.read_text()
-    text = replace_block(text, "quickstart", quickstart())
-    text = replace_block(text, "layouts", layouts())
-    text = replace_block(text, "codes", codes())
+    blocks = {"commands": commands(), "layouts": layouts()}
+    if args.check:
+        stale = render(blocks, check=True)
+        for page in stale:
+            print(
+                f"{page.relative_to(ROOT)} is out of date; run python scripts/render_readme.py",
+                file=sys.stderr,
+            )
+        return 1 if stale else 0
+    blocks["quickstart"] = quickstart()
     if args.matrix:
-        text = replace_block(text, "matrix", matrix())
-    README.write_text(text)
-    print("README.md updated", file=sys.stderr)
+        blocks["matrix"] = matrix()
+    for page in render(blocks):
+        print(f"{page.relative_to(ROOT)} updated", file=sys.stderr)
     return 0
 
 
