@@ -98,7 +98,7 @@ class LayoutBench:
         )
 
     def _inspect(self) -> tuple[bool, str]:
-        from adapterdoc.inspect import inspect
+        from adapterdoc.inspection import inspect
 
         assert self.adapter
         report = inspect(self.adapter)

@@ -105,6 +105,24 @@ def matrix() -> str:
     )
 
 
+def layers() -> str:
+    """The layer picture of docs/architecture.md, top first, from adapterdoc/layers.py."""
+    from adapterdoc.layers import LAYERS
+
+    def name(member: str) -> str:
+        path = ROOT / "adapterdoc" / member
+        return f"{member}/" if path.is_dir() else f"{member}.py"
+
+    rows = [(title, "  ".join(name(m) for m in members), what) for title, what, members in LAYERS]
+    w1 = max(len(r[0]) for r in rows)
+    w2 = max(len(r[1]) for r in rows)
+    out = [f"{t:<{w1}}  {m:<{w2}}  {w}".rstrip() for t, m, w in rows]
+    out.insert(
+        0, f"{'layer':<{w1}}  {'adapterdoc/':<{w2}}  holds (imports only from its own row and the rows below)"
+    )
+    return "```\n" + "\n".join(out) + "\n```\n"
+
+
 def has_block(text: str, name: str) -> bool:
     return f"<!-- BEGIN generated:{name}" in text or f"<!-- BEGIN section:{name}" in text
 
@@ -134,7 +152,7 @@ def main() -> int:
     parser.add_argument("--matrix", action="store_true")
     parser.add_argument("--check", action="store_true", help="compare the commands and layouts tables only")
     args = parser.parse_args()
-    blocks = {"commands": commands(), "layouts": layouts()}
+    blocks = {"commands": commands(), "layouts": layouts(), "layers": layers()}
     if args.check:
         stale = render(blocks, check=True)
         for page in stale:

@@ -21,7 +21,7 @@ COMMAND_LEVEL = (
     "adapterdoc.verify",
     "adapterdoc.remap",
     "adapterdoc.merge",
-    "adapterdoc.inspect",
+    "adapterdoc.inspection",
     "adapterdoc.roundtrip",
     "adapterdoc.matrix",
     "adapterdoc.smoke",
@@ -145,6 +145,35 @@ def test_low_layers_import_no_command(low):
         if m == low or m.startswith(low + ".")
     }
     assert {m: t for m, t in bad.items() if t} == {}
+
+
+def test_every_module_has_a_layer():
+    from adapterdoc.layers import layer_of
+
+    assert sorted(m for m in MODULES if layer_of(m) is None) == []
+
+
+def test_arrows_point_down_the_written_layer_order():
+    # adapterdoc/layers.py is the order; docs/architecture.md draws it; here every import is held to it
+    from adapterdoc.layers import LAYERS, layer_of
+
+    climbs = sorted(
+        f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
+        for m, ts in GRAPH.items()
+        for t in ts
+        if layer_of(m) is not None and layer_of(t) is not None and layer_of(t) < layer_of(m)
+    )
+    assert climbs == []
+
+
+def test_nothing_is_named_like_a_standard_library_module():
+    # `adapterdoc/inspect.py` beside a script shadows the standard library's inspect for that script
+    import sys
+
+    clash = sorted(
+        m for m in MODULES if m.rpartition(".")[2] in sys.stdlib_module_names and m != "adapterdoc"
+    )
+    assert clash == []
 
 
 def test_engines_import_neither_verify_nor_remap():

@@ -177,7 +177,7 @@ def test_console_script_does_not_import_torch(tmp_path: Path, files: dict[str, P
     )
     assert proc.returncode == 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert "adapterdoc.inspect" in imported
+    assert "adapterdoc.inspection" in imported
     assert not {m for m in imported if m.split(".")[0] in ("torch", "transformers", "peft", "accelerate")}
 
 
@@ -186,7 +186,7 @@ def test_console_script_does_not_import_torch(tmp_path: Path, files: dict[str, P
 RCHAR_CHILD = textwrap.dedent(
     """
     import json, sys, time
-    from adapterdoc.inspect import inspect
+    from adapterdoc.inspection import inspect
     def rchar():
         with open("/proc/self/io") as f:
             return int(dict(line.split(": ") for line in f.read().splitlines())["rchar"])

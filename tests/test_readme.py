@@ -27,11 +27,15 @@ def test_the_readme_reads_in_minutes():
 
 
 def test_the_generated_tables_are_current():
-    # the commands table comes from click, the layouts table from the registry: a new command, option or
-    # layout without `python scripts/render_readme.py` fails here (and in CI's `--check`)
-    stale = render_readme.render(
-        {"commands": render_readme.commands(), "layouts": render_readme.layouts()}, check=True
-    )
+    # the commands table comes from click, the layouts table from the registry, the layer picture from
+    # adapterdoc/layers.py: a new command, option, layout or layer without `python scripts/render_readme.py` fails
+    # here (and in CI's `--check`)
+    blocks = {
+        "commands": render_readme.commands(),
+        "layouts": render_readme.layouts(),
+        "layers": render_readme.layers(),
+    }
+    stale = render_readme.render(blocks, check=True)
     assert stale == []
 
 

@@ -34,7 +34,7 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @handle_errors
 def command(ctx: click.Context, path: str, weights: bool, plot: str | None, output: Output) -> None:
     """Describe an adapter, checkpoint or cached repo from its headers alone (with --weights, its LoRA tensors)."""
-    from adapterdoc.inspect import inspect
+    from adapterdoc.inspection import inspect
 
     output.check(path)
     report = inspect(path)

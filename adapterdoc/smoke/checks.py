@@ -57,7 +57,7 @@ def check_towers(ctx: Ctx) -> CheckResult:
 
 
 def check_inspect(ctx: Ctx) -> CheckResult:
-    from adapterdoc.inspect import inspect
+    from adapterdoc.inspection import inspect
 
     report = inspect(ctx.result.adapter_dir)
     errors = [f.code for f in report.findings if f.severity == "error"]
@@ -66,7 +66,7 @@ def check_inspect(ctx: Ctx) -> CheckResult:
     detail = f"detected {got}" + ("" if got == ctx.saved_layout else f", expected {ctx.saved_layout}")
     if errors:
         detail += f"; error findings {', '.join(errors)}"
-    return CheckResult("inspect", ok, detail, "adapterdoc.inspect", code="AD604")
+    return CheckResult("inspect", ok, detail, "adapterdoc.inspection", code="AD604")
 
 
 def check_reload(ctx: Ctx) -> CheckResult:

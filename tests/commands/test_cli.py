@@ -72,7 +72,7 @@ def test_internal_errors_exit_4_with_one_line_asking_for_a_report(
 ) -> None:
     """A bug (here an injected RuntimeError in the library call: the error mapping is what is under test) is exit 4,
     not 3: CI must not read it as "your input is bad"."""
-    import adapterdoc.inspect as mod
+    import adapterdoc.inspection as mod
 
     def boom(*a: Any, **k: Any) -> Any:
         raise RuntimeError("synthetic failure")

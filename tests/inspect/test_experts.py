@@ -15,7 +15,7 @@ import pytest
 
 from adapterdoc.adapter import AdapterConfig, parse_key
 from adapterdoc.experts import classify, expert_picture
-from adapterdoc.inspect import inspect
+from adapterdoc.inspection import inspect
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD = ROOT / "fixtures" / "old_stack"
@@ -82,7 +82,7 @@ def test_partial_coverage_and_non_moe_adapters(tmp_path: Path) -> None:
 def test_experts_module_needs_no_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "from adapterdoc.inspect import inspect\n"
+        "from adapterdoc.inspection import inspect\n"
         f"r = inspect({str(QWEN / 'adapter_one_sided')!r})\n"
         "print(r.to_dict()['experts']['layout'], sorted(f.code for f in r.findings))"
     )

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from adapterdoc.cli import main
-from adapterdoc.inspect import inspect
+from adapterdoc.inspection import inspect
 from adapterdoc.layouts import get_layout
 
 pytestmark = pytest.mark.ml

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.experts import classify, expert_picture
-from adapterdoc.inspect import inspect
+from adapterdoc.inspection import inspect
 
 ROOT = Path(__file__).resolve().parents[2]
 E, R, H, INTER = 4, 2, 8, 6

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_formats import sample_run
 
-from adapterdoc.inspect import FileSummary, InspectReport, LoraSummary
+from adapterdoc.inspection import FileSummary, InspectReport, LoraSummary
 from adapterdoc.layouts import Detection
 from adapterdoc.merge import MergeReport
 from adapterdoc.remap import ConfigChange, RemapReport
