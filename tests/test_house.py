@@ -29,8 +29,27 @@ COMMAND_LEVEL = (
     "adapterdoc.train",
 )
 
+def _registry_family_words() -> set[str]:
+    """The family words the registry itself names: each layout's and family module's stem, each model class's, and
+    each expert spelling's name hints (so a new family, or a family without a layout such as Mixtral, is guarded
+    without editing this file)."""
+    from adapterdoc.layouts import EXPERT_SPELLINGS, FAMILY_MODULES, LAYOUTS
+
+    def stem(name: str) -> str:
+        return re.match(r"[a-z]+?(?=\d|_|for|model|$)", name.lower()).group()
+
+    words = {stem(n) for n in LAYOUTS} | {stem(lay.model_class) for lay in LAYOUTS.values()}
+    words |= {stem(m.__name__.rpartition(".")[2]) for m in FAMILY_MODULES}
+    words |= {w for sp in EXPERT_SPELLINGS for w in sp.name_hints}
+    return {w for w in words if len(w) >= 4}
+
+
+SEGMENT_WORDS = ("thinker", "talker", "pixtral", "gemma", "Wqkv")
+"""Family words that are not a layout's or class's stem: module segments and sub-models the registry knows."""
 FAMILY = re.compile(
-    r"""["'][^"'\n]*\b(qwen\w*|thinker|talker|modernbert\w*|ministral\w*|mistral\w*|pixtral\w*|gemma\w*|Wqkv)\b""",
+    r"""["'][^"'\n]*\b("""
+    + "|".join(sorted({f"{w}\\w*" for w in _registry_family_words()} | set(SEGMENT_WORDS)))
+    + r""")\b""",
     re.IGNORECASE,
 )
 """A model-family name inside a string literal (docstrings and comments aside)."""
@@ -236,6 +255,25 @@ def _string_literals(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             out.append((node.lineno, node.value))
     return out
+
+
+def test_the_family_words_come_from_the_registry():
+    words = _registry_family_words()
+    assert {"qwen", "mistral", "ministral", "modernbert", "embeddinggemma", "mixtral"} <= words
+
+
+def test_key_fragments_of_families_live_in_layouts():
+    # a bare key fragment or regex naming a VL class's text model (`.language_model.`, `language_model\\?\\.`) is
+    # registry knowledge (layouts.VL_INFIX, layouts.strip_infix_in_regex); prose that mentions it is not
+    where = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).as_posix()
+        if rel.startswith(FAMILY_HOMES):
+            continue
+        for line, text in _string_literals(path):
+            if "language_model" in text and not re.search(r"\s", text):
+                where.append(f"{rel}:{line}: {text[:60]!r}")
+    assert where == []
 
 
 def test_family_names_live_in_layouts():

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from adapterdoc.layouts import embeddinggemma, mistral3, modernbert, qwen3_5, qwen3_omni, qwen_vl
 from adapterdoc.layouts.common import MIXTRAL_EXPERTS, MOE_NAME_HINT
-from adapterdoc.layouts.moves import VL_RULES, apply_move, move_rules, move_words, rename
+from adapterdoc.layouts.moves import (
+    VL_RULES,
+    apply_move,
+    move_rules,
+    move_words,
+    rename,
+    strip_infix_in_regex,
+)
 from adapterdoc.layouts.registry import (
     ADD_LANGUAGE_MODEL,
     EXPERT_SPELLINGS,
@@ -23,6 +30,7 @@ from adapterdoc.layouts.registry import (
     MODALITY_SEGMENTS,
     STRIP_LANGUAGE_MODEL,
     TOWER_SEGMENTS,
+    VL_INFIX,
     Detection,
     Experts,
     Layout,
@@ -63,6 +71,7 @@ __all__ = [
     "MOE_NAME_HINT",
     "STRIP_LANGUAGE_MODEL",
     "TOWER_SEGMENTS",
+    "VL_INFIX",
     "VL_RULES",
     "Detection",
     "Experts",
@@ -84,6 +93,7 @@ __all__ = [
     "remap_path",
     "rename",
     "smoke_layouts",
+    "strip_infix_in_regex",
     "strip_language_model",
     "tiny_layouts",
     "tower_probes",

@@ -31,7 +31,10 @@ QWEN35_MOE_TEXT_EXPERTS = Experts(shared=("shared_expert", "shared_expert_gate")
 """Qwen3.5-MoE's text class: the same experts, but vLLM 0.33.0's ``Qwen3_5MoeForCausalLM`` leaves
 ``is_3d_moe_weight`` at ``False`` (``qwen3_5.py:455``: per-expert LoRA)."""
 MIXTRAL_EXPERTS = Experts(
-    per_expert=("w1", "w3", "w2"), block="block_sparse_moe", count_field="num_local_experts"
+    per_expert=("w1", "w3", "w2"),
+    block="block_sparse_moe",
+    count_field="num_local_experts",
+    name_hints=("mixtral",),
 )
 """Mixtral (no layout of its own here; its adapters are read by their keys): ``block_sparse_moe.experts.{e}.w1/w3/w2``
 are gate/up/down; transformers 5 renames ``block_sparse_moe`` to ``mlp`` and fuses them like Qwen's."""

@@ -37,6 +37,12 @@ VL_RULES: tuple[Rule, ...] = (STRIP_LANGUAGE_MODEL,)
 """The rules of ``remap --vl``: :func:`apply_move` with these is :func:`strip_language_model` on the module path."""
 
 
+def strip_infix_in_regex(rx: str) -> str:
+    r"""A regex ``target_modules`` with its first ``language_model`` segment (``language_model\.``) removed: the
+    literal reading of ``remap --vl`` on a regex, beside the rule-driven one."""
+    return re.sub(r"language_model\\?\.", "", rx, count=1)
+
+
 def move_rules(source: str, target: str) -> tuple[Rule, ...] | None:
     """The rules of the shortest registry move from ``source`` to ``target`` in order (``None``: no move)."""
     steps = remap_path(source, target)

@@ -49,6 +49,8 @@ class Rule:
 
 
 STRIP_LANGUAGE_MODEL = Rule(r"^((?:[^.]+\.)*?)language_model\.", r"\1")
+VL_INFIX = ".language_model."
+"""The infix ``remap --vl`` strips (once) and refuses to leave behind: a VL class's text model."""
 """Remove the first ``language_model`` segment: ``model.language_model.layers`` → ``model.layers``."""
 
 
@@ -81,6 +83,9 @@ class Experts:
     served_fused: bool | None = None
     """Whether vLLM's class for this family reads expert LoRA in the fused form (its ``is_3d_moe_weight``):
     ``True`` fused, ``False`` per-expert, ``None`` not checked."""
+    name_hints: tuple[str, ...] = ()
+    """Words that, in a fused adapter's ``auto_mapping.base_model_class`` or ``base_model_name_or_path``
+    (case-insensitive), choose this per-expert spelling when ``remap --experts per-expert`` writes it back."""
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,9 @@ STYLES = _styles()
 LINEAR = STYLES[0]
 """The common style (the first registered: ``mlp.experts.{e}.gate_proj/up_proj/down_proj``)."""
 
-_BLOCK_SPARSE = next((s for s in STYLES if s.container == "block_sparse_moe"), LINEAR)
-HINTS: tuple[tuple[str, ExpertNames], ...] = (("mixtral", _BLOCK_SPARSE),)
+HINTS: tuple[tuple[str, ExpertNames], ...] = tuple(
+    (word, ExpertNames(sp.block, *sp.per_expert)) for sp in EXPERT_SPELLINGS for word in sp.name_hints
+)
 """A word in the adapter's ``auto_mapping.base_model_class`` or ``base_model_name_or_path`` (case-insensitive)
 that chooses the per-expert style of a fused adapter (the registry's spellings carry no model name); none:
 :data:`LINEAR`."""

@@ -12,6 +12,7 @@ from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.layouts import (
     LAYOUTS,
     STRIP_LANGUAGE_MODEL,
+    VL_INFIX,
     Detection,
     Rule,
     apply_move,
@@ -23,7 +24,7 @@ from adapterdoc.layouts import (
     strip_language_model,
 )
 
-INFIX = ".language_model."
+INFIX = VL_INFIX
 """What ``--vl`` removes (once) from every key that has it."""
 _INDEX = re.compile(r"\.\d+(?=\.)")
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from adapterdoc.layouts import exclusion_regex, tower_probes
+from adapterdoc.layouts import exclusion_regex, strip_infix_in_regex, tower_probes
 from adapterdoc.remap.moves import RemapMove
 from adapterdoc.report.remap_report import ConfigChange
 
@@ -57,7 +57,7 @@ class ConfigRewriter:
     def _regex_candidates(self, rx: str) -> list[tuple[str, str]]:
         cands = [(rx, "unchanged"), (from_view(self.move.path_fn(to_view(rx))), "rules")]
         if self.move.strips_infix:
-            cands.append((re.sub(r"language_model\\?\.", "", rx, count=1), "literal"))
+            cands.append((strip_infix_in_regex(rx), "literal"))
         return cands
 
     def _path_entry(self, entry: str) -> str:
