@@ -29,6 +29,7 @@ COMMAND_LEVEL = (
     "adapterdoc.train",
 )
 
+
 def _registry_family_words() -> set[str]:
     """The family words the registry itself names: each layout's and family module's stem, each model class's, and
     each expert spelling's name hints (so a new family, or a family without a layout such as Mixtral, is guarded
