@@ -59,6 +59,9 @@ DECODER = dict(
     max_position_embeddings=512,
     tie_word_embeddings=False,
 )
+QWEN_VISION_TINY = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN)
+"""The tiny Qwen-VL-style vision tower every Qwen vision family's tiny config starts from (one block, projecting to
+``HIDDEN``); each family adds its own fields (``fullatt_block_indexes``, ``deepstack_visual_indexes``)."""
 
 PLAIN_ACTIVATIONS = frozenset(
     {

@@ -101,10 +101,7 @@ def _ministral3(raw: Mapping[str, Any]) -> Tree:
     t = Tree("ministral3_text", "Ministral3ForCausalLM", "ministral3")
     t.add("model")
     h, v = _ministral3_text(t, f, "model.")
-    t.linear("lm_head", h, v)
-    t.output_embedding = "lm_head"
-    t.tied = f.flag("tie_word_embeddings")
-    return t
+    return t.lm_head(h, v, f)
 
 
 def _pixtral(t: Tree, f: Fields, p: str) -> int:
@@ -161,10 +158,7 @@ def _mistral3(raw: Mapping[str, Any]) -> Tree:
     t.linear(p + ".linear_2", h, h, bias)
     t.add("model.language_model")
     h, v = _ministral3_text(t, tf, "model.language_model.")
-    t.linear("lm_head", h, v)
-    t.output_embedding = "lm_head"
-    t.tied = top.flag("tie_word_embeddings") or tf.flag("tie_word_embeddings")
-    return t
+    return t.lm_head(h, v, top, tf)
 
 
 # ------------------------------------------------------------------------------------- tiny configs

@@ -10,12 +10,12 @@ from adapterdoc.layouts.common import (
     BERT_LEAF,
     DECODER,
     FUSED_EXPERTS,
-    HIDDEN,
     LINEAR_ATTN,
     MLP,
     MOE,
     QWEN35_MOE_EXPERTS,
     QWEN35_MOE_TEXT_EXPERTS,
+    QWEN_VISION_TINY,
     TEXT_LM,
     VL_LM,
 )
@@ -203,10 +203,7 @@ def _qwen35_causal(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mappi
         t = Tree(layout, cls, mt)
         t.add("model")
         h, v = _qwen35_text(t, f, "model.", moe)
-        t.linear("lm_head", h, v)
-        t.output_embedding = "lm_head"
-        t.tied = f.flag("tie_word_embeddings")
-        return t
+        return t.lm_head(h, v, f)
 
     return build
 
@@ -229,10 +226,7 @@ def _qwen35_vl(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[s
         _qwen35_vision(t, vf, "model.visual")
         t.add("model.language_model")
         h, v = _qwen35_text(t, tf, "model.language_model.", moe)
-        t.linear("lm_head", h, v)
-        t.output_embedding = "lm_head"
-        t.tied = top.flag("tie_word_embeddings") or tf.flag("tie_word_embeddings")
-        return t
+        return t.lm_head(h, v, top, tf)
 
     return build
 
@@ -249,7 +243,7 @@ _QWEN35_MOE = dict(
 )
 
 
-_QWEN_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN)
+_QWEN_VISION = QWEN_VISION_TINY
 
 
 def _qwen3_5_text() -> dict[str, Any]:

@@ -15,6 +15,7 @@ from adapterdoc.layouts.common import (
     LINEAR_ATTN,
     OMNI_EXPERTS,
     QWEN_MOE_EXPERTS,
+    QWEN_VISION_TINY,
     TEXT_LM,
     VL_LM,
 )
@@ -225,10 +226,7 @@ def _qwen3_moe(raw: Mapping[str, Any]) -> Tree:
     t = Tree("qwen3_moe_text", "Qwen3MoeForCausalLM", "qwen3_moe", own={})
     t.add("model")
     h, v = _moe_text(t, f, "model.")
-    t.linear("lm_head", h, v)
-    t.output_embedding = "lm_head"
-    t.tied = f.flag("tie_word_embeddings")
-    return t
+    return t.lm_head(h, v, f)
 
 
 def _audio(t: Tree, f: Fields, p: str) -> None:
@@ -374,14 +372,7 @@ def _omni_thinker() -> dict[str, Any]:
             n_window=4,
             downsample_hidden_size=16,
         ),
-        vision_config=dict(
-            depth=1,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=2,
-            out_hidden_size=HIDDEN,
-            deepstack_visual_indexes=[0],
-        ),
+        vision_config=dict(QWEN_VISION_TINY, deepstack_visual_indexes=[0]),
     )
 
 

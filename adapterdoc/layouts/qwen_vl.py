@@ -8,11 +8,11 @@ from typing import Any
 from adapterdoc.layouts.common import (
     ATTN,
     DECODER,
-    HIDDEN,
     LINEAR_ATTN,
     MLP,
     MOE,
     PLAIN_ACTIVATIONS,
+    QWEN_VISION_TINY,
     TEXT_LM,
     VL_DECODER,
 )
@@ -229,10 +229,7 @@ def _qwen2_5_vl_tree(raw: Mapping[str, Any]) -> Tree:
     _vision(t, vf, "model.visual")
     t.add("model.language_model")
     h, v = _text(t, tf, "model.language_model.")
-    t.linear("lm_head", h, v)
-    t.output_embedding = "lm_head"
-    t.tied = top.flag("tie_word_embeddings") or tf.flag("tie_word_embeddings")
-    return t
+    return t.lm_head(h, v, top, tf)
 
 
 # ------------------------------------------------------------------------------------- tiny configs
@@ -241,14 +238,7 @@ def _qwen2_5_vl_tree(raw: Mapping[str, Any]) -> Tree:
 def _qwen2_5_vl() -> dict[str, Any]:
     text = {**DECODER, "num_hidden_layers": 2}
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
-    vision = dict(
-        depth=1,
-        hidden_size=32,
-        intermediate_size=64,
-        num_heads=2,
-        out_hidden_size=HIDDEN,
-        fullatt_block_indexes=[0],
-    )
+    vision = dict(QWEN_VISION_TINY, fullatt_block_indexes=[0])
     return dict(text_config=text, vision_config=vision)
 
 

@@ -77,6 +77,15 @@ class Tree:
     def embedding(self, name: str, num: int, dim: int) -> None:
         self.add(name, EMBEDDING, (("weight", (num, dim)),))
 
+    def lm_head(self, hidden: int, vocab: int, *configs: Fields) -> Tree:
+        """The causal-LM tail every decoder family ends with: ``lm_head`` (the output embedding, left out of
+        ``all-linear``), tied when any of ``configs`` (the top config, then the text config) sets
+        ``tie_word_embeddings``; returns the tree, so a builder ends with ``return t.lm_head(h, v, f)``."""
+        self.linear("lm_head", hidden, vocab)
+        self.output_embedding = "lm_head"
+        self.tied = any(c.flag("tie_word_embeddings") for c in configs)
+        return self
+
     @property
     def names(self) -> list[str]:
         return [n.name for n in self.nodes]
