@@ -104,7 +104,7 @@ def _decode(np: Any, raw: Any, dtype: str) -> Any:
     if dtype in ("F64", "F32", "F16"):
         return raw  # numpy's IEEE types are exact; the assignment widens to float64 exactly
     if dtype == "BF16":  # bfloat16 is the top half of a float32
-        return (raw.astype(np.uint32) << 16).view(np.float32)
+        return np.left_shift(raw, 16, dtype=np.uint32).view(np.float32)
     table = _FP8_TABLES.get(dtype)
     if table is None:
         table = _FP8_TABLES[dtype] = np.array([fp8_value(dtype, b) for b in range(256)], dtype=np.float64)
