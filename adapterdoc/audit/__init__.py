@@ -138,7 +138,11 @@ def _ranks_for_findings(
         reader.bytes_read = read
         for m, n in zip(entries, again):
             m.effective_rank, m.numerical_rank = n.effective_rank, n.numerical_rank
-            if not m.inert and m.delta_norm is not None and (n.effective_rank or 0) * RANK_WASTE_FACTOR > m.rank:
+            if (
+                not m.inert
+                and m.delta_norm is not None
+                and (n.effective_rank or 0) * RANK_WASTE_FACTOR > m.rank
+            ):
                 pending.discard(m.rank)
 
 

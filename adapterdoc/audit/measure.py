@@ -12,7 +12,15 @@ from adapterdoc.audit.read import FactorPair, Reader
 from adapterdoc.audit.stacked import GRAM_SAFE, core_singular_values, stacked_measure
 from adapterdoc.report.audit_report import ENERGY, INERT_RELATIVE, Audit, ModuleDelta, TensorRead
 
-__all__ = ["GRAM_SAFE", "classify", "core_singular_values", "effective_rank", "measure", "numerical_rank", "place"]
+__all__ = [
+    "GRAM_SAFE",
+    "classify",
+    "core_singular_values",
+    "effective_rank",
+    "measure",
+    "numerical_rank",
+    "place",
+]
 
 _LAYER = re.compile(r"^(?P<group>.*?)\.(?P<idx>\d+)\.(?P<rest>.+)$")
 _EXPERT = re.compile(r"(^|\.)experts\.(?P<e>\d+)(?=\.|$)")
@@ -57,7 +65,9 @@ def measure(
     kind = "embedding" if experts == 1 and g.embedding else ("experts" if fused else "linear")
     r = rows // experts
     if bad:
-        out = [ModuleDelta(g.module, kind, r, scaling, None, None, None, nonfinite=bad) for _ in range(experts)]
+        out = [
+            ModuleDelta(g.module, kind, r, scaling, None, None, None, nonfinite=bad) for _ in range(experts)
+        ]
     else:
         s = abs(scaling) if scaling is not None else 1.0
         norms, svs = stacked_measure(np, a, b, experts, ranks=ranks)

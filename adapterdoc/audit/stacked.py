@@ -27,7 +27,9 @@ _EINSUM_RANK = 4
 """Up to this rank the per-expert Grams are einsum sums (a few passes); above it, BLAS products per slice."""
 
 
-def stacked_measure(np: Any, a: Any, b: Any, experts: int, *, ranks: bool = True) -> tuple[list[float], list[Any]]:
+def stacked_measure(
+    np: Any, a: Any, b: Any, experts: int, *, ranks: bool = True
+) -> tuple[list[float], list[Any]]:
     """``‖B_e A_e‖_F`` of each slice (``A`` [experts·r, in] with expert ``e`` in rows ``e·r … e·r+r-1``; ``B``
     [out, r·experts] with column ``j·experts + e``: PEFT's fused layout) and, with ``ranks``, each slice's
     singular values as a list (else ``None``)."""
