@@ -46,8 +46,8 @@ def measure(
     """The module's entries (one per expert for fused experts), measured together from stacked ``r × r`` Gram
     matrices (:mod:`adapterdoc.audit.stacked`); ``ranks=False`` leaves the effective and numerical ranks ``None``
     (the delta norms, hence the inert test and the shares, do not need them)."""
-    a = _read(g.a, reader, audit, np)
-    b = _read(g.b, reader, audit, np)
+    a = _read(g.a, reader, audit, np, 0)
+    b = _read(g.b, reader, audit, np, 1)
     if a is None or b is None or a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
         return []  # incomplete or inconsistent pairs are inspect's findings (AD206, AD210); their reads still count
     info = reader.ckpt.tensors[g.a or ""]
@@ -97,10 +97,10 @@ def measure(
     return out
 
 
-def _read(name: str | None, reader: Reader, audit: Audit, np: Any) -> Any | None:
+def _read(name: str | None, reader: Reader, audit: Audit, np: Any, slot: int) -> Any | None:
     if name is None:
         return None
-    arr = reader.read(name)
+    arr = reader.read(name, slot)
     if arr is None:
         audit.tensors[name] = TensorRead(scanned=False)
         return None
