@@ -5,11 +5,38 @@ from __future__ import annotations
 import click
 
 from adapterdoc import __version__
+from adapterdoc.commands import COMMANDS, load
 from adapterdoc.commands._common import EXIT_CODES
 
 
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when the command is looked up to run (or for its own help);
+    the top-level help lists :data:`~adapterdoc.commands.COMMANDS` from its one-line helps, importing nothing."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.add_command(_with_shared_options(load(cmd_name)))
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [
+            (name, self.commands.get(name) or click.Command(name, help=COMMANDS[name][1]))
+            for name in self.list_commands(ctx)
+        ]
+        rows = [(name, cmd) for name, cmd in rows if not cmd.hidden]
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
+
+
 @click.group(
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110}, epilog=EXIT_CODES
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+    epilog=EXIT_CODES,
 )
 @click.version_option(__version__, "--version", prog_name="adapterdoc")
 @click.option("--debug", is_flag=True, help="Show tracebacks (also ADAPTERDOC_DEBUG=1).")
@@ -57,13 +84,7 @@ def _shared_options() -> list[click.Option]:
     ]
 
 
-def _register() -> None:
-    from adapterdoc.commands import COMMANDS
-
-    for cmd in COMMANDS:
-        taken = {opt for p in cmd.params for opt in getattr(p, "opts", [])}
-        cmd.params.extend(o for o in _shared_options() if not taken & set(o.opts))
-        main.add_command(cmd)
-
-
-_register()
+def _with_shared_options(cmd: click.Command) -> click.Command:
+    taken = {opt for p in cmd.params for opt in getattr(p, "opts", [])}
+    cmd.params.extend(o for o in _shared_options() if not taken & set(o.opts))
+    return cmd

@@ -48,7 +48,7 @@ from adapterdoc.audit.measure import (
     numerical_rank,
     place,
 )
-from adapterdoc.audit.read import DTYPES, Reader, factor_pairs, fp8_value
+from adapterdoc.audit.read import DTYPES, FactorPair, Reader, factor_pairs, fp8_value
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.report.audit_report import ENERGY, INERT_RELATIVE, Audit, ModuleDelta, TensorRead, leaves
@@ -88,9 +88,13 @@ def audit_adapter(spec: str | os.PathLike[str]) -> Audit:
     return audit_checkpoint(open_checkpoint(spec))
 
 
-def audit_checkpoint(ckpt: Checkpoint) -> Audit:
+def audit_checkpoint(ckpt: Checkpoint, *, ranks: bool = True) -> Audit:
     """Audit an opened checkpoint; raises :class:`~adapterdoc.errors.UnsupportedInputError` when its tensor data
-    cannot be read here (``hf://`` inputs are header-only; numpy missing)."""
+    cannot be read here (``hf://`` inputs are header-only; numpy missing).
+
+    ``ranks=False`` (verify's gate) measures the delta norms only, then the effective ranks of just the modules
+    the rank finding (AD312) has to see before it can be ruled out (usually one per rank); the findings, norms
+    and summary are the same, ``effective_rank``/``numerical_rank`` are ``None`` where not measured."""
     np = require_numpy(ckpt.spec)
     if ckpt.spec.startswith("hf://"):
         raise UnsupportedInputError(
@@ -103,12 +107,43 @@ def audit_checkpoint(ckpt: Checkpoint) -> Audit:
     groups = factor_pairs(ckpt)
     if any(g.magnitude for g in groups.values()) or (cfg is not None and cfg.use_dora):
         audit.notes.append(DORA_NOTE)
+    spans: list[tuple[FactorPair, int, int]] = []
     for g in groups.values():
-        audit.modules += measure(g, cfg, reader, audit, np)
+        start = len(audit.modules)
+        audit.modules += measure(g, cfg, reader, audit, np, ranks=ranks)
+        spans.append((g, start, len(audit.modules)))
     audit.bytes_read = reader.bytes_read
     classify(audit.modules)
+    if not ranks:
+        _ranks_for_findings(audit, spans, cfg, reader, np)
     audit.findings = sort_findings(audit_findings(audit, ckpt.spec))
     return audit
+
+
+def _ranks_for_findings(
+    audit: Audit, spans: list[tuple[FactorPair, int, int]], cfg: Any, reader: Reader, np: Any
+) -> None:
+    """Measure the effective ranks AD312 needs, module by module in file order, until each rank (of at least
+    :data:`RANK_WASTE_FACTOR`) has a live module needing more than ``rank / RANK_WASTE_FACTOR`` (no AD312) or all
+    its live modules are measured (AD312 decided on all of them, as with ``ranks=True``)."""
+    pending = {m.rank for m in audit.measured if not m.inert and m.rank >= RANK_WASTE_FACTOR}
+    for g, start, end in spans:
+        if not pending:
+            return
+        entries = audit.modules[start:end]
+        if not any(m.rank in pending and not m.inert and m.delta_norm is not None for m in entries):
+            continue
+        read = reader.bytes_read
+        again = measure(g, cfg, reader, Audit(path=audit.path), np, ranks=True)
+        reader.bytes_read = read
+        for m, n in zip(entries, again):
+            m.effective_rank, m.numerical_rank = n.effective_rank, n.numerical_rank
+            if (
+                not m.inert
+                and m.delta_norm is not None
+                and (n.effective_rank or 0) * RANK_WASTE_FACTOR > m.rank
+            ):
+                pending.discard(m.rank)
 
 
 def render_heatmap(audit: Audit, path: str | os.PathLike[str]) -> str:

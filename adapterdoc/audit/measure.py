@@ -9,7 +9,18 @@ from typing import Any
 
 from adapterdoc.adapter import AdapterConfig, fused_expert_owner
 from adapterdoc.audit.read import FactorPair, Reader
+from adapterdoc.audit.stacked import GRAM_SAFE, core_singular_values, stacked_measure
 from adapterdoc.report.audit_report import ENERGY, INERT_RELATIVE, Audit, ModuleDelta, TensorRead
+
+__all__ = [
+    "GRAM_SAFE",
+    "classify",
+    "core_singular_values",
+    "effective_rank",
+    "measure",
+    "numerical_rank",
+    "place",
+]
 
 _LAYER = re.compile(r"^(?P<group>.*?)\.(?P<idx>\d+)\.(?P<rest>.+)$")
 _EXPERT = re.compile(r"(^|\.)experts\.(?P<e>\d+)(?=\.|$)")
@@ -30,10 +41,13 @@ def place(module: str) -> tuple[str, int | None, str, int | None]:
 
 
 def measure(
-    g: FactorPair, cfg: AdapterConfig | None, reader: Reader, audit: Audit, np: Any
+    g: FactorPair, cfg: AdapterConfig | None, reader: Reader, audit: Audit, np: Any, *, ranks: bool = True
 ) -> list[ModuleDelta]:
-    a = _read(g.a, reader, audit, np)
-    b = _read(g.b, reader, audit, np)
+    """The module's entries (one per expert for fused experts), measured together from stacked ``r × r`` Gram
+    matrices (:mod:`adapterdoc.audit.stacked`); ``ranks=False`` leaves the effective and numerical ranks ``None``
+    (the delta norms, hence the inert test and the shares, do not need them)."""
+    a = _read(g.a, reader, audit, np, 0)
+    b = _read(g.b, reader, audit, np, 1)
     if a is None or b is None or a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
         return []  # incomplete or inconsistent pairs are inspect's findings (AD206, AD210); their reads still count
     info = reader.ckpt.tensors[g.a or ""]
@@ -48,14 +62,29 @@ def measure(
     if fused and cfg is not None:
         r = cfg.rank_for(owner)
         experts = rows // r if r and rows % r == 0 and rows > r else 1
-    if experts == 1:
-        kind = "embedding" if g.embedding else ("experts" if fused else "linear")
-        out = [_entry(g.module, kind, a, b, scaling, bad, np)]
+    kind = "embedding" if experts == 1 and g.embedding else ("experts" if fused else "linear")
+    r = rows // experts
+    if bad:
+        out = [
+            ModuleDelta(g.module, kind, r, scaling, None, None, None, nonfinite=bad) for _ in range(experts)
+        ]
     else:
-        r = rows // experts
-        a3 = a.reshape(experts, r, a.shape[1])
-        b3 = b.reshape(b.shape[0], r, experts)
-        out = [_entry(g.module, "experts", a3[e], b3[:, :, e], scaling, bad, np) for e in range(experts)]
+        s = abs(scaling) if scaling is not None else 1.0
+        norms, svs = stacked_measure(np, a, b, experts, ranks=ranks)
+        dim = max(b.shape[0], a.shape[1])
+        out = [
+            ModuleDelta(
+                g.module,
+                kind,
+                r,
+                scaling,
+                s * n,
+                None if sv is None else effective_rank(sv),
+                None if sv is None else numerical_rank(sv, dim),
+            )
+            for n, sv in zip(norms, svs)
+        ]
+    if experts > 1:
         for e, m in enumerate(out):
             m.expert = e
     param = _fused_parameter(cfg, g.module) if fused else None
@@ -68,72 +97,25 @@ def measure(
     return out
 
 
-def _read(name: str | None, reader: Reader, audit: Audit, np: Any) -> Any | None:
+def _read(name: str | None, reader: Reader, audit: Audit, np: Any, slot: int) -> Any | None:
     if name is None:
         return None
-    arr = reader.read(name)
+    arr = reader.read(name, slot)
     if arr is None:
         audit.tensors[name] = TensorRead(scanned=False)
         return None
-    finite = np.isfinite(arr)
-    bad = int(arr.size - np.count_nonzero(finite))
-    nonzero = bool(np.any(arr != 0))  # NaN counts as non-zero, as in the bit scanner; -0.0 does not
+    flat = arr.reshape(-1)
+    ss = float(np.dot(flat, flat)) if flat.size else 0.0  # one BLAS pass: finite and > 0 settles both counts
+    if ss > 0 and math.isfinite(ss):
+        nonzero, bad = True, 0
+    else:  # zero, underflowing, overflowing or NaN/Inf: count exactly
+        finite = np.isfinite(arr)
+        bad = int(arr.size - np.count_nonzero(finite))
+        nonzero = bool(np.any(arr != 0))  # NaN counts as non-zero, as in the bit scanner; -0.0 does not
+        if bad:
+            arr = np.where(finite, arr, 0.0)
     audit.tensors[name] = TensorRead(scanned=True, nonzero=nonzero, nonfinite=bad)
-    if bad:
-        arr = np.where(finite, arr, 0.0)
     return arr
-
-
-def _entry(module: str, kind: str, a: Any, b: Any, scaling: float | None, bad: int, np: Any) -> ModuleDelta:
-    rank = a.shape[0]
-    if bad:
-        return ModuleDelta(module, kind, rank, scaling, None, None, None, nonfinite=bad)
-    sv = core_singular_values(np, a, b)
-    s = abs(scaling) if scaling is not None else 1.0
-    norm = s * math.sqrt(float(np.sum(sv * sv)))
-    return ModuleDelta(
-        module,
-        kind,
-        rank,
-        scaling,
-        norm,
-        effective_rank(sv.tolist()),
-        numerical_rank(sv.tolist(), max(b.shape[0], a.shape[1])),
-    )
-
-
-GRAM_SAFE = 1e-8
-"""The Gram route is kept when every singular value of ``B A`` is at least ``sqrt(GRAM_SAFE)`` (1e-4) of the
-largest; below that, the module is recomputed through QR."""
-_TSQR_ROWS = 1024
-
-
-def core_singular_values(np: Any, a: Any, b: Any) -> Any:
-    """Singular values of ``B A`` (``A`` [r, in], ``B`` [out, r]) from an ``r × r`` core, largest first.
-
-    Fast route: the Gram matrices ``BᵀB = V_B Λ_B V_Bᵀ`` and ``AAᵀ = V_A Λ_A V_Aᵀ`` (BLAS-3, symmetric ``eigh``)
-    give ``R_B = Λ_B^½ V_Bᵀ`` and ``R_A = Λ_A^½ V_Aᵀ`` with ``B = Q_B R_B``, ``Aᵀ = Q_A R_A``, so the core
-    ``R_B R_Aᵀ`` has the singular values of ``B A``. Its error in ``σ_i²`` is about ``r · eps · σ_max²``,
-    harmless unless some ``σ_i`` is tiny; then (see :data:`GRAM_SAFE`) the core is rebuilt from Householder QR
-    of ``B`` and ``Aᵀ`` (block-wise, TSQR), accurate to ``eps · σ_max`` whatever the conditioning."""
-    rank = a.shape[0]
-    if a.size == 0 or b.size == 0 or not a.any() or not b.any():
-        return np.zeros(rank)
-    lb, vb = np.linalg.eigh(b.T @ b)
-    la, va = np.linalg.eigh(a @ a.T)
-    core = (np.sqrt(np.clip(lb, 0, None))[:, None] * vb.T) @ (va * np.sqrt(np.clip(la, 0, None))[None, :])
-    sv = np.linalg.svd(core, compute_uv=False)
-    if sv[0] > 0 and sv[-1] ** 2 >= GRAM_SAFE * sv[0] ** 2:
-        return sv
-    return np.linalg.svd(_tsqr_r(np, b) @ _tsqr_r(np, a.T).T, compute_uv=False)
-
-
-def _tsqr_r(np: Any, x: Any) -> Any:
-    """The ``R`` of a tall matrix's QR, from the stacked ``R``s of row blocks (same ``R`` up to row signs)."""
-    if x.shape[0] <= 2 * _TSQR_ROWS:
-        return np.linalg.qr(x, mode="r")
-    blocks = [np.linalg.qr(x[i : i + _TSQR_ROWS], mode="r") for i in range(0, x.shape[0], _TSQR_ROWS)]
-    return np.linalg.qr(np.vstack(blocks), mode="r")
 
 
 def effective_rank(sv: list[float], energy: float = ENERGY) -> int:

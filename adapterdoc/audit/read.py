@@ -61,9 +61,19 @@ class Reader:
         self.headers = {h.path: h for h in ckpt.headers}
         self.bytes_read = 0
         self._bin: dict[str, Any] | None = None
+        self._slots: dict[int, Any] = {}
+        self._scratch = np.empty(_STEP, dtype=np.uint32)
 
-    def read(self, name: str) -> Any | None:
-        """The tensor as float64 (its own shape), or ``None`` when its dtype is not one the audit decodes."""
+    def _buffer(self, slot: int, n: int) -> Any:
+        """``n`` float64s of slot ``slot``'s buffer, grown as needed and reused (no fresh pages per tensor)."""
+        buf = self._slots.get(slot)
+        if buf is None or buf.size < n:
+            buf = self._slots[slot] = self.np.empty(n, dtype=self.np.float64)
+        return buf[:n]
+
+    def read(self, name: str, slot: int = 0) -> Any | None:
+        """The tensor as float64 (its own shape), or ``None`` when its dtype is not one the audit decodes. The
+        array is slot ``slot``'s buffer: valid until the next read into the same slot."""
         info = self.ckpt.tensors[name]
         if self.ckpt.weights_format == "bin":
             return self._read_bin(name)
@@ -73,12 +83,22 @@ class Reader:
 
         np = self.np
         header = self.headers[self.ckpt.tensor_file[name]]
-        out = np.empty(info.numel, dtype=np.float64)
+        out = self._buffer(slot, info.numel)
         width = _WIDTH[info.dtype]
         for offset, buf in tensor_windows(header, name):
             start = offset // width
             raw = np.frombuffer(buf, dtype=_RAW[info.dtype])
-            out[start : start + raw.size] = _decode(np, raw, info.dtype)
+            if (
+                info.dtype == "BF16"
+            ):  # through a cache-sized uint32 scratch: bfloat16 is the top half of a float32
+                u = self._scratch
+                for i in range(0, raw.size, _STEP):
+                    part = raw[i : i + _STEP]
+                    np.left_shift(part, 16, out=u[: part.size], dtype=np.uint32)
+                    out[start + i : start + i + part.size] = u[: part.size].view(np.float32)
+                part = None  # no view of the window may outlive it
+            else:
+                out[start : start + raw.size] = _decode(np, raw, info.dtype)
             n = raw.size
             del raw  # the window's mmap closes when the generator resumes; no view may outlive it
             self.bytes_read += n * width
@@ -92,6 +112,8 @@ class Reader:
         return t.double().numpy() if t.is_floating_point() else None
 
 
+_STEP = 1 << 15
+"""Elements decoded per step through the BF16 scratch (128 KiB: stays in cache)."""
 _WIDTH = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 _RAW = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 for _d in DTYPES:
@@ -104,7 +126,7 @@ def _decode(np: Any, raw: Any, dtype: str) -> Any:
     if dtype in ("F64", "F32", "F16"):
         return raw  # numpy's IEEE types are exact; the assignment widens to float64 exactly
     if dtype == "BF16":  # bfloat16 is the top half of a float32
-        return (raw.astype(np.uint32) << 16).view(np.float32)
+        return np.left_shift(raw, 16, dtype=np.uint32).view(np.float32)
     table = _FP8_TABLES.get(dtype)
     if table is None:
         table = _FP8_TABLES[dtype] = np.array([fp8_value(dtype, b) for b in range(256)], dtype=np.float64)

@@ -1,4 +1,9 @@
-"""One module per CLI command; each defines a click command and imports its library lazily. :data:`MODULES` is\nthe catalogue: every name in it must import."""
+"""One module per CLI command; each defines a click ``command`` and imports its library lazily. :data:`COMMANDS`
+is the catalogue the CLI's lazy group reads: a command's module is imported only when that command runs (or its
+own help is asked for); the top-level ``--help`` lists every command from the table's one-line helps alone.
+
+Adding a command is one line here: its name, its module, and the first paragraph of its help (``tests/commands/
+test_cli_lazy.py`` checks each line against the real command, and that every ``*_cmd.py`` module is listed)."""
 
 from __future__ import annotations
 
@@ -6,22 +11,52 @@ import importlib
 
 import click
 
-MODULES = (
-    "inspect_cmd",
-    "remap_cmd",
-    "verify_cmd",
-    "merge_cmd",
-    "roundtrip_cmd",
-    "train_cmd",
-    "fit_cmd",
-    "eval_cmd",
-    "explain_cmd",
-)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "inspect": (
+        "inspect_cmd",
+        "Describe an adapter, checkpoint or cached repo from its headers alone (with --weights, its LoRA tensors).",
+    ),
+    "remap": (
+        "remap_cmd",
+        "Rename an adapter's keys to another model layout and keep adapter_config.json consistent.",
+    ),
+    "verify": (
+        "verify_cmd",
+        "Check adapters against a base before they are deployed: keys, shapes, weights, serving rules.",
+    ),
+    "merge": ("merge_cmd", "Merge a LoRA adapter into its base checkpoint, streaming one tensor at a time."),
+    "roundtrip": (
+        "roundtrip_cmd",
+        "Run every move (remaps there and back, .bin ↔ .safetensors, load/save, merge, counterpart) on copies of "
+        "ADAPTER and check that nothing changed. The input is never modified. Exit 1 if any round trip fails.",
+    ),
+    "train-smoke": (
+        "train_cmd",
+        "Train a reference LoRA on a tiny model per layout, then run the doctor on it.",
+    ),
+    "train": (
+        "fit_cmd",
+        "Train a LoRA adapter on your own model and data, then run the doctor on what was written.",
+    ),
+    "eval": ("eval_cmd", "Loss and token accuracy of the base and of base + adapter on the same rows."),
+    "explain": (
+        "explain_cmd",
+        "Explain a finding code (AD301) or name (lora-b-all-zero); without CODE, list every code.",
+    ),
+}
+"""command name → (module in this package, the first paragraph of its help: the top-level ``--help`` line)."""
+
+MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
+"""Every command module (each must import)."""
 
 
-def _load() -> list[click.Command]:
-    """Every listed command; a listed module that is missing is an ImportError here, never skipped."""
-    return [importlib.import_module(f"adapterdoc.commands.{name}").command for name in MODULES]
+def load(name: str) -> click.Command:
+    """The click command ``name`` from its module (an unknown name is a KeyError, a missing module an
+    ImportError: never skipped)."""
+    command: click.Command = importlib.import_module(f"adapterdoc.commands.{COMMANDS[name][0]}").command
+    return command
 
 
-COMMANDS = _load()
+def load_all() -> list[click.Command]:
+    """Every listed command, imported."""
+    return [load(name) for name in COMMANDS]

@@ -83,7 +83,7 @@ def _audit(spec: str, ckpt: Checkpoint, mode: str, max_inert_share: float | None
     from adapterdoc.audit import audit_checkpoint
 
     try:
-        return audit_checkpoint(ckpt)
+        return audit_checkpoint(ckpt, ranks=False)
     except UnsupportedInputError:
         if max_inert_share is not None:
             raise

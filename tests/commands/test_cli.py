@@ -175,20 +175,19 @@ def test_quiet_verify_prints_only_its_errors(cli: Any, tmp_path: Path) -> None:
 def test_every_listed_command_module_exists_and_registers() -> None:
     import importlib.util
 
-    from adapterdoc.commands import COMMANDS as LOADED
-    from adapterdoc.commands import MODULES
+    from adapterdoc.commands import COMMANDS, MODULES, load_all
 
     for name in MODULES:
         assert importlib.util.find_spec(f"adapterdoc.commands.{name}") is not None, name
-    assert len(LOADED) == len(MODULES)
+    assert [c.name for c in load_all()] == list(COMMANDS)
 
 
 def test_a_missing_command_module_is_an_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import adapterdoc.commands as catalogue
 
-    monkeypatch.setattr(catalogue, "MODULES", (*catalogue.MODULES, "no_such_cmd"))
+    monkeypatch.setitem(catalogue.COMMANDS, "no-such", ("no_such_cmd", "A command whose module is missing."))
     with pytest.raises(ImportError):
-        catalogue._load()
+        catalogue.load_all()
 
 
 def test_the_format_choices_are_the_registry_s() -> None:

@@ -1,0 +1,111 @@
+"""The bulk header check (:func:`adapterdoc.st.header._fast_header`) against the exact, entry-by-entry checks:
+the same metadata and tensors (order, fields, types) on valid random headers, and ``None`` (so the exact route
+names the error) on every kind of near-miss."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+
+from adapterdoc.errors import HeaderError
+from adapterdoc.st import header as H
+from adapterdoc.st.dtypes import DTYPE_BITS
+
+
+def _valid(rng: random.Random, n: int) -> tuple[dict[str, Any], int]:
+    obj: dict[str, Any] = {}
+    if rng.random() < 0.7:
+        obj["__metadata__"] = rng.choice([None, {}, {"format": "pt", "k": "v"}])
+    spans = []
+    for i in range(n):
+        dtype = rng.choice([d for d, b in DTYPE_BITS.items() if b % 8 == 0])
+        shape = [rng.randint(1, 9) for _ in range(rng.randint(0, 3))]
+        numel = 1
+        for d in shape:
+            numel *= d
+        spans.append((f"t{i}.{rng.random():.6f}", dtype, shape, numel * DTYPE_BITS[dtype] // 8))
+    order = list(range(n))
+    rng.shuffle(order)  # data order differs from header order
+    pos, offsets = 0, {}
+    for i in order:
+        offsets[i] = [pos, pos + spans[i][3]]
+        pos += spans[i][3]
+    for i, (name, dtype, shape, _) in enumerate(spans):
+        obj[name] = {"dtype": dtype, "shape": shape, "data_offsets": offsets[i]}
+    return obj, pos
+
+
+def _both(obj: dict[str, Any], data_bytes: int) -> tuple[Any, Any]:
+    text = json.dumps(obj, separators=(",", ":"))
+    raw = text.encode()
+    pairs = H._load_json_fast(text)
+    fast = H._fast_header(pairs, data_bytes) if pairs is not None else None
+    try:
+        exact: Any = H._split_entries("f", H._load_json("f", text))
+        tensors = H._build_tensors("f", exact[1])
+        H._check_offsets("f", tensors, data_bytes)
+        exact = (exact[0], tensors)
+    except HeaderError as e:
+        exact = e
+    whole = H.parse_header("f", raw, 8 + len(raw) + data_bytes)  # what callers get, through either route
+    assert not isinstance(exact, HeaderError) or fast is None
+    return fast, (exact, whole)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_valid_headers_give_the_exact_result(seed: int) -> None:
+    rng = random.Random(seed)
+    obj, data_bytes = _valid(rng, rng.randint(0, 40))
+    fast, (exact, whole) = _both(obj, data_bytes)
+    assert fast is not None
+    assert fast[0] == exact[0] and list(fast[1].items()) == list(exact[1].items())
+    assert all(type(t.shape) is tuple and type(t) is H.TensorInfo for t in fast[1].values())
+    assert list(whole.tensors.items()) == list(exact[1].items()) and whole.metadata == exact[0]
+
+
+def _mutations() -> list[tuple[str, Any]]:
+    def entry(obj: dict[str, Any]) -> dict[str, Any]:
+        return next(v for k, v in obj.items() if k != "__metadata__")
+
+    return [
+        ("bool dim", lambda o: entry(o)["shape"].append(True)),
+        ("float dim", lambda o: entry(o)["shape"].append(1.0)),
+        ("negative dims", lambda o: entry(o).__setitem__("shape", [-1, -1] + entry(o)["shape"])),
+        ("zero dim", lambda o: entry(o)["shape"].append(0)),
+        ("huge dim", lambda o: entry(o)["shape"].extend([2**40, 2**40])),
+        (
+            "float offset",
+            lambda o: entry(o)["data_offsets"].__setitem__(1, entry(o)["data_offsets"][1] + 0.0),
+        ),
+        ("three offsets", lambda o: entry(o)["data_offsets"].append(0)),
+        ("shape string", lambda o: entry(o).__setitem__("shape", "12")),
+        ("unknown dtype", lambda o: entry(o).__setitem__("dtype", "f32")),
+        ("list dtype", lambda o: entry(o).__setitem__("dtype", ["F32"])),
+        ("extra field", lambda o: entry(o).__setitem__("extra", 1)),
+        ("missing field", lambda o: entry(o).pop("shape")),
+        ("list entry", lambda o: o.__setitem__("x", ["F32", [1], [0, 4]])),
+        ("metadata number", lambda o: o.__setitem__("__metadata__", {"a": 1})),
+        ("metadata list", lambda o: o.__setitem__("__metadata__", ["a"])),
+        ("hole", lambda o: entry(o)["data_offsets"].__setitem__(1, entry(o)["data_offsets"][1] + 1)),
+    ]
+
+
+@pytest.mark.parametrize("label,mutate", _mutations(), ids=[m[0] for m in _mutations()])
+def test_near_misses_take_the_exact_route(label: str, mutate: Any) -> None:
+    rng = random.Random(label)
+    obj, data_bytes = _valid(rng, 5)
+    mutate(obj)
+    text = json.dumps(obj, separators=(",", ":"))
+    pairs = H._load_json_fast(text)
+    assert pairs is None or H._fast_header(pairs, data_bytes) is None
+    raw = text.encode()
+    size = 8 + len(raw) + data_bytes
+    try:
+        whole = H.parse_header("f", raw, size)
+    except HeaderError:
+        return  # the exact route named it
+    # legal after all (a zero dimension, an extra field, a list entry): the exact route accepted it
+    assert label in ("zero dim", "extra field", "list entry") and whole.tensors
