@@ -59,6 +59,20 @@ DECODER = dict(
     max_position_embeddings=512,
     tie_word_embeddings=False,
 )
+QWEN_VISION_DEFAULTS = {
+    "depth": 27,
+    "hidden_size": 1152,
+    "intermediate_size": 4304,
+    "num_heads": 16,
+    "in_channels": 3,
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "out_hidden_size": 3584,
+    "num_position_embeddings": 2304,
+}
+"""The defaults of the Qwen3.5-style vision config (``Qwen3_5VisionConfig``; the Omni thinker's vision config adds
+``deepstack_visual_indexes``), transformers 5.24: the fields a config may leave out."""
 QWEN_VISION_TINY = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=HIDDEN)
 """The tiny Qwen-VL-style vision tower every Qwen vision family's tiny config starts from (one block, projecting to
 ``HIDDEN``); each family adds its own fields (``fullatt_block_indexes``, ``deepstack_visual_indexes``)."""

@@ -16,7 +16,7 @@ from adapterdoc.layouts.common import (
     VL_DECODER,
 )
 from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Tiny
-from adapterdoc.layouts.trees import CONV, Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.trees import CONV, Fields, Tree, Unmodeled, decoder_stack, mlp, sub_config
 
 # ------------------------------------------------------------------------------------- module trees
 
@@ -77,23 +77,7 @@ def _ministral3_text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     hd = f["head_dim"] or h // nh
     if not isinstance(hd, int) or hd < 1:
         raise Unmodeled(f"{f.where} `head_dim` is {hd!r}")
-    t.embedding(p + "embed_tokens", v, h)
-    t.input_embedding = p + "embed_tokens"
-    t.add(p + "layers")
-    for i in range(n):
-        q = f"{p}layers.{i}"
-        t.add(q)
-        t.add(q + ".self_attn")
-        t.linear(q + ".self_attn.q_proj", h, nh * hd)
-        t.linear(q + ".self_attn.k_proj", h, nkv * hd)
-        t.linear(q + ".self_attn.v_proj", h, nkv * hd)
-        t.linear(q + ".self_attn.o_proj", nh * hd, h)
-        mlp(t, q + ".mlp", h, inter)
-        t.add(q + ".input_layernorm")
-        t.add(q + ".post_attention_layernorm")
-    t.add(p + "norm")
-    t.add(p + "rotary_emb")
-    return h, v
+    return decoder_stack(t, p, n, h, v, nh, nkv, hd, inter)
 
 
 def _ministral3(raw: Mapping[str, Any]) -> Tree:

@@ -15,6 +15,7 @@ from adapterdoc.layouts.common import (
     MOE,
     QWEN35_MOE_EXPERTS,
     QWEN35_MOE_TEXT_EXPERTS,
+    QWEN_VISION_DEFAULTS,
     QWEN_VISION_TINY,
     TEXT_LM,
     VL_LM,
@@ -82,18 +83,7 @@ _QWEN35_MOE_TEXT_INERT = _QWEN35_TEXT_INERT | {"intermediate_size"}
 """``Qwen3_5MoeTextModel`` reads no ``intermediate_size`` (its MLPs use the MoE and shared-expert sizes)."""
 
 
-_QWEN35_VISION = {
-    "depth": 27,
-    "hidden_size": 1152,
-    "intermediate_size": 4304,
-    "num_heads": 16,
-    "in_channels": 3,
-    "patch_size": 16,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "out_hidden_size": 3584,
-    "num_position_embeddings": 2304,
-}
+_QWEN35_VISION = QWEN_VISION_DEFAULTS
 
 
 _QWEN35_VISION_INERT = frozenset({"hidden_act", "rope_parameters"})

@@ -15,6 +15,7 @@ from adapterdoc.layouts.common import (
     LINEAR_ATTN,
     OMNI_EXPERTS,
     QWEN_MOE_EXPERTS,
+    QWEN_VISION_DEFAULTS,
     QWEN_VISION_TINY,
     TEXT_LM,
     VL_LM,
@@ -92,19 +93,7 @@ _AUDIO_INERT = frozenset(
     }
 )
 """``tie_word_embeddings`` of a tower's config ties nothing: the tower classes have no ``_tied_weights_keys``."""
-_VISION = {
-    "depth": 27,
-    "hidden_size": 1152,
-    "intermediate_size": 4304,
-    "num_heads": 16,
-    "in_channels": 3,
-    "patch_size": 16,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "out_hidden_size": 3584,
-    "num_position_embeddings": 2304,
-    "deepstack_visual_indexes": [8, 16, 24],
-}
+_VISION = {**QWEN_VISION_DEFAULTS, "deepstack_visual_indexes": [8, 16, 24]}
 _VISION_INERT = frozenset(
     {
         "hidden_act",

@@ -17,7 +17,7 @@ from adapterdoc.layouts.common import (
     VL_DECODER,
 )
 from adapterdoc.layouts.registry import Layout, Rule, Tiny
-from adapterdoc.layouts.trees import CONV, Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.trees import CONV, Fields, Tree, Unmodeled, decoder_stack, sub_config
 
 # ------------------------------------------------------------------------------------- module trees
 
@@ -181,23 +181,7 @@ def _text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
         raise Unmodeled(f"{f.where} `layer_types` does not list one modelled type per layer ({n})")
     _act(f)
     hd, inter = h // heads, f.int("intermediate_size")
-    t.embedding(p + "embed_tokens", v, h)
-    t.input_embedding = p + "embed_tokens"
-    t.add(p + "layers")
-    for i in range(n):
-        q = f"{p}layers.{i}"
-        t.add(q)
-        t.add(q + ".self_attn")
-        t.linear(q + ".self_attn.q_proj", h, heads * hd, True)
-        t.linear(q + ".self_attn.k_proj", h, nkv * hd, True)
-        t.linear(q + ".self_attn.v_proj", h, nkv * hd, True)
-        t.linear(q + ".self_attn.o_proj", heads * hd, h)
-        mlp(t, q + ".mlp", h, inter)
-        t.add(q + ".input_layernorm")
-        t.add(q + ".post_attention_layernorm")
-    t.add(p + "norm")
-    t.add(p + "rotary_emb")
-    return h, v
+    return decoder_stack(t, p, n, h, v, heads, nkv, hd, inter, qkv_bias=True)
 
 
 def _qwen2_5_vl_tree(raw: Mapping[str, Any]) -> Tree:

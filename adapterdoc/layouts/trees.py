@@ -156,6 +156,31 @@ def mlp(t: Tree, m: str, h: int, inter: int, own: bool = True, act: str = "act_f
     t.add(f"{m}.{act}")
 
 
+def decoder_stack(
+    t: Tree, p: str, n: int, h: int, v: int, heads: int, kv: int, hd: int, inter: int, qkv_bias: bool = False
+) -> tuple[int, int]:
+    """The plain attention decoder most text models share, under the prefix ``p``: ``embed_tokens``, ``n`` layers of
+    ``self_attn.{q,k,v,o}_proj`` (q/k/v with a bias where ``qkv_bias``), a gated MLP and two norms, then ``norm`` and
+    ``rotary_emb``; returns ``(hidden, vocab)`` for :meth:`Tree.lm_head`."""
+    t.embedding(p + "embed_tokens", v, h)
+    t.input_embedding = p + "embed_tokens"
+    t.add(p + "layers")
+    for i in range(n):
+        q = f"{p}layers.{i}"
+        t.add(q)
+        t.add(q + ".self_attn")
+        t.linear(q + ".self_attn.q_proj", h, heads * hd, qkv_bias)
+        t.linear(q + ".self_attn.k_proj", h, kv * hd, qkv_bias)
+        t.linear(q + ".self_attn.v_proj", h, kv * hd, qkv_bias)
+        t.linear(q + ".self_attn.o_proj", heads * hd, h)
+        mlp(t, q + ".mlp", h, inter)
+        t.add(q + ".input_layernorm")
+        t.add(q + ".post_attention_layernorm")
+    t.add(p + "norm")
+    t.add(p + "rotary_emb")
+    return h, v
+
+
 def vision_blocks(t: Tree, p: str, d: int, inter: int, depth: int, npos: int) -> None:
     """The patch and position embeddings, rotary and ``blocks`` of a Qwen-VL-style vision tower under ``p``
     (``attn.qkv`` / ``attn.proj``, ``mlp.linear_fc1`` / ``linear_fc2``: hidden ``d``, MLP ``inter``). Where the
