@@ -137,7 +137,7 @@ def _report(result: TrainResult, base: Base, target: str) -> TrainReport:
 def get_target_parameters(layout: str) -> tuple[str, ...]:
     from adapterdoc.layouts import get_layout
 
-    return get_layout(layout).target_parameters
+    return get_layout(layout).target_parameters if layout else ()
 
 
 def _save_tokenizer(tok: Any, folder: str) -> None:

@@ -87,7 +87,7 @@ def run_report(result: TrainResult, sections: list[str] | None = None) -> str:
             if s.tail_only and result.objective != POOLED
             else ""
         ),
-        f"- Base: {result.base_name} (layout {result.layout}"
+        f"- Base: {result.base_name} (layout {result.layout or 'outside the registry'}"
         + (f", seed {s.base_seed}" if result.base_name.startswith("tiny:") else "")
         + f"); LoRA r={s.r}, alpha={s.alpha or 2 * s.r}, dropout {s.dropout}, seed {s.seed}",
         f"- Steps: {s.steps} x batch {s.batch_size} x accumulation {s.grad_accum} x {result.num_processes} "
