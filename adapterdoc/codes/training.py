@@ -211,4 +211,15 @@ CODES = [
         "Nothing, for a text-only causal LM. For a model with a tower, name the language-model leaves with "
         "`--targets q_proj,k_proj,v_proj,o_proj`.",
     ),
+    Code(
+        "AD628",
+        "run-started-again",
+        "warning",
+        "`adapterdoc train` found no complete checkpoint in `--out` (an earlier run stopped before its first one, "
+        "or `--resume` was given for a new folder) and started the run again from step 0.",
+        "A run interrupted (Ctrl-C, a full disk, a killed job) before its first checkpoint left nothing to continue "
+        "from: its folder is restarted rather than refused, and its partial `progress.jsonl` is replaced.",
+        "the earlier run here stopped before its first complete checkpoint; the run started from step 0",
+        "Nothing, if a fresh start was meant. To keep more of a long run, checkpoint more often (`--save-steps N`).",
+    ),
 ]

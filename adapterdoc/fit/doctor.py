@@ -90,7 +90,11 @@ def outside_registry(result: TrainResult, base: Base) -> tuple[str, Finding]:
 
     leaves = sorted({parse_key(k).module.rsplit(".", 1)[-1] for k in result.saved_keys})
     modules = len({parse_key(k).module for k in result.saved_keys})
-    rule = "--targets" if result.settings.targets else "PEFT's all-linear rule (every linear layer but the output head)"
+    rule = (
+        "--targets"
+        if result.settings.targets
+        else "PEFT's all-linear rule (every linear layer but the output head)"
+    )
     cls = base.model_class.__name__
     message = (
         f"{cls} is not a layout of the registry: LoRA from {rule} on {modules} modules ({', '.join(leaves)}); "

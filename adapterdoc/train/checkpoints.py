@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any
 
 from adapterdoc.errors import AdapterdocError
@@ -12,6 +13,37 @@ from adapterdoc.train.records import write_json
 
 CHECKPOINTS = "checkpoints"
 _STATE = "trainer_state.json"
+MARKER = "progress.jsonl"
+"""A folder holding this file was written by a training run."""
+FINISHED = "training_metadata.json"
+"""Written last by a run that finished."""
+RUN_FILES = (
+    MARKER,
+    FINISHED,
+    "RUN_REPORT.md",
+    "loss_curve.png",
+    "delta_heatmap.png",
+    "adapter",
+    "head",
+    CHECKPOINTS,
+)
+"""What a run writes in its folder: all that a fresh start removes (anything else in the folder stays)."""
+
+
+def clear_run(out: str) -> None:
+    """Remove an earlier run's files from ``out`` (only :data:`RUN_FILES` and adapterdoc's temp leftovers)."""
+    from adapterdoc.st.paths import TEMP_PREFIX, writing
+
+    if not os.path.isdir(out):
+        return
+    with writing(out):
+        for name in sorted(os.listdir(out)):
+            if name in RUN_FILES or name.startswith(TEMP_PREFIX):
+                full = os.path.join(out, name)
+                if os.path.isdir(full) and not os.path.islink(full):
+                    shutil.rmtree(full)
+                else:
+                    os.unlink(full)
 
 
 def last_checkpoint(out: str) -> str | None:

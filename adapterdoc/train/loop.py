@@ -7,6 +7,7 @@ and clipping, sharded data), evaluate again and save; one named step each.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -166,6 +167,10 @@ def _start(plan: Plan, out_dir: str | os.PathLike[str], s: TrainSettings, on_eve
     main = acc.is_main_process
     rank, world = acc.process_index, acc.num_processes
     s = replace(s, steps=steps_for(s, len(plan.train), world))
+    if s.fresh:
+        if main:
+            C.clear_run(out)
+        acc.wait_for_everyone()
     ckpt = C.last_checkpoint(out) if s.resume else None
     if s.resume and ckpt is None:
         raise AdapterdocError(out, "--resume: no complete checkpoint in this folder (checkpoints/step-N/)")
@@ -259,6 +264,12 @@ def _fit(r: _Run, optimizer: Any) -> None:
                 _save_checkpoint(r, optimizer, step)
     except KeyboardInterrupt:
         r.log("interrupted", step=step, last_checkpoint=C.last_checkpoint(r.out) if r.main else None)
+        raise
+    except (
+        Exception
+    ) as e:  # a full disk, a failed collective: say where the run stopped, if the log still can
+        with contextlib.suppress(Exception):
+            r.log("failed", step=step, error=f"{type(e).__name__}: {e}"[:300])
         raise
 
 

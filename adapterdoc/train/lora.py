@@ -93,9 +93,7 @@ def generic_lora_config(
     )
 
 
-def inject(
-    model: Any, layout: str | Layout | None, *, seed: int = 0, config: Any = None, **kw: Any
-) -> Any:
+def inject(model: Any, layout: str | Layout | None, *, seed: int = 0, config: Any = None, **kw: Any) -> Any:
     """Wrap ``model`` with LoRA for ``layout`` (``lora_A`` initialised from ``seed``); fails on any tower leak.
     ``layout`` empty: a base outside the registry, with ``config`` given (no towers known, none checked)."""
     import torch

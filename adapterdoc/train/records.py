@@ -53,6 +53,8 @@ class RunLog:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "a" if append else "w", encoding="utf-8"):
                 pass
+            if append:
+                drop_partial_line(path)
 
     def __call__(self, event: str, **fields: Any) -> None:
         row = {"event": event, "layout": self.layout, **fields, "elapsed_s": round(time.time() - self.t0, 4)}
@@ -62,6 +64,15 @@ class RunLog:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
         if self.on_event:
             self.on_event(row)
+
+
+def drop_partial_line(path: str) -> None:
+    """Cut a last line without its newline (a run killed or out of disk while logging), so that the next event
+    starts a line of its own and every line of the log stays JSON."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 def write_json(path: str, obj: Any) -> None:

@@ -135,7 +135,9 @@ def test_an_encoder_outside_the_registry_is_refused_by_name() -> None:
     from adapterdoc.train.base_model import _check_causal
 
     _check_causal("x", transformers.LlamaForCausalLM)
-    with pytest.raises(UnsupportedInputError, match="BertModel is not a layout of the registry and not a causal"):
+    with pytest.raises(
+        UnsupportedInputError, match="BertModel is not a layout of the registry and not a causal"
+    ):
         _check_causal("x", transformers.BertModel)
 
 
