@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from adapterdoc.train import lora as L
@@ -38,7 +39,13 @@ class TrainResult:
     is_main: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k not in ("model", "val_batch", "is_main")}
+        """The serialisable fields; the model is never copied (``asdict`` would deep-copy it, and a sharded model
+        refuses a deep copy)."""
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name not in ("model", "val_batch", "is_main"):
+                v = getattr(self, f.name)
+                d[f.name] = asdict(v) if is_dataclass(v) and not isinstance(v, type) else copy.deepcopy(v)
         return d
 
 
