@@ -72,6 +72,7 @@ def _chain(cli, fam, name: str, tmp_path: Path, rows: str = "messages") -> None:
         assert "## LoRA targets" in report and "none were excluded" in report
         assert cfg["exclude_modules"] is None
         assert not [t for t in cfg["target_modules"] if t.split(".")[-1] in ("lm_head", "embed_tokens")]
+        assert all(t.startswith("model.layers.") for t in cfg["target_modules"])  # PEFT writes the full paths
     else:
         assert "AD627" not in codes and "## LoRA targets" not in report
 
@@ -152,3 +153,23 @@ def test_the_family_fixtures_are_deterministic_and_small(tmp_path) -> None:
     assert sum((a / n).stat().st_size for n in names) < 400_000
     tok_cfg = json.loads((a / "tokenizer_config.json").read_text())
     assert "{% generation %}" not in tok_cfg["chat_template"] and tok_cfg["eos_token"] == "<|end|>"
+
+
+def test_probe_transformers_reads_a_qwen2_folders_tokenizer_as_its_own_class(fam) -> None:
+    """A library fact the fixtures meet: transformers 5 loads a Qwen2 folder's tokenizer as ``Qwen2Tokenizer``
+    (from config.json's model_type) although tokenizer_config.json names ``PreTrainedTokenizerFast``, and that
+    class pre-tokenizes in its own way: the same text gives other ids than tokenizer.json does. Train and eval both
+    load it with AutoTokenizer (and the adapter keeps the tokenizer it was trained with), so they agree."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    folder = fam.model("qwen2")
+    tok = AutoTokenizer.from_pretrained(folder)
+    raw = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    text = 'I want to cancel order 1234, please! {"intent": 1}'
+    assert (
+        json.loads((folder / "tokenizer_config.json").read_text())["tokenizer_class"]
+        == "PreTrainedTokenizerFast"
+    )
+    assert type(tok).__name__ == "Qwen2Tokenizer"
+    assert tok(text, add_special_tokens=False)["input_ids"] != raw.encode(text, add_special_tokens=False).ids
