@@ -279,9 +279,8 @@ def _fit(r: _Run, optimizer: Any) -> None:
     except KeyboardInterrupt:
         r.log("interrupted", step=step, last_checkpoint=C.last_checkpoint(r.out) if r.main else None)
         raise
-    except (
-        Exception
-    ) as e:  # a full disk, a failed collective: say where the run stopped, if the log still can
+    except Exception as e:
+        # a full disk, a failed collective: say where the run stopped, if the log still can
         with contextlib.suppress(Exception):
             r.log("failed", step=step, error=f"{type(e).__name__}: {e}"[:300])
         raise
