@@ -197,4 +197,29 @@ CODES = [
         "loss curve skipped: matplotlib is not installed",
         "`pip install matplotlib` (or `adapterdoc[plot]`) and train again.",
     ),
+    Code(
+        "AD627",
+        "trained-outside-the-registry",
+        "info",
+        "`adapterdoc train` trained a base whose family is not a layout of the registry: the LoRA targets came from "
+        "`--targets` or PEFT's own `all-linear` rule, and no tower was excluded.",
+        "The registry knows each family's language-model leaves and its towers (vision, audio, projectors, MTP "
+        "heads); outside it, PEFT's `all-linear` puts LoRA on every linear layer but the output head, which on a "
+        "multimodal model includes its towers.",
+        "LlamaForCausalLM is not a layout of the registry: LoRA from PEFT's all-linear rule on 14 modules "
+        "(down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj); no towers are known for it",
+        "Nothing, for a text-only causal LM. For a model with a tower, name the language-model leaves with "
+        "`--targets q_proj,k_proj,v_proj,o_proj`.",
+    ),
+    Code(
+        "AD628",
+        "run-started-again",
+        "warning",
+        "`adapterdoc train` found no complete checkpoint in `--out` (an earlier run stopped before its first one, "
+        "or `--resume` was given for a new folder) and started the run again from step 0.",
+        "A run interrupted (Ctrl-C, a full disk, a killed job) before its first checkpoint left nothing to continue "
+        "from: its folder is restarted rather than refused, and its partial `progress.jsonl` is replaced.",
+        "the earlier run here stopped before its first complete checkpoint; the run started from step 0",
+        "Nothing, if a fresh start was meant. To keep more of a long run, checkpoint more often (`--save-steps N`).",
+    ),
 ]

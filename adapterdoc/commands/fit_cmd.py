@@ -21,9 +21,9 @@ def _main_process() -> bool:
 @base_and_data("JSONL rows: messages, prompt + completion, or text.")
 @click.option(
     "--out",
-    type=click.Path(file_okay=False),
     default=None,
-    help="Run folder [default: ./adapterdoc-train-BASE].",
+    help="Run folder: new, empty, or an earlier run of train's [default: ./adapterdoc-train-BASE]. A file, "
+    "symlink or read-only folder is refused.",
 )
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps.")
 @click.option(
@@ -80,7 +80,16 @@ def _main_process() -> bool:
     show_default=True,
     help="Checkpoint every N steps (0: never).",
 )
-@click.option("--resume", is_flag=True, help="Continue from the last complete checkpoint in --out.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue from the last complete checkpoint in --out (without one, the run starts again from step 0).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Start afresh over an earlier run in --out (its run files are removed first); never another folder.",
+)
 @output_options(json_help="One JSON object on stdout (same as --format json).")
 @click.pass_context
 @handle_errors
@@ -96,6 +105,8 @@ def command(ctx: click.Context, output: Output, **o: Any) -> None:
     """
     if o["steps"] is not None and o["epochs"] is not None:
         raise click.BadParameter("give --steps or --epochs, not both", param_hint="--steps/--epochs")
+    if o["resume"] and o["force"]:
+        raise click.BadParameter("give --resume or --force, not both", param_hint="--resume/--force")
     if o["val_split"] and o["val_data"]:
         raise click.BadParameter(
             "give --val-split or --val-data, not both", param_hint="--val-split/--val-data"
@@ -138,6 +149,7 @@ def command(ctx: click.Context, output: Output, **o: Any) -> None:
             settings,
             val_data=o["val_data"],
             val_split=o["val_split"],
+            force=o["force"],
             on_event=bar.on_event,
         )
     if not main:  # accelerate's other processes: the main one reports

@@ -26,6 +26,10 @@ def examine(result: TrainResult, base: Base, target: str) -> tuple[dict[str, Any
             )
         )
     sections = [verdict_section(verdict)]
+    if not base.known:
+        section, finding = outside_registry(result, base)
+        sections.append(section)
+        findings.append(finding)
     picture = write_loss_curve(result.history, os.path.join(target, PLOT))
     if picture:
         sections.append(f"## Loss curve\n\n![loss curve]({PLOT})")
@@ -77,6 +81,36 @@ def doctor(result: TrainResult, base: Base) -> tuple[dict[str, Any], list[Findin
         )
     verdict["ok"] = verdict["ok"] and not findings
     return verdict, findings
+
+
+def outside_registry(result: TrainResult, base: Base) -> tuple[str, Finding]:
+    """For a base the registry does not know: which rule chose the targets, and that no tower was excluded
+    (RUN_REPORT.md's section and the AD627 finding)."""
+    from adapterdoc.adapter import parse_key
+
+    leaves = sorted({parse_key(k).module.rsplit(".", 1)[-1] for k in result.saved_keys})
+    modules = len({parse_key(k).module for k in result.saved_keys})
+    rule = (
+        "--targets"
+        if result.settings.targets
+        else "PEFT's all-linear rule (every linear layer but the output head)"
+    )
+    cls = base.model_class.__name__
+    message = (
+        f"{cls} is not a layout of the registry: LoRA from {rule} on {modules} modules ({', '.join(leaves)}); "
+        "no towers are known for it, so none were excluded"
+    )
+    section = "\n".join(
+        [
+            "## LoRA targets",
+            "",
+            f"- {cls} is not a layout of the registry: the targets come from {rule}.",
+            f"- {modules} modules: {', '.join(leaves)}.",
+            "- Towers: none known for this model, so none were excluded; if it has a vision or audio tower, name the "
+            "language-model leaves with `--targets`.",
+        ]
+    )
+    return section, make("AD627", message, path=result.adapter_dir)
 
 
 def verdict_section(v: dict[str, Any]) -> str:

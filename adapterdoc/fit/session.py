@@ -9,11 +9,13 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from typing import Any
 
-from adapterdoc.errors import ConfigError, RefusedError
+from adapterdoc.errors import ConfigError
 from adapterdoc.fit.doctor import examine
-from adapterdoc.report.findings import sort_findings
+from adapterdoc.fit.outdir import RESTART, RESUME, plan_out
+from adapterdoc.report.findings import make, sort_findings
 from adapterdoc.report.train_report import TrainReport
 from adapterdoc.train import loop
 from adapterdoc.train import rows as R
@@ -22,28 +24,10 @@ from adapterdoc.train.objectives import objective_for
 from adapterdoc.train.records import TrainResult
 from adapterdoc.train.settings import OnEvent, Plan, TrainSettings
 
-_MARKER = "progress.jsonl"
-
 
 def default_out(base: str) -> str:
     stem = os.path.basename(os.path.normpath(base.replace("tiny:", "tiny-").replace("/", "--"))) or "base"
     return os.path.abspath(f"adapterdoc-train-{stem}")
-
-
-def prepare_out(out: str, resume: bool) -> None:
-    """``out`` must be new, empty, or (with ``--resume``) an earlier run of ours."""
-    if os.path.islink(out) or (os.path.exists(out) and not os.path.isdir(out)):
-        raise RefusedError(out, "exists and is not a folder; choose another --out")
-    if os.path.isdir(out) and os.listdir(out):
-        ours = os.path.isfile(os.path.join(out, _MARKER))
-        if not ours:
-            raise RefusedError(
-                out, "is a non-empty folder that adapterdoc train did not write; choose another --out"
-            )
-        if not resume:
-            raise RefusedError(
-                out, "holds an earlier run; pass --resume to continue it, or choose another --out"
-            )
 
 
 def train_on_base(
@@ -54,25 +38,33 @@ def train_on_base(
     *,
     val_data: str | None = None,
     val_split: float = 0.0,
+    force: bool = False,
     on_event: OnEvent | None = None,
 ) -> TrainReport:
     """Train a LoRA adapter on ``base_spec`` from ``data``; see the module docstring. Nothing is written before
-    the base, the tokenizer and every row were found usable."""
+    the base, the tokenizer and every row were found usable. ``--out`` follows :func:`~adapterdoc.fit.outdir.plan_out`:
+    new, continued (``resume``), started again (no complete checkpoint) or replaced (``force``)."""
     t0 = time.time()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     rows = R.read_rows(data)  # a malformed row fails here, before anything is loaded or written
     if val_data is not None:
         R.read_rows(val_data)
+    where = plan_out(
+        out or default_out(base_spec), resume=settings.resume, force=force
+    )  # every process, read only
     base = open_base(base_spec, R.texts(rows))
+    settings = replace(settings, resume=where.mode == RESUME, fresh=where.clears)
     plan = _plan(base, data, settings, val_data=val_data, val_split=val_split)
-    target = os.path.abspath(out or default_out(base_spec))
-    prepare_out(target, settings.resume)  # on every process, before any of them joins the group
+    plan.extra["out_mode"] = where.mode
+    target = where.path
     result = loop.run(plan, target, settings, on_event=on_event)
     report = _report(result, base, target)
     if not result.is_main:
         return report
     _save_tokenizer(base.tokenizer, result.adapter_dir)
     report.verify, findings = examine(result, base, target)
+    if where.mode == RESTART:
+        findings.append(make("AD628", f"{where.reason}; the run started from step 0", path=target))
     report.findings = sort_findings(findings)
     report.seconds = time.time() - t0
     return report
@@ -137,7 +129,7 @@ def _report(result: TrainResult, base: Base, target: str) -> TrainReport:
 def get_target_parameters(layout: str) -> tuple[str, ...]:
     from adapterdoc.layouts import get_layout
 
-    return get_layout(layout).target_parameters
+    return get_layout(layout).target_parameters if layout else ()
 
 
 def _save_tokenizer(tok: Any, folder: str) -> None:

@@ -14,6 +14,7 @@ class TrainReport(Report):
 
     base: str
     layout: str
+    """The registry layout; ``""`` (JSON ``null``) for a base outside the registry."""
     out: str
     adapter: str | None = None
     steps: int = 0
@@ -35,7 +36,7 @@ class TrainReport(Report):
             "val_loss": self.val_loss,
             "verify": self.verify,
             "base": self.base,
-            "layout": self.layout,
+            "layout": self.layout or None,
             "out": self.out,
             "num_processes": self.num_processes,
             "tokens_per_s": self.tokens_per_s,

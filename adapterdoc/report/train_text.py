@@ -138,7 +138,7 @@ def render_train(r: TrainReport) -> str:
 
     v = r.verify
     lines = [
-        f"train: {r.base} ({r.layout}), {r.steps} steps on {r.num_processes} process(es)",
+        f"train: {r.base} ({r.layout or 'outside the registry'}), {r.steps} steps on {r.num_processes} process(es)",
         f"  train loss {pair(r.train_loss)}; val loss {pair(r.val_loss)}",
         f"  adapter {r.adapter}",
         f"  doctor: verify {'passed' if v.get('ok') else 'FAILED'}, lora_B non-zero "

@@ -1,6 +1,7 @@
 """A user's ``--base`` for `adapterdoc train` and `adapterdoc eval`: a model folder (weights + tokenizer), a cached
 repo id (offline) or ``tiny:LAYOUT`` (a tokenizer is trained on the rows). The layout comes from the base's config
-through the registry; the weights are loaded forward routed (through the layout's ``forward_via``)."""
+through the registry; the weights are loaded forward routed (through the layout's ``forward_via``). A causal LM the
+registry does not know is trained too (``layout`` is empty: PEFT's own target rules, no tower exclusions)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,16 @@ class Base:
     name: str
     """What the adapter config records as ``base_model_name_or_path`` (and verify reads back)."""
     layout: str
+    """The registry layout; ``""`` for a causal LM outside the registry."""
     kind: str
     root: str | None
     model_class: Any
     tokenizer: Any
+
+    @property
+    def known(self) -> bool:
+        """Whether the registry knows this base's layout (its targets, towers and routing)."""
+        return bool(self.layout)
 
 
 def open_base(spec: str, train_texts: list[str] | None = None, tokenizer_dir: str | None = None) -> Base:
@@ -52,9 +59,8 @@ def open_base(spec: str, train_texts: list[str] | None = None, tokenizer_dir: st
     from adapterdoc.layouts import LAYOUTS
 
     if layout not in LAYOUTS:
-        raise UnsupportedInputError(
-            spec, f"{cls.__name__} is not a layout of the registry, so its LoRA targets are unknown"
-        )
+        layout = ""
+        _check_causal(spec, cls)
     tok_root = tokenizer_dir or bs.root
     if tok_root and has_tokenizer(tok_root):
         tok = _load_tokenizer(tok_root)
@@ -67,6 +73,21 @@ def open_base(spec: str, train_texts: list[str] | None = None, tokenizer_dir: st
             spec, "has no tokenizer (tokenizer.json / tokenizer_config.json) to encode rows"
         )
     return Base(spec, name, layout, bs.kind, bs.root, cls, tok)
+
+
+def _check_causal(spec: str, cls: Any) -> None:
+    """A base outside the registry is trained as a causal LM: its class must be one transformers' causal-LM
+    auto class builds (the encoder heads need the registry's knowledge of their pooling and masking)."""
+    from transformers import AutoModelForCausalLM
+
+    mapping = getattr(AutoModelForCausalLM, "_model_mapping", None)
+    causal = {c.__name__ for c in (mapping.values() if mapping is not None else ())}
+    if cls.__name__ not in causal and not cls.__name__.endswith("ForCausalLM"):
+        raise UnsupportedInputError(
+            spec,
+            f"{cls.__name__} is not a layout of the registry and not a causal LM: outside the registry only "
+            "causal LMs (a ...ForCausalLM class) are trained",
+        )
 
 
 def has_tokenizer(folder: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Any
 
 from adapterdoc.errors import AdapterdocError
@@ -12,6 +13,37 @@ from adapterdoc.train.records import write_json
 
 CHECKPOINTS = "checkpoints"
 _STATE = "trainer_state.json"
+MARKER = "progress.jsonl"
+"""A folder holding this file was written by a training run."""
+FINISHED = "training_metadata.json"
+"""Written last by a run that finished."""
+RUN_FILES = (
+    MARKER,
+    FINISHED,
+    "RUN_REPORT.md",
+    "loss_curve.png",
+    "delta_heatmap.png",
+    "adapter",
+    "head",
+    CHECKPOINTS,
+)
+"""What a run writes in its folder: all that a fresh start removes (anything else in the folder stays)."""
+
+
+def clear_run(out: str) -> None:
+    """Remove an earlier run's files from ``out`` (only :data:`RUN_FILES` and adapterdoc's temp leftovers)."""
+    from adapterdoc.st.paths import TEMP_PREFIX, writing
+
+    if not os.path.isdir(out):
+        return
+    with writing(out):
+        for name in sorted(os.listdir(out)):
+            if name in RUN_FILES or name.startswith(TEMP_PREFIX):
+                full = os.path.join(out, name)
+                if os.path.isdir(full) and not os.path.islink(full):
+                    shutil.rmtree(full)
+                else:
+                    os.unlink(full)
 
 
 def last_checkpoint(out: str) -> str | None:
@@ -29,8 +61,11 @@ def last_checkpoint(out: str) -> str | None:
     return max(done)[1] if done else None
 
 
-def save_checkpoint(acc: Any, model: Any, optimizer: Any, out: str, state: dict[str, Any]) -> str:
-    """The trainable tensors, the optimizer and the trainer state, each file atomic, the state last (main only)."""
+def save_checkpoint(
+    acc: Any, model: Any, optimizer: Any, out: str, state: dict[str, Any], *, sharded: bool = False
+) -> str:
+    """The trainable tensors, the optimizer and the trainer state, each file atomic, the state last (main only).
+    ``sharded`` (FSDP): every process gathers the tensors and the optimizer state whole, keyed by name."""
     import io
 
     import torch
@@ -39,13 +74,11 @@ def save_checkpoint(acc: Any, model: Any, optimizer: Any, out: str, state: dict[
     from adapterdoc.st.atomic import atomic_write_bytes
 
     folder = os.path.join(out, CHECKPOINTS, f"step-{state['step']:06d}")
+    from adapterdoc.train import sharding as SH
+
     unwrapped = acc.unwrap_model(model)
-    tensors = {
-        n: p.detach().to("cpu", copy=True).contiguous()
-        for n, p in unwrapped.named_parameters()
-        if p.requires_grad
-    }
-    opt_state = optimizer.state_dict()
+    tensors = SH.full_trainable_state(unwrapped)
+    opt_state = SH.optimizer_state(unwrapped, optimizer) if sharded else optimizer.state_dict()
     if acc.is_main_process:
         os.makedirs(folder, exist_ok=True)
         atomic_write_bytes(os.path.join(folder, "trainable.safetensors"), st_save(tensors))
@@ -62,7 +95,8 @@ def read_checkpoint_state(folder: str) -> dict[str, Any]:
         return json.load(f)
 
 
-def load_checkpoint(folder: str, model: Any, optimizer: Any) -> None:
+def load_checkpoint(folder: str, model: Any, optimizer: Any, *, sharded: bool = False) -> None:
+    """The checkpoint's trainable tensors and optimizer state into ``model`` (unwrapped) and ``optimizer``."""
     import torch
     from safetensors.torch import load_file
 
@@ -72,9 +106,14 @@ def load_checkpoint(folder: str, model: Any, optimizer: Any) -> None:
         raise AdapterdocError(
             folder, "the checkpoint's trainable tensors do not match this run's LoRA settings"
         )
-    with torch.no_grad():
-        for n, p in own.items():
-            p.copy_(tensors[n])
     blob = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True)
-    optimizer.load_state_dict(blob["optimizer"])
+    if sharded:
+        from adapterdoc.train import sharding as SH
+
+        SH.load_state(model, optimizer, tensors, blob["optimizer"])
+    else:
+        with torch.no_grad():
+            for n, p in own.items():
+                p.copy_(tensors[n])
+        optimizer.load_state_dict(blob["optimizer"])
     torch.set_rng_state(blob["torch_rng"])

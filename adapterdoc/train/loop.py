@@ -7,6 +7,7 @@ and clipping, sharded data), evaluate again and save; one named step each.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -18,6 +19,7 @@ from adapterdoc.errors import AdapterdocError
 from adapterdoc.train import checkpoints as C
 from adapterdoc.train import data as D
 from adapterdoc.train import lora as L
+from adapterdoc.train import sharding as SH
 from adapterdoc.train.models import (
     build_base,
     encoder_width,
@@ -105,6 +107,8 @@ class _Run:
     my_train_eval: list[D.Example]
     my_val: list[D.Example]
     t0: float
+    sharding: str | None = None
+    """``accelerate`` or ``fully_shard`` under FSDP (:mod:`adapterdoc.train.sharding`), else ``None``."""
     peft_model: Any = None
     model: Any = None
     head: Any = None
@@ -150,10 +154,13 @@ def _run(
 
     r = _start(plan, out_dir, s, on_event)
     _build(r)
+    if r.sharding == SH.OWN:  # CPU processes: accelerate would run plain data parallel, so shard here
+        r.model = SH.shard(r.model, r.acc)
     params = [p for p in r.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=r.s.lr, weight_decay=r.s.weight_decay)
-    _baseline(r, optimizer)
-    r.model, optimizer = r.acc.prepare(r.model, optimizer)
+    if r.sharding != SH.OWN:
+        r.model, optimizer = r.acc.prepare(r.model, optimizer)
+    _baseline(r, optimizer)  # after prepare: under FSDP the model is whole only once it is sharded
     _fit(r, optimizer)
     return _finish(r)
 
@@ -163,9 +170,18 @@ def _start(plan: Plan, out_dir: str | os.PathLike[str], s: TrainSettings, on_eve
     t0 = time.time()
     out = os.path.abspath(os.fspath(out_dir))
     acc = accelerator_for(s)
+    sharding = SH.mode(acc)
+    if sharding and plan.objective == POOLED:
+        raise AdapterdocError(
+            "FSDP", "the pooled-head objective is trained data-parallel only; launch without FSDP"
+        )
     main = acc.is_main_process
     rank, world = acc.process_index, acc.num_processes
     s = replace(s, steps=steps_for(s, len(plan.train), world))
+    if s.fresh:
+        if main:
+            C.clear_run(out)
+        acc.wait_for_everyone()
     ckpt = C.last_checkpoint(out) if s.resume else None
     if s.resume and ckpt is None:
         raise AdapterdocError(out, "--resume: no complete checkpoint in this folder (checkpoints/step-N/)")
@@ -183,6 +199,7 @@ def _start(plan: Plan, out_dir: str | os.PathLike[str], s: TrainSettings, on_eve
         objective=plan.objective,
         base=plan.base_name,
         num_processes=world,
+        sharding=sharding,
         train_rows=len(plan.train),
         val_rows=len(plan.val),
         rows_per_process=len(my_train_eval),
@@ -191,7 +208,7 @@ def _start(plan: Plan, out_dir: str | os.PathLike[str], s: TrainSettings, on_eve
         resumed_from=ckpt,
         settings=asdict(s),
     )
-    return _Run(plan, s, out, acc, log, ckpt, resumed, my_train_eval, my_val, t0)
+    return _Run(plan, s, out, acc, log, ckpt, resumed, my_train_eval, my_val, t0, sharding)
 
 
 def _build(r: _Run) -> None:
@@ -218,7 +235,8 @@ def _build(r: _Run) -> None:
         model = pooled_classifier(peft_model, encoder_width(peft_model), len(plan.classes), s.seed)
     else:
         model = peft_model
-    model.to(r.acc.device)
+    if r.sharding is None:  # accelerate's FSDP moves each shard to its device itself
+        model.to(r.acc.device)
     r.peft_model, r.model = peft_model, model
     r.head = None if plan.objective == POOLED else output_head(peft_model)
     r.log("model_ready", trainable_parameters=r.n_lora, model_class=type(base).__name__)
@@ -231,11 +249,12 @@ def _baseline(r: _Run, optimizer: Any) -> None:
         r.start, r.history = int(r.resumed["step"]), list(r.resumed["history"])
         r.train_before = Metrics(**r.resumed["train_before"])
         r.val_before = Metrics(**r.resumed["val_before"]) if r.resumed.get("val_before") else None
-        C.load_checkpoint(r.ckpt, r.model, optimizer)
+        C.load_checkpoint(r.ckpt, r.acc.unwrap_model(r.model), optimizer, sharded=r.sharding is not None)
         r.log("resume", step=r.start, checkpoint=r.ckpt)
     else:
-        r.train_before = r.evaluate(r.model, r.my_train_eval)
-        r.val_before = r.evaluate(r.model, r.my_val)
+        unwrapped = r.acc.unwrap_model(r.model)
+        r.train_before = r.evaluate(unwrapped, r.my_train_eval)
+        r.val_before = r.evaluate(unwrapped, r.my_val)
         assert r.train_before is not None
         val = asdict(r.val_before) if r.val_before else None
         r.log("eval", when="before", train=asdict(r.train_before), val=val)
@@ -259,6 +278,11 @@ def _fit(r: _Run, optimizer: Any) -> None:
                 _save_checkpoint(r, optimizer, step)
     except KeyboardInterrupt:
         r.log("interrupted", step=step, last_checkpoint=C.last_checkpoint(r.out) if r.main else None)
+        raise
+    except Exception as e:
+        # a full disk, a failed collective: say where the run stopped, if the log still can
+        with contextlib.suppress(Exception):
+            r.log("failed", step=step, error=f"{type(e).__name__}: {e}"[:300])
         raise
 
 
@@ -292,7 +316,7 @@ def _optimizer_step(r: _Run, optimizer: Any, stream: Iterator[D.Example], step: 
             loss = tally.loss_sum * (world / stats[1].clamp(min=1e-12)).to(tally.loss_sum.dtype)
             acc.backward(loss)
             if acc.sync_gradients:
-                grad_norm = float(acc.clip_grad_norm_(model.parameters(), s.max_grad_norm))
+                grad_norm = float(SH.full(acc.clip_grad_norm_(model.parameters(), s.max_grad_norm)))
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step_loss += float(stats[0] / stats[1].clamp(min=1e-12)) / s.grad_accum
@@ -319,7 +343,7 @@ def _save_checkpoint(r: _Run, optimizer: Any, step: int) -> None:
         "settings": asdict(r.s),
         "base": r.plan.base_name,
     }
-    path = C.save_checkpoint(r.acc, r.model, optimizer, r.out, state)
+    path = C.save_checkpoint(r.acc, r.model, optimizer, r.out, state, sharded=r.sharding is not None)
     if r.main:
         r.log("checkpoint", step=step, path=path)
 
@@ -337,7 +361,8 @@ def _finish(r: _Run) -> TrainResult:
 
     checksum = _lora_checksum(unwrapped)
     sums = acc.gather(torch.tensor([checksum], dtype=torch.float64, device=acc.device)).cpu().tolist()
-    full_state = acc.get_state_dict(r.model)
+    # sharded: every process gathers the trainable tensors (not the frozen base) in the same order
+    full_state = SH.full_trainable_state(unwrapped) if r.sharding else acc.get_state_dict(r.model)
     adapter_dir = os.path.join(r.out, "adapter")
     head_dir = os.path.join(r.out, "head") if objective == POOLED else None
     saved: dict[str, Any] = {}
@@ -398,7 +423,8 @@ def _lora_checksum(model: Any) -> float:
     total = 0.0
     for _name, p in sorted(model.named_parameters(), key=lambda t: t[0]):
         if p.requires_grad:
-            total += float(p.detach().double().abs().sum()) + 1e-3 * float(p.detach().double().sum())
+            t = SH.full(p.detach()).double()
+            total += float(t.abs().sum()) + 1e-3 * float(t.sum())
     return total
 
 

@@ -69,12 +69,39 @@ def lora_config(
     return LoraConfig(**args)
 
 
-def inject(model: Any, layout: str | Layout, *, seed: int = 0, config: Any = None, **kw: Any) -> Any:
-    """Wrap ``model`` with LoRA for ``layout`` (``lora_A`` initialised from ``seed``); fails on any tower leak."""
+ALL_LINEAR = "all-linear"
+"""PEFT's own rule: every linear layer but the output head (``_maybe_include_all_linear_layers``)."""
+
+
+def generic_lora_config(
+    *,
+    r: int = DEFAULT_RANK,
+    alpha: float | None = None,
+    dropout: float = 0.0,
+    targets: tuple[str, ...] | None = None,
+) -> Any:
+    """The ``peft.LoraConfig`` for a base outside the registry: ``targets`` as ``target_modules``, else PEFT's
+    ``all-linear`` (the output head excluded by PEFT); no tower exclusion, since the registry knows none."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=r,
+        lora_alpha=2 * r if alpha is None else alpha,
+        lora_dropout=dropout,
+        target_modules=list(targets) if targets else ALL_LINEAR,
+        bias="none",
+    )
+
+
+def inject(model: Any, layout: str | Layout | None, *, seed: int = 0, config: Any = None, **kw: Any) -> Any:
+    """Wrap ``model`` with LoRA for ``layout`` (``lora_A`` initialised from ``seed``); fails on any tower leak.
+    ``layout`` empty: a base outside the registry, with ``config`` given (no towers known, none checked)."""
     import torch
     from peft import get_peft_model
 
-    lay = get_layout(layout) if isinstance(layout, str) else layout
+    lay = (get_layout(layout) if layout else None) if isinstance(layout, str) or layout is None else layout
+    if lay is None and config is None:
+        raise AdapterdocError(type(model).__name__, "outside the registry a LoRA config must be given")
     cfg = config if config is not None else lora_config(lay, **kw)
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
@@ -82,7 +109,8 @@ def inject(model: Any, layout: str | Layout, *, seed: int = 0, config: Any = Non
         peft_model = get_peft_model(model, cfg)
     finally:
         torch.random.set_rng_state(state)
-    check_no_tower_trainable(peft_model, lay)
+    if lay is not None:
+        check_no_tower_trainable(peft_model, lay)
     return peft_model
 
 

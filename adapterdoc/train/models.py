@@ -20,8 +20,9 @@ HEAD_CONFIG = "pooled_head_config.json"
 
 def route_forward(model: Any, layout: str) -> Any:
     """Route ``model``'s forward to the submodule that runs it where the layout names one (``forward_via``: a
-    wrapper without a forward of its own is trained and evaluated through it); ``model``, routed."""
-    via = get_layout(layout).forward_via
+    wrapper without a forward of its own is trained and evaluated through it); ``model``, routed. A base outside
+    the registry (``layout`` empty) runs its own forward."""
+    via = get_layout(layout).forward_via if layout else None
     if via:
         model.forward = getattr(model, via).forward
     return model
@@ -91,7 +92,10 @@ def output_head(model: Any) -> Any:
 
 
 def plan_lora_config(plan: Plan, s: TrainSettings) -> Any:
-    """The registry's LoRA config for the plan's layout, with the run's rank, alpha, dropout and targets."""
+    """The registry's LoRA config for the plan's layout, with the run's rank, alpha, dropout and targets; for a base
+    outside the registry, ``--targets`` or PEFT's own ``all-linear`` rule (:func:`~adapterdoc.train.lora.generic_lora_config`)."""
+    if not plan.layout:
+        return L.generic_lora_config(r=s.r, alpha=s.alpha, dropout=s.dropout, targets=s.targets)
     lay = get_layout(plan.layout)
     extra: dict[str, Any] = {}
     if s.targets:

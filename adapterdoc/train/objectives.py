@@ -19,6 +19,9 @@ CE of a small head on mean-pooled hidden states (embedding models)."""
 
 
 def objective_for(layout: str) -> str:
+    """The loss of a layout's runs; a base outside the registry (``layout`` empty) is a causal LM."""
+    if not layout:
+        return CAUSAL
     lay = get_layout(layout)
     if not lay.is_encoder:
         return CAUSAL

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from adapterdoc.train import lora as L
@@ -38,7 +39,13 @@ class TrainResult:
     is_main: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k not in ("model", "val_batch", "is_main")}
+        """The serialisable fields; the model is never copied (``asdict`` would deep-copy it, and a sharded model
+        refuses a deep copy)."""
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name not in ("model", "val_batch", "is_main"):
+                v = getattr(self, f.name)
+                d[f.name] = asdict(v) if is_dataclass(v) and not isinstance(v, type) else copy.deepcopy(v)
         return d
 
 
@@ -53,6 +60,8 @@ class RunLog:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "a" if append else "w", encoding="utf-8"):
                 pass
+            if append:
+                drop_partial_line(path)
 
     def __call__(self, event: str, **fields: Any) -> None:
         row = {"event": event, "layout": self.layout, **fields, "elapsed_s": round(time.time() - self.t0, 4)}
@@ -62,6 +71,15 @@ class RunLog:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
         if self.on_event:
             self.on_event(row)
+
+
+def drop_partial_line(path: str) -> None:
+    """Cut a last line without its newline (a run killed or out of disk while logging), so that the next event
+    starts a line of its own and every line of the log stays JSON."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 def write_json(path: str, obj: Any) -> None:
@@ -87,7 +105,7 @@ def run_report(result: TrainResult, sections: list[str] | None = None) -> str:
             if s.tail_only and result.objective != POOLED
             else ""
         ),
-        f"- Base: {result.base_name} (layout {result.layout}"
+        f"- Base: {result.base_name} (layout {result.layout or 'outside the registry'}"
         + (f", seed {s.base_seed}" if result.base_name.startswith("tiny:") else "")
         + f"); LoRA r={s.r}, alpha={s.alpha or 2 * s.r}, dropout {s.dropout}, seed {s.seed}",
         f"- Steps: {s.steps} x batch {s.batch_size} x accumulation {s.grad_accum} x {result.num_processes} "

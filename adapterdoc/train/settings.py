@@ -56,6 +56,8 @@ class TrainSettings:
     """A checkpoint every this many steps (0: none) in ``OUT/checkpoints/step-N/``."""
     resume: bool = False
     """Continue from the last complete checkpoint in ``OUT``."""
+    fresh: bool = False
+    """Remove an earlier run's files from ``OUT`` first (the main process, once every process has joined)."""
     cpu: bool = True
     """Train on the CPU even where an accelerator is present (the tiny reference runs)."""
 

@@ -156,13 +156,14 @@ def test_resume_continues_from_the_saved_step(fx, tmp_path) -> None:
         assert torch.allclose(a[k], b[k], atol=1e-6), k
 
 
-def test_a_finished_run_is_not_overwritten_without_resume(fx, tmp_path, cli) -> None:
+def test_a_finished_run_is_not_overwritten_without_force(fx, tmp_path, cli) -> None:
     out = tmp_path / "run"
     out.mkdir()
     (out / "progress.jsonl").write_text("")
+    (out / "training_metadata.json").write_text("{}")
     res, _ = _train(cli, "tiny:ministral3_text", fx.data["text"], out, "--steps", "1")
-    assert res.exit_code == 3 and "pass --resume" in res.stderr
-    assert [p.name for p in out.iterdir()] == ["progress.jsonl"]
+    assert res.exit_code == 3 and "holds a finished run; pass --force" in res.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["progress.jsonl", "training_metadata.json"]
 
 
 def test_malformed_row_exits_3_naming_the_line_and_writes_nothing(fx, tmp_path, cli) -> None:
