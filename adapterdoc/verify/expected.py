@@ -100,7 +100,11 @@ class RegistryAdapterModel:
                 unexpected.append(key)
             else:
                 loaded[saved] = tuple(shape)
-        missing = sorted(k for k in self.expected if k not in loaded and k not in self._aux)
+        missing = sorted(
+            k + ".weight" if k.endswith(".lora_magnitude_vector") else k  # the meta path names the model key
+            for k in self.expected
+            if k not in loaded and k not in self._aux
+        )
         mismatch = sorted((k, s, self.expected[k]) for k, s in loaded.items() if s != self.expected[k])
         return KeyMatch(missing, sorted(unexpected), mismatch, len(loaded), converted)
 
