@@ -161,9 +161,9 @@ class LightVenv(WheelVenv):
 def light_closure() -> list[Any]:
     """The installed distributions ``[project] dependencies`` pull in (no extras), each once."""
     import importlib.metadata as md
-    import tomllib
     from pathlib import Path
 
+    import tomllib
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 

@@ -212,7 +212,7 @@ def _state_dict(path: str, obj: Any) -> dict[str, PickledTensor]:
     return dict(obj)
 
 
-_DTYPE_ORDER = "BOOL F4 F6_E2M3 F6_E3M2 U8 I8 F8_E5M2 F8_E4M3 F8_E8M0 I16 U16 F16 BF16 I32 U32 F32 C64 F64 I64 U64".split()
+_DTYPE_ORDER = ["BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "C64", "F64", "I64", "U64"]
 """The safetensors crate's ``Dtype`` order: its serializer lays tensors out by dtype (descending), then name."""
 
 
@@ -230,4 +230,4 @@ def safetensors_bytes(tensors: dict[str, PickledTensor], metadata: dict[str, str
     return struct.pack("<Q", len(text)) + text + b"".join(tensors[n].data for n in order)
 
 
-__all__ = ["LegacyFormatError", "STORAGE_DTYPES", "PickledTensor", "read_pickled", "safetensors_bytes"]
+__all__ = ["STORAGE_DTYPES", "LegacyFormatError", "PickledTensor", "read_pickled", "safetensors_bytes"]

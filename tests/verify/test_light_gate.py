@@ -25,10 +25,10 @@ import pytest
 
 pytest.importorskip("peft")
 
-from adapterdoc.errors import AdapterdocError  # noqa: E402
-from adapterdoc.layouts import LAYOUTS  # noqa: E402
-from tests.verify.test_verify_registry import CASES as LAYOUT_LORA  # noqa: E402
-from tests.verify.test_verify_registry import _base  # noqa: E402
+from adapterdoc.errors import AdapterdocError
+from adapterdoc.layouts import LAYOUTS
+from tests.verify.test_verify_registry import CASES as LAYOUT_LORA
+from tests.verify.test_verify_registry import _base
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "old_stack"
