@@ -87,7 +87,7 @@ def expected_model(
     it (:func:`adapterdoc.ml.build.counterpart_class`); any other class name leaves the base's own class."""
     from adapterdoc.layouts.trees import Unmodeled
     from adapterdoc.ml import meta as M
-    from adapterdoc.verify.expected_config import AdapterUnmodeled, check_peft_type
+    from adapterdoc.verify.expected_config import AdapterUnmodeled, KeysUnmodeled, check_peft_type
 
     check_peft_type(acfg.raw, acfg.path)
     why = base.why if registry else "meta-device path requested"
@@ -104,7 +104,10 @@ def expected_model(
             return meta
         except Unmodeled as e:
             why = str(e)
-            culprit = acfg.path if isinstance(e, AdapterUnmodeled) else None
+            if isinstance(e, AdapterUnmodeled):
+                culprit = acfg.path
+            elif isinstance(e, KeysUnmodeled):
+                culprit = report.path or report.adapter
     config = base.config(why, culprit)
     lora_cfg = M.lora_config_from_raw(acfg.raw, acfg.path)
     report.expected_keys_from = "meta-device"

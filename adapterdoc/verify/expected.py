@@ -31,6 +31,8 @@ from adapterdoc.layouts import LAYOUTS, tower_segment
 from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Tree, Unmodeled, build_tree
 from adapterdoc.verify.expected_config import (
     AdapterUnmodeled,
+    KeysUnmodeled,
+    PeftRefuses,
     alpha_error,
     check_config,
     layer_errors,
@@ -116,7 +118,7 @@ def _strings(value: Any, name: str) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise Unmodeled(f"`{name}` is not a list of strings")
+        raise AdapterUnmodeled(f"`{name}` is not a list of strings")
     return value
 
 
@@ -207,8 +209,10 @@ def registry_adapter(
         tm, tp, rank_pattern, alpha_pattern = convert_config(
             tree, tm, tp, rank_pattern, alpha_pattern, raw, excl, mts
         )
+    except PeftRefuses as e:
+        return _refused(tree, base, before, str(e))
     except re.error as e:
-        raise Unmodeled(f"a pattern is not a valid regex: {e}") from None
+        raise AdapterUnmodeled(f"a pattern is not a valid regex: {e}") from None
     if tp and raw.get("lora_dropout", 0.0) != 0:
         raise AdapterUnmodeled("lora_dropout != 0 with target_parameters (PEFT refuses it)")
     nodes = {n.name: n for n in tree.nodes}
@@ -220,7 +224,7 @@ def registry_adapter(
             tm = set(tm)
         if isinstance(tm, set) and len(tm) >= _MIN_TARGETS_FOR_OPTIMIZATION:
             if "" in tm:
-                raise Unmodeled("an empty target_modules entry")
+                raise AdapterUnmodeled("an empty target_modules entry")
             suffixes = tuple("." + s for s in tm)
             others = {n for n in names if n not in tm and not n.endswith(suffixes)}
             condensed = _minimal_targets(tm, others)
@@ -229,7 +233,7 @@ def registry_adapter(
         selected = [n for n in names if peft_selects(n, tm, excl, mts, ltt, lp)]
         saved_copies = _modules_to_save(tree, mts, nodes)
     except re.error as e:
-        raise Unmodeled(f"a pattern is not a valid regex: {e}") from None
+        raise AdapterUnmodeled(f"a pattern is not a valid regex: {e}") from None
 
     expected: dict[str, tuple[int, ...]] = {}
     by_model: dict[str, str] = {}
@@ -256,11 +260,11 @@ def registry_adapter(
     for name in selected:
         node = nodes[name]
         if node.kind not in (LINEAR, EMBEDDING):
-            raise Unmodeled(
+            raise AdapterUnmodeled(
                 f"target `{name}` is a {node.kind} module (PEFT wraps it differently or refuses it)"
             )
         if tree.tied and name in (tree.output_embedding, tree.input_embedding):
-            raise Unmodeled(f"target `{name}` shares its weight with the tied embeddings")
+            raise AdapterUnmodeled(f"target `{name}` shares its weight with the tied embeddings")
         rank = rank_of(name)
         weight = dict(node.params)["weight"]
         if node.kind == LINEAR:
@@ -290,7 +294,9 @@ def registry_adapter(
         if not hits:
             continue
         if (node.kind != EXPERTS and not router) or node.name in selected:
-            raise Unmodeled(f"target_parameters reach `{node.name}`, which is not a fused-expert module")
+            raise AdapterUnmodeled(
+                f"target_parameters reach `{node.name}`, which is not a fused-expert module"
+            )
         if dora or lora_bias:
             raise AdapterUnmodeled("use_dora / lora_bias with target_parameters (PEFT's ParamWrapper)")
         for depth, (p, shape) in enumerate(hits):
@@ -317,11 +323,13 @@ def registry_adapter(
         if key in expected or key not in shapes:  # expected, or written by the modelled expert conversion
             continue
         if tree.load_conversion:
-            raise Unmodeled(
+            raise KeysUnmodeled(
                 f"`{key}` is not a key PEFT creates, and PEFT's load-time conversion for {tree.model_type} may rename it"
             )
         if parse_key(key).role == "full":
-            raise Unmodeled(f"adapter key `{key}` may name a base weight (PEFT's loader would compare it)")
+            raise KeysUnmodeled(
+                f"adapter key `{key}` may name a base weight (PEFT's loader would compare it)"
+            )
     after = _snapshot(tm, tp, rank_pattern, alpha_pattern, mts)
     return RegistryAdapterModel(
         base=base,
@@ -365,14 +373,14 @@ def _modules_to_save(tree: Tree, mts: list[str] | None, nodes: dict[str, Any]) -
         for name in hits:
             node = nodes[name]
             if node.kind not in (LINEAR, EMBEDDING):
-                raise Unmodeled(f"modules_to_save `{entry}` reaches `{name}`, a {node.kind} module")
+                raise AdapterUnmodeled(f"modules_to_save `{entry}` reaches `{name}`, a {node.kind} module")
             if not re.match(rf"(^|.*\.){entry}($|\..*)", name):
-                raise Unmodeled(f"modules_to_save `{entry}` matches `{name}` as a suffix only")
+                raise AdapterUnmodeled(f"modules_to_save `{entry}` matches `{name}` as a suffix only")
             if tree.tied and name in (tree.output_embedding, tree.input_embedding):
-                raise Unmodeled(f"modules_to_save `{name}` shares its weight with the tied embeddings")
+                raise AdapterUnmodeled(f"modules_to_save `{name}` shares its weight with the tied embeddings")
             out.append(name)
     if len(set(out)) != len(out) or any(a != b and b.startswith(a + ".") for a in out for b in out):
-        raise Unmodeled("modules_to_save entries overlap")
+        raise AdapterUnmodeled("modules_to_save entries overlap")
     return out
 
 
@@ -390,11 +398,11 @@ def _check_keys(shapes: Mapping[str, tuple[int, ...]], converts: bool) -> None:
             "lora_embedding_B",
             "full",
         ):
-            raise Unmodeled(f"adapter key `{key}` ({k.role}) is read by PEFT in ways not modelled")
+            raise KeysUnmodeled(f"adapter key `{key}` ({k.role}) is read by PEFT in ways not modelled")
         if not converts and re.search(r"\.experts\.\d+\.", k.module):
-            raise Unmodeled(f"per-expert key `{key}`: PEFT's transformers conversion may fuse it")
+            raise KeysUnmodeled(f"per-expert key `{key}`: PEFT's transformers conversion may fuse it")
         if k.role == "full" and not key.startswith(WRAPPER):
-            raise Unmodeled(f"adapter key `{key}` is not a LoRA tensor")
+            raise KeysUnmodeled(f"adapter key `{key}` is not a LoRA tensor")
 
 
 def _leaf_kinds(tree: Tree) -> dict[str, bool]:

@@ -69,6 +69,15 @@ class AdapterUnmodeled(Unmodeled):
     and a "needs torch" refusal names the adapter config, never the base."""
 
 
+class PeftRefuses(Exception):
+    """PEFT raises while it injects the config into this base (the meta path's ``inject_error``)."""
+
+
+class KeysUnmodeled(Unmodeled):
+    """What the registry does not model is how PEFT's loader reads some of the adapter's keys: a "needs torch"
+    refusal names the adapter."""
+
+
 def check_peft_type(raw: Mapping[str, Any], path: str | None) -> None:
     """Exit 3 for another ``peft_type``, with :func:`adapterdoc.ml.inject.lora_config_from_raw`'s words."""
     peft_type = str(raw.get("peft_type") or "LORA").upper()
@@ -160,6 +169,8 @@ __all__ = [
     "MODELLED",
     "TASK_TYPES",
     "AdapterUnmodeled",
+    "KeysUnmodeled",
+    "PeftRefuses",
     "alpha_error",
     "check_config",
     "check_peft_type",

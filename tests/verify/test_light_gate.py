@@ -35,6 +35,25 @@ FIXTURES = ROOT / "fixtures" / "old_stack"
 OUTSIDE = ("mixtral",)
 """Families of the fixtures that the registry does not describe: the light gate declines them (needs torch)."""
 
+NUMPY_AUDIT = ("AD310", "AD311", "AD312")
+"""The weights audit's delta findings: computed with numpy (singular values), which the light install does not
+have, so the light gate does not report them (verify's own zero/NaN scans, AD301-AD304, are pure Python)."""
+CONVERSION_DECLINES = {
+    "weights:extra-key",
+    "class:qwen3_5_vl-on-qwen3_5_text",
+    "class:qwen3_5_text-names-on-qwen3_5_vl",
+    "class:qwen3_5_vl-double-infix",
+    "class:mistral3_vl-double-infix",
+    "class:ministral3_text-names-on-mistral3_vl",
+    "layout:mistral3_vl-textnames",
+    "layout:qwen3_5_vl-textnames",
+    "layout:qwen3_5_moe_vl-textnames",
+    "fixture:qwen3_moe/adapter_one_sided",
+}
+"""Cases whose keys are not PEFT's own on a model type whose transformers load-time conversion PEFT also applies to
+adapter keys (qwen3_5*, mistral3, qwen3_moe/omni): the registry does not model those renames yet, so the light
+gate declines them, naming the adapter and what is not modelled (the JSON says why: expected_keys_note)."""
+
 LIGHT_DRIVER = """
 import json, sys
 from click.testing import CliRunner
@@ -217,7 +236,7 @@ def _verdict(code: int, doc: dict[str, Any] | None) -> dict[str, Any]:
         "missing": a["missing"],
         "unexpected": a["unexpected"],
         "shape_mismatch": a["shape_mismatch"],
-        "codes": sorted(f["code"] for f in doc["findings"]),
+        "codes": sorted(f["code"] for f in doc["findings"] if f["code"] not in NUMPY_AUDIT),
     }
 
 
@@ -226,9 +245,16 @@ def compare(venv: Any, tmp: Path, cases: dict[str, tuple[Path, Path]]) -> dict[s
     names = list(cases)
     light = _light(venv, tmp, [cases[n] for n in names])
     wrong: dict[str, Any] = {}
+    declined: list[str] = []
     for name, run in zip(names, light):
         adapter, base = cases[name]
         code, doc = _ml(adapter, base)
+        if run["code"] == 3 and code != 3 and "load-time conversion" in run["stderr"]:
+            declined.append(name)
+            line, doc_light = run["stderr"].strip(), json.loads(run["stdout"])
+            if "\n" in line or str(adapter) not in line or not doc_light.get("expected_keys_note"):
+                wrong[name] = {"decline": line, "json": doc_light}
+            continue
         if any(name.startswith(f"fixture:{o}/") for o in OUTSIDE):
             # a family outside the registry: the light gate declines, naming the base and the extra
             line = run["stderr"].strip()
@@ -239,7 +265,7 @@ def compare(venv: Any, tmp: Path, cases: dict[str, tuple[Path, Path]]) -> dict[s
         theirs = _verdict(code, doc)
         if ours != theirs:
             wrong[name] = {"light": ours, "ml": theirs, "stderr": run["stderr"][-400:]}
-    return {"wrong": wrong, "light": dict(zip(names, light))}
+    return {"wrong": wrong, "declined": declined, "light": dict(zip(names, light))}
 
 
 DEFAULT = (
@@ -249,7 +275,8 @@ DEFAULT = (
     "config:loha",
     "weights:bin",
     "weights:dora-mts",
-    "class:qwen3_5_vl-on-qwen3_5_text",
+    "weights:nan",
+    "class:mistral3_vl-on-ministral3_text",
     "class:qwen3_5_text-on-qwen3_5_vl",
 )
 
@@ -270,7 +297,7 @@ def test_the_light_gate_gives_the_ml_verdicts(light_venv: Any, cases: Cases, tmp
     every = {**_config_cases(cases), **_weight_cases(cases), **_class_cases(cases)}
     picked = {n: every[n] for n in DEFAULT}
     got = compare(light_venv, tmp_path, picked)
-    assert got["wrong"] == {}
+    assert got["wrong"] == {} and got["declined"] == []
     light = got["light"]
     # the verdicts themselves: a typo is a finding (AD111), a truthy "false" builds DoRA, a string rank is PEFT's
     # injection refusal (AD226), another peft_type is an unusable input, the VL adapter is judged on the text base
@@ -287,5 +314,6 @@ def test_the_light_gate_gives_the_ml_verdicts_everywhere(
 ) -> None:
     got = compare(light_venv, tmp_path, _all_cases(cases))
     if os.environ.get("ADAPTERDOC_LIGHT_GATE_DUMP"):
-        Path(os.environ["ADAPTERDOC_LIGHT_GATE_DUMP"]).write_text(json.dumps(got["wrong"], indent=1))
+        Path(os.environ["ADAPTERDOC_LIGHT_GATE_DUMP"]).write_text(json.dumps(got, indent=1))
     assert got["wrong"] == {}
+    assert set(got["declined"]) <= CONVERSION_DECLINES, sorted(set(got["declined"]) - CONVERSION_DECLINES)
