@@ -15,6 +15,7 @@ against in ``tests/verify/test_expected_keys.py``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from adapterdoc.verify.expected_config import (
     layer_errors,
     rank_error,
 )
+from adapterdoc.verify.expected_load import has_renames, load_rename
 from adapterdoc.verify.expected_moe import convert_config, convert_keys
 
 ADAPTER = "default"
@@ -89,6 +91,11 @@ class RegistryAdapterModel:
         if self.inject_error is not None:  # PEFT refused: the meta path matches nothing either
             return KeyMatch([], sorted(shapes), [], 0)
         converted = False
+        if self._tree is not None and has_renames(self._tree.model_type, self._tree.model_class):
+            with contextlib.suppress(
+                Unmodeled
+            ):  # only candidates scored for a move get here: judged unrenamed
+                shapes = load_rename(self._tree.model_type, self._tree.model_class, shapes)
         if self._tree is not None and self._tree.peft_moe is not None:
             try:
                 shapes, converted = convert_keys(self._tree, shapes)
@@ -318,14 +325,17 @@ def registry_adapter(
         for p, shape in nodes[name].params:
             add(f"{name}.{p}", shape, f"{name}.modules_to_save.{ADAPTER}.{p}")
             aux.add(WRAPPER + f"{name}.{p}")
-    converted = convert_keys(tree, shapes)[0] if shapes is not None and tree.peft_moe else shapes
+    renamed = shapes
+    if shapes is not None and tree.load_conversion:
+        if not has_renames(tree.model_type, tree.model_class):
+            raise KeysUnmodeled(f"PEFT's load-time conversion for {tree.model_type} is not modelled")
+        renamed = load_rename(tree.model_type, tree.model_class, shapes)
+    converted = convert_keys(tree, renamed)[0] if renamed is not None and tree.peft_moe else renamed
     for key in converted or ():
-        if key in expected or key not in shapes:  # expected, or written by the modelled expert conversion
+        if key in expected or key not in (
+            renamed or {}
+        ):  # expected, or written by the modelled expert conversion
             continue
-        if tree.load_conversion:
-            raise KeysUnmodeled(
-                f"`{key}` is not a key PEFT creates, and PEFT's load-time conversion for {tree.model_type} may rename it"
-            )
         if parse_key(key).role == "full":
             raise KeysUnmodeled(
                 f"adapter key `{key}` may name a base weight (PEFT's loader would compare it)"
