@@ -212,7 +212,14 @@ def _torch_reason(e: Exception) -> str:
 
 
 def describe_bin(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Name → (safetensors dtype, shape) for a ``.bin`` state dict."""
+    """Name → (safetensors dtype, shape) for a ``.bin`` state dict, read without torch by the restricted
+    unpickler (:func:`adapterdoc.st.pickled.read_pickled`); the legacy format through :func:`load_bin`."""
+    from adapterdoc.st.pickled import LegacyFormatError, read_pickled
+
+    try:
+        return {name: (t.dtype, t.shape) for name, t in read_pickled(path).items()}
+    except LegacyFormatError:
+        pass
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     for name, t in load_bin(path).items():
         dtype = TORCH_TO_ST.get(str(t.dtype))

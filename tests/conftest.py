@@ -130,6 +130,62 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> WheelVenv:
     return WheelVenv(tmp_path_factory.mktemp("wheel-venv") / "env", out.stdout.strip().splitlines()[-1])
 
 
+class LightVenv(WheelVenv):
+    """The light install: a fresh venv (no pip) holding adapterdoc and only its base dependencies (the closure
+    of ``[project] dependencies``, no extra: no torch, transformers, PEFT or numpy), each linked from where the
+    running interpreter has it, adapterdoc from this source tree: ``pip install adapterdoc``, with no network
+    and in well under a second."""
+
+    def __init__(self, root: Any) -> None:
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        self.root = Path(root)
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", str(self.root)], check=True, capture_output=True
+        )
+        self.bin = self.root / "bin"
+        self.python = self.bin / "python"
+        self.purelib = Path(self.run_py("import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+        links = {"adapterdoc": Path(__file__).resolve().parents[1] / "adapterdoc"}
+        for dist in light_closure():
+            base = Path(str(dist.locate_file("")))
+            for top in {Path(str(f)).parts[0] for f in dist.files or ()} - {"..", "__pycache__"}:
+                links.setdefault(top, base / top)
+        for top, src in links.items():
+            if src.exists():
+                (self.purelib / top).symlink_to(src, target_is_directory=src.is_dir())
+
+
+def light_closure() -> list[Any]:
+    """The installed distributions ``[project] dependencies`` pull in (no extras), each once."""
+    import importlib.metadata as md
+    from pathlib import Path
+
+    import tomllib
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    todo = [Requirement(d) for d in project["dependencies"]]
+    seen: dict[str, Any] = {}
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in seen or (req.marker and not req.marker.evaluate({"extra": ""})):
+            continue
+        seen[name] = md.distribution(req.name)
+        todo += [Requirement(r) for r in seen[name].requires or ()]
+    return list(seen.values())
+
+
+@pytest.fixture(scope="session")
+def light_venv(tmp_path_factory: pytest.TempPathFactory) -> LightVenv:
+    """The light install (no ML extra) of this source tree, built once per session."""
+    return LightVenv(tmp_path_factory.mktemp("light-venv") / "env")
+
+
 ORACLES_ROOT = os.environ.get("ADAPTERDOC_ORACLES", "/opt/adapterdoc-oracles")
 """Where ``.ci/oracles/NAME.sh`` builds each oracle environment (see .ci/oracles/README.md)."""
 

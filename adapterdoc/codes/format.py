@@ -40,7 +40,8 @@ CODES = [
         "warning",
         "The adapter weights are a pickle (`adapter_model.bin`), not safetensors.",
         "Pickles can run code when loaded by tools that do not use `weights_only=True`; several servers and "
-        "hubs refuse or flag them. adapterdoc only reads them with `torch.load(weights_only=True)`.",
+        "hubs refuse or flag them. adapterdoc reads them with a restricted unpickler that resolves only the globals "
+        "a tensor state dict uses (what `torch.load(weights_only=True)` allows) and never calls anything else.",
         "adapter_model.bin without adapter_model.safetensors",
         "Convert: `adapterdoc remap ADAPTER --rule '^$=>' --out NEW_DIR` writes adapter_model.safetensors.",
     ),

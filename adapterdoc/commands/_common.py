@@ -133,7 +133,8 @@ def _emit_json_error(e: AdapterdocError) -> None:
     finding = unusable_finding(e.reason, path=e.what, key=e.key)
     # stdout itself may be what failed (a full disk, /dev/full): then the stderr line alone says why
     with contextlib.suppress(OSError):
-        click.echo(json.dumps(envelope(False, [finding], {"error": str(e)}), ensure_ascii=False))
+        body = {"error": str(e), **getattr(e, "details", {})}  # e.g. verify's expected_keys_note
+        click.echo(json.dumps(envelope(False, [finding], body), ensure_ascii=False))
 
 
 def emit(text: str) -> None:

@@ -115,7 +115,17 @@ def _bin_target(plan: Plan, folder: str) -> str:
 
 
 def _bin_bytes(plan: Plan) -> bytes:
-    """The .bin's tensors, renamed, as safetensors bytes with PEFT's metadata."""
+    """The .bin's tensors, renamed, as safetensors bytes with PEFT's metadata: read by the restricted unpickler
+    (no torch), laid out as ``safetensors.torch.save`` lays them out; the legacy format through torch."""
+    from adapterdoc.st.pickled import LegacyFormatError, read_pickled, safetensors_bytes
+
+    try:
+        tensors = read_pickled(plan.weights_path)
+    except LegacyFormatError:
+        pass
+    else:
+        mapping = plan.report.mapping
+        return safetensors_bytes({mapping.get(k, k): t for k, t in tensors.items()}, {"format": "pt"})
     from safetensors.torch import save
 
     state = load_bin(plan.weights_path)

@@ -107,6 +107,17 @@ def scan_tensor(
     return TensorScan(name, info.dtype, info.numel, first, bad if check_finite else None, read)
 
 
+def scan_bytes(data: bytes, dtype: str, *, finite: bool = True) -> tuple[bool, int | None, int]:
+    """(scanned, first non-zero element or ``None``, NaN/Inf count) of one tensor held in memory (a ``.bin``'s,
+    read by :mod:`adapterdoc.st.pickled`): the scan :func:`scan_tensor` makes of a file's window."""
+    if dtype not in SCANNABLE:
+        return False, None, 0
+    bits = _FLOAT_BITS.get(dtype)
+    buf = memoryview(data)
+    bad = _count_nonfinite(buf, bits) if finite and bits is not None else 0
+    return True, _first_nonzero(buf, dtype, bits), bad
+
+
 def scan_tensors(header: Header, names: Iterable[str], **kw: bool) -> Iterator[TensorScan]:
     """:func:`scan_tensor` for each name in turn (one tensor in memory at a time)."""
     for name in names:

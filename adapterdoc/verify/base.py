@@ -7,8 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from adapterdoc.adapter import AdapterConfig
+from adapterdoc.errors import MissingExtraError
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.report.verify_report import VerifyReport
+
+
+class RegistryDeclined(MissingExtraError):
+    """The registry cannot decide and the ML extra is not installed: the one line names the input at fault, and
+    ``--json`` carries the reason as ``expected_keys_note``."""
+
+    def __init__(self, e: MissingExtraError, note: str | None) -> None:
+        super().__init__(e.what, "torch")
+        self.reason, self.note = e.reason, note
+        self.details = {"expected_keys_note": note} if note else {}
+        self.args = (str(self),)
 
 
 class Base:
@@ -26,16 +38,19 @@ class Base:
         spec = resolve_base(base)
         return cls(spec, *registry_view(spec))
 
-    def config(self, why: str | None = None) -> Any:
-        """The transformers config (the meta-device path); exit 3 naming the ML extra when it is not installed."""
+    def config(self, why: str | None = None, culprit: str | None = None) -> Any:
+        """The transformers config (the meta-device path); exit 3 naming the ML extra when it is not installed,
+        and the input the registry could not decide: ``culprit`` (the adapter config) or the base."""
         from adapterdoc.ml import meta as M
 
         if self._config is None:
             reason = why or self.why
-            what = (
-                self.spec.spec if not reason else f"{self.spec.spec} (the registry cannot decide: {reason})"
-            )
-            self._config = M.load_config(self.spec, what)
+            who = culprit or self.spec.spec
+            what = who if not reason else f"{who} (the registry cannot decide: {reason})"
+            try:
+                self._config = M.load_config(self.spec, what)
+            except MissingExtraError as e:
+                raise RegistryDeclined(e, reason) from e
         return self._config
 
     @property
@@ -65,28 +80,72 @@ def built_as_finding(spec: str, b: Any) -> Finding:
 def expected_model(
     base: Base, acfg: AdapterConfig, shapes: dict[str, tuple[int, ...]], report: VerifyReport, registry: bool
 ) -> Any:
-    """The registry's expected keys when it can say exactly, else PEFT's own on the meta device."""
+    """The registry's expected keys when it can say exactly, else PEFT's own on the meta device.
+
+    The class question is the registry's too: an adapter whose ``auto_mapping`` names a counterpart class the
+    base can be built as (:func:`adapterdoc.layouts.loadable_as`) gets that class's tree, as the meta path builds
+    it (:func:`adapterdoc.ml.build.counterpart_class`); any other class name leaves the base's own class."""
     from adapterdoc.layouts.trees import Unmodeled
     from adapterdoc.ml import meta as M
+    from adapterdoc.verify.expected_config import AdapterUnmodeled, KeysUnmodeled, check_peft_type
 
+    check_peft_type(acfg.raw, acfg.path)
     why = base.why if registry else "meta-device path requested"
+    culprit = None
     as_class = _auto_mapping_class(acfg)
-    if registry and base.tree is not None and as_class not in (None, base.tree.model_class):
-        why = f"the adapter's auto_mapping names {as_class}, which the meta device builds from this config"
-    elif registry and base.tree is not None:
+    if registry and base.tree is not None:
         from adapterdoc.verify.expected import registry_adapter
 
         try:
-            meta = registry_adapter(base.tree, acfg, shapes, base=base.spec)
+            tree, built_as = registry_class(base, as_class)
+            meta = registry_adapter(tree, acfg, shapes, base=base.spec)
+            meta.built_as = built_as
             report.expected_keys_from = "registry"
             return meta
         except Unmodeled as e:
             why = str(e)
-    config = base.config(why)
+            if isinstance(e, AdapterUnmodeled):
+                culprit = acfg.path
+            elif isinstance(e, KeysUnmodeled):
+                culprit = report.path or report.adapter
+    config = base.config(why, culprit)
     lora_cfg = M.lora_config_from_raw(acfg.raw, acfg.path)
     report.expected_keys_from = "meta-device"
     report.expected_keys_note = why
     return M.build_meta_adapter(base.spec, lora_cfg, config=config, as_class=as_class)
+
+
+def registry_class(base: Base, as_class: str | None) -> tuple[Any, Any]:
+    """(the tree, ``BuiltAs`` or ``None``): the base's own tree, or the counterpart class's that ``as_class`` names
+    where the base's config holds the sub-config it is built from."""
+    from adapterdoc.layouts import LAYOUTS, loadable_as
+    from adapterdoc.layouts.trees import Unmodeled, build_tree
+    from adapterdoc.ml.build import BuiltAs
+
+    tree = base.tree
+    if not as_class or as_class == tree.model_class:
+        return tree, None
+    homes = [
+        n
+        for n, lay in LAYOUTS.items()
+        if lay.model_class == tree.model_class and lay.model_type == tree.model_type
+    ]
+    for home in homes:
+        for name, attrs in loadable_as(home)[1:]:
+            if LAYOUTS[name].model_class != as_class:
+                continue
+            sub: Any = base.raw
+            for attr in attrs:
+                sub = sub.get(attr) if isinstance(sub, dict) else None
+            if attrs and sub is None:
+                raise Unmodeled(
+                    f"the config has no `{'.'.join(attrs)}` to build {as_class} from (its default is not modelled)"
+                )
+            if not isinstance(sub, dict) or sub.get("model_type") is None:
+                continue
+            built = build_tree({**sub, "architectures": [as_class]})
+            return built, BuiltAs(as_class, name, tree.model_class, home, attrs)
+    return tree, None
 
 
 class KeysView:

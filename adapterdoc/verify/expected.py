@@ -15,6 +15,7 @@ against in ``tests/verify/test_expected_keys.py``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,49 +30,22 @@ from adapterdoc.adapter import (
 )
 from adapterdoc.layouts import LAYOUTS, tower_segment
 from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Tree, Unmodeled, build_tree
+from adapterdoc.verify.expected_config import (
+    AdapterUnmodeled,
+    KeysUnmodeled,
+    PeftRefuses,
+    alpha_error,
+    check_config,
+    layer_errors,
+    rank_error,
+)
+from adapterdoc.verify.expected_load import has_renames, load_rename
 from adapterdoc.verify.expected_moe import convert_config, convert_keys
 
 ADAPTER = "default"
 _MIN_TARGETS_FOR_OPTIMIZATION = 20
 """peft.utils.constants.MIN_TARGET_MODULES_FOR_OPTIMIZATION: longer target lists are condensed to suffixes."""
 _EXPERT_PARAMS = ("gate_up_proj", "down_proj")
-
-_MODELLED = frozenset(
-    {
-        "r",
-        "lora_alpha",
-        "target_modules",
-        "exclude_modules",
-        "layers_to_transform",
-        "layers_pattern",
-        "target_parameters",
-        "rank_pattern",
-        "alpha_pattern",
-        "modules_to_save",
-        "use_rslora",
-        "lora_dropout",
-        "init_lora_weights",
-        "task_type",
-        "bias",
-        "fan_in_fan_out",
-    }
-)
-_METADATA = frozenset(
-    {
-        "peft_type",
-        "peft_version",
-        "base_model_name_or_path",
-        "revision",
-        "auto_mapping",
-        "inference_mode",
-        "megatron_core",
-        "qalora_group_size",
-    }
-)
-"""Fields that change nothing PEFT creates (``megatron_core``/``qalora_group_size`` only matter when their
-feature is switched on, which is refused below)."""
-_TASK_TYPES = (None, "CAUSAL_LM", "FEATURE_EXTRACTION")
-"""Task types whose PeftModel class adds no modules of its own (sequence classification adds its head)."""
 
 
 @dataclass
@@ -104,7 +78,7 @@ class RegistryAdapterModel:
 
     @property
     def rewritten(self) -> bool:
-        return self.config_before != self.config_after
+        return self.inject_error is None and self.config_before != self.config_after
 
     @property
     def effective_config(self) -> Any:
@@ -114,7 +88,14 @@ class RegistryAdapterModel:
         """Missing, unexpected and shape-mismatched keys, as :meth:`MetaAdapterModel.match` finds them."""
         from adapterdoc.ml.meta import KeyMatch
 
+        if self.inject_error is not None:  # PEFT refused: the meta path matches nothing either
+            return KeyMatch([], sorted(shapes), [], 0)
         converted = False
+        if self._tree is not None and has_renames(self._tree.model_type, self._tree.model_class):
+            with contextlib.suppress(
+                Unmodeled
+            ):  # only candidates scored for a move get here: judged unrenamed
+                shapes = load_rename(self._tree.model_type, self._tree.model_class, shapes)
         if self._tree is not None and self._tree.peft_moe is not None:
             try:
                 shapes, converted = convert_keys(self._tree, shapes)
@@ -128,7 +109,11 @@ class RegistryAdapterModel:
                 unexpected.append(key)
             else:
                 loaded[saved] = tuple(shape)
-        missing = sorted(k for k in self.expected if k not in loaded and k not in self._aux)
+        missing = sorted(
+            k + ".weight" if k.endswith(".lora_magnitude_vector") else k  # the meta path names the model key
+            for k in self.expected
+            if k not in loaded and k not in self._aux
+        )
         mismatch = sorted((k, s, self.expected[k]) for k, s in loaded.items() if s != self.expected[k])
         return KeyMatch(missing, sorted(unexpected), mismatch, len(loaded), converted)
 
@@ -136,37 +121,11 @@ class RegistryAdapterModel:
 # --------------------------------------------------------------------------------------------- the adapter config
 
 
-def _check_fields(raw: Mapping[str, Any]) -> None:
-    for key, value in raw.items():
-        if key in _MODELLED or key in _METADATA:
-            continue
-        if value in (None, False, {}, [], 0, "", ()):
-            continue
-        raise Unmodeled(f"adapter config field `{key}` = {value!r} is not modelled")
-    if str(raw.get("peft_type", "LORA")).upper() != "LORA":
-        raise Unmodeled("not a LoRA adapter")
-    if raw.get("task_type") not in _TASK_TYPES:
-        raise Unmodeled(f"task_type {raw.get('task_type')!r} adds modules of its own")
-    if raw.get("bias", "none") != "none":
-        raise Unmodeled(f"bias {raw.get('bias')!r} saves base biases")
-    if raw.get("fan_in_fan_out"):
-        raise Unmodeled("fan_in_fan_out is set")
-    if raw.get("init_lora_weights", True) not in (True, False, "gaussian"):
-        raise Unmodeled(f"init_lora_weights {raw.get('init_lora_weights')!r} is validated by PEFT")
-    dropout = raw.get("lora_dropout", 0.0)
-    if not isinstance(dropout, (int, float)) or isinstance(dropout, bool):
-        raise Unmodeled("lora_dropout is not a number")
-    for name in ("r", "lora_alpha"):
-        v = raw.get(name, 8)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or (name == "r" and not isinstance(v, int)):
-            raise Unmodeled(f"`{name}` is {v!r}")
-
-
 def _strings(value: Any, name: str) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise Unmodeled(f"`{name}` is not a list of strings")
+        raise AdapterUnmodeled(f"`{name}` is not a list of strings")
     return value
 
 
@@ -219,37 +178,36 @@ def registry_adapter(
     ``shapes`` (the adapter's tensor names and shapes) lets the registry refuse adapters whose keys PEFT's loader
     would rename or read in ways not modelled here (per-expert keys, DoRA magnitudes, whole weights)."""
     raw = acfg.raw
-    _check_fields(raw)
+    check_config(raw, acfg.path)
     if raw.get("task_type") == "CAUSAL_LM" and LAYOUTS[tree.layout].is_encoder:
-        raise Unmodeled("task_type CAUSAL_LM on an encoder (PEFT's causal-LM model needs generation methods)")
-    r = int(raw.get("r", 8))
+        raise AdapterUnmodeled(
+            "task_type CAUSAL_LM on an encoder (PEFT's causal-LM model needs generation methods)"
+        )
+    r = raw.get("r", 8)
     tm_raw = raw.get("target_modules")
     tm: Any = tm_raw if isinstance(tm_raw, str) else _strings(tm_raw, "target_modules")
     excl_raw = raw.get("exclude_modules")
     excl: Any = excl_raw if isinstance(excl_raw, str) else _strings(excl_raw, "exclude_modules")
     tp = _strings(raw.get("target_parameters"), "target_parameters")
-    mts = _strings(raw.get("modules_to_save"), "modules_to_save")
+    mts_raw = raw.get("modules_to_save")
+    if isinstance(mts_raw, str):
+        raise AdapterUnmodeled(
+            "modules_to_save is a string, whose letters PEFT matches one by one (AD114): not modelled"
+        )
+    mts = _strings(mts_raw, "modules_to_save")
     rank_pattern, alpha_pattern = dict(raw.get("rank_pattern") or {}), dict(raw.get("alpha_pattern") or {})
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in rank_pattern.values()):
-        raise Unmodeled("rank_pattern has a rank that is not a positive integer")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in alpha_pattern.values()):
-        raise Unmodeled("alpha_pattern has a value that is not a number")
     ltt, lp = raw.get("layers_to_transform"), raw.get("layers_pattern")
     if ltt is not None and not (
         (isinstance(ltt, int) and not isinstance(ltt, bool))
         or (isinstance(ltt, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ltt))
     ):
-        raise Unmodeled("layers_to_transform is not an int or a list of ints")
+        raise AdapterUnmodeled("layers_to_transform is not an int or a list of ints (AD114): not modelled")
     if lp is not None and not isinstance(lp, str):
         _strings(lp, "layers_pattern")
-    if isinstance(tm, str) and (ltt is not None or lp is not None):
-        raise Unmodeled("layers_to_transform/layers_pattern with a regex target_modules (PEFT refuses it)")
-    if lp and ltt is None:
-        raise Unmodeled("layers_pattern without layers_to_transform (PEFT refuses it)")
     if tm is None and tp is None:
-        raise Unmodeled("no target_modules: PEFT would pick its default targets for the model type")
+        raise AdapterUnmodeled("no target_modules: PEFT would pick its default targets for the model type")
     if tp is not None and any(p.rpartition(".")[2] not in _EXPERT_PARAMS for p in tp):
-        raise Unmodeled("target_parameters other than fused-expert gate_up_proj/down_proj")
+        raise AdapterUnmodeled("target_parameters other than fused-expert gate_up_proj/down_proj")
     if shapes is not None:
         _check_keys(shapes, tree.peft_moe is not None)
 
@@ -258,10 +216,12 @@ def registry_adapter(
         tm, tp, rank_pattern, alpha_pattern = convert_config(
             tree, tm, tp, rank_pattern, alpha_pattern, raw, excl, mts
         )
+    except PeftRefuses as e:
+        return _refused(tree, base, before, str(e))
     except re.error as e:
-        raise Unmodeled(f"a pattern is not a valid regex: {e}") from None
+        raise AdapterUnmodeled(f"a pattern is not a valid regex: {e}") from None
     if tp and raw.get("lora_dropout", 0.0) != 0:
-        raise Unmodeled("lora_dropout != 0 with target_parameters (PEFT refuses it)")
+        raise AdapterUnmodeled("lora_dropout != 0 with target_parameters (PEFT refuses it)")
     nodes = {n.name: n for n in tree.nodes}
     names = tree.names
     try:
@@ -271,7 +231,7 @@ def registry_adapter(
             tm = set(tm)
         if isinstance(tm, set) and len(tm) >= _MIN_TARGETS_FOR_OPTIMIZATION:
             if "" in tm:
-                raise Unmodeled("an empty target_modules entry")
+                raise AdapterUnmodeled("an empty target_modules entry")
             suffixes = tuple("." + s for s in tm)
             others = {n for n in names if n not in tm and not n.endswith(suffixes)}
             condensed = _minimal_targets(tm, others)
@@ -280,33 +240,55 @@ def registry_adapter(
         selected = [n for n in names if peft_selects(n, tm, excl, mts, ltt, lp)]
         saved_copies = _modules_to_save(tree, mts, nodes)
     except re.error as e:
-        raise Unmodeled(f"a pattern is not a valid regex: {e}") from None
+        raise AdapterUnmodeled(f"a pattern is not a valid regex: {e}") from None
 
     expected: dict[str, tuple[int, ...]] = {}
     by_model: dict[str, str] = {}
     injected: list[str] = []
 
+    errors: list[str] = []
+    dora, lora_bias = bool(raw.get("use_dora")), bool(raw.get("lora_bias"))  # PEFT tests truthiness (AD112)
+
     def add(key: str, shape: tuple[int, ...], model_key: str) -> None:
         expected[WRAPPER + key] = shape
         by_model[WRAPPER + model_key] = WRAPPER + key
 
+    def rank_of(name: str) -> int:
+        k = pattern_key(rank_pattern, name)
+        rank = rank_pattern[k] if k is not None else r
+        a = pattern_key(alpha_pattern, name)
+        alpha = alpha_pattern[a] if a is not None else raw.get("lora_alpha", 8)
+        why = rank_error(rank) or alpha_error(alpha)
+        if why:
+            errors.append(why)
+            return 1
+        return int(rank)
+
     for name in selected:
         node = nodes[name]
         if node.kind not in (LINEAR, EMBEDDING):
-            raise Unmodeled(
+            raise AdapterUnmodeled(
                 f"target `{name}` is a {node.kind} module (PEFT wraps it differently or refuses it)"
             )
         if tree.tied and name in (tree.output_embedding, tree.input_embedding):
-            raise Unmodeled(f"target `{name}` shares its weight with the tied embeddings")
-        k = pattern_key(rank_pattern, name)
-        rank = int(rank_pattern[k]) if k is not None else r
+            raise AdapterUnmodeled(f"target `{name}` shares its weight with the tied embeddings")
+        rank = rank_of(name)
         weight = dict(node.params)["weight"]
         if node.kind == LINEAR:
             add(f"{name}.lora_A.weight", (rank, weight[1]), f"{name}.lora_A.{ADAPTER}.weight")
             add(f"{name}.lora_B.weight", (weight[0], rank), f"{name}.lora_B.{ADAPTER}.weight")
+            if lora_bias:
+                add(f"{name}.lora_B.bias", (weight[0],), f"{name}.lora_B.{ADAPTER}.bias")
+            out_dim = weight[0]
         else:
+            if lora_bias:
+                errors.append(f"lora_bias=True is not supported for {name}'s Embedding layer.")
             add(f"{name}.lora_embedding_A", (rank, weight[0]), f"{name}.lora_embedding_A.{ADAPTER}")
             add(f"{name}.lora_embedding_B", (weight[1], rank), f"{name}.lora_embedding_B.{ADAPTER}")
+            out_dim = weight[1]
+        if dora:
+            mag = f"{name}.lora_magnitude_vector"
+            add(mag, (out_dim,), f"{mag}.{ADAPTER}.weight")
         injected.append(name)
 
     for node in tree.nodes if tp else ():
@@ -319,33 +301,45 @@ def registry_adapter(
         if not hits:
             continue
         if (node.kind != EXPERTS and not router) or node.name in selected:
-            raise Unmodeled(f"target_parameters reach `{node.name}`, which is not a fused-expert module")
+            raise AdapterUnmodeled(
+                f"target_parameters reach `{node.name}`, which is not a fused-expert module"
+            )
+        if dora or lora_bias:
+            raise AdapterUnmodeled("use_dora / lora_bias with target_parameters (PEFT's ParamWrapper)")
         for depth, (p, shape) in enumerate(hits):
             path = node.name + ".base_layer" * (len(hits) - 1 - depth)
-            k = pattern_key(rank_pattern, f"{node.name}.{p}")
-            rank = int(rank_pattern[k]) if k is not None else r
+            rank = rank_of(f"{node.name}.{p}")
             experts, dim1, dim2 = shape if len(shape) == 3 else (1, *shape)
             add(f"{path}.lora_A.weight", (rank * experts, dim2), f"{path}.lora_A.{ADAPTER}.weight")
             add(f"{path}.lora_B.weight", (dim1, rank * experts), f"{path}.lora_B.{ADAPTER}.weight")
         injected.append(node.name)
     if not injected:
-        raise Unmodeled("the config targets nothing on this base (PEFT raises; its message is the verdict)")
+        targets = sorted(tm) if isinstance(tm, (set, list)) else tm
+        return _refused(tree, base, before, f"Target modules {targets} not found in the base model.")
+    errors += filter(None, [layer_errors(raw)])
+    if errors:
+        return _refused(tree, base, before, errors[0])
 
     aux: set[str] = set()
     for name in saved_copies:
         for p, shape in nodes[name].params:
             add(f"{name}.{p}", shape, f"{name}.modules_to_save.{ADAPTER}.{p}")
             aux.add(WRAPPER + f"{name}.{p}")
-    converted = convert_keys(tree, shapes)[0] if shapes is not None and tree.peft_moe else shapes
+    renamed = shapes
+    if shapes is not None and tree.load_conversion:
+        if not has_renames(tree.model_type, tree.model_class):
+            raise KeysUnmodeled(f"PEFT's load-time conversion for {tree.model_type} is not modelled")
+        renamed = load_rename(tree.model_type, tree.model_class, shapes)
+    converted = convert_keys(tree, renamed)[0] if renamed is not None and tree.peft_moe else renamed
     for key in converted or ():
-        if key in expected or key not in shapes:  # expected, or written by the modelled expert conversion
+        if key in expected or key not in (
+            renamed or {}
+        ):  # expected, or written by the modelled expert conversion
             continue
-        if tree.load_conversion:
-            raise Unmodeled(
-                f"`{key}` is not a key PEFT creates, and PEFT's load-time conversion for {tree.model_type} may rename it"
-            )
         if parse_key(key).role == "full":
-            raise Unmodeled(f"adapter key `{key}` may name a base weight (PEFT's loader would compare it)")
+            raise KeysUnmodeled(
+                f"adapter key `{key}` may name a base weight (PEFT's loader would compare it)"
+            )
     after = _snapshot(tm, tp, rank_pattern, alpha_pattern, mts)
     return RegistryAdapterModel(
         base=base,
@@ -364,6 +358,23 @@ def registry_adapter(
     )
 
 
+def _refused(tree: Tree, base: Any, before: dict[str, Any], why: str) -> RegistryAdapterModel:
+    """PEFT raises on injection (the meta path's ``inject_error``): nothing is expected, every key unexpected."""
+    return RegistryAdapterModel(
+        base=base,
+        model_class=tree.model_class,
+        model_type=tree.model_type,
+        base_modules=tree.names,
+        lora_capable_leaves=_leaf_kinds(tree),
+        expected={},
+        injected_modules=[],
+        config_before=before,
+        config_after=before,
+        layout=tree.layout,
+        inject_error=why,
+    )
+
+
 def _modules_to_save(tree: Tree, mts: list[str] | None, nodes: dict[str, Any]) -> list[str]:
     """Modules PEFT copies for ``modules_to_save`` (``name.endswith(entry)``), where the registry can say exactly."""
     out: list[str] = []
@@ -372,14 +383,14 @@ def _modules_to_save(tree: Tree, mts: list[str] | None, nodes: dict[str, Any]) -
         for name in hits:
             node = nodes[name]
             if node.kind not in (LINEAR, EMBEDDING):
-                raise Unmodeled(f"modules_to_save `{entry}` reaches `{name}`, a {node.kind} module")
+                raise AdapterUnmodeled(f"modules_to_save `{entry}` reaches `{name}`, a {node.kind} module")
             if not re.match(rf"(^|.*\.){entry}($|\..*)", name):
-                raise Unmodeled(f"modules_to_save `{entry}` matches `{name}` as a suffix only")
+                raise AdapterUnmodeled(f"modules_to_save `{entry}` matches `{name}` as a suffix only")
             if tree.tied and name in (tree.output_embedding, tree.input_embedding):
-                raise Unmodeled(f"modules_to_save `{name}` shares its weight with the tied embeddings")
+                raise AdapterUnmodeled(f"modules_to_save `{name}` shares its weight with the tied embeddings")
             out.append(name)
     if len(set(out)) != len(out) or any(a != b and b.startswith(a + ".") for a in out for b in out):
-        raise Unmodeled("modules_to_save entries overlap")
+        raise AdapterUnmodeled("modules_to_save entries overlap")
     return out
 
 
@@ -388,12 +399,20 @@ def _check_keys(shapes: Mapping[str, tuple[int, ...]], converts: bool) -> None:
     PEFT converts them (``converts``)."""
     for key in shapes:
         k = parse_key(key)
-        if k.role not in ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B", "full"):
-            raise Unmodeled(f"adapter key `{key}` ({k.role}) is read by PEFT in ways not modelled")
+        if k.role not in (
+            "lora_A",
+            "lora_B",
+            "lora_B.bias",
+            "magnitude",
+            "lora_embedding_A",
+            "lora_embedding_B",
+            "full",
+        ):
+            raise KeysUnmodeled(f"adapter key `{key}` ({k.role}) is read by PEFT in ways not modelled")
         if not converts and re.search(r"\.experts\.\d+\.", k.module):
-            raise Unmodeled(f"per-expert key `{key}`: PEFT's transformers conversion may fuse it")
+            raise KeysUnmodeled(f"per-expert key `{key}`: PEFT's transformers conversion may fuse it")
         if k.role == "full" and not key.startswith(WRAPPER):
-            raise Unmodeled(f"adapter key `{key}` is not a LoRA tensor")
+            raise KeysUnmodeled(f"adapter key `{key}` is not a LoRA tensor")
 
 
 def _leaf_kinds(tree: Tree) -> dict[str, bool]:

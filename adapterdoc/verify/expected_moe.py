@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapterdoc.adapter import WRAPPER, peft_selects
-from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Tree, Unmodeled
+from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Tree
+from adapterdoc.verify.expected_config import AdapterUnmodeled, KeysUnmodeled, PeftRefuses
 
 _PER_EXPERT = re.compile(
     r"^"
@@ -61,7 +62,7 @@ def _resolve(tree: Tree, tm: str, excl: Any, mts: Any) -> set[str]:
     for key, leaf, known in params:
         if peft_selects(key, tm, excl, mts):
             if not known:
-                raise Unmodeled(
+                raise AdapterUnmodeled(
                     f"target_modules regex matches `{key}`, a parameter the registry cannot vouch for"
                 )
             matched.add(leaf)
@@ -111,8 +112,8 @@ def convert_config(
         present = matched.get(new, set())
         if 0 < len(present) < len(olds):
             missing = ", ".join(sorted(set(olds) - present))
-            raise Unmodeled(
-                f"PEFT refuses the config: cannot convert target(s) {', '.join(sorted(present))} without also "
+            raise PeftRefuses(
+                f"cannot convert target(s) {', '.join(sorted(present))} without also "
                 f"targeting {missing} because they are fused into {new}"
             )
         if len(present) == len(olds) and len(olds) > 1:
@@ -135,7 +136,7 @@ def convert_keys(
             out[key] = tuple(shape)
             continue
         if conv is None:
-            raise Unmodeled(f"per-expert key `{key}` on a model type PEFT does not convert")
+            raise KeysUnmodeled(f"per-expert key `{key}` on a model type PEFT does not convert")
         groups.setdefault(m["block"], {}).setdefault((m["leaf"], m["ab"]), {})[int(m["e"])] = tuple(shape)
     if not groups:
         return out, False
@@ -144,7 +145,7 @@ def convert_keys(
     for block, parts in groups.items():
         node = nodes.get(f"{block}.experts")
         if node is None or node.kind != EXPERTS:
-            raise Unmodeled(
+            raise KeysUnmodeled(
                 f"per-expert keys under `{block}`, which is not a fused-experts block of this base"
             )
         experts = dict(node.params)["gate_up_proj"][0]
@@ -152,29 +153,31 @@ def convert_keys(
         if not leaves <= {"gate_proj", "up_proj", "down_proj"} or ("gate_proj" in leaves) != (
             "up_proj" in leaves
         ):
-            raise Unmodeled(f"per-expert keys under `{block}` that PEFT's conversion would merge partially")
+            raise KeysUnmodeled(
+                f"per-expert keys under `{block}` that PEFT's conversion would merge partially"
+            )
         for (leaf, ab), by_e in parts.items():
             if sorted(by_e) != list(range(experts)) or len(set(by_e.values())) != 1:
-                raise Unmodeled(
+                raise KeysUnmodeled(
                     f"per-expert `{leaf}.{ab}` under `{block}` is not one uniform tensor per expert"
                 )
             if any(len(s) != 2 for s in by_e.values()):
-                raise Unmodeled(f"per-expert `{leaf}.{ab}` under `{block}` is not 2-D")
+                raise KeysUnmodeled(f"per-expert `{leaf}.{ab}` under `{block}` is not 2-D")
             if (leaf, "lora_B" if ab == "lora_A" else "lora_A") not in parts:
-                raise Unmodeled(f"per-expert `{leaf}` under `{block}` has only {ab}")
+                raise KeysUnmodeled(f"per-expert `{leaf}` under `{block}` has only {ab}")
         for new in dict.fromkeys(fused_of[leaf] for leaf, _ in parts):
             olds = [o for o, n in conv.renames if n == new]
             path = f"{WRAPPER}{block}.experts" + (".base_layer" if len(olds) > 1 else "")
             a = [parts[(o, "lora_A")][0] for o in olds]
             b = [parts[(o, "lora_B")][0] for o in olds]
             if len({s[1] for s in a}) != 1:
-                raise Unmodeled(f"per-expert lora_A of {', '.join(olds)} under `{block}` differ in width")
+                raise KeysUnmodeled(f"per-expert lora_A of {', '.join(olds)} under `{block}` differ in width")
             ra, rb = sum(s[0] for s in a), sum(s[1] for s in b)
             for key, shape in (
                 (f"{path}.lora_A.weight", (experts * ra, a[0][1])),
                 (f"{path}.lora_B.weight", (sum(s[0] for s in b), experts * rb)),
             ):
                 if key in out:
-                    raise Unmodeled(f"`{key}` is in the adapter and PEFT's conversion also writes it")
+                    raise KeysUnmodeled(f"`{key}` is in the adapter and PEFT's conversion also writes it")
                 out[key] = shape
     return out, True

@@ -133,6 +133,25 @@ def _scan(
 def _scan_bin(
     ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str
 ) -> dict[str, tuple[bool, int | None, int]]:
+    """The same scan of a ``.bin``'s tensors, read by the restricted unpickler (no torch)."""
+    from adapterdoc.st.pickled import LegacyFormatError, read_pickled
+    from adapterdoc.st.tensors import scan_bytes
+
+    try:
+        state = read_pickled(ckpt.weights_path or ckpt.root)
+    except LegacyFormatError:
+        return _scan_legacy_bin(ckpt, b_keys, other, mode)
+    out: dict[str, tuple[bool, int | None, int]] = {}
+    for name in [*b_keys, *other]:
+        t = state[name]
+        scanned, first, bad = scan_bytes(t.data, t.dtype, finite=mode != "nonzero")
+        out[name] = (scanned, first if name in b_keys else None, bad)
+    return out
+
+
+def _scan_legacy_bin(
+    ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str
+) -> dict[str, tuple[bool, int | None, int]]:
     try:
         state = load_bin(ckpt.weights_path or ckpt.root)
     except MissingExtraError:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,3 +90,56 @@ def test_the_hook_gates_without_torch(tmp_path: Path) -> None:
     lines = load.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("adapterdoc: error: "), load.stderr
     assert "adapterdoc[ml]" in lines[0]
+
+
+def test_the_light_hook_gives_the_ml_hooks_verdicts(tmp_path: Path) -> None:
+    """A VL adapter committed against a text base, a typo'd config and a `.bin` adapter: the hook without torch
+    exits as the ML hook does (registry vs PEFT on the meta device), never "needs torch"."""
+    import torch
+
+    from adapterdoc.layouts import LAYOUTS
+    from adapterdoc.ml import meta as M
+    from adapterdoc.verify import VerifyOptions, verify
+    from tests.verify.test_verify_registry import _base as layout_base
+
+    lora = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"]}
+    text, vl = layout_base(tmp_path, "ministral3_text"), layout_base(tmp_path, "mistral3_vl")
+
+    def expected(base: Path) -> dict[str, tuple[int, ...]]:
+        spec = M.resolve_base(str(base))
+        return M.build_meta_adapter(spec, M.lora_config_from_raw(lora), config=M.load_config(spec)).expected
+
+    def write(
+        name: str, cfg: dict[str, Any], keys: dict[str, tuple[int, ...]], binary: bool = False
+    ) -> list[str]:
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "adapter_config.json").write_text(json.dumps(cfg))
+        state = {k: torch.full(s, 0.01) for k, s in keys.items()}
+        if binary:
+            torch.save(state, folder / "adapter_model.bin")
+            return [str(folder / "adapter_config.json"), str(folder / "adapter_model.bin")]
+        from safetensors.torch import save_file
+
+        save_file(state, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+        return [str(folder / "adapter_config.json"), str(folder / "adapter_model.safetensors")]
+
+    lay = LAYOUTS["mistral3_vl"]
+    auto = {"auto_mapping": {"base_model_class": lay.model_class, "parent_library": lay.model_module}}
+    text_keys = expected(text)
+    cases = {
+        "vl-on-text": write("vl-on-text", {**lora, **auto}, expected(vl)),
+        "typo": write("typo", {**lora, "lora_alhpa": 16}, text_keys),
+        "bin": write("bin", lora, text_keys, binary=True),
+    }
+    for name, files in cases.items():
+        ml = verify([str(Path(files[0]).parent)], str(text), VerifyOptions(expected_keys="meta-device"))
+        hook = _hook("--base", str(text), "--format", "json", *files, cwd=tmp_path)
+        assert hook.returncode == ml.exit_code, (name, hook.stdout[-600:], hook.stderr)
+        assert "needs `torch`" not in hook.stderr and "this needs" not in hook.stderr, name
+        (report,) = json.loads(hook.stdout)["adapters"]
+        (theirs,) = ml.to_dict()["adapters"]
+        assert report["expected_keys_from"] == "registry", name
+        for field in ("missing", "unexpected", "shape_mismatch"):
+            assert report[field] == theirs[field], (name, field)
+    assert ml.exit_code == 0  # the .bin adapter passes

@@ -524,6 +524,11 @@ def check_equal(cfg: Any, lora: dict[str, Any], seed: int = 0) -> str:
     except ConfigError as e:  # pragma: no cover - a failure of the test's subject
         raise AssertionError(f"the registry accepted a config PEFT refuses: {e}") from None
     meta = M.build_meta_adapter(spec, lora_cfg, model=M.build_meta_model(spec, config))
+    if reg.inject_error is not None:  # the registry says PEFT refuses the injection: so must PEFT
+        assert meta.inject_error is not None, f"the registry refused what PEFT injects: {reg.inject_error}"
+        assert reg.match(meta.expected) == meta.match(meta.expected)
+        _event("registry decided: PEFT refuses")
+        return "decided"
     assert meta.inject_error is None, (
         f"the registry accepted a config PEFT cannot inject: {meta.inject_error}"
     )
@@ -733,15 +738,10 @@ def test_registry_declines_what_it_does_not_model(change: dict[str, Any], why: s
 @pytest.mark.parametrize(
     "lora",
     [
-        {"use_dora": True},
-        {"lora_bias": True},
         {"target_modules": None},
         {"task_type": "SEQ_CLS"},
-        {"init_lora_weights": "pissa"},
-        {"layers_pattern": "layers"},
         {"target_modules": ["conv1d"]},
         {"trainable_token_indices": [1, 2]},
-        {"some_future_field": {"on": True}},
     ],
 )
 def test_adapter_configs_the_registry_declines(lora: dict[str, Any]) -> None:
@@ -754,6 +754,46 @@ def test_adapter_configs_the_registry_declines(lora: dict[str, Any]) -> None:
         registry_adapter(
             build_tree(raw), AdapterConfig({"peft_type": "LORA", "target_modules": ["q_proj"], **lora})
         )
+
+
+@pytest.mark.parametrize(
+    "lora",
+    [
+        {"use_dora": True},
+        {"use_dora": "false"},  # truthy: PEFT builds DoRA (AD112)
+        {"lora_bias": True},
+        {"init_lora_weights": "pissa"},
+        {"some_future_field": {"on": True}},  # PEFT drops it (AD111)
+        {"lora_alhpa": 16},
+        {"use_dora": True, "target_modules": ["q_proj", "embed_tokens"], "modules_to_save": ["lm_head"]},
+        {"rank_pattern": {"q_proj": "4"}},  # PEFT's TypeError on injection
+        {"lora_dropout": "0.1"},
+        {"bias": "some"},
+        {"target_modules": ["no_such_proj"]},
+    ],
+)
+def test_adapter_configs_the_registry_now_decides(lora: dict[str, Any]) -> None:
+    """Once declines (the meta device's to judge): the registry's expected keys, or PEFT's refusal, equal PEFT's."""
+    from adapterdoc.ml.tiny import tiny_config
+
+    cfg = tiny_config("qwen3_5_text")
+    cfg.architectures = ["Qwen3_5ForCausalLM"]
+    # "keys-declined": perturbed keys on a model type whose load-time conversion PEFT applies (not modelled)
+    got = check_equal(cfg, {"peft_type": "LORA", "r": 2, "target_modules": ["q_proj"], **lora})
+    assert got in ("decided", "keys-declined")
+
+
+def test_a_config_peft_refuses_is_refused_as_peft_does() -> None:
+    from adapterdoc.ml.tiny import tiny_config
+
+    cfg = tiny_config("qwen3_5_text")
+    cfg.architectures = ["Qwen3_5ForCausalLM"]
+    _, raw = _write_base(cfg)
+    lora = {"peft_type": "LORA", "target_modules": ["q_proj"], "layers_pattern": "layers"}
+    with pytest.raises(ConfigError, match="layers_to_transform"):
+        registry_adapter(build_tree(raw), AdapterConfig(lora))
+    with pytest.raises(ConfigError, match="layers_to_transform"):
+        M.lora_config_from_raw(lora)
 
 
 # --------------------------------------------------------------------------------------------- Omni with audio output
