@@ -16,6 +16,7 @@ MODULES = (
     "fit_cmd",
     "eval_cmd",
     "explain_cmd",
+    "convert_cmd",
 )
 
 
