@@ -146,3 +146,51 @@ def _fused_experts(src: Path, dst: Path) -> None:
         )
         w[f"{owner}.down_proj"] = np.stack([parts[(e, "down")] for e in range(n)])
     save_file(w, str(dst))
+
+
+MLX_TRAIN = """
+import json, sys, types
+from pathlib import Path
+import numpy as np
+import mlx.core as mx
+from mlx_lm.lora import CONFIG_DEFAULTS, train_model
+from mlx_lm.utils import load_model
+base, out, kind, num_layers, keys, ids, logits = sys.argv[1:8]
+mx.random.seed(0)
+model, _ = load_model(Path(base))
+class Rows:
+    def __init__(self, rows): self.rows = rows
+    def __len__(self): return len(self.rows)
+    def __getitem__(self, i): return self.rows[i]
+    def process(self, row): return (row, 0)
+rng = np.random.default_rng(0)
+rows = [[int(t) for t in rng.integers(1, 100, 12)] for _ in range(8)]
+args = dict(CONFIG_DEFAULTS)
+args.update(model=base, train=True, fine_tune_type=kind, num_layers=int(num_layers), batch_size=2, iters=4,
+            val_batches=1, steps_per_eval=1000, steps_per_report=1000, adapter_path=out, save_every=1000,
+            learning_rate=5e-2, lora_parameters={"rank": 4, "dropout": 0.0, "scale": 10.0})
+if keys != "-":
+    args["lora_parameters"]["keys"] = keys.split(",")
+train_model(types.SimpleNamespace(**args), model, Rows(rows), Rows(rows[:2]))
+model.eval()
+np.save(logits, np.array(model(mx.array(np.load(ids))).astype(mx.float32)))
+"""
+
+
+def mlx_train(
+    python: Path, base: Path, out: Path, work: Path, *, kind: str = "lora", num_layers: int = -1, keys: str = "-"
+) -> np.ndarray:
+    """Train a LoRA with mlx-lm's own trainer (``mlx_lm.lora.train_model``, 4 steps) on ``base`` into ``out``;
+    the trained model's logits in mlx-lm."""
+    ids, logits, script = work / "ids.npy", work / "trained_logits.npy", work / "mlx_train.py"
+    np.save(ids, IDS)
+    script.write_text(MLX_TRAIN)
+    res = subprocess.run(
+        [str(python), str(script), str(base), str(out), kind, str(num_layers), keys, str(ids), str(logits)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if res.returncode != 0:
+        raise AssertionError(f"mlx-lm training failed:\n{res.stderr[-3000:]}")
+    return np.load(logits)
