@@ -352,9 +352,21 @@ def describe(path: Path) -> dict[str, Any]:
         "dropout": params.get("dropout"),
         "keys": params.get("keys"),
         "model": raw.get("model"),
-        "modules": len(adapter.header.tensors and [n for n in adapter.header.tensors if n.endswith(".lora_a")]),
+        "modules": sum(1 for n in adapter.header.tensors if n.endswith(".lora_a")),
         "stacked_expert_modules": stacked,
         "layers": [layers[0], layers[-1]] if layers else None,
         "module_keys": sorted(modules),
         "weights": os.path.join(os.fspath(path), WEIGHTS),
     }
+
+
+def tensors_file(path: Path) -> Path:
+    """The safetensors file ``inspect`` describes: ``adapters.safetensors``."""
+    return Path(path) / WEIGHTS
+
+
+def check(path: Path, base: str | None) -> list[Any]:
+    """``verify``'s findings (:mod:`adapterdoc.formats.mlx_check`)."""
+    from adapterdoc.formats.mlx_check import check as run
+
+    return run(path, base)

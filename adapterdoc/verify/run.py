@@ -98,6 +98,13 @@ class MissingWeightsError(AdapterdocError):
 
 def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
     """Verify one adapter (``base`` is a resolved :class:`Base`)."""
+    from adapterdoc.formats.hooks import foreign
+
+    other = foreign(spec)
+    if other is not None:  # an MLX or GGUF adapter: its format's own checks
+        from adapterdoc.verify.formats import verify_foreign
+
+        return verify_foreign(spec, *other, base, options)
     ckpt = open_checkpoint(spec)
     layout, dtypes, findings = _header(ckpt, spec)
     report = VerifyReport(
