@@ -84,6 +84,18 @@ CODES: list[Code] = [
         "Load the full fine-tune with mlx-lm and save it as a model (`mlx_lm.fuse`), then use it as a base.",
     ),
     Code(
+        "AD808",
+        "runtime-format-roundtrip-changed",
+        "error",
+        "`roundtrip`: converting the adapter to a runtime's format (MLX, GGUF) and back to PEFT changed a module's "
+        "delta (scaling · B A, or DoRA's magnitude) beyond the rounding the conversion reported, or lost a module.",
+        "`convert` promises exact conversions; a conversion that changes the delta serves a different model in "
+        "that runtime.",
+        "convert: peft → mlx → peft: `model.layers.0.self_attn.q_proj`: the delta changed by 0.5",
+        "Report it (a conversion bug); until fixed, keep the PEFT adapter and check the converted one with "
+        "`adapterdoc verify`.",
+    ),
+    Code(
         "AD810",
         "mlx-layer-outside-num-layers",
         "error",
