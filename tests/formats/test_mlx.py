@@ -401,8 +401,23 @@ def test_verify_finds_what_load_adapters_refuses(tmp_path: Path, cli: Any) -> No
     assert _codes(cli("verify", good, "--base", base, "--json")) == {"AD815"}
 
 
-def test_roundtrip_covers_peft_mlx_peft(tmp_path: Path, cli: Any) -> None:
+def test_roundtrip_covers_peft_mlx_peft(tmp_path: Path) -> None:
+    """`roundtrip`'s convert trip (called directly: the whole command runs every other trip too, ~20 s)."""
+    from adapterdoc.report.roundtrip_report import RoundtripReport
+    from adapterdoc.roundtrip.common import Fail
+    from adapterdoc.roundtrip.convert import _compare, convert_roundtrips
+
     src = peft_folder(tmp_path / "peft", dense())
-    res = cli("roundtrip", src, "--json")
-    checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
-    assert checks["convert: peft → mlx → peft"]["status"] == "pass", checks
+    report = RoundtripReport(input=str(src), layout="unknown", base=None)
+    (tmp_path / "work").mkdir()
+    convert_roundtrips(report, str(src), str(tmp_path / "work"))
+    checks = {c.name: c for c in report.checks}
+    assert checks["convert: peft → mlx → peft"].status == "pass", checks
+    assert "bit for bit" in checks["convert: peft → mlx → peft"].detail
+    # and it fails when a value changes
+    back = tmp_path / "work" / "convert-mlx" / "peft"
+    t = load_file(str(back / "adapter_model.safetensors"))
+    t[f"{W}model.layers.0.self_attn.q_proj.lora_B.weight"][0, 0] += 1.0
+    save_file(t, str(back / "adapter_model.safetensors"))
+    with pytest.raises(Fail, match="q_proj"):
+        _compare(src, back, rounded=False)
