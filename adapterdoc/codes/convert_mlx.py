@@ -11,7 +11,7 @@ CODES: list[Code] = [
         "error",
         "The PEFT adapter holds whole weights (modules_to_save, a resized embedding or lm_head, trainable-token "
         "deltas) or is not LoRA; an mlx-lm LoRA adapter folder holds only lora_a, lora_b and m tensors.",
-        "mlx-lm's load_adapters refuses every other tensor name (\"not an adapter parameter in the model\"); "
+        'mlx-lm\'s load_adapters refuses every other tensor name ("not an adapter parameter in the model"); '
         "dropping them silently would serve a different model.",
         "`base_model.model.lm_head.weight` is a whole weight (modules_to_save)",
         "Convert an adapter without modules_to_save, or merge it (`adapterdoc merge`) and convert the merged "
@@ -31,7 +31,7 @@ CODES: list[Code] = [
         "mlx-no-dora-on-experts",
         "error",
         "DoRA on a mixture-of-experts expert: mlx-lm's LoRASwitchLinear has no DoRA (linear_to_lora_layers raises "
-        "\"SwitchLinear doesn't support DoRA yet\").",
+        '"SwitchLinear doesn\'t support DoRA yet").',
         "mlx-lm cannot build the layer, so the adapter cannot be loaded at all.",
         "`model.layers.0.mlp.experts.3.gate_proj`: DoRA on an expert",
         "Use plain LoRA on the experts, or DoRA only on attention and dense MLP modules.",
@@ -54,7 +54,7 @@ CODES: list[Code] = [
         "error",
         "A LoRA module lies outside the language model (a vision tower, projector or audio encoder); mlx-lm's "
         "Qwen3.5 and Mistral 3 models load only the text part and drop the rest.",
-        "mlx-lm refuses the tensor (\"not an adapter parameter in the model\") or, if dropped, the adapter does "
+        'mlx-lm refuses the tensor ("not an adapter parameter in the model") or, if dropped, the adapter does '
         "less than it did.",
         "`model.visual.blocks.0.attn.qkv` has no place in mlx-lm's model",
         "Drop the tower's LoRA (train with exclude_modules for the towers), or serve the VL adapter with an engine "
@@ -101,8 +101,8 @@ CODES: list[Code] = [
         "error",
         "A tensor sits in a decoder layer that `num_layers` does not give LoRA to: mlx-lm converts only the last "
         "num_layers layers (num_layers -1 or 0: all of them).",
-        "load_adapters refuses the whole adapter: \"model.layers.0.self_attn.q_proj.lora_a: not an adapter "
-        "parameter in the model\".",
+        'load_adapters refuses the whole adapter: "model.layers.0.self_attn.q_proj.lora_a: not an adapter '
+        'parameter in the model".',
         "`model.layers.0.self_attn.q_proj.lora_a`: layer 0, but num_layers 2 of 4 layers covers layers 2-3",
         "Set num_layers to the layer count minus the first adapted layer (or -1 for all): the message names it.",
     ),
@@ -111,7 +111,7 @@ CODES: list[Code] = [
         "mlx-module-not-in-keys",
         "error",
         "A tensor's module is not one of lora_parameters.keys: mlx-lm puts LoRA only on the listed module paths.",
-        "load_adapters refuses the adapter (\"not an adapter parameter in the model\").",
+        'load_adapters refuses the adapter ("not an adapter parameter in the model").',
         "`model.layers.1.mlp.down_proj.lora_a`: `mlp.down_proj` is not in keys [self_attn.q_proj]",
         "Add the key to lora_parameters.keys (the message lists the missing ones), or remove keys to let mlx-lm "
         "convert every linear layer.",
@@ -123,7 +123,7 @@ CODES: list[Code] = [
         "A tensor names a module the base model does not have under mlx-lm's parameter names (for example PEFT's "
         "`base_model.model.` prefix, transformers' `experts.N` instead of mlx-lm's `switch_mlp`, or "
         "`model.language_model.` instead of `language_model.model.`).",
-        "load_adapters refuses the adapter (\"not an adapter parameter in the model\").",
+        'load_adapters refuses the adapter ("not an adapter parameter in the model").',
         "`base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight` is a PEFT name",
         "Convert the adapter with `adapterdoc convert ADAPTER --to mlx --base BASE` rather than renaming by hand.",
     ),
@@ -133,7 +133,7 @@ CODES: list[Code] = [
         "error",
         "A tensor's shape differs from the one mlx-lm builds: lora_a [in, rank] and lora_b [rank, out] (PEFT's "
         "lora_A / lora_B transposed), stacked experts [E, rank, in] and [E, out, rank], m [out].",
-        "load_adapters refuses the adapter (\"adapter shape ... does not match model parameter shape\").",
+        'load_adapters refuses the adapter ("adapter shape ... does not match model parameter shape").',
         "`model.layers.0.self_attn.q_proj.lora_a` is [8, 64], mlx-lm builds [64, 8]",
         "A PEFT tensor copied without its transpose: convert with `adapterdoc convert --to mlx`; the message gives "
         "the expected shape.",

@@ -28,7 +28,8 @@ def _module(name: str, role: str):  # type: ignore[no-untyped-def]
         return formats.module(name)
     except ImportError:
         raise UnsupportedInputError(
-            name, f"the {name} format is not available in this adapterdoc (no adapterdoc.formats.{name}) ({role})"
+            name,
+            f"the {name} format is not available in this adapterdoc (no adapterdoc.formats.{name}) ({role})",
         ) from None
 
 
@@ -80,7 +81,9 @@ def convert(
     dest = os.path.abspath(os.path.expanduser(out)) if out else default_out(src, to, target)
     folder_in = src if os.path.isdir(src) else os.path.dirname(os.path.abspath(src))
     if inside(dest, folder_in) or inside(folder_in, dest):
-        raise RefusedError(out or dest, "is the input or inside the input adapter folder; choose a path outside it")
+        raise RefusedError(
+            out or dest, "is the input or inside the input adapter folder; choose a path outside it"
+        )
     parent = os.path.dirname(dest)
     if not os.path.isdir(parent):
         raise InputNotFoundError(parent, "the parent folder of --out does not exist")

@@ -23,7 +23,6 @@ import math
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -51,8 +50,14 @@ def detect(path: Path) -> Detection | None:
         cfg = p / CONFIG
         if cfg.is_file():
             raw = json.loads(cfg.read_text(encoding="utf-8"))
-            fields = [f for f in ("fine_tune_type", "num_layers", "lora_parameters") if isinstance(raw, dict) and f in raw]
-            evidence.append(f"{CONFIG} with {', '.join(fields)}" if fields else f"{CONFIG} without mlx-lm's fields")
+            fields = [
+                f
+                for f in ("fine_tune_type", "num_layers", "lora_parameters")
+                if isinstance(raw, dict) and f in raw
+            ]
+            evidence.append(
+                f"{CONFIG} with {', '.join(fields)}" if fields else f"{CONFIG} without mlx-lm's fields"
+            )
         names = read_header(weights).tensors
         leaves = Counter(n.rsplit(".", 1)[-1] for n in names)
         shown = ", ".join(f"{leaves[k]} .{k}" for k in LEAVES if leaves[k])
@@ -107,11 +112,15 @@ def lora_parameters(adapter: MlxAdapter) -> tuple[str, int, float, float, int]:
     else:
         missing += [f"lora_parameters.{f}" for f in ("rank", "scale") if not _number(params.get(f))]
     if missing:
-        raise ConfigError(
-            cfg, f"lacks {', '.join(missing)}: mlx-lm's load_adapters fails without it (AD815)"
-        )
+        raise ConfigError(cfg, f"lacks {', '.join(missing)}: mlx-lm's load_adapters fails without it (AD815)")
     assert isinstance(params, dict)
-    return kind, int(params["rank"]), float(params["scale"]), float(params.get("dropout", 0.0)), raw["num_layers"]
+    return (
+        kind,
+        int(params["rank"]),
+        float(params["scale"]),
+        float(params.get("dropout", 0.0)),
+        raw["num_layers"],
+    )
 
 
 def _number(v: Any) -> bool:
@@ -222,14 +231,19 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
             raise UnsupportedInputError(where, f"`{module}` lacks its lora_A or lora_B")
         sa, sb = adapter.header.tensors[a].shape, adapter.header.tensors[b].shape
         if len(sa) != 2 or len(sb) != 2 or sa[0] != sb[1]:
-            raise UnsupportedInputError(where, f"`{module}`: lora_A {list(sa)} and lora_B {list(sb)} do not pair")
+            raise UnsupportedInputError(
+                where, f"`{module}`: lora_A {list(sa)} and lora_B {list(sb)} do not pair"
+            )
         r = sa[0]
         if cfg.rank_for(module) != r:
             raise UnsupportedInputError(
-                where, f"`{module}`: adapter_config.json gives rank {cfg.rank_for(module)}, its tensors have {r}"
+                where,
+                f"`{module}`: adapter_config.json gives rank {cfg.rank_for(module)}, its tensors have {r}",
             )
         if cfg.use_dora and "magnitude" not in got:
-            raise UnsupportedInputError(where, f"`{module}`: use_dora is set but it has no lora_magnitude_vector")
+            raise UnsupportedInputError(
+                where, f"`{module}`: use_dora is set but it has no lora_magnitude_vector"
+            )
         s = cfg.scaling_for(module)
         weight[s] += math.prod(sa) + math.prod(sb)
         factor = _Factor(a, b, got.get("magnitude"), r, s, sa[1], sb[0])
@@ -265,7 +279,9 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
     config["adapterdoc"] = {"converted_from": "peft", "layout": layout}
     ranks = Counter(f.rank for t in targets.values() for f in _factors(t))
     if len(ranks) > 1:
-        notes.append(f"ranks {sorted(ranks)} zero-padded to {rank} (exact: the padded rows and columns are zero)")
+        notes.append(
+            f"ranks {sorted(ranks)} zero-padded to {rank} (exact: the padded rows and columns are zero)"
+        )
     if cfg.use_rslora:
         notes.append(f"rsLoRA folded: scale = lora_alpha / sqrt(r) = {scale:g}")
     return Plan(list(targets.values()), config, rank, scale, experts, notes)

@@ -39,10 +39,21 @@ def check(path: str | os.PathLike[str], base: str | None) -> list[Finding]:
     for name in tensors:
         module, _, leaf = name.rpartition(".")
         if leaf not in LEAVES:
-            hint = " (a PEFT name: convert with `adapterdoc convert ADAPTER --to mlx`)" if ".lora_" in name else ""
-            out.append(make("AD812", f"`{name}` is not an adapter parameter (lora_a, lora_b, m){hint}", path=spec, key=name))
+            hint = (
+                " (a PEFT name: convert with `adapterdoc convert ADAPTER --to mlx`)"
+                if ".lora_" in name
+                else ""
+            )
+            out.append(
+                make(
+                    "AD812",
+                    f"`{name}` is not an adapter parameter (lora_a, lora_b, m){hint}",
+                    path=spec,
+                    key=name,
+                )
+            )
             continue
-        layer, key = split_layer(module)
+        _, key = split_layer(module)
         if isinstance(keys, list) and key not in keys:
             out.append(
                 make(
@@ -91,7 +102,9 @@ def check(path: str | os.PathLike[str], base: str | None) -> list[Finding]:
             continue
         dims = modules.get(module)
         if dims is None:
-            out.append(make("AD812", f"`{module}` is not a module of {base} as mlx-lm names it", path=spec, key=name))
+            out.append(
+                make("AD812", f"`{module}` is not a module of {base} as mlx-lm names it", path=spec, key=name)
+            )
             continue
         want = _expected(leaf, dims, rank)
         own = _expected(leaf, dims, _rank_of(leaf, tuple(info.shape)) or rank)

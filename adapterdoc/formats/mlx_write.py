@@ -17,7 +17,9 @@ from adapterdoc.st.compose import Spec, element_bytes, transpose
 
 def _dtype(dtypes: set[str], where: str, what: str) -> str:
     if len(dtypes) != 1:
-        raise UnsupportedInputError(where, f"{what} mixes dtypes {sorted(dtypes)}; pass --outtype to make them one")
+        raise UnsupportedInputError(
+            where, f"{what} mixes dtypes {sorted(dtypes)}; pass --outtype to make them one"
+        )
     return next(iter(dtypes))
 
 
@@ -115,8 +117,10 @@ def write_mlx(plan: Any, adapter: Any, out: Path, outtype: str | None) -> Conver
         compose(os.path.join(tmp, WEIGHTS), specs, pieces(), metadata={"format": "mlx"})
     notes = list(plan.notes)
     if stats["scaled"]:
-        exact = "exact (power-of-two ratios)" if not stats["inexact"] else (
-            f"rounded once per element, largest relative rounding {stats['rounding']:.3g}"
+        exact = (
+            "exact (power-of-two ratios)"
+            if not stats["inexact"]
+            else (f"rounded once per element, largest relative rounding {stats['rounding']:.3g}")
         )
         text = f"{stats['scaled']} lora_B tensors carry their module's own scaling (scale {scale:g}): {exact}"
         notes.append(f"AD806: {text}" if stats["inexact"] else text)
@@ -165,7 +169,8 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
     for path, got in sorted(groups.items()):
         if path.rsplit(".", 1)[-1] == "embed_tokens":
             raise RefusedError(
-                where, f"`{path}` is embedding LoRA: mlx-lm also applies it to a tied lm_head, PEFT does not (AD804)"
+                where,
+                f"`{path}` is embedding LoRA: mlx-lm also applies it to a tied lm_head, PEFT does not (AD804)",
             )
         a, b = got.get("lora_a"), got.get("lora_b")
         if a is None or b is None:
@@ -196,7 +201,9 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
                 jobs.append((Spec(f"{key}.lora_B.weight", db, (sb[1], r)), b, e, "eb"))
                 modules.append(peft.format(e=e))
         else:
-            raise UnsupportedInputError(where, f"`{path}`: lora_a {list(sa)} and lora_b {list(sb)} do not pair")
+            raise UnsupportedInputError(
+                where, f"`{path}`: lora_a {list(sa)} and lora_b {list(sb)} do not pair"
+            )
     if kind == "dora" and not all("m" in g for g in groups.values()):
         raise UnsupportedInputError(where, "fine_tune_type is dora but some modules have no `m`")
     jobs.sort(key=lambda j: j[0].name)
@@ -204,7 +211,9 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
     if float(alpha).is_integer():
         alpha = int(alpha)
     if alpha / rank != scale:
-        notes.append(f"lora_alpha {alpha!r} / r {rank} is {alpha / rank!r}, scale was {scale!r} (float rounding)")
+        notes.append(
+            f"lora_alpha {alpha!r} / r {rank} is {alpha / rank!r}, scale was {scale!r} (float rounding)"
+        )
     raw: dict[str, Any] = {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
@@ -217,7 +226,9 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
         "bias": "none",
         "fan_in_fan_out": False,
         "inference_mode": True,
-        "base_model_name_or_path": adapter.raw.get("model") if isinstance(adapter.raw.get("model"), str) else None,
+        "base_model_name_or_path": adapter.raw.get("model")
+        if isinstance(adapter.raw.get("model"), str)
+        else None,
     }
     cast = [0.0]
 
@@ -232,9 +243,7 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
                     size = math.prod(info.shape[1:]) * w
                     begin = header.data_start + info.begin + e * size
                     buf = src._pread(size, begin)
-                if role == "a":  # [in, r] → [r, in]
-                    buf = transpose(buf, w, info.shape[0], info.shape[1])
-                elif role == "b":  # [r, out] → [out, r]
+                if role in ("a", "b"):  # lora_a [in, r] → [r, in]; lora_b [r, out] → [out, r]
                     buf = transpose(buf, w, info.shape[0], info.shape[1])
                 if spec.dtype != info.dtype:
                     buf, err = cast_bytes(buf, info.dtype, spec.dtype)
@@ -249,7 +258,9 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
     if num_layers not in (-1, 0) and None not in layers and len(layers) > num_layers:
         notes.append(f"the tensors cover {len(layers)} layers, num_layers says {num_layers}")
     if any(e is not None for _, _, e, _ in jobs):
-        notes.append("stacked experts written per expert (`adapterdoc remap --experts fused` gives PEFT's fused form)")
+        notes.append(
+            "stacked experts written per expert (`adapterdoc remap --experts fused` gives PEFT's fused form)"
+        )
     if outtype and cast[0]:
         notes.append(f"re-cast to {outtype}: largest relative rounding {cast[0]:.3g}")
     return Converted("mlx", NAME, Path(out), len(jobs), tuple(notes))

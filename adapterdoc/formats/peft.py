@@ -99,9 +99,7 @@ def _copy(src: Path, out: Path, outtype: str | None) -> Converted:
 
     adapter = open_peft(src)
     header = adapter.header
-    specs = [
-        Spec(n, target_dtype(t.dtype, outtype, what=n), t.shape) for n, t in header.tensors.items()
-    ]
+    specs = [Spec(n, target_dtype(t.dtype, outtype, what=n), t.shape) for n, t in header.tensors.items()]
     rounding = [0.0]
 
     def pieces() -> Iterator[bytes | memoryview]:

@@ -70,12 +70,16 @@ def _compare(original: Path, back: Path, rounded: bool) -> str:
             if "lora_A" not in r or "lora_B" not in r:
                 continue
             a, b = header.tensors[r["lora_A"]], header.tensors[r["lora_B"]]
-            out[m] = cfg.scaling_for(m) * _f64(np, read_tensor_bytes(header, r["lora_B"]), b) @ _f64(
-                np, read_tensor_bytes(header, r["lora_A"]), a
+            out[m] = (
+                cfg.scaling_for(m)
+                * _f64(np, read_tensor_bytes(header, r["lora_B"]), b)
+                @ _f64(np, read_tensor_bytes(header, r["lora_A"]), a)
             )
             dtypes[m] = b.dtype
             if "magnitude" in r:
-                out[m + ".m"] = _f64(np, read_tensor_bytes(header, r["magnitude"]), header.tensors[r["magnitude"]])
+                out[m + ".m"] = _f64(
+                    np, read_tensor_bytes(header, r["magnitude"]), header.tensors[r["magnitude"]]
+                )
         return out, dtypes
 
     want, dtypes = deltas(original)

@@ -14,14 +14,19 @@ from adapterdoc.report.verify_report import VerifyReport
 
 
 def verify_foreign(spec: str, found: Any, mod: Any, base: Any, options: Any) -> VerifyReport:
-    """The verdict on ``spec`` (detected as ``found.format``) against the resolved base ``base``."""
-    base_spec = base.spec.spec
+    """The verdict on ``spec`` (detected as ``found.format``) against ``base``: a resolved
+    :class:`~adapterdoc.verify.base.Base`, or the ``--base`` text when only the format's module reads it."""
+    base_spec = base if isinstance(base, str) else base.spec.spec
     path = Path(os.path.expanduser(spec))
     check = getattr(mod, "check", None)
     if check is not None:
         report = VerifyReport(adapter=spec, path=os.fspath(path), layout=found.format)
         report.findings = sort_findings(list(check(path, base_spec)))
     else:
+        if isinstance(base, str):
+            from adapterdoc.verify.base import Base
+
+            base = Base.resolve(base)
         from adapterdoc.verify.run import verify_one
 
         with tempfile.TemporaryDirectory(prefix="adapterdoc-verify-") as tmp:

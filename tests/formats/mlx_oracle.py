@@ -178,7 +178,14 @@ np.save(logits, np.array(model(mx.array(np.load(ids))).astype(mx.float32)))
 
 
 def mlx_train(
-    python: Path, base: Path, out: Path, work: Path, *, kind: str = "lora", num_layers: int = -1, keys: str = "-"
+    python: Path,
+    base: Path,
+    out: Path,
+    work: Path,
+    *,
+    kind: str = "lora",
+    num_layers: int = -1,
+    keys: str = "-",
 ) -> np.ndarray:
     """Train a LoRA with mlx-lm's own trainer (``mlx_lm.lora.train_model``, 4 steps) on ``base`` into ``out``;
     the trained model's logits in mlx-lm."""

@@ -17,7 +17,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 W = "base_model.model."
-H, I, L = 16, 24, 3  # hidden, intermediate, layers
+H, INTER, L = 16, 24, 3  # hidden, intermediate, layers
 
 
 def peft_folder(
@@ -49,7 +49,7 @@ def dense(r: int = 4, layers: range = range(L)) -> dict[str, tuple[int, int, int
     for n in layers:
         out[f"model.layers.{n}.self_attn.q_proj"] = (r, H, H)
         out[f"model.layers.{n}.self_attn.v_proj"] = (r, H, 8)
-        out[f"model.layers.{n}.mlp.down_proj"] = (r, I, H)
+        out[f"model.layers.{n}.mlp.down_proj"] = (r, INTER, H)
     return out
 
 
@@ -63,10 +63,14 @@ def base_folder(folder: Path, *, experts: int = 0) -> Path:
         w[f"{p}.self_attn.v_proj.weight"] = np.zeros((8, H), np.float32)
         if experts:
             for e in range(experts):
-                for proj, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+                for proj, shape in (
+                    ("gate_proj", (INTER, H)),
+                    ("up_proj", (INTER, H)),
+                    ("down_proj", (H, INTER)),
+                ):
                     w[f"{p}.mlp.experts.{e}.{proj}.weight"] = np.zeros(shape, np.float32)
         else:
-            w[f"{p}.mlp.down_proj.weight"] = np.zeros((H, I), np.float32)
+            w[f"{p}.mlp.down_proj.weight"] = np.zeros((H, INTER), np.float32)
     save_file(w, str(folder / "model.safetensors"))
     cfg = {"model_type": "qwen3_moe" if experts else "llama", "num_hidden_layers": L, "hidden_size": H}
     if experts:
@@ -108,7 +112,10 @@ def test_mlx_tensors_are_peft_factors_transposed_and_scale_is_peft_scaling(tmp_p
     assert cfg["fine_tune_type"] == "lora" and cfg["num_layers"] == -1  # layer 0 adapted: all layers
     assert cfg["lora_parameters"]["rank"] == 4 and cfg["lora_parameters"]["scale"] == 3.0
     assert cfg["lora_parameters"]["keys"] == ["mlp.down_proj", "self_attn.q_proj", "self_attn.v_proj"]
-    peft, mlx = load_file(str(src / "adapter_model.safetensors")), load_file(str(tmp_path / "mlx/adapters.safetensors"))
+    peft, mlx = (
+        load_file(str(src / "adapter_model.safetensors")),
+        load_file(str(tmp_path / "mlx/adapters.safetensors")),
+    )
     for n in range(L):
         m = f"model.layers.{n}.self_attn.v_proj"
         assert mlx[f"{m}.lora_a"].shape == (H, 4) and mlx[f"{m}.lora_b"].shape == (4, 8)
@@ -117,7 +124,9 @@ def test_mlx_tensors_are_peft_factors_transposed_and_scale_is_peft_scaling(tmp_p
 
 
 def test_rslora_scale_and_num_layers_from_base(tmp_path: Path, cli: Any) -> None:
-    src = peft_folder(tmp_path / "peft", dense(r=4, layers=range(1, L)), {"use_rslora": True, "lora_alpha": 6})
+    src = peft_folder(
+        tmp_path / "peft", dense(r=4, layers=range(1, L)), {"use_rslora": True, "lora_alpha": 6}
+    )
     base = base_folder(tmp_path / "base")
     assert cli("convert", src, "--to", "mlx", "--base", base, "--out", tmp_path / "mlx").exit_code == 0
     cfg = mlx_json(tmp_path / "mlx")
@@ -129,11 +138,18 @@ def test_uniform_adapter_round_trips_bit_for_bit(tmp_path: Path, cli: Any) -> No
     src = peft_folder(tmp_path / "peft", dense())
     assert cli("convert", src, "--to", "mlx", "--out", tmp_path / "mlx").exit_code == 0
     assert cli("convert", tmp_path / "mlx", "--to", "peft", "--out", tmp_path / "back").exit_code == 0
-    a, b = load_file(str(src / "adapter_model.safetensors")), load_file(str(tmp_path / "back/adapter_model.safetensors"))
+    a, b = (
+        load_file(str(src / "adapter_model.safetensors")),
+        load_file(str(tmp_path / "back/adapter_model.safetensors")),
+    )
     assert sorted(a) == sorted(b)
     assert all(a[k].tobytes() == b[k].tobytes() and a[k].dtype == b[k].dtype for k in a)
     back = json.loads((tmp_path / "back/adapter_config.json").read_text())
-    assert back["r"] == 4 and back["lora_alpha"] == 8 and back["target_modules"] == ["down_proj", "q_proj", "v_proj"]
+    assert (
+        back["r"] == 4
+        and back["lora_alpha"] == 8
+        and back["target_modules"] == ["down_proj", "q_proj", "v_proj"]
+    )
 
 
 def test_rank_and_alpha_patterns_fold_value_exact(tmp_path: Path, cli: Any) -> None:
@@ -172,8 +188,8 @@ def test_stacked_experts_both_ways(tmp_path: Path, cli: Any) -> None:
         for e in range(E):
             if (n, e) == (1, 2):
                 continue
-            mods[f"model.layers.{n}.mlp.experts.{e}.gate_proj"] = (4, H, I)
-            mods[f"model.layers.{n}.mlp.experts.{e}.down_proj"] = (4, I, H)
+            mods[f"model.layers.{n}.mlp.experts.{e}.gate_proj"] = (4, H, INTER)
+            mods[f"model.layers.{n}.mlp.experts.{e}.down_proj"] = (4, INTER, H)
     src = peft_folder(tmp_path / "peft", mods, {"target_modules": ["q_proj", "gate_proj", "down_proj"]})
     base = base_folder(tmp_path / "base", experts=E)
     res = cli("convert", src, "--to", "mlx", "--base", base, "--out", tmp_path / "mlx", "--json")
@@ -183,7 +199,7 @@ def test_stacked_experts_both_ways(tmp_path: Path, cli: Any) -> None:
     peft = load_file(str(src / "adapter_model.safetensors"))
     a = mlx["model.layers.0.mlp.switch_mlp.gate_proj.lora_a"]
     b = mlx["model.layers.0.mlp.switch_mlp.gate_proj.lora_b"]
-    assert a.shape == (E, 4, H) and b.shape == (E, I, 4)
+    assert a.shape == (E, 4, H) and b.shape == (E, INTER, 4)
     assert np.array_equal(a[1], peft[f"{W}model.layers.0.mlp.experts.1.gate_proj.lora_A.weight"])
     assert np.array_equal(b[1], peft[f"{W}model.layers.0.mlp.experts.1.gate_proj.lora_B.weight"])
     assert not mlx["model.layers.1.mlp.switch_mlp.gate_proj.lora_b"][2].any()
@@ -205,8 +221,18 @@ def test_outtype_recasts_and_reports(tmp_path: Path, cli: Any) -> None:
     assert {t.dtype for t in read_header(tmp_path / "mlx/adapters.safetensors").tensors.values()} == {"BF16"}
     assert any("re-cast to bf16" in n for n in json.loads(res.stdout)["notes"])
     # bf16 → f32 is exact, and back to bf16 gives the same bytes
-    assert cli("convert", tmp_path / "mlx", "--to", "peft", "--outtype", "f32", "--out", tmp_path / "f32").exit_code == 0
-    assert cli("convert", tmp_path / "f32", "--to", "mlx", "--outtype", "bf16", "--out", tmp_path / "again").exit_code == 0
+    assert (
+        cli(
+            "convert", tmp_path / "mlx", "--to", "peft", "--outtype", "f32", "--out", tmp_path / "f32"
+        ).exit_code
+        == 0
+    )
+    assert (
+        cli(
+            "convert", tmp_path / "f32", "--to", "mlx", "--outtype", "bf16", "--out", tmp_path / "again"
+        ).exit_code
+        == 0
+    )
     one = (tmp_path / "mlx/adapters.safetensors").read_bytes()
     assert one == (tmp_path / "again/adapters.safetensors").read_bytes()
 
@@ -243,8 +269,8 @@ def test_what_mlx_cannot_hold_is_refused_before_writing(case: str, tmp_path: Pat
 
 
 def test_dora_on_experts_and_tower_lora_are_refused(tmp_path: Path, cli: Any) -> None:
-    mods = {"model.layers.0.mlp.experts.0.gate_proj": (4, H, I)}
-    mag = {f"{W}model.layers.0.mlp.experts.0.gate_proj.lora_magnitude_vector": np.ones(I, np.float32)}
+    mods = {"model.layers.0.mlp.experts.0.gate_proj": (4, H, INTER)}
+    mag = {f"{W}model.layers.0.mlp.experts.0.gate_proj.lora_magnitude_vector": np.ones(INTER, np.float32)}
     src = peft_folder(tmp_path / "dora", mods, {"use_dora": True}, extra=mag)
     res = cli("convert", src, "--to", "mlx", "--out", tmp_path / "o1")
     assert res.exit_code == 3 and "(AD803)" in res.stderr
@@ -298,7 +324,9 @@ def test_to_gguf_is_unavailable_or_works(tmp_path: Path, cli: Any) -> None:
     import importlib.util
 
     src = peft_folder(tmp_path / "peft", dense())
-    res = cli("convert", src, "--to", "gguf", "--base", base_folder(tmp_path / "base"), "--out", tmp_path / "a.gguf")
+    res = cli(
+        "convert", src, "--to", "gguf", "--base", base_folder(tmp_path / "base"), "--out", tmp_path / "a.gguf"
+    )
     if importlib.util.find_spec("adapterdoc.formats.gguf") is None:
         assert res.exit_code == 3 and "gguf format is not available" in res.stderr
     else:
@@ -389,7 +417,9 @@ def test_verify_finds_what_load_adapters_refuses(tmp_path: Path, cli: Any) -> No
     assert _codes(cli("verify", good, "--base", base, "--json")) == {"AD814"}
     edit(rank=4)
     t = load_file(str(good / "adapters.safetensors"))
-    t["model.layers.0.self_attn.q_proj.lora_a"] = np.ascontiguousarray(t["model.layers.0.self_attn.q_proj.lora_a"].T)
+    t["model.layers.0.self_attn.q_proj.lora_a"] = np.ascontiguousarray(
+        t["model.layers.0.self_attn.q_proj.lora_a"].T
+    )
     t["model.layers.0.self_attn.k_proj.lora_a"] = np.zeros((H, 4), np.float32)
     t["model.layers.0.self_attn.k_proj.lora_b"] = np.zeros((4, 8), np.float32)
     save_file(t, str(good / "adapters.safetensors"))

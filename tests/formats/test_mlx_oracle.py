@@ -68,7 +68,9 @@ def test_peft_adapter_converted_to_mlx_gives_peft_logits_in_mlx_lm(
     base = save_base(model, tmp_path / "base")
     peft = peft_adapter(model, tmp_path / "peft", targets, **extra)
     want = torch_logits(peft)
-    res = cli("convert", tmp_path / "peft", "--to", "mlx", "--base", base, "--out", tmp_path / "mlx", "--json")
+    res = cli(
+        "convert", tmp_path / "peft", "--to", "mlx", "--base", base, "--out", tmp_path / "mlx", "--json"
+    )
     assert res.exit_code == 0, res.output
     mb = mlx_base(base)
     got = mlx_logits(python, mb, tmp_path / "mlx", tmp_path)
@@ -100,7 +102,9 @@ def test_rank_and_alpha_patterns_and_rslora_fold_exactly(tmp_path: Path, cli: An
         alpha_pattern={"down_proj": 5},
     )
     want = torch_logits(peft)
-    res = cli("convert", tmp_path / "peft", "--to", "mlx", "--base", base, "--out", tmp_path / "mlx", "--json")
+    res = cli(
+        "convert", tmp_path / "peft", "--to", "mlx", "--base", base, "--out", tmp_path / "mlx", "--json"
+    )
     assert res.exit_code == 0, res.output
     cfg = read_json(tmp_path / "mlx" / "adapter_config.json")
     assert cfg["lora_parameters"]["rank"] == 8 and cfg["num_layers"] == 3
@@ -139,7 +143,9 @@ def test_adapter_trained_by_mlx_lm_converts_to_peft_with_mlx_lm_logits(
     mb = mlx_base(base)
     want = mlx_train(python, mb, tmp_path / "mlx", tmp_path, kind=kind, keys=keys)
     assert rel(mlx_logits(python, mb, None, tmp_path), want) > 1e-3  # training moved the model
-    res = cli("convert", tmp_path / "mlx", "--to", "peft", "--base", base, "--out", tmp_path / "peft", "--json")
+    res = cli(
+        "convert", tmp_path / "mlx", "--to", "peft", "--base", base, "--out", tmp_path / "peft", "--json"
+    )
     assert res.exit_code == 0, res.output
     from peft import PeftModel
 
