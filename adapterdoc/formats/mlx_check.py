@@ -21,7 +21,7 @@ _FUSED = re.compile(r"^(?P<owner>.+)\.experts\.(?P<proj>gate_up_proj|down_proj)$
 
 def check(path: str | os.PathLike[str], base: str | None) -> list[Finding]:
     """The findings on the mlx-lm adapter folder ``path`` (against ``base`` when given)."""
-    from adapterdoc.formats.mlx import LEAVES, lora_parameters, open_mlx
+    from adapterdoc.formats.mlx_folder import LEAVES, lora_parameters, open_mlx
     from adapterdoc.formats.mlx_names import base_facts, split_layer
     from adapterdoc.layouts.mlx_names import MLX_MODEL_TYPES
 

@@ -26,7 +26,7 @@ def _dtype(dtypes: set[str], where: str, what: str) -> str:
 def write_mlx(plan: Any, adapter: Any, out: Path, outtype: str | None) -> Converted:
     """Write ``plan`` (PEFT → MLX) as ``out``: ``adapter_config.json`` + ``adapters.safetensors``."""
     from adapterdoc.formats.cast import cast_bytes, target_dtype
-    from adapterdoc.formats.mlx import CONFIG, NAME, WEIGHTS
+    from adapterdoc.formats.mlx_folder import CONFIG, WEIGHTS
     from adapterdoc.remap.engine_tensors import is_power_of_two, pad, scale_bytes
     from adapterdoc.st.atomic import atomic_folder
     from adapterdoc.st.compose import compose
@@ -126,7 +126,7 @@ def write_mlx(plan: Any, adapter: Any, out: Path, outtype: str | None) -> Conver
         notes.append(f"AD806: {text}" if stats["inexact"] else text)
     if outtype and stats["cast"]:
         notes.append(f"re-cast to {outtype}: largest relative rounding {stats['cast']:.3g}")
-    return Converted("peft", NAME, Path(out), len(specs), tuple(notes))
+    return Converted("peft", "mlx", Path(out), len(specs), tuple(notes))
 
 
 # ------------------------------------------------------------------------------------------------ MLX → PEFT
@@ -135,7 +135,7 @@ def write_mlx(plan: Any, adapter: Any, out: Path, outtype: str | None) -> Conver
 def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None) -> Converted:
     """mlx-lm adapter ``adapter`` → PEFT folder ``out``."""
     from adapterdoc.formats.cast import cast_bytes, target_dtype
-    from adapterdoc.formats.mlx import LEAVES, lora_parameters
+    from adapterdoc.formats.mlx_folder import LEAVES, lora_parameters
     from adapterdoc.formats.mlx_names import base_facts, default_from_layout, from_mlx, split_layer, wrapped
     from adapterdoc.formats.peft import CONFIG, METADATA, NAME, WEIGHTS, config_bytes
     from adapterdoc.st.atomic import atomic_folder

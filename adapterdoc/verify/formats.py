@@ -13,9 +13,13 @@ from adapterdoc.report.findings import sort_findings
 from adapterdoc.report.verify_report import VerifyReport
 
 
-def verify_foreign(spec: str, found: Any, mod: Any, base: Any, options: Any) -> VerifyReport:
+def verify_foreign(
+    spec: str, found: Any, mod: Any, base: Any, options: Any, verify_one: Any = None
+) -> VerifyReport:
     """The verdict on ``spec`` (detected as ``found.format``) against ``base``: a resolved
-    :class:`~adapterdoc.verify.base.Base`, or the ``--base`` text when only the format's module reads it."""
+    :class:`~adapterdoc.verify.base.Base`, or the ``--base`` text when only the format's module reads it.
+    ``verify_one`` (:func:`adapterdoc.verify.run.verify_one`, passed in) verifies the PEFT conversion of a format
+    without ``check``."""
     base_spec = base if isinstance(base, str) else base.spec.spec
     path = Path(os.path.expanduser(spec))
     check = getattr(mod, "check", None)
@@ -27,8 +31,6 @@ def verify_foreign(spec: str, found: Any, mod: Any, base: Any, options: Any) -> 
             from adapterdoc.verify.base import Base
 
             base = Base.resolve(base)
-        from adapterdoc.verify.run import verify_one
-
         with tempfile.TemporaryDirectory(prefix="adapterdoc-verify-") as tmp:
             peft = Path(tmp) / "peft"
             mod.to_peft(path, peft, base=base_spec, outtype=None)

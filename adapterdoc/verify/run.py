@@ -108,7 +108,9 @@ def _foreign_run(adapters: list[str], base: str, options: VerifyOptions) -> Veri
     found = [foreign(a) for a in adapters]
     if not found or any(f is None or not hasattr(f[1], "check") for f in found):
         return None
-    reports = [verify_foreign(a, *f, base, options) for a, f in zip(adapters, found) if f is not None]
+    reports = [
+        verify_foreign(a, *f, base, options, verify_one) for a, f in zip(adapters, found) if f is not None
+    ]
     return VerifyRun(base=base, options=options, adapters=reports, base_info={"kind": "file"})
 
 
@@ -124,7 +126,7 @@ def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
     if other is not None:  # an MLX or GGUF adapter: its format's own checks
         from adapterdoc.verify.formats import verify_foreign
 
-        return verify_foreign(spec, *other, base, options)
+        return verify_foreign(spec, *other, base, options, verify_one)
     ckpt = open_checkpoint(spec)
     layout, dtypes, findings = _header(ckpt, spec)
     report = VerifyReport(
