@@ -154,8 +154,18 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
         raise RefusedError(where, f"peft_type is {cfg.peft_type}; mlx-lm holds LoRA and DoRA only (AD801)")
     facts = base_facts(base) if base else None
     roles: dict[str, dict[str, str]] = {}
+    dropped: list[str] = []
     for name in adapter.header.tensors:
         k = parse_key(name)
+        if (
+            k.role == "full"
+            and k.module.endswith(".base_layer")
+            and _same_as_base(adapter.header, name, k, base)
+        ):
+            dropped.append(
+                name
+            )  # PEFT saves a targeted lm_head / embedding's own weight: the base's, unchanged
+            continue
         if k.role in ("full", "tokens"):
             what = "a whole weight (modules_to_save)" if k.role == "full" else "trainable-token deltas"
             raise RefusedError(
@@ -201,6 +211,12 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
         weight[s] += math.prod(sa) + math.prod(sb)
         factor = _Factor(a, b, got.get("magnitude"), r, s, sa[1], sb[0])
         place = to_mlx(module, layout, where)
+        if place.layer is None and facts is not None and facts.tied and module.endswith("lm_head"):
+            raise RefusedError(
+                where,
+                f"`{module}`: the base ties lm_head to the embedding, and mlx-lm then builds no lm_head module "
+                "(it calls embed_tokens.as_linear), so there is nothing to put this LoRA on (AD805)",
+            )
         t = targets.setdefault(place.path, _Target(place.path, place.layer, place.key))
         if place.expert is None:
             t.dense = factor
@@ -230,6 +246,11 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
     if cfg.base_model:
         config["model"] = cfg.base_model
     config["adapterdoc"] = {"converted_from": "peft", "layout": layout}
+    if dropped:
+        notes.append(
+            f"{len(dropped)} whole weights PEFT saved beside the LoRA (`{dropped[0]}`) equal the base's and were "
+            "left out (mlx-lm reads them from the base)"
+        )
     ranks = Counter(f.rank for t in targets.values() for f in _factors(t))
     if len(ranks) > 1:
         notes.append(
@@ -238,6 +259,33 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
     if cfg.use_rslora:
         notes.append(f"rsLoRA folded: scale = lora_alpha / sqrt(r) = {scale:g}")
     return Plan(list(targets.values()), config, rank, scale, experts, notes)
+
+
+def _same_as_base(header: Any, name: str, key: Any, base: str | None) -> bool:
+    """Whether the whole weight ``name`` (PEFT's ``X.base_layer.weight``, saved for a targeted lm_head or
+    embedding) is byte for byte the base's ``X.weight`` (read in chunks; ``False`` without a base with weights,
+    or after a vocabulary resize)."""
+    if base is None:
+        return False
+    from adapterdoc.bases import resolve_base
+    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.st.tensors import TensorSource
+
+    spec = resolve_base(base)
+    if spec.root is None or not spec.has_weights:
+        return False
+    try:
+        ckpt = open_checkpoint(spec.root)
+    except AdapterdocError:
+        return False
+    theirs = f"{key.module.removesuffix('.base_layer')}.weight"
+    mine, other = header.tensors[name], ckpt.tensors.get(theirs)
+    if other is None or (other.dtype, other.shape) != (mine.dtype, mine.shape):
+        return False
+    file = ckpt.tensor_file[theirs]
+    owner = next(h for h in ckpt.headers if h.path == file)
+    with TensorSource(header) as a, TensorSource(owner) as b:
+        return all(x == y for x, y in zip(a.chunks(name), b.chunks(theirs), strict=True))
 
 
 def _common_scale(weight: Counter[float]) -> float:

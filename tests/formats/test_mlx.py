@@ -451,3 +451,23 @@ def test_roundtrip_covers_peft_mlx_peft(tmp_path: Path) -> None:
     save_file(t, str(back / "adapter_model.safetensors"))
     with pytest.raises(Fail, match="q_proj"):
         _compare(src, back, rounded=False)
+
+
+def test_lm_head_weight_peft_saves_is_left_out_only_when_it_is_the_bases(tmp_path: Path, cli: Any) -> None:
+    """PEFT 0.21 saves `lm_head.base_layer.weight` (the whole weight) beside an lm_head LoRA (probe: real PEFT
+    does, see test_mlx_oracle's llama case); mlx-lm has no place for it. Equal to the base's: left out, with a
+    note; different (a resized vocabulary): refused."""
+    base = base_folder(tmp_path / "base")
+    head = np.arange(8 * H, dtype=np.float32).reshape(8, H)
+    w = load_file(str(base / "model.safetensors"))
+    save_file({**w, "lm_head.weight": head}, str(base / "model.safetensors"))
+    mods = {**dense(), "lm_head": (4, H, 8)}
+    same = {f"{W}lm_head.base_layer.weight": head}
+    src = peft_folder(tmp_path / "same", mods, extra=same)
+    res = cli("convert", src, "--to", "mlx", "--base", base, "--out", tmp_path / "a", "--json")
+    assert res.exit_code == 0, res.output
+    assert any("equal the base's and were left out" in n for n in json.loads(res.stdout)["notes"])
+    assert "lm_head" in mlx_json(tmp_path / "a")["lora_parameters"]["keys"]
+    src = peft_folder(tmp_path / "other", mods, extra={f"{W}lm_head.base_layer.weight": head + 1})
+    res = cli("convert", src, "--to", "mlx", "--base", base, "--out", tmp_path / "b")
+    assert res.exit_code == 3 and "(AD801)" in res.stderr

@@ -35,7 +35,7 @@ ATTENTION = ["q_proj", "v_proj", "o_proj", "in_proj_qkv"]
 """With fused experts PEFT refuses gate_proj/down_proj names it would map onto them, so MoE targets attention."""
 
 FAMILIES: dict[str, tuple[Any, dict[str, Any]]] = {
-    "llama": (DENSE, {}),
+    "llama": ([*DENSE, "lm_head"], {}),
     "qwen2": (DENSE, {}),
     "qwen3": (DENSE, {}),
     "ministral3_text": (DENSE, {}),
