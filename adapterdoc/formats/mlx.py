@@ -342,7 +342,39 @@ def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> C
     from adapterdoc.formats.mlx_write import write_peft
 
     adapter = open_mlx(src)
-    return write_peft(adapter, out, base=base, outtype=outtype)
+    if not _needs_fused(adapter, base):
+        return write_peft(adapter, out, base=base, outtype=outtype)
+    from adapterdoc.remap import remap
+    from adapterdoc.st.header import read_header
+
+    parent = os.path.dirname(os.path.abspath(os.fspath(out)))
+    with tempfile.TemporaryDirectory(prefix=".adapterdoc-convert-", dir=parent) as tmp:
+        per = Path(tmp) / "per-expert"
+        done = write_peft(adapter, per, base=base, outtype=outtype)
+        remap(os.fspath(per), experts="fused", out=os.fspath(out))
+    tensors = len(read_header(Path(out) / "adapter_model.safetensors").tensors)
+    notes = [n for n in done.notes if not n.startswith("stacked experts written per expert")]
+    notes.append(
+        "stacked experts written in PEFT's fused form (target_parameters; exact in function, gate_up at twice the "
+        "rank): PEFT loads no per-expert LoRA on this model"
+    )
+    return Converted(NAME, "peft", Path(out), tensors, tuple(notes))
+
+
+def _needs_fused(adapter: MlxAdapter, base: str | None) -> bool:
+    """Whether the adapter has stacked experts and the base's class holds fused experts that PEFT reaches only
+    through ``target_parameters`` and has no per-expert conversion for (the registry's ``peft_moe``)."""
+    from adapterdoc.formats.mlx_names import base_facts
+    from adapterdoc.layouts import LAYOUTS
+
+    if not any(len(t.shape) == 3 for t in adapter.header.tensors.values()):
+        return False
+    layout = base_facts(base).layout if base else None
+    stash = adapter.raw.get("adapterdoc")
+    if layout is None and isinstance(stash, dict):
+        layout = stash.get("layout")
+    lay = LAYOUTS.get(layout) if isinstance(layout, str) else None
+    return bool(lay and lay.target_parameters and lay.peft_moe is None)
 
 
 def describe(path: Path) -> dict[str, Any]:

@@ -275,7 +275,7 @@ def _check_rank(r: int, rank: int, path: str, where: str) -> None:
         )
 
 
-def _targets(modules: list[str]) -> list[str]:
+def _targets(modules: list[str]) -> list[str] | str:
     """PEFT's ``target_modules``: the leaf names when every layer from 0 holds the same modules (what PEFT
     selects by name is then what the adapter has), else every module path."""
     from adapterdoc.formats.mlx_names import split_layer
@@ -290,6 +290,14 @@ def _targets(modules: list[str]) -> list[str]:
         and layers == list(range(len(layers)))
         and len({frozenset(v) for v in by_layer.values()}) == 1
     )
-    if uniform:
+    stacks = {m[: m.index(".layers.")] for m in modules if ".layers." in m}
+    if uniform and stacks in ({"model"}, set()):
         return sorted({m.rsplit(".", 1)[-1] for m in modules})
+    if (
+        uniform and len(stacks) == 1
+    ):  # a wrapped language model (VL): the leaf names would match tower modules
+        import re
+
+        keys = sorted({split_layer(m)[1] for m in modules})
+        return rf"{re.escape(stacks.pop())}\.layers\.\d+\.({'|'.join(re.escape(k) for k in keys)})"
     return sorted(modules)
