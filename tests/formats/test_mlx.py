@@ -471,3 +471,33 @@ def test_lm_head_weight_peft_saves_is_left_out_only_when_it_is_the_bases(tmp_pat
     src = peft_folder(tmp_path / "other", mods, extra={f"{W}lm_head.base_layer.weight": head + 1})
     res = cli("convert", src, "--to", "mlx", "--base", base, "--out", tmp_path / "b")
     assert res.exit_code == 3 and "(AD801)" in res.stderr
+
+
+def test_language_model_naming_both_ways(tmp_path: Path, cli: Any) -> None:
+    """mlx-lm's Qwen3.5 model is `language_model.model.layers…` for the text class and the VL class alike; back to
+    PEFT the VL class is the default (with a note), `--base` a text class gives `model.layers…` again."""
+    mods = {
+        f"model.layers.{n}.{m}": (4, H, H)
+        for n in range(2)
+        for m in ("linear_attn.in_proj_qkv", "mlp.down_proj")
+    }
+    src = peft_folder(tmp_path / "peft", mods, {"target_modules": ["in_proj_qkv", "down_proj"]})
+    res = cli("convert", src, "--to", "mlx", "--base", "tiny:qwen3_5_text", "--out", tmp_path / "mlx")
+    assert res.exit_code == 0, res.output
+    names = sorted(load_file(str(tmp_path / "mlx/adapters.safetensors")))
+    assert names[0] == "language_model.model.layers.0.linear_attn.in_proj_qkv.lora_a"
+    cfg = mlx_json(tmp_path / "mlx")
+    del cfg["adapterdoc"]  # as mlx-lm's own trainer writes it: nothing says the class
+    (tmp_path / "mlx/adapter_config.json").write_text(json.dumps(cfg))
+    res = cli("convert", tmp_path / "mlx", "--to", "peft", "--out", tmp_path / "vl", "--json")
+    assert res.exit_code == 0 and any("VL class" in n for n in json.loads(res.stdout)["notes"])
+    assert f"{W}model.language_model.layers.0.mlp.down_proj.lora_A.weight" in load_file(
+        str(tmp_path / "vl/adapter_model.safetensors")
+    )
+    res = cli(
+        "convert", tmp_path / "mlx", "--to", "peft", "--base", "tiny:qwen3_5_text", "--out", tmp_path / "text"
+    )
+    assert res.exit_code == 0, res.output
+    back = load_file(str(tmp_path / "text/adapter_model.safetensors"))
+    src_t = load_file(str(src / "adapter_model.safetensors"))
+    assert sorted(back) == sorted(src_t) and all(back[k].tobytes() == src_t[k].tobytes() for k in back)
