@@ -52,8 +52,10 @@ def is_file_format(mod: object) -> bool:
 
 def default_out(src: str, to: str, mod: object) -> str:
     stem = os.path.abspath(src).rstrip(os.sep)
+    if os.path.isfile(stem):
+        stem = os.path.splitext(stem)[0]
     if is_file_format(mod):
-        return os.path.splitext(stem)[0] + (getattr(mod, "SUFFIX", "") or f".{to}")
+        return stem + (getattr(mod, "SUFFIX", "") or f".{to}")
     return f"{stem}-{to}"
 
 
@@ -79,8 +81,8 @@ def convert(
     source = _module(found.format, "the input's format")
     target = _module(to, "the target format")
     dest = os.path.abspath(os.path.expanduser(out)) if out else default_out(src, to, target)
-    folder_in = src if os.path.isdir(src) else os.path.dirname(os.path.abspath(src))
-    if inside(dest, folder_in) or inside(folder_in, dest):
+    folder_in = src if os.path.isdir(src) else None  # a one-file input (GGUF): only the file itself is off limits
+    if inside(src, dest) or (folder_in is not None and inside(dest, folder_in)):
         raise RefusedError(
             out or dest, "is the input or inside the input adapter folder; choose a path outside it"
         )

@@ -170,6 +170,12 @@ def _render_format(w: Writer, fmt: dict[str, Any]) -> None:
     w.para("format", (str(fmt.get("name")), "bold"), hang=2)
     for ev in fmt.get("evidence", []):
         w.para("•", str(ev), indent=2)
-    facts = [f"{k} {v}" for k, v in fmt.items() if k not in ("name", "evidence") and v not in (None, [], {})]
+    facts = [
+        f"{k} {v}"
+        for k, v in fmt.items()
+        if k not in ("name", "evidence", "format", "path", "weights")
+        and v not in (None, [], {})
+        and not (isinstance(v, (list, dict)) and (len(v) > 8 or any(isinstance(x, (dict, list)) for x in v)))
+    ]  # the long and nested facts are in the JSON
     if facts:
         w.para(", ".join(facts), indent=2, hang=4)
