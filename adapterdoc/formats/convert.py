@@ -81,7 +81,9 @@ def convert(
     source = _module(found.format, "the input's format")
     target = _module(to, "the target format")
     dest = os.path.abspath(os.path.expanduser(out)) if out else default_out(src, to, target)
-    folder_in = src if os.path.isdir(src) else None  # a one-file input (GGUF): only the file itself is off limits
+    folder_in = (
+        src if os.path.isdir(src) else None
+    )  # a one-file input (GGUF): only the file itself is off limits
     if inside(src, dest) or (folder_in is not None and inside(dest, folder_in)):
         raise RefusedError(
             out or dest, "is the input or inside the input adapter folder; choose a path outside it"
