@@ -43,6 +43,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "explain_cmd",
         "Explain a finding code (AD301) or name (lora-b-all-zero); without CODE, list every code.",
     ),
+    "convert": (
+        "convert_cmd",
+        "The same adapter in another runtime's format, exactly: PEFT ⇄ MLX (mlx-lm) ⇄ GGUF (llama.cpp), through "
+        "PEFT. What the target cannot hold is refused with exit 3 before anything is written.",
+    ),
 }
 """command name → (module in this package, the first paragraph of its help: the top-level ``--help`` line)."""
 

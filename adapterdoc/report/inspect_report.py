@@ -61,6 +61,10 @@ class InspectReport(Report):
     """For ``hf://`` inputs: bytes fetched over HTTP (headers only)."""
     weights: Audit | None = None
     """The weights audit with ``--weights``, else ``None``."""
+    format: dict[str, Any] | None = None
+    """For an adapter in another runtime's format (MLX, GGUF): its name, the evidence that decided it and the
+    format's own facts (:mod:`adapterdoc.formats.hooks`); ``None`` (and no ``format`` in the JSON) for PEFT and
+    plain safetensors inputs."""
     experts: Any = None
     """The expert layout and coverage (:class:`adapterdoc.experts.ExpertPicture`) of a mixture-of-experts adapter,
     else ``None`` (and no ``experts`` object in the JSON)."""
@@ -83,6 +87,8 @@ class InspectReport(Report):
             },
             lora=asdict(self.lora) if self.lora else None,
         )
+        if self.format is not None:
+            d["format"] = self.format
         if self.bytes_received is not None:
             d["bytes_received"] = self.bytes_received
         if self.lora:

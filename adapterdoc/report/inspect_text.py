@@ -40,6 +40,8 @@ def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
     )
     if report.metadata is not None:
         w.para("__metadata__:", _mapping(report.metadata), indent=2)
+    if report.format is not None:
+        _render_format(w, report.format)
     if report.bytes_received is not None:
         w.para(f"received {human_bytes(report.bytes_received)} over HTTP (headers only)", indent=2)
     lay = report.layout
@@ -161,3 +163,19 @@ def _value(v: Any) -> list[Span]:
     if isinstance(v, (list, tuple, set)):
         return _items(str(x) for x in v)
     return [(str(v), KEEP)]
+
+
+def _render_format(w: Writer, fmt: dict[str, Any]) -> None:
+    """An adapter in another runtime's format: its name, the evidence, and its own facts."""
+    w.para("format", (str(fmt.get("name")), "bold"), hang=2)
+    for ev in fmt.get("evidence", []):
+        w.para("•", str(ev), indent=2)
+    facts = [
+        f"{k} {v}"
+        for k, v in fmt.items()
+        if k not in ("name", "evidence", "format", "path", "weights")
+        and v not in (None, [], {})
+        and not (isinstance(v, (list, dict)) and (len(v) > 8 or any(isinstance(x, (dict, list)) for x in v)))
+    ]  # the long and nested facts are in the JSON
+    if facts:
+        w.para(", ".join(facts), indent=2, hang=4)

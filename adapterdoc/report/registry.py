@@ -23,6 +23,7 @@ TEXT_MODULES = (
     "merge_text",
     "roundtrip_text",
     "train_text",
+    "convert_text",
 )
 """The modules under ``adapterdoc.report`` that register renderers; every one must import (a test checks)."""
 

@@ -14,6 +14,7 @@ from adapterdoc.report.findings import make
 from adapterdoc.report.roundtrip_report import Check, RoundtripReport
 from adapterdoc.roundtrip.bytes import byte_roundtrips, format_roundtrip
 from adapterdoc.roundtrip.common import copy_adapter, weights_file
+from adapterdoc.roundtrip.convert import convert_roundtrips
 from adapterdoc.roundtrip.experts import expert_check
 from adapterdoc.roundtrip.models import model_roundtrips
 
@@ -42,6 +43,7 @@ def roundtrip(
         _identity_warning(report, original)
         byte_roundtrips(report, original, layout, work)
         format_roundtrip(report, original, work)
+        convert_roundtrips(report, original, work)
         trip: dict[str, str] = {}
         expert_check(report, original, work, trip)
         if base is None:
@@ -95,4 +97,5 @@ _CODE_FOR = {
     "merge": "AD704",
     "counterpart": "AD705",
     "experts": "AD707",
+    "convert": "AD808",
 }

@@ -36,7 +36,14 @@ def verify(adapters: Iterable[str], base: str, options: VerifyOptions | None = N
     from adapterdoc.ml import meta as M
 
     options = options or VerifyOptions()
-    b = Base.resolve(base)
+    try:
+        b = Base.resolve(base)
+    except AdapterdocError:
+        # a base only another format reads (a GGUF model file): fine when every adapter's format checks itself
+        run = _foreign_run(list(adapters), base, options)
+        if run is None:
+            raise
+        return run
     spec = b.spec
     if options.load:
         M.require_ml("--load")
@@ -92,12 +99,34 @@ def verify_own_bases(adapters: Iterable[str], options: VerifyOptions | None = No
     return VerifyRun(base=OWN_BASE, options=options, adapters=[reports[a] for a in order])
 
 
+def _foreign_run(adapters: list[str], base: str, options: VerifyOptions) -> VerifyRun | None:
+    """The run when every adapter is in a format whose module checks it against ``base`` itself
+    (:mod:`adapterdoc.formats.hooks`), else ``None``."""
+    from adapterdoc.formats.hooks import foreign
+    from adapterdoc.verify.formats import verify_foreign
+
+    found = [foreign(a) for a in adapters]
+    if not found or any(f is None or not hasattr(f[1], "check") for f in found):
+        return None
+    reports = [
+        verify_foreign(a, *f, base, options, verify_one) for a, f in zip(adapters, found) if f is not None
+    ]
+    return VerifyRun(base=base, options=options, adapters=reports, base_info={"kind": "file"})
+
+
 class MissingWeightsError(AdapterdocError):
     """``--load`` on a base that has only a config."""
 
 
 def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
     """Verify one adapter (``base`` is a resolved :class:`Base`)."""
+    from adapterdoc.formats.hooks import foreign
+
+    other = foreign(spec)
+    if other is not None:  # an MLX or GGUF adapter: its format's own checks
+        from adapterdoc.verify.formats import verify_foreign
+
+        return verify_foreign(spec, *other, base, options, verify_one)
     ckpt = open_checkpoint(spec)
     layout, dtypes, findings = _header(ckpt, spec)
     report = VerifyReport(

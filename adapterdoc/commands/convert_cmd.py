@@ -1,0 +1,53 @@
+"""`adapterdoc convert ADAPTER --to peft|mlx|gguf [--base BASE] [--out PATH] [--outtype f32|f16|bf16] [--json]`."""
+
+from __future__ import annotations
+
+import click
+
+from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, output_options
+
+
+@click.command("convert", epilog=INPUT_FORMS)
+@click.argument("adapter")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    type=click.Choice(["peft", "mlx", "gguf"]),
+    help="The target format: a PEFT adapter folder, an mlx-lm adapter folder, or one llama.cpp GGUF LoRA file.",
+)
+@click.option(
+    "--base",
+    metavar="BASE",
+    help="The base model (folder, config.json, cached repo id or tiny:LAYOUT): its class, layer and expert "
+    "counts (MLX's num_layers, GGUF's architecture). No weights are read.",
+)
+@click.option(
+    "--out",
+    type=click.Path(),  # files, links and non-empty folders are refused with exit 3 by the library, not click
+    metavar="PATH",
+    help="Write here: a new or empty folder (PEFT, MLX) or a file (GGUF); default beside the input "
+    "(<input>-<format>, <input>.gguf). The input is never changed.",
+)
+@click.option(
+    "--outtype",
+    type=click.Choice(["f32", "f16", "bf16"]),
+    help="Re-cast the tensors (default: each keeps its dtype). Rounding, if any, is reported.",
+)
+@output_options(json_help="One JSON object on stdout (same as --format json).")
+@click.pass_context
+@handle_errors
+def command(
+    ctx: click.Context,
+    adapter: str,
+    to: str,
+    base: str | None,
+    out: str | None,
+    outtype: str | None,
+    output: Output,
+) -> None:
+    """The same adapter in another runtime's format, exactly: PEFT ⇄ MLX (mlx-lm) ⇄ GGUF (llama.cpp), through
+    PEFT. What the target cannot hold is refused with exit 3 before anything is written."""
+    from adapterdoc.formats.convert import convert
+
+    finish(convert(adapter, to, base=base, out=out, outtype=outtype), output)

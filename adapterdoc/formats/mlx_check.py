@@ -1,0 +1,185 @@
+"""``verify`` (and ``inspect``) of an mlx-lm adapter folder: what mlx-lm's ``load_adapters`` would refuse on a base,
+header-only, each finding with its fix.
+
+``load_adapters`` builds LoRA layers on the last ``num_layers`` decoder layers (``-1``/``0``: all) at the module
+paths ``lora_parameters.keys`` lists (all linear layers without it) and at the top-level paths it lists, then refuses
+any tensor that is not one of those layers' ``lora_a``/``lora_b``/``m`` or whose shape differs. The base's modules
+and shapes are read from its weights' headers (no weights read), named as mlx-lm names them
+(:mod:`adapterdoc.formats.mlx_names`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from adapterdoc.errors import AdapterdocError
+from adapterdoc.report.findings import Finding, make
+
+_FUSED = re.compile(r"^(?P<owner>.+)\.experts\.(?P<proj>gate_up_proj|down_proj)$")
+
+
+def check(path: str | os.PathLike[str], base: str | None) -> list[Finding]:
+    """The findings on the mlx-lm adapter folder ``path`` (against ``base`` when given)."""
+    from adapterdoc.formats.mlx_folder import LEAVES, lora_parameters, open_mlx
+    from adapterdoc.formats.mlx_names import base_facts, split_layer
+    from adapterdoc.layouts.mlx_names import MLX_MODEL_TYPES
+
+    spec = os.fspath(path)
+    adapter = open_mlx(spec)
+    try:
+        kind, rank, _scale, _dropout, num_layers = lora_parameters(adapter)
+    except AdapterdocError as e:
+        code = "AD807" if "(AD807)" in e.reason else "AD815"
+        return [make(code, e.reason.replace(f" ({code})", ""), path=spec)]
+    out: list[Finding] = []
+    params = adapter.raw["lora_parameters"]
+    keys = params.get("keys")
+    tensors = adapter.header.tensors
+    for name in tensors:
+        module, _, leaf = name.rpartition(".")
+        if leaf not in LEAVES:
+            hint = (
+                " (a PEFT name: convert with `adapterdoc convert ADAPTER --to mlx`)"
+                if ".lora_" in name
+                else ""
+            )
+            out.append(
+                make(
+                    "AD812",
+                    f"`{name}` is not an adapter parameter (lora_a, lora_b, m){hint}",
+                    path=spec,
+                    key=name,
+                )
+            )
+            continue
+        _, key = split_layer(module)
+        if isinstance(keys, list) and key not in keys:
+            out.append(
+                make(
+                    "AD811",
+                    f"`{name}`: `{key}` is not in lora_parameters.keys {keys}; add it",
+                    path=spec,
+                    key=name,
+                )
+            )
+        r = _rank_of(leaf, tuple(tensors[name].shape))
+        if r is not None and r != rank:
+            out.append(
+                make("AD814", f"`{name}` has rank {r}, lora_parameters.rank is {rank}", path=spec, key=name)
+            )
+    if kind == "dora" and not any(n.endswith(".m") for n in tensors):
+        out.append(make("AD815", "fine_tune_type is dora but no `.m` magnitude tensor is present", path=spec))
+    if base is None:
+        return out
+    facts = base_facts(base)
+    if facts.model_type and facts.model_type not in MLX_MODEL_TYPES:
+        out.append(
+            make("AD816", f"model_type `{facts.model_type}` of {base} has no mlx-lm model file", path=spec)
+        )
+    if facts.layers:
+        first = 0 if num_layers <= 0 else max(facts.layers - num_layers, 0)
+        placed = [(split_layer(n.rpartition(".")[0])[0], n) for n in tensors]
+        low = [(layer, n) for layer, n in placed if layer is not None and layer < first]
+        if low:
+            lowest = min(layer for layer, _ in low)
+            out.append(
+                make(
+                    "AD810",
+                    f"{len(low)} tensors sit below layer {first} (`{low[0][1]}`): num_layers {num_layers} of "
+                    f"{facts.layers} layers gives LoRA to layers {first}-{facts.layers - 1}; set num_layers to "
+                    f"{facts.layers - lowest} (or -1 for all layers)",
+                    path=spec,
+                    key=low[0][1],
+                )
+            )
+    modules = _base_modules(base, facts)
+    if modules is None:
+        return out
+    for name, info in tensors.items():
+        module, _, leaf = name.rpartition(".")
+        if leaf not in LEAVES:
+            continue
+        dims = modules.get(module)
+        if dims is None:
+            out.append(
+                make("AD812", f"`{module}` is not a module of {base} as mlx-lm names it", path=spec, key=name)
+            )
+            continue
+        want = _expected(leaf, dims, rank)
+        own = _expected(leaf, dims, _rank_of(leaf, tuple(info.shape)) or rank)
+        if tuple(info.shape) not in (want, own):  # a rank alone that differs is AD814
+            out.append(
+                make(
+                    "AD813",
+                    f"`{name}` is {list(info.shape)}, mlx-lm builds {list(want)}",
+                    path=spec,
+                    key=name,
+                )
+            )
+    return out
+
+
+def _rank_of(leaf: str, shape: tuple[int, ...]) -> int | None:
+    """The rank a tensor carries as mlx-lm lays it out (``None`` for ``m`` or an odd shape)."""
+    if leaf == "lora_a" and len(shape) in (2, 3):
+        return shape[-1] if len(shape) == 2 else shape[1]
+    if leaf == "lora_b" and len(shape) in (2, 3):
+        return shape[0] if len(shape) == 2 else shape[2]
+    return None
+
+
+def _expected(leaf: str, dims: tuple[int | None, int, int], rank: int) -> tuple[int, ...]:
+    experts, dout, din = dims
+    if leaf == "m":
+        return (dout,)
+    if experts is None:
+        return (din, rank) if leaf == "lora_a" else (rank, dout)
+    return (experts, rank, din) if leaf == "lora_a" else (experts, dout, rank)
+
+
+def _base_modules(base: str, facts: Any) -> dict[str, tuple[int | None, int, int]] | None:
+    """mlx-lm module path → (experts or ``None``, out, in) from the base's weights headers; ``None`` without
+    weights (a config alone or a tiny base)."""
+    from adapterdoc.bases import resolve_base
+    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.formats.mlx_names import to_mlx
+    from adapterdoc.layouts.mlx_names import SWITCH_SEGMENT
+
+    spec = resolve_base(base)
+    if spec.root is None or not spec.has_weights:
+        return None
+    try:
+        ckpt = open_checkpoint(spec.root)
+    except AdapterdocError:
+        return None
+    out: dict[str, tuple[int | None, int, int]] = {}
+    experts: dict[str, set[int]] = {}
+    for name, info in ckpt.tensors.items():
+        module, _, leaf = name.rpartition(".")
+        fused = _FUSED.match(name)
+        if fused and len(info.shape) == 3:
+            e, rows, cols = info.shape
+            place = f"{fused['owner']}.{SWITCH_SEGMENT}"
+            try:
+                owner = to_mlx(place, facts.layout, base).path
+            except AdapterdocError:
+                continue
+            if fused["proj"] == "gate_up_proj":
+                out[f"{owner}.gate_proj"] = out[f"{owner}.up_proj"] = (e, rows // 2, cols)
+            else:
+                out[f"{owner}.down_proj"] = (e, rows, cols)
+            continue
+        if leaf != "weight" or len(info.shape) != 2:
+            continue
+        try:
+            place = to_mlx(module, facts.layout, base)
+        except AdapterdocError:
+            continue
+        rows, cols = info.shape
+        if place.expert is None:
+            out[place.path] = (None, rows, cols)
+        else:
+            experts.setdefault(place.path, set()).add(place.expert)
+            out[place.path] = (len(experts[place.path]), rows, cols)
+    return out

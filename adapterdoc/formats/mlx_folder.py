@@ -1,0 +1,77 @@
+"""An mlx-lm adapter folder opened header-only (:class:`MlxAdapter`), and the fields ``load_adapters`` needs from
+its ``adapter_config.json`` (:func:`lora_parameters`): shared by the MLX format's reader, writer and checks."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from adapterdoc.errors import ConfigError, RefusedError, UnsupportedInputError
+
+CONFIG = "adapter_config.json"
+WEIGHTS = "adapters.safetensors"
+LEAVES = ("lora_a", "lora_b", "m")
+"""The adapter parameters ``load_adapters`` accepts (``adapter_leaves``)."""
+
+
+@dataclass
+class MlxAdapter:
+    folder: str
+    raw: dict[str, Any]
+    header: Any
+
+
+def open_mlx(src: str | os.PathLike[str]) -> MlxAdapter:
+    """Open an mlx-lm adapter folder header-only; a config mlx-lm cannot read is refused naming the field."""
+    from adapterdoc.st.header import read_header
+
+    folder = os.fspath(src)
+    cfg = os.path.join(folder, CONFIG)
+    if not os.path.isfile(os.path.join(folder, WEIGHTS)):
+        raise UnsupportedInputError(folder, f"is not an mlx-lm adapter folder (no {WEIGHTS})")
+    if not os.path.isfile(cfg):
+        raise ConfigError(folder, f"has {WEIGHTS} but no {CONFIG}: mlx-lm's load_adapters needs it (AD815)")
+    try:
+        raw = json.loads(Path(cfg).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ConfigError(cfg, f"cannot read: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(cfg, "must be a JSON object")
+    return MlxAdapter(folder, raw, read_header(os.path.join(folder, WEIGHTS)))
+
+
+def lora_parameters(adapter: MlxAdapter) -> tuple[str, int, float, float, int]:
+    """(fine_tune_type, rank, scale, dropout, num_layers), refusing what ``load_adapters`` would fail on."""
+    raw = adapter.raw
+    cfg = os.path.join(adapter.folder, CONFIG)
+    kind = raw.get("fine_tune_type", "lora")
+    if kind == "full":
+        raise RefusedError(
+            cfg, "fine_tune_type is `full`: the folder holds whole weights, not an adapter (AD807)"
+        )
+    if kind not in ("lora", "dora"):
+        raise ConfigError(cfg, f"fine_tune_type {kind!r} is none of lora, dora, full (AD815)")
+    params = raw.get("lora_parameters")
+    missing = [f for f in ("num_layers",) if not isinstance(raw.get(f), int) or isinstance(raw.get(f), bool)]
+    if not isinstance(params, dict):
+        missing.append("lora_parameters")
+    else:
+        missing += [f"lora_parameters.{f}" for f in ("rank", "scale") if not _number(params.get(f))]
+    if missing:
+        raise ConfigError(cfg, f"lacks {', '.join(missing)}: mlx-lm's load_adapters fails without it (AD815)")
+    assert isinstance(params, dict)
+    return (
+        kind,
+        int(params["rank"]),
+        float(params["scale"]),
+        float(params.get("dropout", 0.0)),
+        raw["num_layers"],
+    )
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -1,0 +1,134 @@
+"""PEFT module paths ⇄ mlx-lm parameter paths, and what a base says about them (layers, experts, class).
+
+The family facts are :mod:`adapterdoc.layouts.mlx_names`; this module applies them generically: the layout's prefix
+rules, then mlx-lm's stacked experts (``X.experts.E.P`` ⇄ ``X.switch_mlp.P``), then the split of a path into the
+decoder layer it sits in and its key inside that layer (what ``lora_parameters.keys`` lists)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapterdoc.errors import RefusedError
+from adapterdoc.layouts.mlx_names import (
+    MLX_DEFAULT_FROM,
+    MLX_PREFIXES,
+    MLX_WRAPPER,
+    SWITCH_PROJECTIONS,
+    SWITCH_SEGMENT,
+)
+
+_EXPERT = re.compile(r"^(?P<owner>.+)\.experts\.(?P<e>\d+)\.(?P<proj>[^.]+)$")
+_SWITCH = re.compile(rf"^(?P<owner>.+)\.{SWITCH_SEGMENT}\.(?P<proj>[^.]+)$")
+_LAYER = re.compile(r"^(?P<stack>(?:.+\.)?layers)\.(?P<n>\d+)\.(?P<key>.+)$")
+
+
+@dataclass(frozen=True)
+class MlxPath:
+    """Where one PEFT module lands in mlx-lm."""
+
+    path: str
+    """The mlx-lm module path (``model.layers.3.self_attn.q_proj``); its tensors are ``path.lora_a`` and so on."""
+    layer: int | None
+    """The decoder layer, or ``None`` for a module outside the layer stack (``lm_head``)."""
+    key: str
+    """The key ``lora_parameters.keys`` lists: the path inside the layer (``self_attn.q_proj``), or ``path``."""
+    expert: int | None = None
+    """For a per-expert PEFT module, its expert index inside the stacked ``switch_mlp`` module."""
+
+
+def split_layer(path: str) -> tuple[int | None, str]:
+    """(decoder layer, key inside it) of an mlx-lm module path; ``(None, path)`` outside the layer stack."""
+    m = _LAYER.match(path)
+    return (int(m["n"]), m["key"]) if m else (None, path)
+
+
+def to_mlx(module: str, layout: str | None, where: str) -> MlxPath:
+    """The mlx-lm place of PEFT module ``module`` (no ``base_model.model.``) under ``layout``'s rules."""
+    path = _apply(module, MLX_PREFIXES.get(layout or "", ()), where, module)
+    expert = None
+    m = _EXPERT.match(path)
+    if m and m["proj"] in SWITCH_PROJECTIONS:
+        path, expert = f"{m['owner']}.{SWITCH_SEGMENT}.{m['proj']}", int(m["e"])
+    layer, key = split_layer(path)
+    return MlxPath(path, layer, key, expert)
+
+
+def from_mlx(path: str, layout: str | None, where: str) -> str:
+    """The PEFT module path of mlx-lm module ``path`` (a stacked ``switch_mlp`` path keeps ``{e}`` for the
+    expert index)."""
+    m = _SWITCH.match(path)
+    if m and m["proj"] in SWITCH_PROJECTIONS:
+        path = f"{m['owner']}.experts.{{e}}.{m['proj']}"
+    rules = tuple((b, a) for a, b in MLX_PREFIXES.get(layout or "", ()))
+    return _apply(path, rules, where, path)
+
+
+def _apply(path: str, rules: tuple[tuple[str, str], ...], where: str, module: str) -> str:
+    if not rules:
+        return path
+    dotted = path + "."
+    for old, new in rules:
+        if dotted.startswith(old):
+            return (new + dotted[len(old) :])[:-1]
+    raise RefusedError(
+        where,
+        f"`{module}` has no place in mlx-lm's model (it loads only the language model: "
+        f"{', '.join(repr(a) for a, _ in rules)} paths); drop that module's LoRA first (AD805)",
+    )
+
+
+def wrapped(paths: list[str]) -> bool:
+    """Whether mlx-lm paths are those of a model mlx-lm wraps as ``language_model`` (VL classes, Qwen3.5)."""
+    return any(p.startswith(MLX_WRAPPER) for p in paths)
+
+
+def default_from_layout() -> str:
+    return MLX_DEFAULT_FROM
+
+
+@dataclass
+class BaseFacts:
+    """What a ``--base`` says about how mlx-lm builds the model."""
+
+    spec: str
+    layout: str | None
+    model_type: str | None
+    layers: int | None
+    experts: int | None
+    tied: bool | None
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def base_facts(spec: str) -> BaseFacts:
+    """Read ``--base`` (model folder, config.json, cached repo id, ``tiny:LAYOUT``) torch-free."""
+    from adapterdoc.bases import read_config_json, resolve_base
+    from adapterdoc.layouts import LAYOUTS, get_layout
+
+    base = resolve_base(spec)
+    if base.kind == "tiny":
+        assert base.tiny_layout is not None
+        layout = get_layout(base.tiny_layout)
+        raw = dict(layout.tiny.kwargs()) if layout.tiny else {}
+        raw.setdefault("model_type", layout.model_type)
+        name: str | None = layout.name
+    else:
+        raw = read_config_json(base)
+        archs = raw.get("architectures") or []
+        name = next((n for n, lay in LAYOUTS.items() if lay.model_class in archs), None)
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    if hasattr(text, "to_dict"):
+        text = text.to_dict()
+    layers = text.get("num_hidden_layers")
+    experts = text.get("num_experts") or text.get("num_local_experts")
+    tied = raw.get("tie_word_embeddings", text.get("tie_word_embeddings"))
+    return BaseFacts(
+        spec,
+        name,
+        raw.get("model_type"),
+        layers if isinstance(layers, int) else None,
+        experts if isinstance(experts, int) else None,
+        tied if isinstance(tied, bool) else None,
+        raw,
+    )
