@@ -250,6 +250,13 @@ def main() -> None:
         name: cached_case(root, name, spec, args.sparse, bool(args.keep)) for name, spec in chosen.items()
     }
     print(f"wrote {len(cases)} cases under {root} in {time.perf_counter() - t:.1f} s\n")
+    # bytecode compiled, as pip leaves an installed package (PYTHONDONTWRITEBYTECODE would otherwise make
+    # every fresh process compile every module)
+    import adapterdoc
+
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", os.path.dirname(adapterdoc.__file__)], capture_output=True
+    )
     imp = child("imports")
     print(
         f"anchor: import torch + transformers + peft alone: {imp['total_s']:.2f} s, peak {imp['peak_mb']:.0f} MB\n"
