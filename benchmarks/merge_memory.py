@@ -166,13 +166,20 @@ def main() -> None:
         return
     try:
         t0 = time.perf_counter()
-        built = subprocess.run(
-            [sys.executable, __file__, "--build-only", "--gib", str(args.gib), "--workdir", workdir],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        base, adapter, size = json.loads(built.stdout.strip().splitlines()[-1])
+        stamp = os.path.join(workdir, "built.json")
+        if args.keep and os.path.exists(stamp):  # --keep: reuse the base and adapter a previous run built
+            with open(stamp) as f:
+                base, adapter, size = json.load(f)
+        else:
+            built = subprocess.run(
+                [sys.executable, __file__, "--build-only", "--gib", str(args.gib), "--workdir", workdir],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            base, adapter, size = json.loads(built.stdout.strip().splitlines()[-1])
+            with open(stamp, "w") as f:
+                json.dump([base, adapter, size], f)
         n_files = len([f for f in os.listdir(base) if f.endswith(".safetensors")])
         print(
             f"synthetic base: {size / 2**30:.2f} GiB, {n_files} shards ({time.perf_counter() - t0:.0f} s to build)"
@@ -222,6 +229,12 @@ def main() -> None:
                     f"{name}: "
                     + ", ".join(f"{w:.1f} s wall / {c:.1f} s CPU / {r / 2**20:.0f} MiB" for w, r, c in rows)
                 )
+        ours_rows = results[names[0]]
+        print(
+            f"\nadapterdoc merge / PEFT merge_and_unload + save: "
+            f"{statistics.median(w for w, _, _ in ours_rows) / anchor_wall:.2f}x wall, "
+            f"{statistics.median(r for _, r, _ in ours_rows) / anchor_rss:.2f}x peak RSS (goal <= 0.5x, <= 0.15x)"
+        )
         print()
         print("spot check:", spot_check(outs[names[0]], outs[names[1]]))
     finally:

@@ -15,7 +15,7 @@ torch + transformers + peft alone, and PEFT's own ``load_adapter(..., low_cpu_me
 meta-device base. Wall time is each fresh process's whole life; peak RSS is ``/usr/bin/time``'s (the process's
 own), else ``resource.getrusage``. The last lines give registry verify / PEFT's check, wall and peak.
 
-    python benchmarks/verify_scale.py [--keep DIR] [--sparse] [--skip-meta] [--peft-anchor default|all|none]
+    python benchmarks/verify_scale.py [--keep DIR] [--sparse] [--skip-meta] [--gpm-anchor] [--peft-anchor default|all|none]
         [--case TEXT]
 """
 
@@ -205,6 +205,16 @@ elif mode == "peft":
         model = cls._from_config(cfg)
     pm = PeftModel.from_pretrained(model, a, low_cpu_mem_usage=True)
     out = {"verify_s": time.perf_counter() - t1}
+elif mode == "peft_gpm":  # PEFT's own check as a user writes it: get_peft_model, then load_adapter
+    import torch, transformers, peft
+    t1 = time.perf_counter()
+    cfg = transformers.AutoConfig.from_pretrained(b)
+    cls = getattr(transformers, cfg.architectures[0])
+    with torch.device("meta"):
+        model = cls._from_config(cfg)
+    pm = peft.get_peft_model(model, peft.PeftConfig.from_pretrained(a))
+    pm.load_adapter(a, adapter_name="default")
+    out = {"verify_s": time.perf_counter() - t1}
 out["total_s"] = time.perf_counter() - t0
 out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
@@ -240,6 +250,11 @@ def main() -> None:
     ap.add_argument("--keep", help="write the cases here and keep them")
     ap.add_argument("--sparse", action="store_true", help="write adapter data as holes (fast, little disk)")
     ap.add_argument("--peft-anchor", choices=("default", "all", "none"), default="default")
+    ap.add_argument(
+        "--gpm-anchor",
+        action="store_true",
+        help="also time PEFT's get_peft_model + load_adapter on the meta model",
+    )
     ap.add_argument("--skip-meta", action="store_true", help="leave out the forced meta-device verify rows")
     ap.add_argument("--case", action="append", help="only cases whose name contains this (repeatable)")
     args = ap.parse_args()
@@ -250,6 +265,13 @@ def main() -> None:
         name: cached_case(root, name, spec, args.sparse, bool(args.keep)) for name, spec in chosen.items()
     }
     print(f"wrote {len(cases)} cases under {root} in {time.perf_counter() - t:.1f} s\n")
+    # bytecode compiled, as pip leaves an installed package (PYTHONDONTWRITEBYTECODE would otherwise make
+    # every fresh process compile every module)
+    import adapterdoc
+
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", os.path.dirname(adapterdoc.__file__)], capture_output=True
+    )
     imp = child("imports")
     print(
         f"anchor: import torch + transformers + peft alone: {imp['total_s']:.2f} s, peak {imp['peak_mb']:.0f} MB\n"
@@ -268,6 +290,8 @@ def main() -> None:
         rows.append(("registry, scan all", child("registry", info["adapter"], info["base"], "all")))
         if args.peft_anchor == "all" or (args.peft_anchor == "default" and i in (0, len(cases) - 1)):
             rows.append(("PEFT load (anchor)", child("peft", info["adapter"], info["base"])))
+            if args.gpm_anchor:
+                rows.append(("PEFT get_peft_model+load", child("peft_gpm", info["adapter"], info["base"])))
         for mode, res in rows:
             if "error" in res and "total_s" not in res:
                 result = f"FAILED: {res['error'][:60]}"

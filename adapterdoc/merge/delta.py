@@ -5,6 +5,7 @@ whole-weight replacements, trainable tokens), and the output bytes of one tensor
 from __future__ import annotations
 
 import math
+import os
 from collections import OrderedDict
 from typing import Any
 
@@ -37,7 +38,8 @@ def torch_dtype(st: str) -> Any:
 
 
 def read_tensor(f: Any, offset: int, dtype: str, shape: tuple[int, ...]) -> Any:
-    """Read one tensor (or a run of its rows) with plain file I/O.
+    """Read one tensor (or a run of its rows) with plain positioned reads (``os.preadv``: no shared file position,
+    so a helper thread may read ahead).
 
     No mmap: pages of a mapped file stay resident in the process and count as its memory.
     """
@@ -50,11 +52,11 @@ def read_tensor(f: Any, offset: int, dtype: str, shape: tuple[int, ...]) -> Any:
     if not nbytes:
         return torch.empty(shape, dtype=torch_dtype(dtype))
     buf = bytearray(nbytes)
-    f.seek(offset)
     view = memoryview(buf)
+    fd = f.fileno()
     got = 0
     while got < nbytes:
-        k = f.readinto(view[got:])
+        k = os.preadv(fd, [view[got:]], offset + got)
         if not k:
             raise UnsupportedInputError(f.name, "file ended inside a tensor")
         got += k
@@ -198,6 +200,36 @@ def apply_edits(
     return w
 
 
+class _Prefetch:
+    """``fn(item)`` of each item in order, one item ahead on a helper thread."""
+
+    def __init__(self, fn: Any, items: list[Any]) -> None:
+        self.fn, self.items, self.i = fn, items, 0
+        self.pending: Any = None
+        self.pool: Any = None
+        if len(items) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="adapterdoc-merge-reader")
+            self.pending = self.pool.submit(fn, items[0])
+
+    def next(self) -> Any:
+        i = self.i
+        self.i += 1
+        if self.pool is None:
+            return self.fn(self.items[i])
+        out = self.pending.result()
+        if self.i < len(self.items):
+            self.pending = self.pool.submit(self.fn, self.items[self.i])
+        else:
+            self.pool.shutdown(wait=True)
+        return out
+
+    def __del__(self) -> None:  # a consumer that stopped early (an error): let the helper finish
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+
 class NotFinite(Exception):
     def __init__(self, tensor: str) -> None:
         super().__init__(tensor)
@@ -233,10 +265,17 @@ def blocks(o: Output, src: Any, start: int, plan: Plan, tensors: AdapterTensors)
     blocked = not o.edits or row_blocks(o, piece)
     step = max(1, _BLOCK_BYTES // max(4 * row_elems, 1)) if blocked else rows
     row_bytes = row_elems * DTYPE_BITS[in_dtype] // 8
-    for r0 in range(0, max(rows, 1), step):
-        r1 = min(rows, r0 + step)
+    spans = [(r0, min(rows, r0 + step)) for r0 in range(0, max(rows, 1), step)]
+
+    def read(span: tuple[int, int]) -> Any:
+        r0, r1 = span
         sub = (r1 - r0, *shape[1:]) if shape else shape
-        w = read_tensor(src, start + r0 * row_bytes, in_dtype, sub)
+        return read_tensor(src, start + r0 * row_bytes, in_dtype, sub)
+
+    # the next block is read on a helper thread while this one is computed (reads release the GIL)
+    ahead = _Prefetch(read, spans)
+    for r0, r1 in spans:
+        w = ahead.next()
         if o.edits:
             w = apply_edits(w.float(), o.edits, piece, tensors, (r0, r1) if blocked else None)
             # one reduction instead of an elementwise isfinite pass; inf/nan always reach the sum

@@ -244,8 +244,9 @@ def _fast_header(
     the exact route, which replays the reference's checked multiplication), names unique, and the entries tile
     the data section exactly, each spanning ``numel × bits / 8`` bytes below 2^64."""
     metadata: dict[str, str] | None = None
-    rows: list[tuple[str, Any, Any, Any]] = []
-    append = rows.append
+    infos: list[TensorInfo] = []
+    append = infos.append
+    new = tuple.__new__
     seen_metadata = False
     for name, e in pairs:
         if name == METADATA_KEY:
@@ -254,26 +255,29 @@ def _fast_header(
             metadata, seen_metadata = e, True
         elif type(e) is dict and len(e) == 3:
             try:
-                append((name, e["dtype"], e["shape"], e["data_offsets"]))
+                shape, off = e["shape"], e["data_offsets"]
+                if type(shape) is not list or type(off) is not list:
+                    return None
+                append(new(TensorInfo, (name, e["dtype"], tuple(shape), *off)))
             except KeyError:
                 return None
         else:
             return None
-    names = [r[0] for r in rows]
-    dtypes = [r[1] for r in rows]
-    shapes = [r[2] for r in rows]
-    offsets = [r[3] for r in rows]
+    if infos and set(map(len, infos)) != {5}:  # two data_offsets each
+        return None
+    names = list(map(itemgetter(0), infos))
+    dtypes = list(map(itemgetter(1), infos))
+    shapes = list(map(itemgetter(2), infos))
     try:
         if len(set(names)) != len(names) or not set(dtypes) <= DTYPE_BITS.keys():
             return None
     except TypeError:  # an unhashable dtype
         return None
-    if not set(map(type, shapes)) <= {list} or not set(map(type, offsets)) <= {list}:
-        return None
-    if rows and set(map(len, offsets)) != {2}:
-        return None
+    begins = list(map(itemgetter(3), infos))
+    ends = list(map(itemgetter(4), infos))
     flat = list(chain.from_iterable(shapes))
-    flat += chain.from_iterable(offsets)
+    flat += begins
+    flat += ends
     if flat and (not set(map(type, flat)) <= {int} or min(flat) < 0 or max(flat) > _U64_MAX):
         return None
     if 0 in chain.from_iterable(shapes):
@@ -281,18 +285,15 @@ def _fast_header(
     bits = list(map(mul, map(math.prod, shapes), map(DTYPE_BITS.__getitem__, dtypes)))
     if bits and (max(bits) > _U64_MAX or any(map(and_, bits, repeat(7)))):
         return None
-    begins = list(map(itemgetter(0), offsets))
-    ends = list(map(itemgetter(1), offsets))
     if list(map(sub, ends, begins)) != list(map(rshift, bits, repeat(3))):
         return None
-    order = sorted(range(len(rows)), key=begins.__getitem__)
+    order = sorted(range(len(infos)), key=begins.__getitem__)
     starts = list(map(begins.__getitem__, order))
     stops = list(map(ends.__getitem__, order))
-    if rows and (starts[0] != 0 or starts[1:] != stops[:-1] or stops[-1] != data_bytes):
+    if infos and (starts[0] != 0 or starts[1:] != stops[:-1] or stops[-1] != data_bytes):
         return None
-    if not rows and data_bytes != 0:
+    if not infos and data_bytes != 0:
         return None
-    infos = map(tuple.__new__, repeat(TensorInfo), zip(names, dtypes, map(tuple, shapes), begins, ends))
     return metadata, dict(zip(names, infos))
 
 

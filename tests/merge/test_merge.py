@@ -331,3 +331,31 @@ def test_row_blocks_give_the_same_result(tmp_path, tiny_model, saved_base, monke
     a = load(cls, whole.out, "auto").state_dict()
     b = load(cls, blocked.out, "auto").state_dict()
     assert_fp32_equal(b, a, rel=1e-6 if dtype == "auto" else 1e-3)
+
+
+def test_read_ahead_writes_the_same_bytes(tmp_path, tiny_model, saved_base, monkeypatch):
+    """The helper thread that reads each next row block changes no output byte: every file of a many-block merge
+    equals the one written with the blocks read in line."""
+    import adapterdoc.merge.delta as merge_mod
+
+    class InLine:
+        def __init__(self, fn, items):
+            self.fn, self.items, self.i = fn, items, 0
+
+        def next(self):
+            self.i += 1
+            return self.fn(self.items[self.i - 1])
+
+    base_dir = saved_base("ministral3_text")
+    adapter = save_adapter(
+        tiny_model("ministral3_text"), str(tmp_path / "adapter"), target_modules=["q_proj", "down_proj"]
+    )
+    monkeypatch.setattr(merge_mod, "_BLOCK_BYTES", 1000)
+    ahead = merge(adapter, base_dir, tmp_path / "ahead")
+    monkeypatch.setattr(merge_mod, "_Prefetch", InLine)
+    inline = merge(adapter, base_dir, tmp_path / "inline")
+    assert ahead.ok and inline.ok and ahead.merged_tensors > 0
+    files = sorted(p.name for p in (tmp_path / "inline").iterdir() if p.name.endswith(".safetensors"))
+    assert files
+    for name in files:
+        assert (tmp_path / "ahead" / name).read_bytes() == (tmp_path / "inline" / name).read_bytes(), name
