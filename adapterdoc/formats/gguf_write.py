@@ -110,9 +110,9 @@ class Planned:
     rewrites: list[Any] = field(default_factory=list)
 
 
-def _group(src: Path, header: Any, cfg: AdapterConfig, base: str | None) -> tuple[list[Pair], list[str]]:
+def _group(src: Path, header: Any, cfg: AdapterConfig) -> tuple[list[Pair], list[tuple[str, Any]]]:
     pairs: dict[str, Pair] = {}
-    notes: list[str] = []
+    fulls: list[tuple[str, Any]] = []
     for key, info in header.tensors.items():
         k = parse_key(key)
         if k.role == "magnitude" or cfg.use_dora:
@@ -128,26 +128,7 @@ def _group(src: Path, header: Any, cfg: AdapterConfig, base: str | None) -> tupl
                 src, "AD872", f"`{key}` is a trainable-tokens delta, which llama.cpp's LoRA cannot hold"
             )
         if k.role == "full":
-            found = base_weight_bytes(base, k.module + "." + key.rpartition(".")[2])
-            if found is None:
-                raise refuse(
-                    src,
-                    "AD872",
-                    f"`{key}` is a whole weight (modules_to_save or a saved embedding) and llama.cpp's LoRA holds "
-                    "only lora_a/lora_b; pass --base a folder with the base's weights to drop copies equal to the "
-                    "base, or merge the adapter (adapterdoc merge) and convert the merged model",
-                )
-            with open(header.path, "rb") as fh:
-                fh.seek(header.data_start + info.begin)
-                same = found == (info.dtype, fh.read(info.nbytes))
-            if not same:
-                raise refuse(
-                    src,
-                    "AD872",
-                    f"`{key}` is a whole weight that differs from the base's (a trained modules_to_save or a "
-                    "resized embedding): llama.cpp's LoRA cannot hold it; merge the adapter and convert the model",
-                )
-            notes.append(f"`{key}` equals the base's weight: dropped")
+            fulls.append((key, info))
             continue
         seg = tower_segment(k.module)
         if seg is not None:
@@ -166,7 +147,41 @@ def _group(src: Path, header: Any, cfg: AdapterConfig, base: str | None) -> tupl
     for p in pairs.values():
         if p.a is None or p.b is None:
             raise UnsupportedInputError(str(src), f"`{p.module}` has only one of lora_A / lora_B")
-    return list(pairs.values()), notes
+    return list(pairs.values()), fulls
+
+
+def check_whole_weights(
+    src: Path, header: Any, fulls: list[tuple[str, Any]], base: str | None, hp: dict[str, Any]
+) -> list[str]:
+    """Drop whole weights equal to the base's (byte for byte, same dtype); refuse the rest (AD872)."""
+    notes = []
+    for key, info in fulls:
+        k = parse_key(key)
+        module = k.module.replace(".base_layer", "")
+        names_ = [f"{module}.{key.rpartition('.')[2]}"]
+        if module.endswith("lm_head") and hp.get("tie_word_embeddings") is True:
+            names_.append(module[: -len("lm_head")] + "model.embed_tokens.weight")
+        found = next((f for n in names_ if (f := base_weight_bytes(base, n)) is not None), None)
+        if found is None:
+            raise refuse(
+                src,
+                "AD872",
+                f"`{key}` is a whole weight (modules_to_save or a saved embedding) and llama.cpp's LoRA holds "
+                "only lora_a/lora_b; pass --base a folder with the base's weights to drop copies equal to the "
+                "base, or merge the adapter (adapterdoc merge) and convert the merged model",
+            )
+        with open(header.path, "rb") as fh:
+            fh.seek(header.data_start + info.begin)
+            same = found == (info.dtype, fh.read(info.nbytes))
+        if not same:
+            raise refuse(
+                src,
+                "AD872",
+                f"`{key}` is a whole weight that differs from the base's (a trained modules_to_save or a "
+                "resized embedding): llama.cpp's LoRA cannot hold it; merge the adapter and convert the model",
+            )
+        notes.append(f"`{key}` equals the base's weight: dropped")
+    return notes
 
 
 def _expert(text: str) -> tuple[int, int, str] | None:
@@ -336,11 +351,12 @@ def write_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) -
     _cls, arch = names.architecture_of(config)
     hp = names.text_hparams(config)
     header = read_header(st_path)
-    pairs, notes = _group(src, header, cfg, base)
+    pairs, fulls = _group(src, header, cfg)
     if not pairs:
         raise UnsupportedInputError(str(src), "has no LoRA pairs to convert")
     _check_dtypes(src, pairs)
     planned = plan(src, pairs, cfg, hp, arch)
+    notes = check_whole_weights(src, header, fulls, base, hp)
     alpha, alpha_notes = gguf_alpha(src, cfg, pairs)
     notes += alpha_notes
     provenance = {

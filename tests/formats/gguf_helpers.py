@@ -1,0 +1,66 @@
+"""Tiny real models and real PEFT adapters for the GGUF tests (built by code, small, seeded)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LINEAR_ATTN = ["in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "out_proj"]
+
+
+def generic_config(kind: str) -> Any:
+    """A tiny generic decoder config (``llama``, ``qwen2``, ``qwen3``): 2 layers, GQA, untied head."""
+    import transformers
+
+    cls = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config"}[kind]
+    return getattr(transformers, cls)(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
+
+
+def generic_model(kind: str, seed: int = 0) -> Any:
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    cls = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[kind]
+    return getattr(transformers, cls)(generic_config(kind)).eval()
+
+
+def save_config(model: Any, folder: Path) -> Path:
+    """The base's config.json only (no weights), with ``architectures`` as save_pretrained writes it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.config.architectures = [type(model).__name__]
+    model.config.save_pretrained(folder)
+    return folder
+
+
+def peft_adapter(model: Any, folder: Path, seed: int = 1, autocast: bool = True, **lora: Any) -> Path:
+    """A real PEFT LoRA on ``model`` with non-zero A and B (``init_lora_weights=False``), saved to ``folder``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(seed)
+    lora.setdefault("r", 4)
+    lora.setdefault("lora_alpha", 8)
+    lora.setdefault("target_modules", LINEAR)
+    peft_model = get_peft_model(
+        model, LoraConfig(init_lora_weights=False, **lora), autocast_adapter_dtype=autocast
+    )
+    peft_model.save_pretrained(folder)
+    peft_model.unload()
+    return folder
+
+
+def config_of(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "adapter_config.json").read_text())
