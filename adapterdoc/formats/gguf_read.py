@@ -130,7 +130,8 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
         prov["adapter_config_json"] if prov else json.dumps(_config(ranks, alpha, base), indent=2) + "\n"
     )
     metadata = prov.get("metadata") if prov else {"format": "pt"}
-    _write_peft(out, cfg_text, metadata, tensors)
+    order = prov.get("order") if prov else None
+    _write_peft(out, cfg_text, metadata, tensors, order if order and set(order) == set(tensors) else None)
     notes.append(
         "config and module paths from adapterdoc's metadata"
         if prov
@@ -185,14 +186,16 @@ def _config(ranks: dict[str, int], alpha: Any, base: str | None) -> dict[str, An
 _ST_DTYPE = {"F32": "F32", "F16": "F16", "BF16": "BF16"}
 
 
-def _write_peft(out: Path, cfg_text: str, metadata: Any, tensors: dict[str, tuple[Any, str]]) -> None:
-    """``adapter_config.json`` + ``adapter_model.safetensors`` (safetensors' own layout: largest dtype first, then
-    by name) into a temp folder beside ``out``, swapped in atomically."""
+def _write_peft(
+    out: Path, cfg_text: str, metadata: Any, tensors: dict[str, tuple[Any, str]], order: list[str] | None
+) -> None:
+    """``adapter_config.json`` + ``adapter_model.safetensors`` (the source's tensor order when known, else
+    safetensors' own: largest dtype first, then by name) into a temp folder beside ``out``, swapped in atomically."""
     from adapterdoc.st.atomic import atomic_folder
     from adapterdoc.st.header import TensorInfo, serialize_header
     from adapterdoc.st.rewrite import aligned_length, padded
 
-    order = sorted(tensors, key=lambda k: (-tensors[k][0].dtype.itemsize, k))
+    order = order or sorted(tensors, key=lambda k: (-tensors[k][0].dtype.itemsize, k))
     infos, pos = [], 0
     for k in order:
         arr, kind = tensors[k]

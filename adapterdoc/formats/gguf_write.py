@@ -226,7 +226,7 @@ def plan(
             raise refuse(src, "AD879", f"`{p.module}`: llama.cpp's {arch.arch} has no tensor for this module")
         rw = [] if p.embedding else names.rewrites_for(arch, hp, p.text, p.b.shape[0], p.a.shape[1])
         out.append(Planned(g, [p], rw))
-    n_exp = hp.get("num_experts", hp.get("num_local_experts"))
+    n_exp = next((v for k in ("num_local_experts", "num_experts") if isinstance(v := hp.get(k), int)), None)
     for (layer, proj), by_e in sorted(experts.items()):
         have = sorted(by_e)
         if not isinstance(n_exp, int) or have != list(range(n_exp)):
@@ -364,6 +364,7 @@ def write_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) -
         "hparams": {k: v for k, v in hp.items() if k in HPARAMS},
         "metadata": header.metadata,
         "modules": {pl.gguf: [p.module for p in pl.pairs] for pl in planned},
+        "order": [k for k in header.tensors if not any(k == f[0] for f in fulls)],
         "dtypes": sorted({p.a.dtype for p in pairs} | {p.b.dtype for p in pairs}),
     }
     w = gguf.GGUFWriter(None, names.arch_name(arch))

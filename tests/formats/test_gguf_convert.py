@@ -297,3 +297,39 @@ def test_gguf_vl_text_part_and_ministral(tmp_path: Path, tiny_model, layout: str
         tower = r".*(visual|vision_tower)\..*(qkv|q_proj)"
         t = peft_adapter(model, tmp_path / "tower", target_modules=tower)
         _refused(tmp_path, t, str(base), "AD877")
+
+
+def test_gguf_qwen3_moe_experts_stacked(tmp_path: Path, tiny_model, cli) -> None:  # type: ignore[no-untyped-def]
+    """PEFT's fused expert LoRA (target_parameters) is refused with the fix (AD874); after `remap --experts
+    per-expert` every expert's pair is stacked into llama.cpp's ``ffn_*_exps`` [E, ...] tensors, exactly."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    model, base = _registry_base(tiny_model, "qwen3_moe_text", tmp_path / "base")
+    torch.manual_seed(0)
+    cfg = LoraConfig(
+        r=3,
+        lora_alpha=6,
+        target_modules=["q_proj", "v_proj"],
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+    )
+    pm = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_" in n:
+                p.normal_(0, 0.3)
+    fused = tmp_path / "fused"
+    pm.save_pretrained(fused)
+    msg = _refused(tmp_path, fused, str(base), "AD874")
+    assert "--experts per-expert" in msg
+    per = tmp_path / "per"
+    r = cli("remap", fused, "--experts", "per-expert", "--out", per)
+    assert r.exit_code == 0, r.output
+    g, back = _roundtrip(tmp_path, per, str(base))
+    _same_files(per, back)
+    h = read_header(g)
+    assert h.kv["general.architecture"] == "qwen3moe"
+    n_exp = model.config.num_local_experts if hasattr(model.config, "num_local_experts") else model.config.num_experts
+    for proj in ("gate", "up", "down"):
+        a, b = h.tensors[f"blk.0.ffn_{proj}_exps.weight.lora_a"], h.tensors[f"blk.0.ffn_{proj}_exps.weight.lora_b"]
+        assert a.shape[1:] == (3, n_exp) and b.shape[0] == 3 and b.shape[2] == n_exp
