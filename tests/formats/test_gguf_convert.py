@@ -329,7 +329,14 @@ def test_gguf_qwen3_moe_experts_stacked(tmp_path: Path, tiny_model, cli) -> None
     _same_files(per, back)
     h = read_header(g)
     assert h.kv["general.architecture"] == "qwen3moe"
-    n_exp = model.config.num_local_experts if hasattr(model.config, "num_local_experts") else model.config.num_experts
+    n_exp = (
+        model.config.num_local_experts
+        if hasattr(model.config, "num_local_experts")
+        else model.config.num_experts
+    )
     for proj in ("gate", "up", "down"):
-        a, b = h.tensors[f"blk.0.ffn_{proj}_exps.weight.lora_a"], h.tensors[f"blk.0.ffn_{proj}_exps.weight.lora_b"]
+        a, b = (
+            h.tensors[f"blk.0.ffn_{proj}_exps.weight.lora_a"],
+            h.tensors[f"blk.0.ffn_{proj}_exps.weight.lora_b"],
+        )
         assert a.shape[1:] == (3, n_exp) and b.shape[0] == 3 and b.shape[2] == n_exp
