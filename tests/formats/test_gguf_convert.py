@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("gguf")
 pytest.importorskip("peft")
 
-from adapterdoc.errors import AdapterdocError  # noqa: E402
-from adapterdoc.formats import gguf as fmt  # noqa: E402
-from adapterdoc.formats.gguf_header import PROVENANCE, read_header  # noqa: E402
-from tests.formats.gguf_helpers import (  # noqa: E402
+from adapterdoc.errors import AdapterdocError
+from adapterdoc.formats import gguf as fmt
+from adapterdoc.formats.gguf_header import PROVENANCE, read_header
+from tests.formats.gguf_helpers import (
     LINEAR,
     LINEAR_ATTN,
     generic_model,

@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("gguf")
 
-from adapterdoc.errors import AdapterdocError  # noqa: E402
-from adapterdoc.formats import detect as detect_any  # noqa: E402
-from adapterdoc.formats import gguf as fmt  # noqa: E402
-from adapterdoc.formats.gguf_header import read_header  # noqa: E402
-from adapterdoc.formats.gguf_verify import verify_gguf  # noqa: E402
-from tests.formats.gguf_helpers import base_tensors, lora_tensors, write_gguf  # noqa: E402
+from adapterdoc.errors import AdapterdocError
+from adapterdoc.formats import detect as detect_any
+from adapterdoc.formats import gguf as fmt
+from adapterdoc.formats.gguf_header import read_header
+from adapterdoc.formats.gguf_verify import verify_gguf
+from tests.formats.gguf_helpers import base_tensors, lora_tensors, write_gguf
 
 
 @pytest.fixture(scope="module")
