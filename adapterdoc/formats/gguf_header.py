@@ -147,7 +147,9 @@ class _Reader:
     def string(self) -> str:
         n = self.unpack("<Q")
         if n > MAX_STRING:
-            raise HeaderError(self.path, f"corrupt GGUF header: a string of {n} bytes at byte {self.f.tell()}")
+            raise HeaderError(
+                self.path, f"corrupt GGUF header: a string of {n} bytes at byte {self.f.tell()}"
+            )
         if self.f.tell() + n > self.size:
             raise HeaderError(self.path, f"truncated GGUF header at byte {self.f.tell()}")
         raw = self.take(n)
