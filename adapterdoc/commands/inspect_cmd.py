@@ -34,9 +34,16 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @handle_errors
 def command(ctx: click.Context, path: str, weights: bool, plot: str | None, output: Output) -> None:
     """Describe an adapter, checkpoint or cached repo from its headers alone (with --weights, its LoRA tensors)."""
+    from adapterdoc.formats.gguf_header import is_gguf
     from adapterdoc.inspect import inspect
 
     output.check(path)
+    if is_gguf(path) and not (
+        weights or plot
+    ):  # GGUF files (formats.gguf) until the generic format hook lands
+        from adapterdoc.formats.gguf_report import inspect_gguf
+
+        finish(inspect_gguf(path), output)
     report = inspect(path)
     if weights or plot:
         _audit(report, plot)
