@@ -17,19 +17,10 @@ from typing import Any
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.formats import Converted, Detection
-from adapterdoc.formats.gguf_header import PROVENANCE, GgufHeader, is_gguf, read_header
+from adapterdoc.formats.gguf_header import PROVENANCE, GgufHeader, is_gguf, lora_pairs, read_header
 
 NAME = "gguf"
-
-
-def lora_pairs(header: GgufHeader) -> dict[str, dict[str, Any]]:
-    """``base tensor name`` → ``{"a": GgufTensor | None, "b": ...}`` for every ``.lora_a`` / ``.lora_b`` tensor."""
-    pairs: dict[str, dict[str, Any]] = {}
-    for t in header.tensors.values():
-        for suffix, side in ((".lora_a", "a"), (".lora_b", "b")):
-            if t.name.endswith(suffix):
-                pairs.setdefault(t.name[: -len(suffix)], {"a": None, "b": None})[side] = t
-    return pairs
+__all__ = ["NAME", "describe", "describe_lines", "detect", "from_peft", "lora_pairs", "to_peft"]
 
 
 def _evidence(header: GgufHeader) -> list[str]:

@@ -239,3 +239,13 @@ def out_of_bounds(header: GgufHeader) -> list[str]:
         if n is not None and header.data_start + t.offset + n > header.file_size:
             bad.append(t.name)
     return bad
+
+
+def lora_pairs(header: GgufHeader) -> dict[str, dict[str, Any]]:
+    """``base tensor name`` → ``{"a": GgufTensor | None, "b": ...}`` for every ``.lora_a`` / ``.lora_b`` tensor."""
+    pairs: dict[str, dict[str, Any]] = {}
+    for t in header.tensors.values():
+        for suffix, side in ((".lora_a", "a"), (".lora_b", "b")):
+            if t.name.endswith(suffix):
+                pairs.setdefault(t.name[: -len(suffix)], {"a": None, "b": None})[side] = t
+    return pairs

@@ -16,8 +16,7 @@ from typing import Any
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.formats import Converted
 from adapterdoc.formats import gguf_names as names
-from adapterdoc.formats.gguf import lora_pairs
-from adapterdoc.formats.gguf_header import PROVENANCE, GgufHeader, read_header
+from adapterdoc.formats.gguf_header import PROVENANCE, GgufHeader, lora_pairs, read_header
 from adapterdoc.formats.gguf_write import base_config, convert_dtype
 from adapterdoc.layouts import gguf as facts
 

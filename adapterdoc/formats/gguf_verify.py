@@ -13,8 +13,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from adapterdoc.errors import UnsupportedInputError
-from adapterdoc.formats.gguf import lora_pairs
-from adapterdoc.formats.gguf_header import GgufHeader, GgufTensor, is_gguf, out_of_bounds, read_header
+from adapterdoc.formats.gguf_header import (
+    GgufHeader,
+    GgufTensor,
+    is_gguf,
+    lora_pairs,
+    out_of_bounds,
+    read_header,
+)
 from adapterdoc.report.findings import Finding, make
 
 CONVERT = "adapterdoc convert ADAPTER --to gguf --base BASE_CONFIG"

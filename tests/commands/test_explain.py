@@ -17,7 +17,7 @@ def test_every_code_is_complete_and_well_formed() -> None:
     names = [c.name for c in codes.values()]
     assert len(names) == len(set(names)), "kebab-case names must be unique"
     for code, c in codes.items():
-        assert re.fullmatch(r"AD[1-7]\d\d", code) and c.code == code
+        assert re.fullmatch(r"AD[1-8]\d\d", code) and c.code == code
         assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", c.name), c.name
         assert c.severity in ("error", "warning", "info")
         for part in (c.summary, c.why, c.example, c.instead):
