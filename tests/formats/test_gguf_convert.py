@@ -269,14 +269,18 @@ def _registry_base(tiny_model, layout: str, folder: Path):  # type: ignore[no-un
     return model, save_config(model, folder)
 
 
-def test_gguf_qwen3_5_linear_attention_v_heads(tmp_path: Path, tiny_model) -> None:  # type: ignore[no-untyped-def]
-    """Qwen3.5 (linear_num_key_heads 2 ≠ value heads 4): llama.cpp tiles the V heads; exact both ways."""
-    model, base = _registry_base(tiny_model, "qwen3_5_text", tmp_path / "base")
+@pytest.mark.parametrize("layout", ["qwen3_5_text", "qwen3_5_moe_text"])
+def test_gguf_qwen3_5_linear_attention_v_heads(tmp_path: Path, tiny_model, layout: str) -> None:  # type: ignore[no-untyped-def]
+    """Qwen3.5 (linear_num_key_heads 2 ≠ value heads 4): llama.cpp tiles the V heads; exact both ways. The MoE
+    text model's shared expert converts (its routed experts are fused: see the Qwen3-MoE test)."""
+    model, base = _registry_base(tiny_model, layout, tmp_path / "base")
     a = peft_adapter(model, tmp_path / "p", target_modules=[*LINEAR, *LINEAR_ATTN])
     g, back = _roundtrip(tmp_path, a, str(base))
     _same_files(a, back)
     h = read_header(g)
-    assert h.kv["general.architecture"] == "qwen35"
+    assert h.kv["general.architecture"] == ("qwen35moe" if "moe" in layout else "qwen35")
+    if "moe" in layout:
+        assert "blk.0.ffn_down_shexp.weight.lora_a" in h.tensors
     assert "blk.0.attn_qkv.weight.lora_a" in h.tensors and "blk.0.attn_gate.weight.lora_b" in h.tensors
     assert "blk.0.ssm_out.weight.lora_a" in h.tensors and "blk.3.attn_q.weight.lora_a" in h.tensors
 
