@@ -53,7 +53,15 @@ def base(model_dir: str, out: str) -> None:
         cls = original(name, mmproj=mmproj)
         if mmproj:
             return cls
-        return type(cls.__name__, (cls,), {"set_vocab": lambda self: self._set_vocab_sentencepiece()})
+
+        def set_vocab(self):  # type: ignore[no-untyped-def]
+            if hasattr(
+                self, "impl"
+            ):  # a dispatching class (Mistral3Model): its implementation writes the file
+                return self.impl.set_vocab()
+            return self._set_vocab_sentencepiece()
+
+        return type(cls.__name__, (cls,), {"set_vocab": set_vocab})
 
     conv.get_model_class = sentencepiece_vocab
     sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", out, "--outtype", "f32"]
