@@ -344,3 +344,30 @@ def test_gguf_qwen3_moe_experts_stacked(tmp_path: Path, tiny_model, cli) -> None
             h.tensors[f"blk.0.ffn_{proj}_exps.weight.lora_b"],
         )
         assert a.shape[1:] == (3, n_exp) and b.shape[0] == 3 and b.shape[2] == n_exp
+
+
+def test_gguf_embedding_and_lm_head_lora(tmp_path: Path) -> None:
+    """An embedding LoRA becomes token_embd with lora_a transposed ([vocab, r] in numpy order, as llama.cpp's
+    llm_build_inp_embd reads it); an lm_head LoRA on an untied base becomes output.weight; both exact back. PEFT
+    saves the two base layers whole beside them (save_embedding_layers turns itself on): equal to the base's, they
+    are dropped when --base has the weights."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    model = generic_model("llama")
+    base = tmp_path / "base"
+    model.save_pretrained(base)
+    a = peft_adapter(model, tmp_path / "p", target_modules=["q_proj", "embed_tokens", "lm_head"])
+    src = load_file(a / "adapter_model.safetensors")
+    assert "base_model.model.lm_head.base_layer.weight" in src  # PEFT's own choice, pinned
+    g, back = _roundtrip(tmp_path, a, str(base))
+    h = read_header(g)
+    assert h.tensors["token_embd.weight.lora_a"].shape == (4, 256)  # ne: [r, vocab]
+    assert h.tensors["token_embd.weight.lora_b"].shape == (4, 64)  # ne: [r, hidden]
+    assert h.tensors["output.weight.lora_a"].shape == (64, 4) and h.tensors["output.weight.lora_b"].shape == (
+        4,
+        256,
+    )
+    got = load_file(back / "adapter_model.safetensors")
+    lora = {k: v for k, v in src.items() if "lora_" in k}
+    assert set(got) == set(lora) and all(np.array_equal(got[k], lora[k]) for k in lora)

@@ -155,6 +155,19 @@ def test_gguf_oracle_rank_pattern_and_rslora(llama, tmp_path: Path) -> None:  # 
     assert read_header(c["ours"]).kv["adapter.lora.alpha"] == 6.0
 
 
+def test_gguf_oracle_embedding_and_lm_head(llama, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """token_embd's transposed lora_a (llm_build_inp_embd) and output.weight give PEFT's logits in llama.cpp."""
+    c = _case(
+        llama,
+        tmp_path,
+        generic_model("llama"),
+        r=4,
+        lora_alpha=8,
+        target_modules=["q_proj", "embed_tokens", "lm_head"],
+    )
+    _check_logits(c)
+
+
 @pytest.mark.parametrize("layout", ["qwen3_5_text", "ministral3_text", "qwen3_moe_text"])
 def test_gguf_oracle_registry_families(llama, tmp_path: Path, tiny_model, layout: str) -> None:  # type: ignore[no-untyped-def]
     model = tiny_model(layout)
