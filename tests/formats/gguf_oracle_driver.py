@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-LLAMA_CPP = Path(sys.executable).resolve().parent.parent / "llama.cpp"
+LLAMA_CPP = Path(sys.prefix) / "llama.cpp"  # the environment's own folder (.ci/oracles/llama_cpp.sh puts them there)
 
 
 def _converters() -> None:
@@ -61,7 +61,7 @@ def base(model_dir: str, out: str) -> None:
                 return self.impl.set_vocab()
             return self._set_vocab_sentencepiece()
 
-        return type(cls.__name__, (cls,), {"set_vocab": set_vocab})
+        return type(cls.__name__, (cls,), {"set_vocab": set_vocab, "model_arch": cls.model_arch})
 
     conv.get_model_class = sentencepiece_vocab
     sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", out, "--outtype", "f32"]
