@@ -18,7 +18,9 @@ import os
 import sys
 from pathlib import Path
 
-LLAMA_CPP = Path(sys.prefix) / "llama.cpp"  # the environment's own folder (.ci/oracles/llama_cpp.sh puts them there)
+LLAMA_CPP = (
+    Path(sys.prefix) / "llama.cpp"
+)  # the environment's own folder (.ci/oracles/llama_cpp.sh puts them there)
 
 
 def _converters() -> None:
@@ -43,27 +45,41 @@ def spm(out: str) -> None:
     (Path(out) / "tokenizer.vocab").unlink()
 
 
-def base(model_dir: str, out: str) -> None:
-    _converters()
-    import convert_hf_to_gguf as conv
+def _patch_classes(vocab: bool) -> None:
+    """Wrap llama.cpp's ``get_model_class``: each converter class as it is, plus ``no_mtp`` where the class exports
+    MTP layers (convert_hf_to_gguf.py's own ``--no-mtp``; convert_lora_to_gguf.py has no such flag and asserts on a
+    config without MTP layers) and, for the base, the SentencePiece vocabulary (``vocab``)."""
+    import conversion
 
-    original = conv.get_model_class
+    original = conversion.get_model_class
 
-    def sentencepiece_vocab(name: str, mmproj: bool = False):  # type: ignore[no-untyped-def]
+    def wrapped(name: str, mmproj: bool = False):  # type: ignore[no-untyped-def]
         cls = original(name, mmproj=mmproj)
         if mmproj:
             return cls
+        attrs: dict[str, object] = {"model_arch": cls.model_arch}
+        if getattr(cls, "supports_mtp_export", False):
+            attrs["no_mtp"] = True
+        if vocab:
 
-        def set_vocab(self):  # type: ignore[no-untyped-def]
-            if hasattr(
-                self, "impl"
-            ):  # a dispatching class (Mistral3Model): its implementation writes the file
-                return self.impl.set_vocab()
-            return self._set_vocab_sentencepiece()
+            def set_vocab(self):  # type: ignore[no-untyped-def]
+                if hasattr(
+                    self, "impl"
+                ):  # a dispatching class (Mistral3Model): its implementation writes the file
+                    return self.impl.set_vocab()
+                return self._set_vocab_sentencepiece()
 
-        return type(cls.__name__, (cls,), {"set_vocab": set_vocab, "model_arch": cls.model_arch})
+            attrs["set_vocab"] = set_vocab
+        return type(cls.__name__, (cls,), attrs)
 
-    conv.get_model_class = sentencepiece_vocab
+    conversion.get_model_class = wrapped
+
+
+def base(model_dir: str, out: str) -> None:
+    _converters()
+    _patch_classes(vocab=True)
+    import convert_hf_to_gguf as conv
+
     sys.argv = ["convert_hf_to_gguf.py", model_dir, "--outfile", out, "--outtype", "f32"]
     conv.main()
 
@@ -72,6 +88,7 @@ def lora(adapter: str, base_dir: str, out: str) -> None:
     import runpy
 
     _converters()
+    _patch_classes(vocab=False)
     sys.argv = ["convert_lora_to_gguf.py", adapter, "--base", base_dir, "--outfile", out, "--outtype", "f32"]
     runpy.run_path(str(LLAMA_CPP / "convert_lora_to_gguf.py"), run_name="__main__")
 
