@@ -129,6 +129,13 @@ def _anchor(llama: dict[str, Path], c: dict[str, Any], tmp: Path) -> None:
         assert np.array_equal(np.asarray(t.data), np.asarray(u.data)), name
     alpha = next(f for f in b.fields.values() if f.name == "adapter.lora.alpha")
     assert float(alpha.parts[-1][0]) == read_header(c["ours"]).kv["adapter.lora.alpha"]
+    # and the script's file (no adapterdoc metadata) comes back to PEFT's tensors through llama.cpp's name map
+    from safetensors.numpy import load_file
+
+    fmt.to_peft(theirs, tmp / "theirs-peft", base=str(c["base_dir"]), outtype=None)
+    src = load_file(c["adapter"] / "adapter_model.safetensors")
+    got = load_file(tmp / "theirs-peft" / "adapter_model.safetensors")
+    assert set(got) == set(src) and all(np.array_equal(got[k], src[k]) for k in src)
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
