@@ -97,34 +97,31 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
     tensors: dict[str, tuple[Any, str]] = {}
     ranks: dict[str, int] = {}
     mm = np.memmap(src, dtype=np.uint8, mode="r")
-    if True:
-        for gname, ab in sorted(pairs.items()):
-            a, ka, na = _tensor(src, mm, header, ab["a"])
-            b, kb, nb = _tensor(src, mm, header, ab["b"])
-            notes += na + nb
-            modules = _modules(src, gname, prov, nmap, config, a.ndim == 3, a.shape[0] if a.ndim == 3 else 0)
-            stacked = a.ndim == 3
-            for i, module in enumerate(modules):
-                ai, bi = (a[i], b[i]) if stacked else (a, b)
-                text = module.replace("language_model.", "")
-                embedding = gname.startswith("token_embd.")
-                if embedding:
-                    ai = np.ascontiguousarray(ai.T)
-                else:
-                    rw = names.rewrites_for(arch, hp, text, bi.shape[0], ai.shape[1])
-                    ai, bi = names.apply(rw, ai, bi, inverse=True)
-                role_a, role_b = (
-                    ("lora_embedding_A", "lora_embedding_B")
-                    if embedding
-                    else ("lora_A.weight", "lora_B.weight")
-                )
-                tensors[f"base_model.model.{module}.{role_a}"] = convert_dtype(
-                    np.ascontiguousarray(ai), ka, outtype
-                )
-                tensors[f"base_model.model.{module}.{role_b}"] = convert_dtype(
-                    np.ascontiguousarray(bi), kb, outtype
-                )
-                ranks[module] = int(ai.shape[0])
+    for gname, ab in sorted(pairs.items()):
+        a, ka, na = _tensor(src, mm, header, ab["a"])
+        b, kb, nb = _tensor(src, mm, header, ab["b"])
+        notes += na + nb
+        modules = _modules(src, gname, prov, nmap, config, a.ndim == 3, a.shape[0] if a.ndim == 3 else 0)
+        stacked = a.ndim == 3
+        for i, module in enumerate(modules):
+            ai, bi = (a[i], b[i]) if stacked else (a, b)
+            text = module.replace("language_model.", "")
+            embedding = gname.startswith("token_embd.")
+            if embedding:
+                ai = np.ascontiguousarray(ai.T)
+            else:
+                rw = names.rewrites_for(arch, hp, text, bi.shape[0], ai.shape[1])
+                ai, bi = names.apply(rw, ai, bi, inverse=True)
+            role_a, role_b = (
+                ("lora_embedding_A", "lora_embedding_B") if embedding else ("lora_A.weight", "lora_B.weight")
+            )
+            tensors[f"base_model.model.{module}.{role_a}"] = convert_dtype(
+                np.ascontiguousarray(ai), ka, outtype
+            )
+            tensors[f"base_model.model.{module}.{role_b}"] = convert_dtype(
+                np.ascontiguousarray(bi), kb, outtype
+            )
+            ranks[module] = int(ai.shape[0])
     cfg_text = (
         prov["adapter_config_json"] if prov else json.dumps(_config(ranks, alpha, base), indent=2) + "\n"
     )

@@ -383,29 +383,26 @@ def write_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) -
     kinds: set[str] = set()
     rewritten = 0
     mm = np.memmap(st_path, dtype=np.uint8, mode="r")
-    if True:
-        for pl in planned:
-            arrays = []
-            for p in pl.pairs:
-                a, b = _array(mm, header, p.a), _array(mm, header, p.b)
-                if p.embedding:
-                    a = np.ascontiguousarray(
-                        a.T
-                    )  # llama.cpp's llm_build_inp_embd takes token_embd's lora_a as [vocab, r]
-                a, b = names.apply(pl.rewrites, a, b)
-                arrays.append((a, p.a.dtype, b, p.b.dtype))
-            rewritten += bool(pl.rewrites)
-            if len(arrays) == 1:
-                a, ka, b, kb = arrays[0]
-            else:
-                a, b = np.stack([x[0] for x in arrays]), np.stack([x[2] for x in arrays])
-                ka, kb = arrays[0][1], arrays[0][3]
-            for suffix, arr, kind in ((".lora_a", a, ka), (".lora_b", b, kb)):
-                arr, kind = convert_dtype(arr, kind, outtype)
-                kinds.add(kind)
-                raw = gguf.GGMLQuantizationType.BF16 if kind == "BF16" else None
-                w.add_tensor(pl.gguf + suffix, np.ascontiguousarray(arr), raw_dtype=raw)
-        _write(w, out, atomic_writer)
+    for pl in planned:
+        arrays = []
+        for p in pl.pairs:
+            a, b = _array(mm, header, p.a), _array(mm, header, p.b)
+            if p.embedding:  # llama.cpp's llm_build_inp_embd takes token_embd's lora_a as [vocab, r]
+                a = np.ascontiguousarray(a.T)
+            a, b = names.apply(pl.rewrites, a, b)
+            arrays.append((a, p.a.dtype, b, p.b.dtype))
+        rewritten += bool(pl.rewrites)
+        if len(arrays) == 1:
+            a, ka, b, kb = arrays[0]
+        else:
+            a, b = np.stack([x[0] for x in arrays]), np.stack([x[2] for x in arrays])
+            ka, kb = arrays[0][1], arrays[0][3]
+        for suffix, arr, kind in ((".lora_a", a, ka), (".lora_b", b, kb)):
+            arr, kind = convert_dtype(arr, kind, outtype)
+            kinds.add(kind)
+            raw = gguf.GGMLQuantizationType.BF16 if kind == "BF16" else None
+            w.add_tensor(pl.gguf + suffix, np.ascontiguousarray(arr), raw_dtype=raw)
+    _write(w, out, atomic_writer)
     if rewritten:
         notes.append(f"{rewritten} pairs permuted as llama.cpp permutes the base ({arch.arch})")
     notes.append(f"tensor dtype {', '.join(sorted(kinds))}; adapter.lora.alpha = {alpha:g}")
