@@ -1,5 +1,242 @@
-"""AD8xx codes of the GGUF format (see :mod:`adapterdoc.codes.convert`)."""
+"""AD8xx codes of the GGUF format (see :mod:`adapterdoc.codes.convert`).
+
+AD850-AD869: ``verify ADAPTER.gguf --base MODEL.gguf``, one per way llama.cpp's ``llama_adapter_lora_init`` fails
+("failed to apply lora adapter: ...", ``src/llama-adapter.cpp``) or silently does less than asked.
+AD870-AD889: what ``convert --to gguf`` refuses (exit 3), because llama.cpp's LoRA cannot hold it.
+"""
 
 from adapterdoc.codes import Code
 
-CODES: list[Code] = []
+_LOAD = (
+    "llama.cpp refuses the whole adapter at load ('failed to apply lora adapter: {}'), so nothing is served."
+)
+
+CODES: list[Code] = [
+    Code(
+        "AD850",
+        "gguf-not-an-adapter",
+        "error",
+        "The GGUF file's `general.type` is not `adapter`: llama.cpp does not read it as a LoRA adapter.",
+        _LOAD.format("expect general.type to be 'adapter', but got: model"),
+        "passing a base model GGUF (or a merged model) as --lora",
+        "Pass the LoRA GGUF (`adapterdoc convert ADAPTER --to gguf --base BASE` writes one); a merged model is "
+        "loaded as the model, not as an adapter.",
+    ),
+    Code(
+        "AD851",
+        "gguf-adapter-type-not-lora",
+        "error",
+        "`adapter.type` is missing or not `lora` (a control vector or another adapter kind).",
+        _LOAD.format("expect adapter.type to be 'lora', but got: ..."),
+        "adapter.type = control_vector",
+        "Use a LoRA GGUF; control vectors load with --control-vector, not --lora.",
+    ),
+    Code(
+        "AD852",
+        "gguf-architecture-mismatch",
+        "error",
+        "The adapter's `general.architecture` differs from the base GGUF's.",
+        _LOAD.format("model arch and LoRA arch mismatch"),
+        "adapter general.architecture = llama, base = qwen3 (converted against the wrong config.json)",
+        "Convert the adapter again with --base the config.json of the model the base GGUF was made from.",
+    ),
+    Code(
+        "AD853",
+        "gguf-unexpected-tensor",
+        "error",
+        "A tensor's name ends in neither `.lora_a`, `.lora_b` nor `_norm.weight`.",
+        _LOAD.format("LoRA tensor 'rope_freqs.weight' has unexpected suffix"),
+        "rope_freqs.weight written into the adapter by an old convert_lora_to_gguf.py (llama.cpp#9114)",
+        "Convert the PEFT adapter again with `adapterdoc convert ADAPTER --to gguf`, which writes only LoRA pairs.",
+    ),
+    Code(
+        "AD854",
+        "gguf-pair-incomplete",
+        "error",
+        "A `.lora_a` has no `.lora_b` of the same base tensor (or the reverse).",
+        _LOAD.format("LoRA tensor pair for 'blk.0.attn_q.weight' is missing one component"),
+        "blk.0.attn_q.weight.lora_a without blk.0.attn_q.weight.lora_b",
+        "The file was cut or edited; convert the PEFT adapter again.",
+    ),
+    Code(
+        "AD855",
+        "gguf-target-missing",
+        "error",
+        "A LoRA pair's base tensor does not exist in the base GGUF.",
+        _LOAD.format(
+            "LoRA tensor 'output.weight' does not exist in base model (hint: maybe wrong base model?)"
+        ),
+        "output.weight.lora_a on a base whose output is tied to token_embd; blk.0.attn_q.weight on a base "
+        "converted with --fuse-qkv (it has blk.0.attn_qkv.weight)",
+        "Use the base GGUF of the model the adapter was trained on; reconvert a --fuse-qkv base without it; "
+        "drop an lm_head LoRA on a tied base.",
+    ),
+    Code(
+        "AD856",
+        "gguf-shape-mismatch",
+        "error",
+        "`lora_a`'s input size or `lora_b`'s output size differs from the base tensor's.",
+        _LOAD.format("tensor 'blk.0.attn_q.weight' has incorrect shape (hint: maybe wrong base model?)"),
+        "lora_a ne [64, 8] on a base tensor of ne [128, 128] (a different model size)",
+        "Use the base GGUF of the model size the adapter was trained on.",
+    ),
+    Code(
+        "AD857",
+        "gguf-lora-a-not-transposed",
+        "error",
+        "`lora_a`'s rank dimension does not match `lora_b`'s (`a.ne[1] != b.ne[0]`).",
+        _LOAD.format(
+            'lora_a tensor is not transposed (hint: adapter from "finetune" example is no longer supported)'
+        ),
+        "an adapter from llama.cpp's removed finetune example, or a hand-written file with lora_a as [r, in] in ne",
+        "Convert the PEFT adapter with `adapterdoc convert --to gguf` (lora_a holds PEFT's lora_A bytes: ne [in, r]).",
+    ),
+    Code(
+        "AD858",
+        "gguf-alpha-missing",
+        "warning",
+        "`adapter.lora.alpha` is missing or 0: llama.cpp then scales each pair by 1, not by alpha / rank.",
+        "A PEFT adapter scaled by lora_alpha / r = 2 runs at half strength (or a zero-alpha adapter at full "
+        "strength): outputs differ from PEFT's with no error.",
+        "no adapter.lora.alpha key; lora_alpha 16, r 8 in PEFT",
+        "Convert again with `adapterdoc convert ADAPTER --to gguf`, which writes the alpha that reproduces PEFT's "
+        "scaling.",
+    ),
+    Code(
+        "AD859",
+        "gguf-data-out-of-bounds",
+        "error",
+        "A tensor's data would end past the end of the file (the file is truncated).",
+        _LOAD.format("LoRA tensor '...' data is not within the file bounds, file is corrupted or incomplete"),
+        "a download cut short",
+        "Download or convert the adapter again.",
+    ),
+    Code(
+        "AD860",
+        "gguf-norm-ignored",
+        "warning",
+        "The adapter carries `*_norm.weight` vectors, which llama.cpp skips at load.",
+        "mergekit-extract-lora writes trained norms into the adapter; llama.cpp loads the adapter without them, so "
+        "the served model differs from the trained one.",
+        "blk.0.attn_norm.weight in the adapter",
+        "Merge the adapter into the base (`adapterdoc merge`) and convert the merged model, if the norms matter.",
+    ),
+    Code(
+        "AD861",
+        "gguf-base-not-a-model",
+        "error",
+        "The --base GGUF is itself an adapter (or not a GGUF model).",
+        "llama.cpp needs the model file as -m and the adapter as --lora; two adapters load nothing.",
+        "verify a.gguf --base b-lora.gguf",
+        "Pass the base model's GGUF (convert_hf_to_gguf.py's output) as --base.",
+    ),
+    Code(
+        "AD862",
+        "gguf-scale",
+        "info",
+        "The scale llama.cpp applies to each pair: alpha / rank (rank from lora_b).",
+        "llama.cpp has one alpha per adapter; pairs of different ranks get different scales, which is PEFT's "
+        "alpha / r with a rank_pattern, but not an alpha_pattern.",
+        "alpha 16: r=8 pairs ×2.0, r=16 pairs ×1.0",
+        "Nothing to do; compare with the PEFT adapter's scaling if outputs differ.",
+    ),
+    Code(
+        "AD870",
+        "gguf-architecture-unsupported",
+        "error",
+        "`convert --to gguf` has no llama.cpp architecture for the base's `architectures[0]`.",
+        "llama.cpp's tensor names and its per-architecture permutations depend on the architecture; guessing one "
+        "writes an adapter that loads and computes the wrong thing, or fails at load.",
+        "ModernBertForMaskedLM (an encoder; no LoRA path in llama.cpp)",
+        "Use a supported family (see docs/runtimes-gguf.md) or merge the adapter and convert the merged model.",
+    ),
+    Code(
+        "AD871",
+        "gguf-dora",
+        "error",
+        "The adapter is DoRA (`use_dora` or `lora_magnitude_vector` tensors); llama.cpp's LoRA has no magnitude.",
+        "Dropping the magnitude serves a different model without an error.",
+        "use_dora: true",
+        "Merge the adapter into the base (`adapterdoc merge`) and convert the merged model with convert_hf_to_gguf.py.",
+    ),
+    Code(
+        "AD872",
+        "gguf-whole-weights",
+        "error",
+        "The adapter holds whole weights (modules_to_save, a resized or saved embedding, trainable tokens) that "
+        "differ from the base's, or that cannot be compared without the base's weights.",
+        "llama.cpp's LoRA holds only lora_a/lora_b pairs; convert_lora_to_gguf.py stops at them ('Unexpected name "
+        "base_model.model.lm_head.weight: Not a lora_A or lora_B tensor', llama.cpp#11554).",
+        "base_model.model.lm_head.weight after a vocabulary resize",
+        "Copies equal to the base are dropped when --base has the weights; otherwise merge the adapter "
+        "(`adapterdoc merge`) and convert the merged model.",
+    ),
+    Code(
+        "AD873",
+        "gguf-bias",
+        "error",
+        "The adapter has bias tensors (`bias: all|lora_only`, `lora_bias`), which llama.cpp's LoRA cannot hold.",
+        "Dropping them changes outputs silently.",
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_B.bias",
+        "Merge the adapter and convert the merged model, or train with bias='none' and lora_bias=False.",
+    ),
+    Code(
+        "AD874",
+        "gguf-fused-experts",
+        "error",
+        "The expert LoRA is PEFT's fused form (`target_parameters`), not one LoRA per expert.",
+        "llama.cpp stacks one lora_a/lora_b per expert into `ffn_*_exps` tensors; the fused form's shared rank "
+        "layout has no GGUF spelling.",
+        "target_parameters: [mlp.experts.gate_up_proj, mlp.experts.down_proj]",
+        "`adapterdoc remap ADAPTER --experts per-expert --out DIR`, then convert DIR.",
+    ),
+    Code(
+        "AD875",
+        "gguf-scaling-not-expressible",
+        "error",
+        "PEFT's per-module scalings cannot all be written as one `adapter.lora.alpha` over each pair's rank.",
+        "llama.cpp scales every pair by alpha / rank with one alpha: an alpha_pattern, or rsLoRA with several "
+        "ranks, would be served at the wrong strength (convert_lora_to_gguf.py ignores both); alpha 0 reads as "
+        "scale 1.",
+        "alpha_pattern {'q_proj': 32} with lora_alpha 16",
+        "Use one lora_alpha (with rsLoRA: one rank), or merge the adapter and convert the merged model.",
+    ),
+    Code(
+        "AD876",
+        "gguf-tied-lm-head",
+        "error",
+        "The adapter has a LoRA on `lm_head` but the base ties its output to the embedding.",
+        "The GGUF base then has no output.weight, and llama.cpp fails at load ('does not exist in base model'); "
+        "convert_lora_to_gguf.py stops with 'lm_head is present in adapter, but is ignored in base model'.",
+        "tie_word_embeddings: true and lm_head in target_modules",
+        "Drop the lm_head LoRA, or merge the adapter and convert the merged model.",
+    ),
+    Code(
+        "AD877",
+        "gguf-tower-modules",
+        "error",
+        "The adapter adapts a vision or audio tower, which a GGUF LoRA cannot reach.",
+        "llama.cpp converts a VL model's tower into a separate mmproj file and applies LoRA to the text model only.",
+        "base_model.model.model.visual.blocks.0.attn.qkv.lora_A.weight",
+        "Train the text part only (exclude the tower), or merge the adapter and convert the merged model.",
+    ),
+    Code(
+        "AD878",
+        "gguf-partial-experts",
+        "error",
+        "Expert LoRA covers only some experts of a layer (or with different ranks).",
+        "llama.cpp stacks every expert's lora_a/lora_b into one [E, ...] tensor; convert_lora_to_gguf.py stops "
+        "with 'Unprocessed experts'.",
+        "LoRA on experts 0-3 of 8",
+        "Target every expert with one rank, or merge the adapter.",
+    ),
+    Code(
+        "AD879",
+        "gguf-module-unmapped",
+        "error",
+        "A LoRA module has no tensor in llama.cpp's name map for the architecture.",
+        "llama.cpp would not find the tensor at load ('Can not map tensor' in its converter).",
+        "a LoRA on a module llama.cpp fuses or drops (rotary, router of an unsupported kind)",
+        "Drop that module from the adapter, or merge the adapter and convert the merged model.",
+    ),
+]

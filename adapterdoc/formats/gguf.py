@@ -1,0 +1,119 @@
+"""GGUF LoRA adapters as llama.cpp reads them (``llama_adapter_lora_init``): detect, describe, PEFT ⇄ GGUF.
+
+A GGUF LoRA is one file: ``general.type = adapter``, ``adapter.type = lora``, ``general.architecture`` (the base's),
+``adapter.lora.alpha`` (one float for the whole adapter: llama.cpp scales each pair by ``alpha / rank``, the rank read
+from ``lora_b``) and tensors ``<base tensor>.lora_a`` / ``.lora_b``, whose bytes are PEFT's ``lora_A`` / ``lora_B``
+(ggml's ``ne`` is numpy's shape reversed), after llama.cpp's per-architecture permutations (``gguf_names``).
+Writing needs the base's ``config.json`` only. Detection and description are header-only and need neither numpy
+nor the ``gguf`` package (``gguf_header``); conversion needs the ``gguf`` extra. PEFT → GGUF is split out in
+``gguf_write`` (refusals first, then one atomic write); GGUF → PEFT in ``gguf_read``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from adapterdoc.errors import AdapterdocError
+from adapterdoc.formats import Converted, Detection
+from adapterdoc.formats.gguf_header import PROVENANCE, GgufHeader, is_gguf, lora_pairs, read_header
+
+NAME = "gguf"
+__all__ = ["NAME", "describe", "describe_lines", "detect", "from_peft", "lora_pairs", "to_peft"]
+
+
+def _evidence(header: GgufHeader) -> list[str]:
+    ev = [f"GGUF magic, version {header.version}"]
+    for key in ("general.type", "adapter.type", "general.architecture", "adapter.lora.alpha"):
+        if key in header.kv:
+            ev.append(f"{key} = {header.kv[key]}")
+    pairs = lora_pairs(header)
+    if pairs:
+        ev.append(f"{len(pairs)} tensor pairs *.lora_a / *.lora_b")
+    return ev
+
+
+def detect(path: Path) -> Detection | None:
+    """A GGUF file that llama.cpp would read as a LoRA adapter (``general.type = adapter`` or lora_a/lora_b
+    tensors), with the keys that decided it; ``None`` for anything else, a GGUF model included."""
+    p = Path(path)
+    if not is_gguf(p):
+        return None
+    try:
+        header = read_header(p)
+    except AdapterdocError:
+        return Detection(NAME, ("GGUF magic", "header unreadable (convert or verify names why)"))
+    if header.get_str("general.type") != "adapter" and not lora_pairs(header):
+        return None
+    return Detection(NAME, tuple(_evidence(header)))
+
+
+def describe(path: Path) -> dict[str, Any]:
+    """What ``inspect`` shows of a GGUF file (adapter or model), header-only: format, evidence, architecture,
+    alpha, pairs with their ranks and ggml shapes, and the PEFT scaling each pair gets in llama.cpp."""
+    header = read_header(path)
+    pairs = lora_pairs(header)
+    alpha = header.kv.get("adapter.lora.alpha")
+    rows = []
+    for base, ab in sorted(pairs.items()):
+        a, b = ab["a"], ab["b"]
+        rank = b.shape[0] if b is not None and b.shape else None
+        scale = (alpha / rank if alpha else 1.0) if rank else None
+        rows.append(
+            {
+                "tensor": base,
+                "rank": rank,
+                "lora_a": list(a.shape) if a else None,
+                "lora_b": list(b.shape) if b else None,
+                "dtype": (a or b).type_name,
+                "scale": scale,
+            }
+        )
+    ranks = Counter(r["rank"] for r in rows if r["rank"] is not None)
+    others = [t for t in header.tensors if not t.endswith((".lora_a", ".lora_b"))]
+    return {
+        "format": NAME,
+        "path": str(path),
+        "evidence": _evidence(header),
+        "general_type": header.get_str("general.type"),
+        "architecture": header.get_str("general.architecture"),
+        "adapter_type": header.get_str("adapter.type"),
+        "alpha": alpha,
+        "tensors": len(header.tensors),
+        "pairs": rows,
+        "ranks": dict(sorted(ranks.items())),
+        "other_tensors": others,
+        "written_by_adapterdoc": PROVENANCE in header.kv,
+    }
+
+
+def describe_lines(path: Path) -> list[str]:
+    """:func:`describe` as plain text lines (for a human ``inspect``)."""
+    d = describe(path)
+    ranks = ", ".join(f"r={r} ×{n}" for r, n in d["ranks"].items()) or "none"
+    lines = [
+        f"format: GGUF LoRA ({'; '.join(d['evidence'])})",
+        f"architecture: {d['architecture']}  alpha: {d['alpha']}  pairs: {len(d['pairs'])}  ranks: {ranks}",
+    ]
+    for row in d["pairs"]:
+        lines.append(
+            f"  {row['tensor']}: lora_a {row['lora_a']} lora_b {row['lora_b']} {row['dtype']} scale {row['scale']}"
+        )
+    if d["other_tensors"]:
+        lines.append(f"other tensors (llama.cpp skips *_norm.weight, refuses the rest): {d['other_tensors']}")
+    return lines
+
+
+def from_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
+    """PEFT adapter folder → one GGUF LoRA file at ``out`` (see :mod:`adapterdoc.formats.gguf_write`)."""
+    from adapterdoc.formats.gguf_write import write_gguf
+
+    return write_gguf(Path(src), Path(out), base=base, outtype=outtype)
+
+
+def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
+    """GGUF LoRA file → PEFT adapter folder at ``out`` (see :mod:`adapterdoc.formats.gguf_read`)."""
+    from adapterdoc.formats.gguf_read import read_gguf
+
+    return read_gguf(Path(src), Path(out), base=base, outtype=outtype)

@@ -1,0 +1,209 @@
+"""GGUF LoRA → PEFT adapter folder: the inverse of ``gguf_write``, exact (bytes kept where the dtype is kept).
+
+Module paths and the PEFT config come from the ``adapterdoc.peft.source`` metadata when adapterdoc wrote the file;
+otherwise from llama.cpp's name map (``gguf_names.NameMap.to_hf``), with ``lora_alpha = adapter.lora.alpha`` (PEFT's
+``alpha / r`` is then llama.cpp's ``alpha / rank`` for every pair) and the ranks from the tensors. The
+per-architecture permutations need the head counts, so architectures that permute need ``--base``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.formats import Converted
+from adapterdoc.formats import gguf_names as names
+from adapterdoc.formats.gguf_header import PROVENANCE, GgufHeader, lora_pairs, read_header
+from adapterdoc.formats.gguf_write import base_config, convert_dtype
+from adapterdoc.layouts import gguf as facts
+
+_KIND = {0: "F32", 1: "F16", 30: "BF16"}
+_NP = {"F32": "float32", "F16": "float16", "BF16": "uint16"}
+
+
+def _arch_for(src: Path, name: str | None) -> facts.GgufArch:
+    for arch in facts.ARCHES.values():
+        if names.arch_name(arch) == name:
+            return arch
+    raise UnsupportedInputError(str(src), f"general.architecture {name!r} is not one adapterdoc converts")
+
+
+def _tensor(src: Path, mm: Any, header: GgufHeader, t: Any) -> tuple[Any, str, list[str]]:
+    """(numpy array in numpy shape order, kind, notes) of one GGUF tensor."""
+    import numpy as np
+
+    start = header.data_start + t.offset
+    kind = _KIND.get(t.type_id)
+    if kind is not None:
+        arr = mm[start : start + t.nbytes].view(_NP[kind]).reshape(t.np_shape)
+        return arr, kind, []
+    gguf = names.gguf_package()
+    try:
+        qtype = gguf.GGMLQuantizationType(t.type_id)
+        n = t.nbytes
+        if n is None:
+            raise ValueError
+        raw = np.asarray(mm[start : start + n])
+        arr = gguf.quants.dequantize(raw.reshape(*t.np_shape[:-1], -1), qtype).reshape(t.np_shape)
+    except (ValueError, NotImplementedError) as e:
+        raise UnsupportedInputError(
+            str(src), f"`{t.name}` is {t.type_name}, which adapterdoc cannot decode"
+        ) from e
+    return arr.astype(np.float32), "F32", [f"`{t.name}` dequantized from {t.type_name} to F32"]
+
+
+def _wrapper(config: dict[str, Any] | None) -> bool:
+    """Whether the base is a VL wrapper whose text model sits under ``model.language_model.``."""
+    return bool(config and isinstance(config.get("text_config"), dict))
+
+
+def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
+    import numpy as np
+
+    header = read_header(src)
+    if header.get_str("general.type") != "adapter" or header.get_str("adapter.type") != "lora":
+        raise UnsupportedInputError(
+            str(src), "not a GGUF LoRA adapter (general.type must be 'adapter', adapter.type 'lora')"
+        )
+    pairs = lora_pairs(header)
+    extra = [t for t in header.tensors if not t.endswith((".lora_a", ".lora_b"))]
+    if extra:
+        raise UnsupportedInputError(
+            str(src),
+            f"holds tensors that are not LoRA pairs ({', '.join(extra[:4])}): PEFT cannot hold them as LoRA",
+        )
+    for name, ab in pairs.items():
+        if ab["a"] is None or ab["b"] is None:
+            raise UnsupportedInputError(str(src), f"`{name}` has only one of lora_a / lora_b (AD854)")
+    arch = _arch_for(src, header.get_str("general.architecture"))
+    alpha = header.kv.get("adapter.lora.alpha")
+    prov = json.loads(header.kv[PROVENANCE]) if isinstance(header.kv.get(PROVENANCE), str) else None
+    if prov is not None and set(prov.get("modules", {})) != set(pairs):
+        prov = None  # the tensors were edited after adapterdoc wrote them: the name map decides
+    config = base_config(base)
+    hp = names.text_hparams(config) if config else None
+    if hp is None and prov is None:
+        raise UnsupportedInputError(
+            str(src),
+            "--base is needed (the base's config.json): it names the modules and undoes llama.cpp's permutations",
+        )
+    if hp is None:
+        hp = names.text_hparams(prov.get("hparams") or {})
+    nmap = names.NameMap(arch, names.block_count(hp)) if "num_hidden_layers" in hp else None
+    notes: list[str] = []
+    tensors: dict[str, tuple[Any, str]] = {}
+    ranks: dict[str, int] = {}
+    mm = np.memmap(src, dtype=np.uint8, mode="r")
+    for gname, ab in sorted(pairs.items()):
+        a, ka, na = _tensor(src, mm, header, ab["a"])
+        b, kb, nb = _tensor(src, mm, header, ab["b"])
+        notes += na + nb
+        modules = _modules(src, gname, prov, nmap, config, a.ndim == 3, a.shape[0] if a.ndim == 3 else 0)
+        stacked = a.ndim == 3
+        for i, module in enumerate(modules):
+            ai, bi = (a[i], b[i]) if stacked else (a, b)
+            text = module.replace("language_model.", "")
+            embedding = gname.startswith("token_embd.")
+            if embedding:
+                ai = np.ascontiguousarray(ai.T)
+            else:
+                rw = names.rewrites_for(arch, hp, text, bi.shape[0], ai.shape[1])
+                ai, bi = names.apply(rw, ai, bi, inverse=True)
+            role_a, role_b = (
+                ("lora_embedding_A", "lora_embedding_B") if embedding else ("lora_A.weight", "lora_B.weight")
+            )
+            tensors[f"base_model.model.{module}.{role_a}"] = convert_dtype(
+                np.ascontiguousarray(ai), ka, outtype
+            )
+            tensors[f"base_model.model.{module}.{role_b}"] = convert_dtype(
+                np.ascontiguousarray(bi), kb, outtype
+            )
+            ranks[module] = int(ai.shape[0])
+    cfg_text = (
+        prov["adapter_config_json"] if prov else json.dumps(_config(ranks, alpha, base), indent=2) + "\n"
+    )
+    metadata = prov.get("metadata") if prov else {"format": "pt"}
+    order = prov.get("order") if prov else None
+    _write_peft(out, cfg_text, metadata, tensors, order if order and set(order) == set(tensors) else None)
+    notes.append(
+        "config and module paths from adapterdoc's metadata"
+        if prov
+        else "module paths from llama.cpp's name map"
+    )
+    return Converted("gguf", "peft", out, len(tensors), tuple(notes))
+
+
+def _modules(
+    src: Path, gname: str, prov: dict[str, Any] | None, nmap: Any, config: Any, stacked: bool, n_exp: int
+) -> list[str]:
+    if prov is not None:
+        return list(prov["modules"][gname])
+    hf = nmap.to_hf(gname) if nmap is not None else None
+    if hf is None:
+        raise UnsupportedInputError(
+            str(src), f"`{gname}`: no Hugging Face module maps to it in llama.cpp's name map"
+        )
+    if _wrapper(config) and hf.startswith(facts.TEXT_PREFIX):
+        hf = facts.WRAPPED_TEXT_PREFIX + hf[len(facts.TEXT_PREFIX) :]
+    if stacked:
+        seg = facts.EXPERT_SEGMENT
+        head, _, proj = hf.rpartition(".")
+        if not head.endswith(seg):
+            raise UnsupportedInputError(str(src), f"`{gname}` is stacked but is not an expert tensor")
+        return [f"{head}.{e}.{proj}" for e in range(n_exp)]
+    return [hf]
+
+
+def _config(ranks: dict[str, int], alpha: Any, base: str | None) -> dict[str, Any]:
+    """A PEFT LoRA config whose scaling of every module equals llama.cpp's ``alpha / rank``."""
+    common = Counter(ranks.values()).most_common(1)[0][0]
+    leaves = sorted({m.rsplit(".", 1)[-1] for m in ranks})
+    return {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base,
+        "r": common,
+        "lora_alpha": float(alpha) if alpha else float(common),
+        "rank_pattern": {m: r for m, r in sorted(ranks.items()) if r != common},
+        "alpha_pattern": {},
+        "target_modules": leaves,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "use_rslora": False,
+        "use_dora": False,
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+    }
+
+
+_ST_DTYPE = {"F32": "F32", "F16": "F16", "BF16": "BF16"}
+
+
+def _write_peft(
+    out: Path, cfg_text: str, metadata: Any, tensors: dict[str, tuple[Any, str]], order: list[str] | None
+) -> None:
+    """``adapter_config.json`` + ``adapter_model.safetensors`` (the source's tensor order when known, else
+    safetensors' own: largest dtype first, then by name) into a temp folder beside ``out``, swapped in atomically."""
+    from adapterdoc.st.atomic import atomic_folder
+    from adapterdoc.st.header import TensorInfo, serialize_header
+    from adapterdoc.st.rewrite import aligned_length, padded
+
+    order = order or sorted(tensors, key=lambda k: (-tensors[k][0].dtype.itemsize, k))
+    infos, pos = [], 0
+    for k in order:
+        arr, kind = tensors[k]
+        infos.append(TensorInfo(k, _ST_DTYPE[kind], tuple(arr.shape), pos, pos + arr.nbytes))
+        pos += arr.nbytes
+    body = serialize_header(metadata, infos)
+    head = padded(body, aligned_length(body))
+    with atomic_folder(str(out)) as tmp:
+        with open(Path(tmp) / "adapter_model.safetensors", "wb") as f:
+            f.write(len(head).to_bytes(8, "little"))
+            f.write(head)
+            for k in order:
+                f.write(tensors[k][0].tobytes())
+        with open(Path(tmp) / "adapter_config.json", "w", encoding="utf-8", newline="") as f:
+            f.write(cfg_text)

@@ -1,0 +1,233 @@
+"""``verify ADAPTER.gguf --base MODEL.gguf``: llama.cpp's LoRA load checks, header-only, as findings with the fix.
+
+Mirrors ``llama_adapter_lora_init_impl`` (llama.cpp ``src/llama-adapter.cpp``, vendored in llama-cpp-python
+0.3.36) in its order: ``general.type``, ``general.architecture``, ``adapter.type``, ``adapter.lora.alpha``, the tensor
+suffixes, the pairs, each pair's base tensor and shape, the rank dimension, the data bounds. Each refusal there
+("failed to apply lora adapter: ...") is an error finding here; what llama.cpp accepts but serves differently from
+PEFT (no alpha, skipped norms) is a warning. Reads no tensor data, needs neither numpy nor the ``gguf`` package.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.formats.gguf_header import (
+    GgufHeader,
+    GgufTensor,
+    is_gguf,
+    lora_pairs,
+    out_of_bounds,
+    read_header,
+)
+from adapterdoc.report.findings import Finding, make
+
+CONVERT = "adapterdoc convert ADAPTER --to gguf --base BASE_CONFIG"
+
+
+def read_base(base: Path) -> GgufHeader:
+    """The --base GGUF's header; a base that is not a GGUF file is exit 3 (a GGUF adapter needs a GGUF model)."""
+    if not is_gguf(base):
+        raise UnsupportedInputError(
+            str(base), "verify of a GGUF adapter takes the base model's GGUF file as --base (llama.cpp's -m)"
+        )
+    return read_header(base)
+
+
+def verify_gguf(adapter: Path, base: Path | None) -> list[Finding]:
+    """Findings for the GGUF LoRA ``adapter`` on the GGUF model ``base`` (without a base: the file's own checks)."""
+    path = str(adapter)
+    a = read_header(adapter)
+    out: list[Finding] = []
+    gtype = a.get_str("general.type")
+    if gtype != "adapter":
+        out.append(
+            make(
+                "AD850",
+                f"general.type is {gtype!r}, not 'adapter': llama.cpp refuses it as a LoRA",
+                key="general.type",
+                path=path,
+                hint="pass the LoRA GGUF; " + CONVERT + " writes one",
+            )
+        )
+    b: GgufHeader | None = None
+    if base is not None:
+        b = read_base(base)
+        if b.get_str("general.type") == "adapter" or lora_pairs(b):
+            out.append(
+                make(
+                    "AD861",
+                    f"the base {base} is a LoRA adapter, not a model",
+                    path=str(base),
+                    hint="pass the base model's GGUF (convert_hf_to_gguf.py's output) as --base",
+                )
+            )
+            b = None
+    arch = a.get_str("general.architecture")
+    if b is not None and arch != b.get_str("general.architecture"):
+        out.append(
+            make(
+                "AD852",
+                f"adapter architecture {arch!r}, base {b.get_str('general.architecture')!r}: llama.cpp refuses "
+                "('model arch and LoRA arch mismatch')",
+                key="general.architecture",
+                path=path,
+                hint=f"convert the adapter again against the base's own config.json: {CONVERT}",
+            )
+        )
+    atype = a.get_str("adapter.type")
+    if atype != "lora":
+        out.append(
+            make(
+                "AD851",
+                f"adapter.type is {atype!r}, not 'lora'",
+                key="adapter.type",
+                path=path,
+                hint="a control vector loads with --control-vector; a LoRA needs adapter.type = lora",
+            )
+        )
+    alpha = a.kv.get("adapter.lora.alpha")
+    if not alpha:
+        out.append(
+            make(
+                "AD858",
+                f"adapter.lora.alpha is {alpha!r}: llama.cpp scales every pair by 1, not alpha / rank",
+                key="adapter.lora.alpha",
+                path=path,
+                hint=f"convert again ({CONVERT}) to write the alpha that reproduces PEFT's scaling",
+            )
+        )
+    out += _tensor_findings(a, b, path)
+    return out
+
+
+def _tensor_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Finding]:
+    out: list[Finding] = []
+    norms = []
+    for name in a.tensors:
+        if name.endswith((".lora_a", ".lora_b")):
+            continue
+        if name.endswith("_norm.weight"):
+            norms.append(name)
+            continue
+        out.append(
+            make(
+                "AD853",
+                f"`{name}` is neither a .lora_a/.lora_b tensor nor a norm: llama.cpp refuses the adapter "
+                "('has unexpected suffix')",
+                key=name,
+                path=path,
+                hint=f"convert the PEFT adapter again ({CONVERT}), which writes only LoRA pairs",
+            )
+        )
+    if norms:
+        out.append(
+            make(
+                "AD860",
+                f"{len(norms)} norm vectors ({norms[0]}, ...) are skipped by llama.cpp at load",
+                key=norms[0],
+                path=path,
+                hint="merge the adapter (adapterdoc merge) and convert the merged model if the norms matter",
+            )
+        )
+    scales: dict[int, int] = defaultdict(int)
+    alpha = a.kv.get("adapter.lora.alpha") or 0
+    for name, ab in sorted(lora_pairs(a).items()):
+        la, lb = ab["a"], ab["b"]
+        if la is None or lb is None:
+            out.append(
+                make(
+                    "AD854",
+                    f"`{name}` has only its {'lora_b' if la is None else 'lora_a'}: llama.cpp refuses the adapter "
+                    "('missing one component')",
+                    key=name,
+                    path=path,
+                    hint=f"the file was cut or edited; convert the PEFT adapter again ({CONVERT})",
+                )
+            )
+            continue
+        out += _pair(name, la, lb, b, path)
+        if lb.shape:
+            scales[lb.shape[0]] += 1
+    for bad in out_of_bounds(a):
+        out.append(
+            make(
+                "AD859",
+                f"`{bad}`'s data ends past the end of the file ({a.file_size} bytes): truncated",
+                key=bad,
+                path=path,
+                hint="download or convert the adapter again",
+            )
+        )
+    if scales:
+        shown = ", ".join(
+            f"r={r}: ×{(alpha / r if alpha else 1.0):g} ({n} pairs)" for r, n in sorted(scales.items())
+        )
+        out.append(make("AD862", f"llama.cpp's scale alpha / rank with alpha {alpha:g}: {shown}", path=path))
+    return out
+
+
+def _pair(name: str, la: GgufTensor, lb: GgufTensor, b: GgufHeader | None, path: str) -> list[Finding]:
+    embd = name.endswith("token_embd.weight")
+    if b is None:
+        if not embd and la.shape[1:2] != lb.shape[0:1]:
+            return [_not_transposed(name, la, lb, path)]
+        return []
+    model = b.tensors.get(name)
+    if model is None:
+        return [_missing(name, b, path)]
+    ne = model.shape
+    if embd:
+        bad = len(ne) < 2 or ne[0] != lb.shape[1] or ne[1] != la.shape[1]
+    else:
+        bad = len(ne) < 2 or ne[0] != la.shape[0] or ne[1] != lb.shape[1]
+        if (
+            len(ne) > 2 and not bad
+        ):  # stacked experts: llama.cpp does not check E, ggml asserts at the first token
+            bad = la.shape[2:] != ne[2:] or lb.shape[2:] != ne[2:]
+    if bad:
+        return [
+            make(
+                "AD856",
+                f"`{name}`: base ne {list(ne)}, lora_a ne {list(la.shape)}, lora_b ne {list(lb.shape)}: llama.cpp "
+                "refuses the adapter ('has incorrect shape')",
+                key=name,
+                path=path,
+                hint="use the base GGUF of the model (and size) the adapter was trained on",
+            )
+        ]
+    if not embd and la.shape[1] != lb.shape[0]:
+        return [_not_transposed(name, la, lb, path)]
+    return []
+
+
+def _not_transposed(name: str, la: GgufTensor, lb: GgufTensor, path: str) -> Finding:
+    return make(
+        "AD857",
+        f"`{name}`: lora_a ne {list(la.shape)} and lora_b ne {list(lb.shape)} disagree on the rank: llama.cpp "
+        "refuses the adapter ('lora_a tensor is not transposed')",
+        key=name,
+        path=path,
+        hint=f"convert the PEFT adapter with {CONVERT} (lora_a holds PEFT's lora_A bytes: ne [in, r])",
+    )
+
+
+def _missing(name: str, b: GgufHeader, path: str) -> Finding:
+    hint = "use the base GGUF of the model the adapter was trained on"
+    if name == "output.weight" and "token_embd.weight" in b.tensors:
+        hint = "the base ties its output to token_embd (no output.weight): drop the lm_head LoRA, or merge"
+    parts = name.split(".")
+    if len(parts) > 2 and parts[2] in ("attn_q", "attn_k", "attn_v"):
+        fused = ".".join([*parts[:2], "attn_qkv", *parts[3:]])
+        if fused in b.tensors:
+            hint = (
+                f"the base was converted with --fuse-qkv ({fused}); convert the base again without --fuse-qkv"
+            )
+    return make(
+        "AD855",
+        f"`{name}` does not exist in the base: llama.cpp refuses the adapter ('does not exist in base model')",
+        key=name,
+        path=path,
+        hint=hint,
+    )

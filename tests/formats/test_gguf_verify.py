@@ -1,0 +1,155 @@
+"""detect / describe / verify of GGUF files, header-only: each llama.cpp load failure class is a finding with its
+fix. The files are written by llama.cpp's own gguf-py writer; that llama.cpp itself refuses each of them is pinned
+by the oracle suite (test_gguf_oracle.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gguf")
+
+from adapterdoc.errors import AdapterdocError
+from adapterdoc.formats import detect as detect_any
+from adapterdoc.formats import gguf as fmt
+from adapterdoc.formats.gguf_header import read_header
+from adapterdoc.formats.gguf_verify import verify_gguf
+from tests.formats.gguf_helpers import base_tensors, lora_tensors, write_gguf
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("gguf")
+    out = {
+        "good": write_gguf(d / "good.gguf", "llama", lora_tensors()),
+        "base": write_gguf(d / "base.gguf", "llama", base_tensors(), adapter=False),
+        "tied": write_gguf(d / "tied.gguf", "llama", base_tensors(tied=True), adapter=False),
+    }
+    return out
+
+
+def codes(findings: list) -> list[str]:  # type: ignore[type-arg]
+    return sorted({f.code for f in findings if f.severity in ("error", "warning")})
+
+
+def test_gguf_header_reader_agrees_with_gguf_py(files: dict[str, Path]) -> None:
+    import gguf
+
+    for path in files.values():
+        ours, theirs = read_header(path), gguf.GGUFReader(path)
+        assert set(ours.tensors) == {t.name for t in theirs.tensors}
+        for t in theirs.tensors:
+            o = ours.tensors[t.name]
+            assert o.shape == tuple(int(x) for x in t.shape)
+            assert ours.data_start + o.offset == t.data_offset
+            assert o.nbytes == t.n_bytes
+        assert ours.kv["general.architecture"] == "llama"
+
+
+def test_gguf_detect_and_describe(files: dict[str, Path], tmp_path: Path) -> None:
+    d = fmt.detect(files["good"])
+    assert d is not None and d.format == "gguf"
+    assert "general.type = adapter" in d.evidence and "adapter.type = lora" in d.evidence
+    assert detect_any(files["good"]) == d
+    assert fmt.detect(files["base"]) is None  # a model is not an adapter
+    (tmp_path / "x.bin").write_bytes(b"not gguf at all")
+    assert fmt.detect(tmp_path / "x.bin") is None and fmt.detect(tmp_path) is None
+    info = fmt.describe(files["good"])
+    assert info["architecture"] == "llama" and info["alpha"] == 8.0 and info["ranks"] == {4: 6}
+    row = next(r for r in info["pairs"] if r["tensor"] == "blk.0.attn_k.weight")
+    assert row["lora_a"] == [64, 4] and row["lora_b"] == [4, 32] and row["scale"] == 2.0
+    assert any("GGUF LoRA" in line for line in fmt.describe_lines(files["good"]))
+
+
+def test_gguf_header_only_without_numpy(files: dict[str, Path]) -> None:
+    """detect, describe and verify run in the light install: no numpy, no gguf package imported."""
+    code = (
+        "import sys; from pathlib import Path; from adapterdoc.formats import gguf, gguf_verify\n"
+        f"p = Path({str(files['good'])!r}); b = Path({str(files['base'])!r})\n"
+        "assert gguf.detect(p) and gguf.describe(p); gguf_verify.verify_gguf(p, b)\n"
+        "bad = [m for m in ('numpy', 'gguf', 'torch') if m in sys.modules]; assert not bad, bad"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_gguf_verify_clean(files: dict[str, Path]) -> None:
+    found = verify_gguf(files["good"], files["base"])
+    assert codes(found) == []
+    assert [f.code for f in found] == ["AD862"]  # the scale line
+
+
+def _variant(tmp: Path, name: str, tensors=None, kv=None, arch: str = "llama") -> Path:  # type: ignore[no-untyped-def]
+    return write_gguf(tmp / f"{name}.gguf", arch, lora_tensors() if tensors is None else tensors, kv=kv)
+
+
+def test_gguf_verify_failure_classes(files: dict[str, Path], tmp_path: Path) -> None:
+    import numpy as np
+
+    base = files["base"]
+    t = lora_tensors()
+    assert codes(verify_gguf(_variant(tmp_path, "arch", arch="qwen3"), base)) == ["AD852"]
+    assert codes(
+        verify_gguf(_variant(tmp_path, "type", kv={"adapter.type": "cvec", "adapter.lora.alpha": 8.0}), base)
+    ) == ["AD851"]
+    assert codes(verify_gguf(_variant(tmp_path, "noalpha", kv={"adapter.type": "lora"}), base)) == ["AD858"]
+    assert codes(
+        verify_gguf(_variant(tmp_path, "suffix", {**t, "rope_freqs.weight": np.ones(8, np.float32)}), base)
+    ) == ["AD853"]
+    assert codes(
+        verify_gguf(
+            _variant(tmp_path, "norm", {**t, "blk.0.attn_norm.weight": np.ones(64, np.float32)}), base
+        )
+    ) == ["AD860"]
+    half = {k: v for k, v in t.items() if k != "blk.1.attn_q.weight.lora_b"}
+    assert codes(verify_gguf(_variant(tmp_path, "half", half), base)) == ["AD854"]
+    extra = {
+        **t,
+        "blk.5.attn_q.weight.lora_a": t["blk.0.attn_q.weight.lora_a"],
+        "blk.5.attn_q.weight.lora_b": t["blk.0.attn_q.weight.lora_b"],
+    }
+    missing = verify_gguf(_variant(tmp_path, "missing", extra), base)
+    assert codes(missing) == ["AD855"] and missing[0].key == "blk.5.attn_q.weight"
+    wide = {**t, "blk.0.attn_q.weight.lora_a": np.zeros((4, 128), np.float32)}
+    assert codes(verify_gguf(_variant(tmp_path, "shape", wide), base)) == ["AD856"]
+    flipped = {**t, "blk.0.attn_q.weight.lora_b": np.zeros((64, 5), np.float32)}
+    assert codes(verify_gguf(_variant(tmp_path, "rank", flipped), base)) == ["AD857"]
+    not_adapter = write_gguf(tmp_path / "m.gguf", "llama", t, adapter=False)
+    assert "AD850" in codes(verify_gguf(not_adapter, base))
+    assert codes(verify_gguf(files["good"], files["good"])) == ["AD861"]
+
+
+def test_gguf_verify_hints(files: dict[str, Path], tmp_path: Path) -> None:
+    """The fixes name the cause: a tied base for output.weight, a --fuse-qkv base for attn_q."""
+    import numpy as np
+
+    t = lora_tensors()
+    head = {
+        **t,
+        "output.weight.lora_a": np.zeros((4, 64), np.float32),
+        "output.weight.lora_b": np.zeros((256, 4), np.float32),
+    }
+    f = [x for x in verify_gguf(_variant(tmp_path, "head", head), files["tied"]) if x.code == "AD855"]
+    assert len(f) == 1 and "ties its output" in (f[0].hint or "")
+    fused = {k.replace("attn_q.", "attn_qkv."): v for k, v in base_tensors().items()}
+    fused_base = write_gguf(tmp_path / "fused.gguf", "llama", fused, adapter=False)
+    f = [x for x in verify_gguf(files["good"], fused_base) if x.code == "AD855"]
+    assert f and all("--fuse-qkv" in (x.hint or "") for x in f)
+
+
+def test_gguf_truncated_and_corrupt(files: dict[str, Path], tmp_path: Path) -> None:
+    raw = files["good"].read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(raw[:-100])
+    assert "AD859" in codes(verify_gguf(cut, files["base"]))
+    head = tmp_path / "head.gguf"
+    head.write_bytes(raw[:40])
+    with pytest.raises(AdapterdocError, match="truncated GGUF header"):
+        read_header(head)
+    assert fmt.detect(head) is not None  # the magic says GGUF; convert/verify then name what is wrong
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(AdapterdocError, match="base model's GGUF file as --base"):
+        verify_gguf(files["good"], tmp_path / "config.json")
