@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -126,8 +125,9 @@ def test_pooled_head_is_saved_with_its_config_and_reloads(tmp_path) -> None:
 def _launch(args: list[str], out: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     cmd = [
-        shutil.which("accelerate") or "accelerate",
-        "launch",
+        sys.executable,  # the running interpreter's accelerate, not whatever `accelerate` is first on PATH
+        "-m",
+        "accelerate.commands.launch",
         *args,
         "-m",
         "adapterdoc.train.loop",
