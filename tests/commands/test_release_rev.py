@@ -49,7 +49,9 @@ def test_the_pinned_rev_is_a_tag_of_this_clone() -> None:
     git = shutil.which("git")
     if git is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
-    tags = subprocess.run([git, "-C", str(ROOT), "tag", "--list"], capture_output=True, text=True).stdout.split()
+    tags = subprocess.run(
+        [git, "-C", str(ROOT), "tag", "--list"], capture_output=True, text=True
+    ).stdout.split()
     if not tags:
         pytest.skip("this clone has no tags at all (the release tag is made on main by the release steps)")
     for rev in set(_pinned()):

@@ -79,7 +79,7 @@ def _in_a_full_tmpfs(mount: Path, script: str) -> subprocess.CompletedProcess[st
                 capture_output=True,
                 text=True,
                 env=env,
-                timeout=300,
+                timeout=1800,
             )
     pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.strip()[-200:]}")
 

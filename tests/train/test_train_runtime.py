@@ -44,7 +44,7 @@ def test_the_group_is_destroyed_and_its_threads_joined_before_teardown(tmp_path)
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()

@@ -168,7 +168,7 @@ def test_no_torch_verify_equals_the_ml_path(tmp_path: Path, layout: str) -> None
             ],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=1800,
         )
         if tree_converts(base) and adapter.name.endswith("textnames"):
             # keys PEFT does not create, on a model type whose load-time conversion PEFT also applies to adapter
@@ -202,7 +202,7 @@ def test_no_torch_fallback_names_the_ml_extra(tmp_path: Path) -> None:
         [sys.executable, "-c", CHILD, "verify", str(adapter), "--base", str(base)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1800,
     )
     assert proc.returncode == 3
     lines = proc.stderr.strip().splitlines()
@@ -218,7 +218,7 @@ def test_load_still_needs_the_ml_extra(tmp_path: Path) -> None:
         [sys.executable, "-c", CHILD, "verify", str(adapter), "--base", str(base), "--load"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1800,
     )
     assert proc.returncode == 3
     assert "--load" in proc.stderr and "adapterdoc[ml]" in proc.stderr
