@@ -4,6 +4,7 @@ own entries, tables and heat-map panel, with the ``parameter`` PEFT's wrapper ne
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,11 @@ def test_each_fused_parameter_gets_its_own_name_rows_and_panel(
     assert mods and {m["parameter"] for m in mods} == {"gate_up_proj", "down_proj"}
     text = cli("inspect", tmp_path / "a", "--weights").stdout
     assert "mlp.experts.gate_up_proj" in text and "mlp.experts.down_proj" in text
+    # one count of modules across the report: inspect's "LoRA: N modules" is the audit's "N LoRA modules measured"
+    inspected = re.search(r"LoRA: (\d+) modules", text)
+    measured = re.search(r"(\d+) LoRA modules measured as ([\d,]+) entries", text)
+    assert inspected and measured and inspected.group(1) == measured.group(1), text
+    assert int(measured.group(2).replace(",", "")) == len(audit.modules)
 
 
 def _find_modules(doc: Any) -> list[dict[str, Any]]:
