@@ -42,11 +42,15 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 
 def quickstart() -> str:
-    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "80", "TERM": "dumb"}
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "80", "TERM": "dumb", "PYTHONPATH": str(ROOT)}
     out = []
     with tempfile.TemporaryDirectory() as work:
         for cmd in QUICKSTART:
-            proc = subprocess.run(shlex.split(cmd), cwd=work, env=env, capture_output=True, text=True)
+            argv = shlex.split(
+                cmd
+            )  # `adapterdoc ...` runs as this interpreter's module (this checkout's code)
+            argv = [sys.executable, "-m", "adapterdoc", *argv[1:]] if argv[0] == "adapterdoc" else argv
+            proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True)
             text = (proc.stdout + proc.stderr).replace(work + "/", "").rstrip()
             text = "\n".join(line.rstrip() for line in text.splitlines())
             out.append(f"$ {cmd}\n{text}\n[exit code {proc.returncode}]")

@@ -129,7 +129,7 @@ def run_child(tmp_path: Path, args: list[str], *, block: bool = False) -> tuple[
         [sys.executable, "-c", CHILD, json.dumps([block, args, str(report), HEAVY])],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1800,
         env=env,
     )
     assert report.exists(), proc.stderr
@@ -173,7 +173,7 @@ def test_console_script_does_not_import_torch(tmp_path: Path, files: dict[str, P
         capture_output=True,
         text=True,
         env=env,
-        timeout=120,
+        timeout=1800,
     )
     assert proc.returncode == 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
@@ -208,7 +208,10 @@ def test_sparse_4gib_file_reads_only_its_header(files: dict[str, Path]) -> None:
     assert big.stat().st_size > 4 * GiB - GiB // 8
     assert big.stat().st_blocks * 512 < 1 << 20  # really sparse: nothing to read but the header
     proc = subprocess.run(
-        [sys.executable, "-c", RCHAR_CHILD, str(small), str(big)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", RCHAR_CHILD, str(small), str(big)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     out = json.loads(proc.stdout)
     with big.open("rb") as f:

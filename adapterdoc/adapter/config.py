@@ -64,10 +64,14 @@ class AdapterConfig:
             )
         r = self.raw.get("r", 8)
         if not isinstance(r, int) or isinstance(r, bool) or r <= 0:
+            peft_says = (  # peft 0.21.2 LoraLayer.update_layer: `r <= 0` is its own ValueError
+                "PEFT raises ValueError (`r` should be a positive integer value)"
+                if isinstance(r, int) and not isinstance(r, bool)
+                else "PEFT does not convert it and raises TypeError"
+            )
             raise ConfigError(
                 self.path,
-                f"`r` must be a positive integer, got {r!r}: PEFT does not convert it and raises TypeError "
-                "when it builds the LoRA layers",
+                f"`r` must be a positive integer, got {r!r}: {peft_says} when it builds the LoRA layers",
             )
         alpha = self.raw.get("lora_alpha", 8)
         if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):

@@ -10,6 +10,7 @@ from typing import Any
 from adapterdoc.adapter import AdapterConfig, fused_expert_owner
 from adapterdoc.audit.read import FactorPair, Reader
 from adapterdoc.audit.stacked import GRAM_SAFE, core_singular_values, stacked_measure
+from adapterdoc.layouts import EXPERT_SPELLINGS
 from adapterdoc.report.audit_report import ENERGY, INERT_RELATIVE, Audit, ModuleDelta, TensorRead
 
 __all__ = [
@@ -141,19 +142,28 @@ def numerical_rank(sv: list[float], dim: int) -> int:
 
 
 def _fused_parameter(cfg: AdapterConfig | None, module: str) -> str | None:
-    """PEFT wraps the listed ``target_parameters`` of one module in order, the first innermost: the saved module
-    with ``j`` ``.base_layer`` suffixes is the ``j``-th from the last."""
+    """The fused parameter a saved module's LoRA belongs to. PEFT matches a ``target_parameters`` entry as the
+    parameter's full name or a dotted suffix of it (a bare ``gate_up_proj`` too), and wraps one module's matched
+    parameters in the module's own parameter order, whatever the config's order (peft 0.21.2), the first
+    innermost: the saved module with ``j`` ``.base_layer`` suffixes is the ``j``-th from the last."""
     if cfg is None:
         return None
     owner = fused_expert_owner(module)
-    params = [
-        p.rpartition(".")[2]
-        for p in cfg.target_parameters
-        if (o := p.rpartition(".")[0]) and (owner == o or owner.endswith("." + o))
-    ]
+    params: list[str] = []
+    for p in cfg.target_parameters:
+        o, _, name = p.rpartition(".")
+        if (not o or owner == o or owner.endswith("." + o)) and name not in params:
+            params.append(name)
+    params.sort(key=_module_order)
     depth = (len(module) - len(owner)) // len(".base_layer")
     idx = len(params) - 1 - depth
     return params[idx] if 0 <= idx < len(params) else None
+
+
+def _module_order(name: str) -> int:
+    """Where a fused parameter sits in its module's parameter order (the registry's spellings; unknown last)."""
+    known = [n for e in EXPERT_SPELLINGS for n in e.fused]
+    return known.index(name) if name in known else len(known)
 
 
 def classify(modules: list[ModuleDelta]) -> None:

@@ -66,15 +66,13 @@ def handle_errors(func: F) -> F:
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         output = kwargs.get("output")
-        as_json = bool(
-            kwargs.get("as_json")
-            or kwargs.get("fmt") == "json"
-            or (isinstance(output, Output) and output.json)
-        )
+        if not isinstance(output, Output):
+            output = Output("json" if kwargs.get("as_json") else (kwargs.get("fmt") or "text"))
+        as_json = output.json
         try:
             return func(*args, **kwargs)
         except AdapterdocError as e:
-            _refuse(e, as_json)
+            _refuse(e, output)
         except KeyboardInterrupt:
             interrupted = AdapterdocError(click.get_current_context().info_name, "interrupted by the user")
             if as_json:
@@ -92,7 +90,7 @@ def handle_errors(func: F) -> F:
                 _bug(e)
             known = os_refusal(e)
             known.__cause__ = e  # as `raise ... from e` would
-            _refuse(known, as_json)
+            _refuse(known, output)
         except Exception as e:
             _bug(e)
 
@@ -106,10 +104,12 @@ def _traceback() -> None:
         traceback.print_exc()
 
 
-def _refuse(e: AdapterdocError, as_json: bool) -> None:
+def _refuse(e: AdapterdocError, output: Output) -> None:
     _traceback()
-    if as_json:
+    if output.json:
         _emit_json_error(e)
+    elif output.fmt != "text":
+        _emit_error_report(e, output)
     fail(str(e), e.exit_code)
 
 
@@ -135,6 +135,23 @@ def _emit_json_error(e: AdapterdocError) -> None:
     with contextlib.suppress(OSError):
         body = {"error": str(e), **getattr(e, "details", {})}  # e.g. verify's expected_keys_note
         click.echo(json.dumps(envelope(False, [finding], body), ensure_ascii=False))
+
+
+def _emit_error_report(e: AdapterdocError, output: Output) -> None:
+    """``--format junit|sarif|github`` on exit 3: the format's document holding the error (an ``<error>`` test
+    case, an AD100 result, an ``::error`` annotation), on stdout or in ``--output-file``, so that a CI step that
+    reads the report finds one. Where that file or stdout is what failed, the stderr line alone says why."""
+    from adapterdoc.report.base import Unusable
+    from adapterdoc.report.formats import render
+
+    ctx = click.get_current_context(silent=True)
+    command = (ctx.info_name if ctx else None) or "adapterdoc"
+    body = render(Unusable(command=command, error=str(e), path=e.what or None), output.fmt)
+    with contextlib.suppress(OSError, AdapterdocError):
+        if output.file:
+            write_report(output.file, body)
+        else:
+            click.echo(body.rstrip("\n"))
 
 
 def emit(text: str) -> None:

@@ -15,9 +15,11 @@ _HEAD = ["modules", "inert", "share", "median", "max"]
 def write_audit(w: Writer, audit: Any) -> None:
     """The audit's lines, into an inspect report's writer."""
     n, inert = len(audit.measured), audit.inert_count
+    modules = len({m.module for m in audit.measured})  # inspect's count: a fused-expert module is one module
+    entries = f" as {n:,} entries (fused experts: one per expert)" if n != modules else ""
     w.para(
         ("weights", "bold"),
-        f"{plural(n, 'LoRA module')} measured, {inert:,} inert ({audit.inert_share:.0%}),",
+        f"{plural(modules, 'LoRA module')} measured{entries}, {inert:,} inert ({audit.inert_share:.0%}),",
         f"total ‖ΔW‖_F {audit.total_norm:.4g}, {human_bytes(audit.bytes_read)} read",
         hang=2,
     )

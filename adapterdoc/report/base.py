@@ -58,3 +58,24 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return envelope(self.ok, self.findings, self.body())
+
+
+@dataclass(kw_only=True)
+class Unusable(Report):
+    """The report of a run whose input could not be used at all (exit code 3), for the formats that always need a
+    document (``junit``, ``sarif``, ``github``): one group holding the error, as ``--json`` holds finding AD100."""
+
+    command: str
+    error: str
+    path: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return False
+
+    @property
+    def exit_code(self) -> int:
+        return 3
+
+    def to_dict(self) -> dict[str, Any]:
+        return envelope(False, [unusable_finding(self.error, path=self.path)], {"error": self.error})

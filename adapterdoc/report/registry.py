@@ -76,6 +76,15 @@ def register(kind: str, *, view: Callable[[Any], View] | None = None) -> Callabl
     return deco
 
 
+def _unusable_view(report: Any) -> View:
+    name = report.path or report.command
+    return View(report.command, [Group(name, [], path=report.path, error=report.error)])
+
+
+_VIEWS["Unusable"] = _unusable_view
+_TEXT["Unusable"] = lambda report, **_: f"adapterdoc: error: {report.error}\n"
+
+
 def load() -> None:
     """Import every module of :data:`TEXT_MODULES` once (a missing one is an ImportError, never skipped)."""
     global _loaded

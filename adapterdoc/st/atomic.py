@@ -40,6 +40,8 @@ from adapterdoc.st.paths import (
     TEMP_PREFIX,
     Target,
     describe,
+    folder_unwritable,
+    is_full,
     is_write_refusal,
     new_dir_mode,
     new_file_mode,
@@ -49,6 +51,7 @@ from adapterdoc.st.paths import (
     resolve_output,
     slow_point,
     target_mode,
+    unwritable,
     writing,
 )
 
@@ -223,10 +226,11 @@ def check_output_folder(
         if not stat.S_ISDIR(st.st_mode):
             raise RefusedError(
                 spath,
-                f"is {describe(st)}, not a folder; give a new or empty folder (--force does not change this)",
+                f"is {describe(st)}, not a folder; give a new or empty folder"
+                + (" (--force does not change this)" if force is not None else ""),
             )
         if read_only(out, st):
-            raise RefusedError(spath, f"folder is read-only (mode {stat.S_IMODE(st.st_mode):04o})")
+            raise RefusedError(spath, f"folder is {unwritable(out, st)}")
         entries = sorted(os.listdir(out))
         if entries:
             if not force:
@@ -246,7 +250,7 @@ def check_output_folder(
     if read_only(parent, pst):
         raise RefusedError(
             parent,
-            f"folder is not writable (mode {stat.S_IMODE(pst.st_mode):04o}); {spath} is built beside it first",
+            f"{folder_unwritable(parent, pst)}; {spath} is built beside it first",
         )
     return out
 
@@ -334,8 +338,10 @@ def atomic_folder(
     try:
         yield tmp
         replace_folder(tmp, out, force=force, ours=ours)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_full(e):  # whatever file was being read or written, it is this folder that did not fit
+            raise RefusedError(out, "no space left on the device (or over quota)") from e
         raise
 
 

@@ -91,6 +91,53 @@ def read_only(path: str, st: os.stat_result | None = None) -> bool:
     return not st.st_mode & 0o222 or not os.access(path, os.W_OK)
 
 
+_FS_IOC_GETFLAGS = 0x80086601  # Linux <linux/fs.h>; FS_IMMUTABLE_FL 0x10, FS_APPEND_FL 0x20
+_ATTRIBUTES = ((0x10, "immutable", "i"), (0x20, "append-only", "a"))
+
+
+def unwritable(path: str, st: os.stat_result | None = None) -> str:
+    """Why :func:`read_only` refuses ``path``, for ``<path>: is <this>``: its mode has no write bits, or (bits
+    there, the system refuses anyway) a ``chattr`` attribute, a read-only mount, or this user's access."""
+    st = st or os.stat(path)
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & 0o222:
+        return f"read-only (mode {mode:04o})"
+    flags = _attribute_flags(path)
+    for bit, name, letter in _ATTRIBUTES:
+        if flags & bit:
+            return f"{name} (chattr +{letter}: no write goes through, whatever its mode {mode:04o}; `chattr -{letter}` undoes it)"
+    with contextlib.suppress(OSError):
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "on a read-only file system"
+    return f"not writable for this user (mode {mode:04o}, owner uid {st.st_uid})"
+
+
+def folder_unwritable(path: str, st: os.stat_result | None = None) -> str:
+    """``folder is not writable (mode 0555)``, or the reason :func:`unwritable` finds when the bits allow it."""
+    st = st or os.stat(path)
+    reason = unwritable(path, st)
+    if reason.startswith("read-only"):
+        return f"folder is not writable (mode {stat.S_IMODE(st.st_mode):04o})"
+    return f"folder is not writable: it is {reason}"
+
+
+def _attribute_flags(path: str) -> int:
+    try:
+        import fcntl
+        import struct
+
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except (ImportError, OSError):
+        return 0
+    try:
+        buf = fcntl.ioctl(fd, _FS_IOC_GETFLAGS, struct.pack("l", 0))
+        return int(struct.unpack("l", buf)[0])
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
 @dataclass(frozen=True)
 class Target:
     """Where a write to an output path really goes."""
@@ -134,8 +181,7 @@ def resolve_output(path: str | os.PathLike[str], *, link: str = "follow") -> Tar
         if stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode):
             if stat.S_ISREG(st.st_mode) and read_only(current, st):
                 raise RefusedError(
-                    spath,
-                    f"is read-only (mode {stat.S_IMODE(st.st_mode):04o}); make it writable or choose another path",
+                    spath, f"is {unwritable(current, st)}; make it writable or choose another path"
                 )
             _check_folder_writable(spath, os.path.dirname(current))
             return Target(spath, current, direct=False, exists=True)
@@ -176,24 +222,45 @@ def _check_folder_writable(spath: str, folder: str) -> None:
     if read_only(folder, st):
         raise RefusedError(
             folder,
-            f"folder is not writable (mode {stat.S_IMODE(st.st_mode):04o}); {spath} is written as a temp file "
+            f"{folder_unwritable(folder, st)}; {spath} is written as a temp file "
             "beside it and renamed; make the folder writable or choose another path",
         )
 
 
 def not_writable(path: str, e: OSError) -> RefusedError:
     """The one-line refusal for an OS error that says the path cannot be written (see :func:`writing`)."""
+    full = is_full(e)
     what = e.filename if isinstance(e.filename, str) and e.filename else path
+    if full and isinstance(e.filename2, str) and e.filename2:
+        what = e.filename2  # shutil's copies name the source first: the destination is what filled the disk
     if os.path.basename(what).startswith(TEMP_PREFIX):
         what = os.path.dirname(what)  # the temp file beside the target: it is the folder that refuses
     if e.errno == errno.EROFS:
         return RefusedError(what, "is on a read-only file system")
-    if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return RefusedError(what, "no space left on the device (or over quota)")
+    if full:
+        return RefusedError(_written_folder(what), "no space left on the device (or over quota)")
     reason = _NOT_WRITABLE.get(e.errno or 0, e.strerror or "cannot be written")
     if os.path.isdir(what):
         return RefusedError(what, f"folder is not writable ({reason})")
     return RefusedError(what, f"is not writable ({reason})")
+
+
+def _written_folder(what: str) -> str:
+    """The folder a full disk is reported against: a file's folder (a temp folder of ours, the folder it was made
+    in); a folder, a device or a pseudo name (``stdout``) stays what it is."""
+    if not what or (os.sep not in what and not os.path.exists(what)):
+        return what
+    if os.path.exists(what) and not os.path.isfile(what):
+        return what  # a folder, /dev/full and the like
+    path = os.path.dirname(os.path.abspath(what))
+    while os.path.basename(path).startswith(TEMP_PREFIX):
+        path = os.path.dirname(path)
+    return path
+
+
+def is_full(e: BaseException) -> bool:
+    """A full disk or an exhausted quota."""
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
 def os_refusal(e: OSError) -> RefusedError:
@@ -229,9 +296,7 @@ def check_writable(path: str, *, temp_beside: bool = True, why: str = "", fix: s
     puts a temp file beside it (``temp_beside``), a read-only folder (``why`` says why the folder matters)."""
     st = os.lstat(path)
     if stat.S_ISREG(st.st_mode) and read_only(path, st):
-        raise RefusedError(
-            path, f"is read-only (mode {stat.S_IMODE(st.st_mode):04o}); make it writable or {fix}"
-        )
+        raise RefusedError(path, f"is {unwritable(path, st)}; make it writable or {fix}")
     folder = os.path.dirname(os.path.abspath(path))
     if temp_beside and read_only(folder):
         raise RefusedError(folder, f"folder is not writable{why}; {fix}")

@@ -24,7 +24,8 @@ for word in "${words[@]}"; do
     word="${word%"${word##*[![:space:]]}"}"
     [ -n "$word" ] || continue
     if [[ "$word" == *[*?[]* ]] && compgen -G "$word" > /dev/null; then
-        while IFS= read -r match; do adapters+=("$match"); done < <(compgen -G "$word")
+        # compgen lists matches in the directory's order: sort them (bytes, whatever the locale) for a stable run
+        while IFS= read -r match; do adapters+=("$match"); done < <(compgen -G "$word" | LC_ALL=C sort)
     else
         adapters+=("$word")
     fi

@@ -452,7 +452,7 @@ def test_text_report(tmp_path: Path, tiny_model: Any, cli: Any) -> None:
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=1800)
 
 
 def test_inspect_weights_reads_safetensors_without_torch(tmp_path: Path, tiny_model: Any) -> None:

@@ -359,7 +359,7 @@ def test_cli_subprocess_resolves_cache(hub: Path, tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             env=env,
-            timeout=120,
+            timeout=1800,
             cwd=tmp_path,
         )
 

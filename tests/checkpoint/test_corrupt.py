@@ -222,7 +222,7 @@ def test_real_subprocess(corpus: dict[str, Any], name: str) -> None:
         [sys.executable, "-m", "adapterdoc", "inspect", case.path],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=1800,
         env=env,
     )
     assert proc.returncode == 3

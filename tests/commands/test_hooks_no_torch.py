@@ -58,7 +58,7 @@ def _adapter(folder: Path, keys: dict[str, tuple[int, ...]]) -> list[str]:
 
 def _hook(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", HOOK, *args], capture_output=True, text=True, timeout=120, cwd=cwd
+        [sys.executable, "-c", HOOK, *args], capture_output=True, text=True, timeout=1800, cwd=cwd
     )
 
 

@@ -180,7 +180,7 @@ def test_interrupted_train_smoke_leaves_only_finished_layouts_with_umask_modes(t
     )
     done: list[str] = []
     assert p.stderr is not None
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 1800
     for line in p.stderr:
         if line.startswith("train-smoke: ") and line.rstrip().endswith(")") and ": ok (" in line:
             done.append(line.split(":")[1].strip())
@@ -189,7 +189,7 @@ def test_interrupted_train_smoke_leaves_only_finished_layouts_with_umask_modes(t
     time.sleep(0.5)  # inside the next layout's training
     p.send_signal(signal.SIGINT)
     rest = p.stderr.read()
-    assert p.wait(timeout=120) == 130, rest
+    assert p.wait(timeout=1800) == 130, rest
     assert "interrupted" in rest and "Traceback" not in rest
     left = sorted(x.name for x in out.iterdir())
     assert left == done, f"half-made layout folders left: {sorted(set(left) - set(done))}"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -281,7 +281,7 @@ def test_malformed_rows_name_their_line(tmp_path, line: str, needle: str) -> Non
 
 def _launch(*args: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    launcher = [shutil.which("accelerate") or "accelerate", "launch", "--multi_gpu", "--num_processes", "2"]
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
     launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     return subprocess.run(
         [*launcher, "-m", "adapterdoc", "train", *args],

@@ -164,7 +164,7 @@ def test_killed_merge_leaves_no_output_and_the_base_intact(tmp_path, tiny_model,
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 1800
         while time.monotonic() < deadline:
             temps = [n for n in os.listdir(parent) if n.startswith(TEMP_PREFIX)]
             if temps and any(f.endswith(".safetensors") for f in os.listdir(parent / temps[0])):
@@ -174,7 +174,7 @@ def test_killed_merge_leaves_no_output_and_the_base_intact(tmp_path, tiny_model,
         else:
             raise AssertionError("no temp folder appeared")
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()

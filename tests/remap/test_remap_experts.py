@@ -31,7 +31,7 @@ REL = 1e-5
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "adapterdoc", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+        [sys.executable, "-m", "adapterdoc", *args], capture_output=True, text=True, cwd=ROOT, timeout=1800
     )
 
 

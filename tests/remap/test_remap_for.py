@@ -25,7 +25,7 @@ P = "base_model.model.model.layers.{i}.self_attn.{m}_proj"
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "adapterdoc", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+        [sys.executable, "-m", "adapterdoc", *args], capture_output=True, text=True, cwd=ROOT, timeout=1800
     )
 
 

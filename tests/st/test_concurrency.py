@@ -39,7 +39,7 @@ def test_two_concurrent_remaps(tmp_path: Path) -> None:
             subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(2)
         ]
-        results = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
+        results = [(p.wait(timeout=1800), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
         codes = sorted(r[0] for r in results)
         assert codes in ([0, 0], [0, 3]), results
         strategies = sorted(json.loads(r[1])["strategy"] for r in results if r[0] == 0)

@@ -124,7 +124,7 @@ def test_output_file_on_a_descriptor_like_process_substitution(adapter: Path) ->
         with os.fdopen(r, "rb") as reader:
             r = -1
             got = reader.read()
-        out, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=1800)
     finally:
         for fd in (r, w):
             if fd >= 0:
@@ -146,7 +146,7 @@ def test_output_file_on_a_fifo_waits_for_its_reader(cli: Any, adapter: Path, tmp
     reader.start()
     try:
         res = cli("verify", adapter, "--base", BASE, "--json", "--output-file", fifo)
-        reader.join(timeout=30)
+        reader.join(timeout=600)
     finally:
         if stat.S_ISFIFO(os.lstat(fifo).st_mode) and reader.is_alive():  # release a reader nobody wrote to
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -126,8 +125,9 @@ def test_pooled_head_is_saved_with_its_config_and_reloads(tmp_path) -> None:
 def _launch(args: list[str], out: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     cmd = [
-        shutil.which("accelerate") or "accelerate",
-        "launch",
+        sys.executable,  # the running interpreter's accelerate, not whatever `accelerate` is first on PATH
+        "-m",
+        "accelerate.commands.launch",
         *args,
         "-m",
         "adapterdoc.train.loop",
@@ -139,7 +139,7 @@ def _launch(args: list[str], out: str, *extra: str) -> subprocess.CompletedProce
         out,
         *extra,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
 
 
 def test_two_process_run_shards_gathers_and_saves_once(tmp_path) -> None:
@@ -181,7 +181,7 @@ def test_loop_module_runs_single_process_from_python(tmp_path) -> None:
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "adapterdoc.train.loop", "--layout", "modernbert_mlm", "--steps", "2"]
     proc = subprocess.run(
-        [*cmd, "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
+        [*cmd, "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=1800
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.splitlines()[-1])["num_processes"] == 1

@@ -220,7 +220,7 @@ def _oracle(adapter: str) -> dict[str, Any]:
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=1800,
     )
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout.strip().splitlines()[-1])

@@ -162,7 +162,7 @@ def test_no_torch_verify_equals_the_ml_path(tmp_path: Path, layout: str) -> None
             ],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=1800,
         )
         assert proc.returncode in (0, 1), proc.stderr
         fast = json.loads(proc.stdout)
@@ -196,7 +196,7 @@ def test_no_torch_fallback_names_the_ml_extra(tmp_path: Path) -> None:
         [sys.executable, "-c", CHILD, "verify", str(adapter), "--base", str(base), "--json"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1800,
     )
     assert proc.returncode == 3
     lines = proc.stderr.strip().splitlines()
@@ -213,7 +213,7 @@ def test_load_still_needs_the_ml_extra(tmp_path: Path) -> None:
         [sys.executable, "-c", CHILD, "verify", str(adapter), "--base", str(base), "--load"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1800,
     )
     assert proc.returncode == 3
     assert "--load" in proc.stderr and "adapterdoc[ml]" in proc.stderr
