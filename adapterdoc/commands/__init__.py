@@ -31,11 +31,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ADAPTER and check that nothing changed. The input is never modified. Exit 1 if any round trip fails.",
     ),
     "train-smoke": (
-        "train_cmd",
+        "smoke_cmd",
         "Train a reference LoRA on a tiny model per layout, then run the doctor on it.",
     ),
     "train": (
-        "fit_cmd",
+        "train_cmd",
         "Train a LoRA adapter on your own model and data, then run the doctor on what was written.",
     ),
     "eval": ("eval_cmd", "Loss and token accuracy of the base and of base + adapter on the same rows."),

@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any, NoReturn, TypeVar
 
@@ -149,7 +149,10 @@ def _emit_error_report(e: AdapterdocError, output: Output) -> None:
     body = render(Unusable(command=command, error=str(e), path=e.what or None), output.fmt)
     with contextlib.suppress(OSError, AdapterdocError):
         if output.file:
-            write_report(output.file, body)
+            # only a file this run cleared (not an input, a writable place): a refused --output-file, or one the
+            # command never got to check, is never written, so no input is ever changed after a failure
+            if output.file_is_safe:
+                write_report(output.file, body)
         else:
             click.echo(body.rstrip("\n"))
 
@@ -182,15 +185,23 @@ class Output:
 
     fmt: str = "text"
     file: str | None = None
+    _checked: list[bool] = field(default_factory=list, compare=False, repr=False)
+    """Set by :meth:`check` once ``file`` is known not to be one of the command's inputs."""
 
     @property
     def json(self) -> bool:
         return self.fmt == "json"
 
+    @property
+    def file_is_safe(self) -> bool:
+        """Whether ``--output-file`` passed :meth:`check` in this run (an error report may then be written there)."""
+        return bool(self.file) and bool(self._checked)
+
     def check(self, *inputs: str | None) -> None:
         """Refuse an ``--output-file`` that would overwrite one of ``inputs`` (before any work is done)."""
         if self.file:
             check_output_file(self.file, [i for i in inputs if i])
+            self._checked.append(True)
 
 
 def output_options(

@@ -1,97 +1,186 @@
-"""`adapterdoc train-smoke [--layout NAME|all] [--steps N] [--data FILE] [--out DIR] [--json]`."""
+"""`adapterdoc train --base BASE --data FILE.jsonl [--out DIR] [--steps N | --epochs N] [--json] [options]`."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 import click
 
 from adapterdoc.commands._common import Output, finish, handle_errors, is_quiet, output_options
+from adapterdoc.commands._train_options import base_and_data, length_and_dtype
 
 
-@click.command("train-smoke")
-@click.option(
-    "--layout",
-    "layout",
-    default="all",
-    show_default=True,
-    metavar="NAME|all",
-    help="A layout with a tiny reference model, a comma-separated list, or all (every VL/wrapper layout and encoder).",
-)
-@click.option(
-    "--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps per layout [default: 24]."
-)
-@click.option(
-    "--data",
-    type=click.Path(dir_okay=True),
-    default=None,
-    metavar="FILE.jsonl",
-    help="Training rows (JSONL: prompt, answer object, split train|val) [default: the reference rows bundled "
-    "with adapterdoc].",
-)
+def _main_process() -> bool:
+    """Under ``accelerate launch`` only rank 0 prints (the environment says which rank we are, torch-free)."""
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+@click.command("train")
+@base_and_data("JSONL rows: messages, prompt + completion, or text.")
 @click.option(
     "--out",
-    type=click.Path(),  # a file or link here is refused with exit 3 by the atomic module, not click
     default=None,
-    help="Keep the runs in DIR/<layout>/ (adapter, head, progress.jsonl, training_metadata.json, RUN_REPORT.md).",
+    help="Run folder: new, empty, or an earlier run of train's [default: ./adapterdoc-train-BASE]. A file, "
+    "symlink or read-only folder is refused.",
+)
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps.")
+@click.option(
+    "--epochs",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Passes over the rows [default: 1].",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Rows per process and micro-step.",
+)
+@click.option(
+    "--grad-accum",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Micro-steps per optimizer step.",
+)
+@click.option(
+    "--lr", type=click.FloatRange(min=0), default=2e-4, show_default=True, help="AdamW learning rate."
+)
+@click.option(
+    "--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Linear warmup steps."
+)
+@click.option("--r", "rank", type=click.IntRange(min=1), default=8, show_default=True, help="LoRA rank.")
+@click.option("--alpha", type=float, default=None, help="lora_alpha [default: 2 r].")
+@click.option("--dropout", type=click.FloatRange(0, 1), default=0.0, show_default=True, help="lora_dropout.")
+@click.option(
+    "--targets",
+    default=None,
+    help="Comma-separated target_modules [default: the layout's language-model leaves].",
+)
+@length_and_dtype("The base's dtype.")
+@click.option("--gradient-checkpointing", is_flag=True, help="Recompute activations in the backward pass.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--val-split",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="Hold out this fraction.",
+)
+@click.option(
+    "--val-data", type=click.Path(dir_okay=False), default=None, help="Validation rows from a second file."
+)
+@click.option(
+    "--save-steps",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="Checkpoint every N steps (0: never).",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue from the last complete checkpoint in --out (without one, the run starts again from step 0).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Start afresh over an earlier run in --out (its run files are removed first); never another folder.",
 )
 @output_options(json_help="One JSON object on stdout (same as --format json).")
-@click.option("--verbose", "-v", is_flag=True, help="Print every check's measurement and implementation.")
 @click.pass_context
 @handle_errors
-def command(
-    ctx: click.Context,
-    layout: str,
-    steps: int | None,
-    data: str | None,
-    out: str | None,
-    output: Output,
-    verbose: bool,
-) -> None:
-    """Train a reference LoRA on a tiny model per layout, then run the doctor on it.
+def command(ctx: click.Context, output: Output, **o: Any) -> None:
+    """Train a LoRA adapter on your own model and data, then run the doctor on what was written.
 
-    Per layout: build, inject LoRA, train, evaluate, save; then check that inspect detects the layout, a fresh base
-    reloads the adapter with identical outputs, every lora_B is non-zero, the remap to the text-only counterpart
-    loads there with identical outputs, and merging changes nothing. Exit 1 if any check fails.
+    The layout comes from the base's config; LoRA goes on the language-model leaves (towers excluded, fused MoE
+    experts through target_parameters). Rows follow TRL: `messages` (loss on assistant turns), `prompt` +
+    `completion` (loss on the completion), `text` (loss on every token). Under `accelerate launch ... -m
+    adapterdoc train ...` the run is data-parallel. Writes OUT/adapter, progress.jsonl, training_metadata.json,
+    RUN_REPORT.md (with a loss curve when matplotlib is installed) and checkpoints/step-N. Exit 1 if the doctor
+    finds an error in the output.
     """
-    from adapterdoc.smoke import resolve_layouts, run_smoke
+    if o["steps"] is not None and o["epochs"] is not None:
+        raise click.BadParameter("give --steps or --epochs, not both", param_hint="--steps/--epochs")
+    if o["resume"] and o["force"]:
+        raise click.BadParameter("give --resume or --force, not both", param_hint="--resume/--force")
+    if o["val_split"] and o["val_data"]:
+        raise click.BadParameter(
+            "give --val-split or --val-data, not both", param_hint="--val-split/--val-data"
+        )
+    from adapterdoc.ml.meta import require_ml
 
-    try:
-        layouts = resolve_layouts(layout)
-    except KeyError as e:
-        raise click.BadParameter(str(e.args[0]), param_hint="--layout") from None
-    quiet = is_quiet()
-    with _Progress(len(layouts), enabled=not quiet) as progress:
-        report = run_smoke(layouts, steps=steps, out=out, on_event=progress.on_event, data=data)
-    finish(report, output, text_options={"verbose": verbose})
+    require_ml("train")
+    from adapterdoc.fit.session import train_on_base
+    from adapterdoc.train.settings import TrainSettings
+
+    targets = tuple(t.strip() for t in o["targets"].split(",") if t.strip()) if o["targets"] else None
+    settings = TrainSettings(
+        steps=o["steps"] or 1,
+        epochs=o["epochs"] if o["steps"] is None else None,
+        batch_size=o["batch_size"],
+        grad_accum=o["grad_accum"],
+        lr=o["lr"],
+        warmup=o["warmup"],
+        r=o["rank"],
+        alpha=o["alpha"],
+        dropout=o["dropout"],
+        targets=targets,
+        max_length=o["max_length"],
+        dtype=o["dtype"],
+        gradient_checkpointing=o["gradient_checkpointing"],
+        seed=o["seed"],
+        save_steps=o["save_steps"],
+        resume=o["resume"],
+        cpu=False,
+        threads=None,
+    )
+    if settings.epochs is None and o["steps"] is None:
+        settings.epochs = 1.0
+    main = _main_process()
+    with _Bar(enabled=main and not is_quiet() and sys.stderr.isatty()) as bar:
+        report = train_on_base(
+            o["base"],
+            o["data"],
+            o["out"],
+            settings,
+            val_data=o["val_data"],
+            val_split=o["val_split"],
+            force=o["force"],
+            on_event=bar.on_event,
+        )
+    if not main:  # accelerate's other processes: the main one reports
+        ctx.exit(0 if report.ok else 1)
+    finish(report, output)
 
 
-class _Progress:
-    """Live progress on stderr: a rich bar on a terminal, one line per finished layout otherwise."""
+class _Bar:
+    """A rich progress bar on stderr over the optimizer steps (terminals only)."""
 
-    def __init__(self, total: int, *, enabled: bool) -> None:
-        self.total, self.enabled = total, enabled
-        self.live = enabled and sys.stderr.isatty()
+    def __init__(self, *, enabled: bool) -> None:
+        self.enabled = enabled
         self.progress: Any = None
         self.task: Any = None
 
-    def __enter__(self) -> _Progress:
-        if self.live:
+    def __enter__(self) -> _Bar:
+        if self.enabled:
             from rich.console import Console
-            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
             self.progress = Progress(
-                SpinnerColumn(),
                 TextColumn("{task.description}"),
                 BarColumn(),
-                TextColumn("{task.completed}/{task.total} layouts"),
+                TextColumn("{task.completed}/{task.total} steps"),
                 TimeElapsedColumn(),
+                TimeRemainingColumn(),
                 console=Console(stderr=True),
                 transient=True,
             )
             self.progress.start()
-            self.task = self.progress.add_task("importing torch, transformers, peft", total=self.total)
+            self.task = self.progress.add_task("loading", total=None)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -99,18 +188,15 @@ class _Progress:
             self.progress.stop()
 
     def on_event(self, event: dict[str, Any]) -> None:
-        if not self.enabled:
+        if self.progress is None:
             return
-        if event.get("event") == "layout_done":
-            if self.progress is not None:
-                self.progress.advance(self.task)
-            else:
-                state = "ok" if event.get("ok") else "FAILED"
-                click.echo(f"train-smoke: {event['layout']}: {state} ({event['seconds']:.1f} s)", err=True)
-            return
-        if self.progress is not None:
-            from adapterdoc.report.train_text import progress_line
-
-            line = progress_line(event)
-            if line:
-                self.progress.update(self.task, description=line)
+        if event.get("event") == "setup":
+            self.progress.update(self.task, total=event.get("steps"), description="training")
+        elif event.get("event") == "step":
+            self.progress.update(
+                self.task,
+                completed=event["step"],
+                description=f"loss {event['loss']:.4f}  {event['tokens_per_s']:.0f} tok/s",
+            )
+        elif event.get("event") == "eval":
+            self.progress.update(self.task, description=f"evaluating ({event.get('when')})")

@@ -166,7 +166,7 @@ def test_cli_usage_errors(cli, tmp_path) -> None:
 
 def test_the_train_command_imports_no_torch() -> None:
     code = (
-        "import sys, adapterdoc.commands.train_cmd, adapterdoc.codes.training; print('torch' in sys.modules)"
+        "import sys, adapterdoc.commands.smoke_cmd, adapterdoc.codes.training; print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
