@@ -118,15 +118,6 @@ def command(
     """
     defaults = project_defaults()
     base = base or defaults.get("base")
-    from adapterdoc.formats.gguf_header import is_gguf
-
-    if all(
-        is_gguf(a) for a in adapters
-    ):  # GGUF LoRA files: llama.cpp's load checks, until the generic format hook
-        from adapterdoc.formats.gguf_report import verify_gguf_run
-
-        finish(verify_gguf_run(list(adapters), base), output, per_group=True)
-
     from adapterdoc.verify import VerifyOptions, verify, verify_own_bases
 
     for option, path in (("--output-file", output.file), ("--junit-file", junit_file)):

@@ -18,6 +18,7 @@ from typing import Any
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.formats import Converted, Detection
 from adapterdoc.formats.gguf_header import PROVENANCE, GgufHeader, is_gguf, lora_pairs, read_header
+from adapterdoc.report.findings import Finding
 
 NAME = "gguf"
 __all__ = ["NAME", "describe", "describe_lines", "detect", "from_peft", "lora_pairs", "to_peft"]
@@ -117,3 +118,11 @@ def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> C
     from adapterdoc.formats.gguf_read import read_gguf
 
     return read_gguf(Path(src), Path(out), base=base, outtype=outtype)
+
+
+def check(path: str | Path, base: str | None) -> list[Finding]:
+    """``verify``'s findings for a GGUF LoRA file (the generic hook, :mod:`adapterdoc.formats.hooks`): llama.cpp's
+    load checks against a GGUF model file ``base`` (header only), or the base-free ones without it."""
+    from adapterdoc.formats.gguf_verify import verify_gguf
+
+    return verify_gguf(Path(path), Path(base) if base else None)

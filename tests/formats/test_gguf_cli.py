@@ -1,5 +1,5 @@
 """`adapterdoc convert ... --to gguf`, `inspect X.gguf` and `verify X.gguf --base MODEL.gguf` as CLI.md writes them
-(in-process runner). They skip only while this branch lacks the `convert` command (it lands with the MLX half)."""
+(in-process runner)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,10 @@ import pytest
 pytest.importorskip("gguf")
 pytest.importorskip("peft")
 
-from adapterdoc.cli import main
 from adapterdoc.formats.gguf_header import read_header
 from tests.formats.gguf_helpers import base_tensors, generic_model, peft_adapter, save_config, write_gguf
 
-pytestmark = [
-    pytest.mark.ml,
-    pytest.mark.skipif(
-        "convert" not in main.commands, reason="the convert command is not on this branch yet"
-    ),
-]
+pytestmark = [pytest.mark.ml]
 
 
 @pytest.fixture(scope="module")
