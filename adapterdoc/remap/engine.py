@@ -259,12 +259,37 @@ def _experts(
     touched = {k for b in eplan.blocks for pair in (b.fused_keys, *b.leaf_keys.values()) for k in pair}
     others = sorted({parse_key(k).module for k in view.tensors if k not in touched and parse_key(k).is_lora})
     before = json.loads(json.dumps(raw))
-    expert_config(raw, cfg, eplan, others, weights)
+    expert_config(
+        raw, cfg, eplan, others, weights, keys_only=peft_fuses_keys_only(report.engine["base_layout"])
+    )
     report.config_changes += C.changes(before, raw, "experts")
+    from adapterdoc.remap.expert_plan import _mapping
+
+    fused = 2 * len(eplan.blocks)
+    per_expert = sum(2 * len(b.leaf_keys) for b in eplan.blocks)
+    read, written = (per_expert, fused) if reads == "fused" else (fused, per_expert)
     report.rewrites.append(
-        {"rewrite": "experts", "from": pic.layout, "to": reads, "blocks": len(eplan.blocks), "exact": True}
+        {
+            "rewrite": "experts",
+            "from": pic.layout,
+            "to": reads,
+            "blocks": len(eplan.blocks),
+            "exact": True,
+            "tensors_read": read,
+            "tensors_written": written,
+            "tensors": _mapping(eplan),
+        }
     )
     return [(specs, _bound(eplan.header or view, produce)) for specs, produce in eplan.groups]
+
+
+def peft_fuses_keys_only(layout: str | None) -> bool:
+    """Whether PEFT fuses per-expert LoRA keys at load on ``layout``'s class (transformers registers a conversion
+    for its model type) but leaves the config as it is (no MoE config conversion for it)."""
+    from adapterdoc.layouts import LAYOUTS
+
+    lay = LAYOUTS.get(layout) if layout else None
+    return lay is not None and lay.experts is not None and lay.load_conversion and lay.peft_moe is None
 
 
 def _bound(header: Header, produce: Any) -> Any:

@@ -27,16 +27,28 @@ HOW = "experts"
 
 
 def expert_config(
-    raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, others: list[str], path: str
+    raw: dict[str, Any],
+    cfg: AdapterConfig,
+    plan: ExpertPlan,
+    others: list[str],
+    path: str,
+    keys_only: bool = False,
 ) -> list[ConfigChange]:
     """Rewrite ``raw`` (the parsed adapter_config.json) in place for ``plan``; the changes. ``others`` are the
-    LoRA modules the remap leaves alone."""
+    LoRA modules the remap leaves alone. ``keys_only``: the base's model type is one whose per-expert LoRA keys
+    PEFT fuses at load (transformers' conversion mapping) without rewriting the config (it has no MoE config
+    conversion, e.g. ``qwen3_5_moe_text``): per-expert output then keeps ``target_parameters`` and gives the fused
+    parameters the rank and alpha of the keys PEFT builds (gate_up: gate's plus up's)."""
     before = json.loads(json.dumps(raw))
     if plan.direction == "fused":
         _to_fused(raw, cfg, plan, others)
     else:
         _to_per_expert(raw, cfg, plan, others)
+        if keys_only:
+            _fused_on_load(raw, before, plan)
     _check(raw, cfg, plan, others, path)
+    if keys_only and plan.direction != "fused":
+        _check_fused_on_load(raw, plan, path)
     changes = []
     for name in (
         "r",
@@ -136,6 +148,45 @@ def _to_per_expert(raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, ot
                 raw["rank_pattern"] = {key: want[0], **raw["rank_pattern"]}
                 raw["alpha_pattern"] = {key: want[1], **raw["alpha_pattern"]}
     _keep_others(raw, cfg, others)
+
+
+def _fused_on_load(raw: dict[str, Any], before: dict[str, Any], plan: ExpertPlan) -> None:
+    """PEFT injects the fused ParamWrappers from ``target_parameters`` and fuses the per-expert keys into them
+    (gate and up side by side: rank gate's + up's): keep the targets and give each fused parameter that rank and
+    the per-expert scaling (probe: peft 0.21.2 on Qwen3_5MoeForCausalLM, exact to 0.0 relative)."""
+    raw["target_parameters"] = before.get("target_parameters")
+    new = _config(raw)
+    rp, ap = dict(raw.get("rank_pattern") or {}), dict(raw.get("alpha_pattern") or {})
+    done: set[str] = set()
+    for b in plan.blocks:
+        if b.param in done:
+            continue
+        done.add(b.param)
+        leaf = f"{b.pre}.{plan.style.container}.experts.0.{b.leaves[0]}"
+        r, alpha = new.rank_for(leaf), new.alpha_for(leaf)
+        n = len(b.leaves)
+        want = (r * n, _number(alpha * (math.sqrt(n) if new.use_rslora else n), alpha))
+        if (new.rank_for(f"{b.owner}.{b.param}"), new.alpha_for(f"{b.owner}.{b.param}")) != want:
+            key = rf".*\.{re.escape(b.param)}"
+            rp = {key: want[0], **{k: v for k, v in rp.items() if k != key}}
+            ap = {key: want[1], **{k: v for k, v in ap.items() if k != key}}
+    raw["rank_pattern"], raw["alpha_pattern"] = rp, ap
+
+
+def _check_fused_on_load(raw: dict[str, Any], plan: ExpertPlan, path: str) -> None:
+    new = _config(raw)
+    for b in plan.blocks:
+        leaf = f"{b.pre}.{plan.style.container}.experts.0.{b.leaves[0]}"
+        fused = f"{b.owner}.{b.param}"
+        rank = new.rank_for(leaf) * len(b.leaves)
+        if new.rank_for(fused) != rank or not math.isclose(
+            new.scaling_for(fused), new.scaling_for(leaf), rel_tol=1e-12
+        ):
+            raise RefusedError(
+                path,
+                f"cannot write rank_pattern/alpha_pattern so that PEFT's fused `{fused}` gets rank {rank} and the "
+                "per-expert scaling when it fuses the per-expert keys at load",
+            )
 
 
 def _keep_others(raw: dict[str, Any], cfg: AdapterConfig, others: list[str]) -> None:
