@@ -161,9 +161,8 @@ def _layer_types(
             else:
                 lacking.setdefault(leaf, []).append(i)
     if lacking:
-        from adapterdoc.verify.profiles.text_keys import layers_text
-
         from adapterdoc.remap.engine_base import serving_elsewhere
+        from adapterdoc.verify.profiles.text_keys import layers_text
 
         leaf, where = next(iter(sorted(lacking.items())))
         instead = serving_elsewhere(engine, raw, sorted(factors), spec, dropped=leaf)

@@ -155,6 +155,7 @@ def _fused_on_load(raw: dict[str, Any], before: dict[str, Any], plan: ExpertPlan
     (gate and up side by side: rank gate's + up's): keep the targets and give each fused parameter that rank and
     the per-expert scaling (probe: peft 0.21.2 on Qwen3_5MoeForCausalLM, exact to 0.0 relative)."""
     raw["target_parameters"] = before.get("target_parameters")
+    raw["target_modules"] = before.get("target_modules")  # the experts come from target_parameters: no leaf added
     new = _config(raw)
     rp, ap = dict(raw.get("rank_pattern") or {}), dict(raw.get("alpha_pattern") or {})
     done: set[str] = set()

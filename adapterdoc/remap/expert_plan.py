@@ -53,7 +53,7 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
     with open(cfg.path, "rb") as f:
         original = f.read()
     raw = json.loads(original.decode("utf-8"))
-    changes = expert_config(raw, cfg, plan, others, cfg.path)
+    changes = expert_config(raw, cfg, plan, others, cfg.path, keys_only=_keys_only(cfg))
     report = RemapReport(
         input=spec,
         mode="experts",
@@ -127,6 +127,17 @@ def _span(n: int) -> str:
 def _per_expert_pattern(plan: ExpertPlan, b: Block) -> str:
     leaves = b.leaves[0] if len(b.leaves) == 1 else "{" + ",".join(b.leaves) + "}"
     return f"{b.pre}.{plan.style.container}.experts.{_span(b.experts)}.{leaves}"
+
+
+def _keys_only(cfg: Any) -> bool:
+    """Whether the class the adapter was made for (PEFT's ``auto_mapping.base_model_class``) is one whose
+    per-expert keys PEFT fuses at load without a config rewrite (:func:`~adapterdoc.remap.engine.peft_fuses_keys_only`)."""
+    from adapterdoc.layouts import LAYOUTS
+    from adapterdoc.remap.engine import peft_fuses_keys_only
+
+    mapping = cfg.raw.get("auto_mapping")
+    cls = mapping.get("base_model_class") if isinstance(mapping, dict) else None
+    return any(lay.model_class == cls and peft_fuses_keys_only(name) for name, lay in LAYOUTS.items())
 
 
 def _mapping(plan: ExpertPlan) -> dict[str, str]:
