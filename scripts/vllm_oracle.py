@@ -81,8 +81,16 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     from vllm.lora.lora_model import LoRAModel
     from vllm.lora.model_manager import LoRAModelManager
     from vllm.lora.request import LoRARequest
-    from vllm.lora.utils import get_supported_lora_modules, parse_fine_tuned_lora_name, process_packed_modules_mapping
+    from vllm.lora.utils import (
+        get_supported_lora_modules,
+        parse_fine_tuned_lora_name,
+        process_packed_modules_mapping,
+    )
 
+    import vllm.lora.lora_model as lora_model_module
+
+    # the CUDA build of vLLM reports pinned memory available; on this CPU torch pin_memory() raises
+    lora_model_module.PIN_MEMORY = False
     cls = model_class(spec["arch"])
     model = stand_in(cls, spec["leaves"], spec["num_experts"])
     mapper = model.hf_to_vllm_mapper.get_rename_mapper() if model.hf_to_vllm_mapper is not None else None
@@ -114,12 +122,13 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     manager._validate_classification_head_lora = types.MethodType(
         LoRAModelManager._validate_classification_head_lora, manager
     )
+    import torch
     from vllm.lora.worker_manager import WorkerLoRAManager
 
-    import torch
-
     lora_config = LoRAConfig(max_lora_rank=spec.get("max_lora_rank", 16))
-    lora_config.lora_dtype = torch.float32  # what verify_with_model_config resolves "auto" to for a float32 model
+    lora_config.lora_dtype = (
+        torch.float32
+    )  # what verify_with_model_config resolves "auto" to for a float32 model
     worker = types.SimpleNamespace(
         _adapter_manager=manager,
         max_position_embeddings=None,

@@ -30,6 +30,7 @@ from adapterdoc.remap.engine_base import base_layout, key_move
 from adapterdoc.remap.engine_fill import fill_step
 from adapterdoc.remap.engine_ranks import plan_uniform
 from adapterdoc.remap.engine_tensors import Group, identity_groups, transform
+from adapterdoc.remap.expert_config import block_mapping, peft_fuses_keys_only
 from adapterdoc.remap.expert_names import DOWN, GATE_UP, fused_owner_prefix
 from adapterdoc.remap.plan import Plan, move_keys, open_input, plan_header
 from adapterdoc.report.findings import make, sort_findings
@@ -263,7 +264,6 @@ def _experts(
         raw, cfg, eplan, others, weights, keys_only=peft_fuses_keys_only(report.engine["base_layout"])
     )
     report.config_changes += C.changes(before, raw, "experts")
-    from adapterdoc.remap.expert_plan import _mapping
 
     fused = 2 * len(eplan.blocks)
     per_expert = sum(2 * len(b.leaf_keys) for b in eplan.blocks)
@@ -277,19 +277,10 @@ def _experts(
             "exact": True,
             "tensors_read": read,
             "tensors_written": written,
-            "tensors": _mapping(eplan),
+            "tensors": block_mapping(eplan),
         }
     )
     return [(specs, _bound(eplan.header or view, produce)) for specs, produce in eplan.groups]
-
-
-def peft_fuses_keys_only(layout: str | None) -> bool:
-    """Whether PEFT fuses per-expert LoRA keys at load on ``layout``'s class (transformers registers a conversion
-    for its model type) but leaves the config as it is (no MoE config conversion for it)."""
-    from adapterdoc.layouts import LAYOUTS
-
-    lay = LAYOUTS.get(layout) if layout else None
-    return lay is not None and lay.experts is not None and lay.load_conversion and lay.peft_moe is None
 
 
 def _bound(header: Header, produce: Any) -> Any:

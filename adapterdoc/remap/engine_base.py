@@ -134,13 +134,12 @@ def serving_elsewhere(engine: str, raw: dict[str, Any], modules: list[str], spec
     it is (their profile's :meth:`~adapterdoc.verify.profiles.base.Profile.unservable` says nothing, they read
     expert LoRA where it has some, and ``dropped`` (a layer type some layers lack) is no reason for them to drop
     it), else none; a merge always works."""
-    from adapterdoc.remap.engine import ENGINES
-    from adapterdoc.verify.profiles import get_profile
+    from adapterdoc.verify.profiles import PROFILES, get_profile
 
     layout, model_type = _base_type(spec)
     experts = any(".experts." in m or m.endswith(".experts") for m in modules)
     fits = []
-    for other in ENGINES:
+    for other in PROFILES:
         if other == engine:
             continue
         profile = get_profile(other)

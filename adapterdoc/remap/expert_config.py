@@ -155,7 +155,9 @@ def _fused_on_load(raw: dict[str, Any], before: dict[str, Any], plan: ExpertPlan
     (gate and up side by side: rank gate's + up's): keep the targets and give each fused parameter that rank and
     the per-expert scaling (probe: peft 0.21.2 on Qwen3_5MoeForCausalLM, exact to 0.0 relative)."""
     raw["target_parameters"] = before.get("target_parameters")
-    raw["target_modules"] = before.get("target_modules")  # the experts come from target_parameters: no leaf added
+    raw["target_modules"] = before.get(
+        "target_modules"
+    )  # the experts come from target_parameters: no leaf added
     new = _config(raw)
     rp, ap = dict(raw.get("rank_pattern") or {}), dict(raw.get("alpha_pattern") or {})
     done: set[str] = set()
@@ -258,3 +260,33 @@ def _check(raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, others: li
                     f"cannot write rank_pattern/alpha_pattern so that `{module}` gets rank {rank} and scaling "
                     f"{scaling:g} (an existing pattern takes precedence: it gives {got_r}, {got_s:g})",
                 )
+
+
+def peft_fuses_keys_only(layout: str | None) -> bool:
+    """Whether PEFT fuses per-expert LoRA keys at load on ``layout``'s class (transformers registers a conversion
+    for its model type) but leaves the config as it is (no MoE config conversion for it)."""
+    from adapterdoc.layouts import LAYOUTS
+
+    lay = LAYOUTS.get(layout) if layout else None
+    return lay is not None and lay.experts is not None and lay.load_conversion and lay.peft_moe is None
+
+
+def _span(n: int) -> str:
+    return "0" if n == 1 else f"{{0..{n - 1}}}"
+
+
+def _per_expert_pattern(plan: ExpertPlan, b: Block) -> str:
+    leaves = b.leaves[0] if len(b.leaves) == 1 else "{" + ",".join(b.leaves) + "}"
+    return f"{b.pre}.{plan.style.container}.experts.{_span(b.experts)}.{leaves}"
+
+
+def block_mapping(plan: ExpertPlan) -> dict[str, str]:
+    """One entry per MoE block: the per-expert modules (brace pattern) ↔ the fused module."""
+    out = {}
+    for b in plan.blocks:
+        many = _per_expert_pattern(plan, b)
+        if plan.direction == "fused":
+            out[many] = b.fused_module
+        else:
+            out[b.fused_module] = many
+    return out

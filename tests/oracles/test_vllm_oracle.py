@@ -105,9 +105,13 @@ MOE = {
     "qwen3_moe_text": dict(target_modules=["q_proj", "v_proj"]),
     "qwen3_5_moe_text": dict(target_modules=["q_proj", "v_proj", "in_proj_qkv", "gate_proj", "down_proj"]),
     "qwen3_5_moe_vl": dict(target_modules=["q_proj", "v_proj"], exclude_modules=r".*visual.*"),
-    "qwen3_omni_thinker": dict(target_modules=["q_proj", "v_proj"], exclude_modules=r".*(visual|audio_tower).*"),
+    "qwen3_omni_thinker": dict(
+        target_modules=["q_proj", "v_proj"], exclude_modules=r".*(visual|audio_tower).*"
+    ),
 }
-DENSE = [n for n, lay in LAYOUTS.items() if lay.tiny is not None and lay.experts is None and not lay.is_encoder]
+DENSE = [
+    n for n, lay in LAYOUTS.items() if lay.tiny is not None and lay.experts is None and not lay.is_encoder
+]
 
 
 def test_every_remap_for_vllm_output_loads_in_vllm_and_in_peft(oracle_env: Any, tmp_path: Path) -> None:
@@ -149,7 +153,9 @@ TEXT = "qwen3_5_text"
 KINDS: dict[str, dict[str, Any]] = {
     "plain": dict(target_modules=["q_proj", "v_proj", "down_proj"]),
     "rslora": dict(target_modules=["q_proj"], use_rslora=True),
-    "patterns": dict(target_modules=["q_proj", "v_proj"], rank_pattern={"v_proj": 8}, alpha_pattern={"v_proj": 3}),
+    "patterns": dict(
+        target_modules=["q_proj", "v_proj"], rank_pattern={"v_proj": 8}, alpha_pattern={"v_proj": 3}
+    ),
     "rank_over_max": dict(target_modules=["q_proj"], r=32),
     "pattern_over_max": dict(target_modules=["q_proj", "v_proj"], rank_pattern={"v_proj": 32}),
     "regex_targets": dict(target_modules=r".*\.(q_proj|v_proj)"),
@@ -203,5 +209,7 @@ def test_vllm_verdict_equals_the_profile_on_what_peft_writes(oracle_env: Any, tm
         _, codes = profile_codes(folder, TEXT)
         refused = bool(codes & LOAD_CODES)
         if refused == v["ok"]:
-            disagree.append(f"{name}: vLLM ok={v['ok']} ({v['error']}); profile load errors {sorted(codes & LOAD_CODES)}")
+            disagree.append(
+                f"{name}: vLLM ok={v['ok']} ({v['error']}); profile load errors {sorted(codes & LOAD_CODES)}"
+            )
     assert not disagree, "\n".join(disagree)

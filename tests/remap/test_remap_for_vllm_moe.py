@@ -31,7 +31,9 @@ MOE: dict[str, dict[str, Any]] = {
     "qwen3_5_moe_text": dict(target_modules=["q_proj", "v_proj", "in_proj_qkv", "gate_proj", "down_proj"]),
     # the 3-D classes: vLLM reads PEFT's fused pair
     "qwen3_5_moe_vl": dict(target_modules=["q_proj", "v_proj"], exclude_modules=r".*visual.*"),
-    "qwen3_omni_thinker": dict(target_modules=["q_proj", "v_proj"], exclude_modules=r".*(visual|audio_tower).*"),
+    "qwen3_omni_thinker": dict(
+        target_modules=["q_proj", "v_proj"], exclude_modules=r".*(visual|audio_tower).*"
+    ),
 }
 TOL = 1e-5
 
@@ -53,7 +55,17 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], di
         remap(fused, experts="per-expert", out=per)
         for form, folder in (("fused", fused), ("per-expert", per)):
             dest = root / layout / f"{form}-for-vllm"
-            r = run("remap", str(folder), "--for", "vllm", "--base", f"tiny:{layout}", "--out", str(dest), "--json")
+            r = run(
+                "remap",
+                str(folder),
+                "--for",
+                "vllm",
+                "--base",
+                f"tiny:{layout}",
+                "--out",
+                str(dest),
+                "--json",
+            )
             out[(layout, form)] = {"run": r, "out": dest, "want": want, "input": folder}
     return out
 
@@ -87,7 +99,9 @@ def test_remap_for_vllm_output_loads_in_peft_and_passes_both_verifies(
     assert again.returncode == 0 and json.loads(again.stdout)["rewrites"] == []
 
 
-def test_qwen3_moe_fused_is_refused_and_per_expert_passes(served: dict[tuple[str, str], dict[str, Any]]) -> None:
+def test_qwen3_moe_fused_is_refused_and_per_expert_passes(
+    served: dict[tuple[str, str], dict[str, Any]],
+) -> None:
     """Defect 1: on Qwen3MoeForCausalLM (2-D) the fused adapter gets AD418 and the per-expert output passes, with
     no AD413 (vLLM compares ``experts.N.down_proj``, not ``down_proj``) and no AD415 (packed into ``experts``)."""
     case = served[("qwen3_moe_text", "fused")]
@@ -110,12 +124,16 @@ def test_qwen3_moe_on_a_base_folder(tmp_path: Path) -> None:
     assert rel(outputs(loaded(build_tiny("qwen3_moe_text"), out)), want) <= TOL
 
 
-def test_qwen3_5_moe_text_per_expert_keeps_what_peft_needs(served: dict[tuple[str, str], dict[str, Any]]) -> None:
+def test_qwen3_5_moe_text_per_expert_keeps_what_peft_needs(
+    served: dict[tuple[str, str], dict[str, Any]],
+) -> None:
     """Defect 2: PEFT fuses Qwen3.5-MoE's per-expert keys at load but does not rewrite the config, so the output
     keeps ``target_parameters`` and gives gate_up the fused rank (2r) and alpha (2·alpha) of the keys it builds."""
     cfg = json.loads((served[("qwen3_5_moe_text", "fused")]["out"] / "adapter_config.json").read_text())
     assert cfg["target_parameters"] == FUSED
-    assert cfg["rank_pattern"] == {r".*\.gate_up_proj": 8} and cfg["alpha_pattern"] == {r".*\.gate_up_proj": 16}
+    assert cfg["rank_pattern"] == {r".*\.gate_up_proj": 8} and cfg["alpha_pattern"] == {
+        r".*\.gate_up_proj": 16
+    }
 
 
 # ------------------------------------------------------------------------------------- defect 6: what is suggested
@@ -135,7 +153,10 @@ def test_refusal_suggests_only_engines_whose_profile_passes(tmp_path: Path, engi
     passing = {
         names[e]
         for e in names
-        if e != engine and run("verify", str(folder), "--profile", e, "--base", f"tiny:{HYBRID}").returncode == 0
+        if e != engine
+        and run("verify", str(folder), "--profile", e, "--base", f"tiny:{HYBRID}").returncode == 0
     }
     assert named == passing, r.stderr
-    assert "SGLang" not in named and "TGI" not in named  # SGLang refuses in_proj_qkv (AD270), TGI the type (AD449)
+    assert (
+        "SGLang" not in named and "TGI" not in named
+    )  # SGLang refuses in_proj_qkv (AD270), TGI the type (AD449)
