@@ -75,6 +75,7 @@ def stand_in(cls: Any, leaves: list[str], num_experts: int) -> Any:
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
+    import vllm.lora.lora_model as lora_model_module
     from safetensors import safe_open
     from vllm.config.lora import LoRAConfig
     from vllm.lora.layers import FusedMoE3DWithLoRA, FusedMoEWithLoRA
@@ -86,8 +87,6 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         parse_fine_tuned_lora_name,
         process_packed_modules_mapping,
     )
-
-    import vllm.lora.lora_model as lora_model_module
 
     # the CUDA build of vLLM reports pinned memory available; on this CPU torch pin_memory() raises
     lora_model_module.PIN_MEMORY = False
