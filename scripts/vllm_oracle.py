@@ -38,7 +38,12 @@ def model_class(arch: str) -> Any:
 
     from vllm.model_executor.models.registry import _VLLM_MODELS
 
-    module, name = _VLLM_MODELS[arch]
+    # an architecture name, else the class a registered architecture maps to (the Omni thinker is served under
+    # Qwen3OmniMoeForConditionalGeneration)
+    hit = _VLLM_MODELS.get(arch) or next((v for v in _VLLM_MODELS.values() if v[1] == arch), None)
+    if hit is None:
+        return None
+    module, name = hit
     return getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), name)
 
 
@@ -91,6 +96,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     # the CUDA build of vLLM reports pinned memory available; on this CPU torch pin_memory() raises
     lora_model_module.PIN_MEMORY = False
     cls = model_class(spec["arch"])
+    if cls is None:
+        return {"ok": None, "served": False, "error": f"vLLM registers no {spec['arch']}", "loras": []}
     model = stand_in(cls, spec["leaves"], spec["num_experts"])
     mapper = model.hf_to_vllm_mapper.get_rename_mapper() if model.hf_to_vllm_mapper is not None else None
     wrapper = FusedMoE3DWithLoRA if model.is_3d_moe_weight else FusedMoEWithLoRA
