@@ -21,7 +21,8 @@ pip=("$env/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" 'transformers>=5.16.1,<5.21.0' 'huggingface_hub>=1.31.0' 'tokenizers>=0.23.2' 'safetensors>=0.6.2' \
     numpy regex cachetools psutil tqdm requests filelock pyyaml typing_extensions pydantic msgspec cloudpickle \
     blake3 py-cpuinfo einops pyzmq sentencepiece protobuf 'peft==0.21.2' cbor2 aiohttp openai openai-harmony \
-    pillow pybase64 uvloop prometheus_client xgrammar fastapi partial_json_parser llguidance loguru
+    pillow pybase64 uvloop prometheus_client xgrammar fastapi partial_json_parser llguidance loguru \
+    "mistral_common>=1.11.6"
 site="$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 mkdir -p "$site/torchvision"
 cp "$(dirname "$0")/vllm_torchvision_stub.py" "$site/torchvision/__init__.py"
