@@ -5,7 +5,7 @@ The rules themselves and the vLLM release they describe are the vLLM profile's (
 test keeps the two in step).
 """
 
-from adapterdoc.codes import Code, lorax, sglang, tgi
+from adapterdoc.codes import Code, lorax, sglang, tgi, vllm
 
 _V = "Describes vLLM 0.33.0."
 
@@ -217,4 +217,4 @@ CODES = [
     ),
 ]
 
-CODES += sglang.CODES + tgi.CODES + lorax.CODES
+CODES += sglang.CODES + tgi.CODES + lorax.CODES + vllm.CODES

@@ -181,17 +181,19 @@ def _served_findings(
     lm_mods = [m for m in lora_mods if not tower_segment(m)]
     heads = set(mts or [])
     leaves_ok = {leaf for leaf, outside in meta.lora_capable_leaves.items() if outside}
-    odd = [m for m in lm_mods if _leaf(m) not in leaves_ok and _leaf(m) not in heads]
+    layout = served_layout(own_layout, served_as)
+    per_expert = _packed_expert_leaves(layout)
+    odd = [m for m in lm_mods if not _expected(m, leaves_ok, heads, per_expert)]
     if odd:
+        shown = sorted(leaves_ok | {f"experts.N.{leaf}" for leaf in per_expert or ()})
         add(
             "AD413",
-            f"expected target modules in {sorted(leaves_ok)} but received {sorted({_leaf(m) for m in odd})}",
+            f"expected target modules in {shown} but received {sorted({_suffix(m) for m in odd})}",
             key=odd[0],
         )
-    layout = served_layout(own_layout, served_as)
     names = served_modules(meta, layout)
     if names is not None and lm_mods:
-        absent = [m for m in lm_mods if m not in names]
+        absent = [m for m in lm_mods if m not in names and _packed_owner(m, per_expert) not in names]
         if absent:
 
             def score(renamed: list[str]) -> tuple[int, int]:
@@ -265,6 +267,8 @@ def _expert_findings(
                 hint=f"adapterdoc remap {spec} --experts {reads} --out DIR",
             )
         )
+    elif reads == "per-expert":
+        out += _packing_findings(spec, pic)
     elif reads == "fused":
         half = [b for b in pic.routed if len(b.projections) == 1]
         if half:
@@ -287,6 +291,55 @@ def _expert_findings(
     return out
 
 
+def _packing_findings(spec: str, pic: Any) -> list[Finding]:
+    """What ``PackedLoRALayerWeights.pack_moe`` (``vllm/lora/lora_weights.py``) needs of per-expert LoRA on a 2-D
+    class when the adapter is added: every expert of a block with expert LoRA carries gate, up and down (it
+    asserts each of the three, AD476), and one projection has one rank across the experts (ValueError, AD477)."""
+    out: list[Finding] = []
+    gaps = []
+    for b in pic.routed:
+        n = b.experts or 0
+        lack = {p: sorted(set(range(n)) - set(b.covered.get(p, []))) for p in ("gate", "up", "down")}
+        lack = {p: e for p, e in lack.items() if e}
+        if lack:
+            gaps.append((b, lack))
+    if gaps:
+        b, lack = gaps[0]
+        what = "; ".join(f"{p} for expert(s) {_span(e)}" for p, e in lack.items())
+        out.append(
+            _make(
+                "AD476",
+                spec,
+                f"{len(gaps)} MoE block(s) lack a projection's LoRA for some experts (first: {b.path}: {what}); "
+                "pack_moe asserts gate, up and down LoRA for every expert: the adapter fails to load",
+                key=b.path,
+            )
+        )
+    for b in pic.routed:
+        ranks: dict[str, set[int]] = {}
+        for k in b.keys:
+            if k.form == "per-expert" and k.role == "lora_A" and k.shape:
+                ranks.setdefault(k.projection, set()).add(int(k.shape[0]))
+        uneven = {p: sorted(r) for p, r in ranks.items() if len(r) > 1}
+        if uneven:
+            p, r = next(iter(uneven.items()))
+            out.append(
+                _make(
+                    "AD477",
+                    spec,
+                    f"the experts of {b.path} have different LoRA ranks for {p} ({r}); pack_moe refuses it "
+                    "(ValueError): the adapter fails to load",
+                    key=b.path,
+                )
+            )
+            break
+    return out
+
+
+def _span(experts: list[int]) -> str:
+    return ", ".join(map(str, experts[:4])) + (f" and {len(experts) - 4} more" if len(experts) > 4 else "")
+
+
 def _outer(block: Any) -> bool:
     """Whether a fused block has a LoRA on ``experts`` itself (no ``base_layer``): vLLM reads that one as down_proj,
     whatever parameter PEFT wrapped (PEFT saves a lone wrapper there even when only gate_up is targeted)."""
@@ -301,6 +354,52 @@ def _make(code: str, spec: str, msg: str, **kw: Any) -> Finding:
 
 def _rank_slot(rank: int) -> int:
     return next((r for r in VLLM_MAX_LORA_RANKS if r >= rank), VLLM_MAX_LORA_RANKS[-1])
+
+
+def _packed_expert_leaves(layout: str | None) -> tuple[str, ...] | None:
+    """The per-expert leaves vLLM packs into a 2-D class's ``experts`` module: ``process_packed_modules_mapping``
+    gives ``packed_modules_mapping["experts"]`` the expert mapping's ``experts.{e}.{gate,down,up}_proj`` when the
+    class leaves ``is_3d_moe_weight`` at ``False`` (``vllm/lora/utils.py``); ``None`` for a 3-D or dense class."""
+    from adapterdoc.layouts import LAYOUTS
+
+    facts = LAYOUTS[layout].experts if layout in LAYOUTS else None
+    if facts is None or facts.served_fused is not False:
+        return None
+    return facts.per_expert
+
+
+def _suffix(module: str) -> str:
+    """What ``check_unexpected_modules`` compares: the name from ``experts`` on for an expert module, else the
+    last component."""
+    from adapterdoc.adapter import fused_expert_owner
+
+    owner = fused_expert_owner(module)
+    i = owner.find(".experts")
+    return owner[i + 1 :] if i >= 0 else owner.rpartition(".")[2]
+
+
+def _expected(module: str, leaves_ok: set[str], heads: set[str], per_expert: tuple[str, ...] | None) -> bool:
+    """vLLM 0.33.0's name check for one LoRA module (``LoRAModel.from_local_checkpoint``): an expert module's
+    suffix must be ``experts`` or, on a 2-D class, ``experts.{e}.<leaf>``; any other module's last component
+    must be a supported (or saved) module."""
+    suffix = _suffix(module)
+    if suffix == "experts" or suffix.startswith("experts."):
+        parts = suffix.split(".")
+        if suffix == "experts":
+            return "experts" in leaves_ok
+        return per_expert is not None and len(parts) == 3 and parts[1].isdigit() and parts[2] in per_expert
+    return suffix in leaves_ok or suffix in heads
+
+
+def _packed_owner(module: str, per_expert: tuple[str, ...] | None) -> str | None:
+    """The served ``experts`` module a per-expert LoRA module is packed into on a 2-D class (``pack_moe``)."""
+    if per_expert is None:
+        return None
+    owner, sep, rest = module.partition(".experts.")
+    parts = rest.split(".")
+    if sep and len(parts) == 2 and parts[0].isdigit() and parts[1] in per_expert:
+        return f"{owner}.experts"
+    return None
 
 
 def _leaf(module: str) -> str:

@@ -19,6 +19,7 @@ from adapterdoc.formats import gguf_names as names
 from adapterdoc.formats.gguf_header import PROVENANCE, GgufHeader, lora_pairs, read_header
 from adapterdoc.formats.gguf_write import base_config, convert_dtype
 from adapterdoc.layouts import gguf as facts
+from adapterdoc.layouts import strip_language_model
 
 _KIND = {0: "F32", 1: "F16", 30: "BF16"}
 _NP = {"F32": "float32", "F16": "float16", "BF16": "uint16"}
@@ -105,7 +106,7 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
         stacked = a.ndim == 3
         for i, module in enumerate(modules):
             ai, bi = (a[i], b[i]) if stacked else (a, b)
-            text = module.replace("language_model.", "")
+            text = strip_language_model(module)
             embedding = gname.startswith("token_embd.")
             if embedding:
                 ai = np.ascontiguousarray(ai.T)

@@ -26,7 +26,7 @@ from adapterdoc.formats import Converted
 from adapterdoc.formats import gguf_names as names
 from adapterdoc.formats.gguf_header import PROVENANCE
 from adapterdoc.layouts import gguf as facts
-from adapterdoc.layouts import tower_segment
+from adapterdoc.layouts import strip_language_model, tower_segment
 
 HPARAMS = (
     "num_hidden_layers",
@@ -138,7 +138,7 @@ def _group(src: Path, header: Any, cfg: AdapterConfig) -> tuple[list[Pair], list
                 f"`{key}` adapts the {seg} tower: llama.cpp applies a LoRA to the text model only (the tower "
                 "goes to a separate mmproj file); drop the tower modules or merge the adapter",
             )
-        text = k.module.replace("language_model.", "")
+        text = strip_language_model(k.module)
         p = pairs.setdefault(k.module, Pair(k.module, text, embedding=k.role.startswith("lora_embedding")))
         if k.is_a:
             p.a = info

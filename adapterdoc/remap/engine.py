@@ -31,6 +31,7 @@ from adapterdoc.remap.engine_base import base_layout, key_move
 from adapterdoc.remap.engine_fill import fill_step
 from adapterdoc.remap.engine_ranks import plan_uniform
 from adapterdoc.remap.engine_tensors import Group, identity_groups, transform
+from adapterdoc.remap.expert_config import block_mapping, peft_fuses_keys_only
 from adapterdoc.remap.expert_names import DOWN, GATE_UP, fused_owner_prefix
 from adapterdoc.remap.plan import Plan, move_keys, open_input, plan_header
 from adapterdoc.report.findings import make, sort_findings
@@ -258,10 +259,25 @@ def _experts(
     touched = {k for b in eplan.blocks for pair in (b.fused_keys, *b.leaf_keys.values()) for k in pair}
     others = sorted({parse_key(k).module for k in view.tensors if k not in touched and parse_key(k).is_lora})
     before = json.loads(json.dumps(raw))
-    expert_config(raw, cfg, eplan, others, weights)
+    expert_config(
+        raw, cfg, eplan, others, weights, keys_only=peft_fuses_keys_only(report.engine["base_layout"])
+    )
     report.config_changes += C.changes(before, raw, "experts")
+
+    fused = 2 * len(eplan.blocks)
+    per_expert = sum(2 * len(b.leaf_keys) for b in eplan.blocks)
+    read, written = (per_expert, fused) if reads == "fused" else (fused, per_expert)
     report.rewrites.append(
-        {"rewrite": "experts", "from": pic.layout, "to": reads, "blocks": len(eplan.blocks), "exact": True}
+        {
+            "rewrite": "experts",
+            "from": pic.layout,
+            "to": reads,
+            "blocks": len(eplan.blocks),
+            "exact": True,
+            "tensors_read": read,
+            "tensors_written": written,
+            "tensors": block_mapping(eplan),
+        }
     )
     return [(specs, _bound(eplan.header or view, produce)) for specs, produce in eplan.groups]
 

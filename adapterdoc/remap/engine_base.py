@@ -3,6 +3,8 @@ adapter that model's keys, from the registry's moves (the ones ``--vl`` / ``--to
 
 from __future__ import annotations
 
+from typing import Any
+
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.engines.served import is_vl, served_layout
 from adapterdoc.errors import AdapterdocError, RefusedError
@@ -125,3 +127,45 @@ def key_move(
         )
         return None
     return resolve_layout_move(weights, modules, hint, target, source, notes)
+
+
+def serving_elsewhere(engine: str, raw: dict[str, Any], modules: list[str], spec: Any, dropped: str) -> str:
+    """What a refusal of ``remap --for ENGINE`` suggests: the other engines whose own rules take this adapter as
+    it is (their profile's :meth:`~adapterdoc.engines.base.Profile.unservable` says nothing, they read
+    expert LoRA where it has some, and ``dropped`` (a layer type some layers lack) is no reason for them to drop
+    it), else none; a merge always works."""
+    from adapterdoc.engines import PROFILES, get_profile
+
+    layout, model_type = _base_type(spec)
+    experts = any(".experts." in m or m.endswith(".experts") for m in modules)
+    fits = []
+    for other in PROFILES:
+        if other == engine:
+            continue
+        profile = get_profile(other)
+        needs = profile.needs(layout, None)
+        if needs is None or profile.unservable(raw, modules, model_type) is not None:
+            continue
+        if (experts and not needs.expert_lora) or (dropped and needs.fill == "layer-types"):
+            continue
+        fits.append(profile.summary.split()[0])
+    merge = "merge it into the base (adapterdoc merge ADAPTER --base BASE --out DIR)"
+    if not fits:
+        return f"no other engine adapterdoc knows serves it as it is; {merge}"
+    return f"serve the adapter on {' or '.join(fits)}, or {merge}"
+
+
+def _base_type(spec: Any) -> tuple[str | None, str | None]:
+    """(registry layout, ``model_type``) of a resolved base (``None`` each when it does not say)."""
+    from adapterdoc.bases import read_config_json
+
+    if spec is None:
+        return None, None
+    try:
+        layout = layout_of_base(spec, spec.spec)
+        if layout in LAYOUTS:
+            return layout, LAYOUTS[layout].model_type
+        mt = read_config_json(spec).get("model_type") if spec.kind != "tiny" else None
+    except (AdapterdocError, OSError, ValueError):
+        return None, None
+    return None, mt if isinstance(mt, str) else None

@@ -162,13 +162,14 @@ def _layer_types(
                 lacking.setdefault(leaf, []).append(i)
     if lacking:
         from adapterdoc.engines.text_keys import layers_text
+        from adapterdoc.remap.engine_base import serving_elsewhere
 
         leaf, where = next(iter(sorted(lacking.items())))
+        instead = serving_elsewhere(engine, raw, sorted(factors), spec, dropped=leaf)
         raise RefusedError(
             path,
             f"AD269: the base has no {leaf} in layer(s) {layers_text(where)} of {nlayers}, and {engine} loads a layer "
-            f"type only when every layer has it: it drops {leaf} whatever is added; serve the adapter on vLLM or "
-            "SGLang, or merge it into the base (adapterdoc merge ADAPTER --base BASE --out DIR)",
+            f"type only when every layer has it: it drops {leaf} whatever is added; {instead}",
         )
     return missing, bm
 

@@ -27,16 +27,28 @@ HOW = "experts"
 
 
 def expert_config(
-    raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, others: list[str], path: str
+    raw: dict[str, Any],
+    cfg: AdapterConfig,
+    plan: ExpertPlan,
+    others: list[str],
+    path: str,
+    keys_only: bool = False,
 ) -> list[ConfigChange]:
     """Rewrite ``raw`` (the parsed adapter_config.json) in place for ``plan``; the changes. ``others`` are the
-    LoRA modules the remap leaves alone."""
+    LoRA modules the remap leaves alone. ``keys_only``: the base's model type is one whose per-expert LoRA keys
+    PEFT fuses at load (transformers' conversion mapping) without rewriting the config (it has no MoE config
+    conversion, e.g. ``qwen3_5_moe_text``): per-expert output then keeps ``target_parameters`` and gives the fused
+    parameters the rank and alpha of the keys PEFT builds (gate_up: gate's plus up's)."""
     before = json.loads(json.dumps(raw))
     if plan.direction == "fused":
         _to_fused(raw, cfg, plan, others)
     else:
         _to_per_expert(raw, cfg, plan, others)
+        if keys_only:
+            _fused_on_load(raw, before, plan)
     _check(raw, cfg, plan, others, path)
+    if keys_only and plan.direction != "fused":
+        _check_fused_on_load(raw, plan, path)
     changes = []
     for name in (
         "r",
@@ -138,6 +150,48 @@ def _to_per_expert(raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, ot
     _keep_others(raw, cfg, others)
 
 
+def _fused_on_load(raw: dict[str, Any], before: dict[str, Any], plan: ExpertPlan) -> None:
+    """PEFT injects the fused ParamWrappers from ``target_parameters`` and fuses the per-expert keys into them
+    (gate and up side by side: rank gate's + up's): keep the targets and give each fused parameter that rank and
+    the per-expert scaling (probe: peft 0.21.2 on Qwen3_5MoeForCausalLM, exact to 0.0 relative)."""
+    raw["target_parameters"] = before.get("target_parameters")
+    raw["target_modules"] = before.get(
+        "target_modules"
+    )  # the experts come from target_parameters: no leaf added
+    new = _config(raw)
+    rp, ap = dict(raw.get("rank_pattern") or {}), dict(raw.get("alpha_pattern") or {})
+    done: set[str] = set()
+    for b in plan.blocks:
+        if b.param in done:
+            continue
+        done.add(b.param)
+        leaf = f"{b.pre}.{plan.style.container}.experts.0.{b.leaves[0]}"
+        r, alpha = new.rank_for(leaf), new.alpha_for(leaf)
+        n = len(b.leaves)
+        want = (r * n, _number(alpha * (math.sqrt(n) if new.use_rslora else n), alpha))
+        if (new.rank_for(f"{b.owner}.{b.param}"), new.alpha_for(f"{b.owner}.{b.param}")) != want:
+            key = rf".*\.{re.escape(b.param)}"
+            rp = {key: want[0], **{k: v for k, v in rp.items() if k != key}}
+            ap = {key: want[1], **{k: v for k, v in ap.items() if k != key}}
+    raw["rank_pattern"], raw["alpha_pattern"] = rp, ap
+
+
+def _check_fused_on_load(raw: dict[str, Any], plan: ExpertPlan, path: str) -> None:
+    new = _config(raw)
+    for b in plan.blocks:
+        leaf = f"{b.pre}.{plan.style.container}.experts.0.{b.leaves[0]}"
+        fused = f"{b.owner}.{b.param}"
+        rank = new.rank_for(leaf) * len(b.leaves)
+        if new.rank_for(fused) != rank or not math.isclose(
+            new.scaling_for(fused), new.scaling_for(leaf), rel_tol=1e-12
+        ):
+            raise RefusedError(
+                path,
+                f"cannot write rank_pattern/alpha_pattern so that PEFT's fused `{fused}` gets rank {rank} and the "
+                "per-expert scaling when it fuses the per-expert keys at load",
+            )
+
+
 def _keep_others(raw: dict[str, Any], cfg: AdapterConfig, others: list[str]) -> None:
     """The modules the remap leaves alone keep their rank and alpha when ``r`` / ``lora_alpha`` changed: a
     pattern per leaf name after the existing ones, or per module where a leaf pattern would not do."""
@@ -206,3 +260,33 @@ def _check(raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, others: li
                     f"cannot write rank_pattern/alpha_pattern so that `{module}` gets rank {rank} and scaling "
                     f"{scaling:g} (an existing pattern takes precedence: it gives {got_r}, {got_s:g})",
                 )
+
+
+def peft_fuses_keys_only(layout: str | None) -> bool:
+    """Whether PEFT fuses per-expert LoRA keys at load on ``layout``'s class (transformers registers a conversion
+    for its model type) but leaves the config as it is (no MoE config conversion for it)."""
+    from adapterdoc.layouts import LAYOUTS
+
+    lay = LAYOUTS.get(layout) if layout else None
+    return lay is not None and lay.experts is not None and lay.load_conversion and lay.peft_moe is None
+
+
+def _span(n: int) -> str:
+    return "0" if n == 1 else f"{{0..{n - 1}}}"
+
+
+def _per_expert_pattern(plan: ExpertPlan, b: Block) -> str:
+    leaves = b.leaves[0] if len(b.leaves) == 1 else "{" + ",".join(b.leaves) + "}"
+    return f"{b.pre}.{plan.style.container}.experts.{_span(b.experts)}.{leaves}"
+
+
+def block_mapping(plan: ExpertPlan) -> dict[str, str]:
+    """One entry per MoE block: the per-expert modules (brace pattern) ↔ the fused module."""
+    out = {}
+    for b in plan.blocks:
+        many = _per_expert_pattern(plan, b)
+        if plan.direction == "fused":
+            out[many] = b.fused_module
+        else:
+            out[b.fused_module] = many
+    return out

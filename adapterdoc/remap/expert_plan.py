@@ -12,7 +12,7 @@ from typing import Any
 
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.remap.config import dump_like
-from adapterdoc.remap.expert_config import expert_config
+from adapterdoc.remap.expert_config import block_mapping, expert_config
 from adapterdoc.remap.expert_names import GATE_UP, STYLES
 from adapterdoc.remap.experts import Block, ExpertPlan, plan_experts
 from adapterdoc.remap.plan import Plan, open_input
@@ -53,12 +53,12 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
     with open(cfg.path, "rb") as f:
         original = f.read()
     raw = json.loads(original.decode("utf-8"))
-    changes = expert_config(raw, cfg, plan, others, cfg.path)
+    changes = expert_config(raw, cfg, plan, others, cfg.path, keys_only=_keys_only(cfg))
     report = RemapReport(
         input=spec,
         mode="experts",
         strategy="copy",
-        mapping=_mapping(plan),
+        mapping=block_mapping(plan),
         weights=weights,
         out=out,
         config_changes=changes,
@@ -120,25 +120,15 @@ def _keys_of(b: Block) -> list[tuple[str, str]]:
     return [b.fused_keys, *b.leaf_keys.values()]
 
 
-def _span(n: int) -> str:
-    return "0" if n == 1 else f"{{0..{n - 1}}}"
+def _keys_only(cfg: Any) -> bool:
+    """Whether the class the adapter was made for (PEFT's ``auto_mapping.base_model_class``) is one whose
+    per-expert keys PEFT fuses at load without a config rewrite (:func:`~adapterdoc.remap.expert_config.peft_fuses_keys_only`)."""
+    from adapterdoc.layouts import LAYOUTS
+    from adapterdoc.remap.expert_config import peft_fuses_keys_only
 
-
-def _per_expert_pattern(plan: ExpertPlan, b: Block) -> str:
-    leaves = b.leaves[0] if len(b.leaves) == 1 else "{" + ",".join(b.leaves) + "}"
-    return f"{b.pre}.{plan.style.container}.experts.{_span(b.experts)}.{leaves}"
-
-
-def _mapping(plan: ExpertPlan) -> dict[str, str]:
-    """One entry per MoE block: the per-expert modules (brace pattern) ↔ the fused module."""
-    out = {}
-    for b in plan.blocks:
-        many = _per_expert_pattern(plan, b)
-        if plan.direction == "fused":
-            out[many] = b.fused_module
-        else:
-            out[b.fused_module] = many
-    return out
+    mapping = cfg.raw.get("auto_mapping")
+    cls = mapping.get("base_model_class") if isinstance(mapping, dict) else None
+    return any(lay.model_class == cls and peft_fuses_keys_only(name) for name, lay in LAYOUTS.items())
 
 
 def _summary(plan: ExpertPlan) -> dict[str, object]:

@@ -31,10 +31,11 @@ def render_remap(report: RemapReport, *, width: int | None = None) -> str:
         verb = "would rename" if report.dry_run else "renamed"
         w.para(f"{verb} {plural(report.renamed, 'key')} ({report.strategy})", indent=2)
         _patterns(w, report.mapping)
-    else:
+    elif not report.rewrites:
         w.para("nothing to rename", indent=2)
     for r in report.rewrites:
         w.para("would rewrite" if report.dry_run else "rewrote", _rewrite(r), indent=2)
+        _tensor_rewrites(w, r)
     for c in report.config_changes:
         _config_change(w, c)
     if report.out:
@@ -68,7 +69,14 @@ def _rewrite(r: dict[str, object]) -> str:
     """One ``--for`` rewrite in a few words."""
     extra = {
         "keys": lambda: f"{r.get('from')} → {r.get('to')}",
-        "experts": lambda: f"{r.get('from')} → {r.get('to')}",
+        "experts": lambda: (
+            f"{r.get('from')} → {r.get('to')}"
+            + (
+                f", {r['tensors_read']} tensors → {r['tensors_written']} in {plural(int(r['blocks']), 'module')}"  # type: ignore[call-overload]
+                if "tensors_read" in r
+                else ""
+            )
+        ),
         "rslora": lambda: "lora_alpha {} → {}".format(*r["lora_alpha"]),  # type: ignore[misc]
         "ranks": lambda: f"to {r['to']}, {r['bytes_added']} bytes added",
         "scaling": lambda: f"{r['tensors']} lora_B tensor(s), largest rounding {r['max_rel_rounding']:.3g}",
@@ -76,6 +84,19 @@ def _rewrite(r: dict[str, object]) -> str:
         "target_modules": lambda: f"regex → {r['entries']} module path(s)",
     }.get(str(r["rewrite"]))
     return f"{r['rewrite']}: {extra()}" if extra else str(r["rewrite"])
+
+
+def _tensor_rewrites(w: Writer, r: dict[str, object]) -> None:
+    """The tensors a rewrite replaced, one line per module (old above new), :data:`SHOWN` at most."""
+    tensors = r.get("tensors")
+    if not isinstance(tensors, dict):
+        return
+    for i, (old, new) in enumerate(tensors.items()):
+        if i == SHOWN:
+            w.para(f"and {len(tensors) - SHOWN} more (--json lists them)", indent=4)
+            break
+        w.para((str(old), KEEP), indent=4)
+        w.para("→", (str(new), KEEP), indent=4, hang=6)
 
 
 def _items(items: list[object]) -> list[Span]:
