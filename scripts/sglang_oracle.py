@@ -38,6 +38,7 @@ as ``QKVParallelLinearWithLoRA`` / ``MergedColumnParallelLinearWithLoRA`` do at 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import json
@@ -125,10 +126,8 @@ def install_stubs() -> None:
 
     for name in dir(import_utils):
         if name.startswith("is_") and name.endswith("_available"):
-            try:
+            with contextlib.suppress(Exception):  # a check that needs arguments or hardware
                 getattr(import_utils, name)()
-            except Exception:  # noqa: BLE001 - a check that needs arguments or hardware
-                pass
     transformers.AutoProcessor  # noqa: B018 - resolves the lazy module before the stubs exist
     transformers.AutoImageProcessor  # noqa: B018
     sys.meta_path.insert(0, _Finder())
@@ -138,23 +137,16 @@ def load_sglang() -> SimpleNamespace:
     """SGLang's modules, imported for real."""
     install_stubs()
     logging.disable(logging.WARNING)
-    from sglang.srt.configs.load_config import LoadConfig
-    from sglang.srt.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
-    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
-    from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
-    from sglang.srt.lora import layers as lora_layers
-    from sglang.srt.lora import utils as lora_utils
-    from sglang.srt.lora.lora import LoRAAdapter
-    from sglang.srt.lora.lora_config import LoRAConfig
-    from sglang.srt.lora.lora_manager import LoRAManager
-    from sglang.srt.lora.mem_pool import LoRAMemoryPool
-    from sglang.srt.lora.torch_ops import lora_ops
     from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
     from sglang.srt.server_args import ServerArgs
 
     # one CPU rank, published the way SGLang's own test fixtures do (sglang/test/test_utils.py)
     reset_context()
-    publish(ServerArgs(model_path="dummy", device="cpu"), role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None))
+    publish(
+        ServerArgs(model_path="dummy", device="cpu"),
+        role="test",
+        ranks=SpawnRanks(world_rank=0, dp_rank=None),
+    )
     return SimpleNamespace(**locals())
 
 
@@ -183,7 +175,7 @@ def served_tree(S: SimpleNamespace, hf: Any, text: Any) -> Any:
         S.VocabParallelEmbedding, org_vocab_size=text.vocab_size, embedding_dim=text.hidden_size
     )
     model.layers = torch.nn.ModuleList()
-    for i, layer in enumerate(hf.model.layers):
+    for layer in hf.model.layers:
         sl = torch.nn.Module()
         if hasattr(layer, "self_attn") and hasattr(layer.self_attn, "q_proj"):
             sl.self_attn = torch.nn.Module()
@@ -224,7 +216,9 @@ class _Wrapped:
         return b
 
 
-def wrap(S: SimpleNamespace, tree: Any, targets: set[str], layers: int) -> tuple[list[dict[str, Any]], Any, Any]:
+def wrap(
+    S: SimpleNamespace, tree: Any, targets: set[str], layers: int
+) -> tuple[list[dict[str, Any]], Any, Any]:
     """``init_lora_modules``' choice of modules, on the served tree: (per-layer modules, embed, lm_head)."""
     lora_modules: list[dict[str, Any]] = [{} for _ in range(layers)]
     both = all(x in targets for x in ("gate_up_proj", "down_proj"))
@@ -294,7 +288,7 @@ def run_job(S: SimpleNamespace, job: dict[str, Any], out_dir: str) -> dict[str, 
         # the first request: the adapter copied into pool slot 1 (slot 0 holds the base)
         stage = "first-request"
         pool.load_lora_weight_to_buffer(name, 1, adapter, lora_modules, embed, lm_head)
-    except Exception as e:  # noqa: BLE001 - SGLang's own failure, reported as the verdict
+    except Exception as e:
         return {
             "verdict": "refused" if stage == "load" else "first-request",
             "stage": stage,
@@ -350,8 +344,9 @@ def served_logits(
             for j, proj in enumerate(("q_proj", "k_proj", "v_proj")):
                 add(
                     getattr(attn, proj),
-                    lambda m, inp, out, a=a, b=b, j=j, offs=offs: out
-                    + delta(inp[0], a, b, offs, 3)[..., offs[j] : offs[j + 1]],
+                    lambda m, inp, out, a=a, b=b, j=j, offs=offs: (
+                        out + delta(inp[0], a, b, offs, 3)[..., offs[j] : offs[j + 1]]
+                    ),
                 )
         if "o_proj" in wrapped and attn is not None:
             a, b = pool.A_buffer["o_proj"][i], pool.B_buffer["o_proj"][i]
@@ -364,8 +359,9 @@ def served_logits(
             for j, proj in enumerate(("gate_proj", "up_proj")):
                 add(
                     getattr(mlp, proj),
-                    lambda m, inp, out, a=a, b=b, j=j, offs=offs: out
-                    + delta(inp[0], a, b, offs, 2)[..., offs[j] : offs[j + 1]],
+                    lambda m, inp, out, a=a, b=b, j=j, offs=offs: (
+                        out + delta(inp[0], a, b, offs, 2)[..., offs[j] : offs[j + 1]]
+                    ),
                 )
         if "down_proj" in wrapped and mlp is not None and hasattr(mlp, "down_proj"):
             a, b = pool.A_buffer["down_proj"][i], pool.B_buffer["down_proj"][i]
@@ -399,7 +395,10 @@ def _merge_experts(experts: Any, pool: Any, layer: int, r: int) -> None:
     import torch
 
     slot, max_r = 1, pool.max_lora_rank
-    a_gu, b_gu = pool.A_buffer["gate_up_proj_moe"][layer][slot], pool.B_buffer["gate_up_proj_moe"][layer][slot]
+    a_gu, b_gu = (
+        pool.A_buffer["gate_up_proj_moe"][layer][slot],
+        pool.B_buffer["gate_up_proj_moe"][layer][slot],
+    )
     a_d, b_d = pool.A_buffer["down_proj_moe"][layer][slot], pool.B_buffer["down_proj_moe"][layer][slot]
     with torch.no_grad():
         for e in range(experts.gate_up_proj.shape[0]):

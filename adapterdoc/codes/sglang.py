@@ -66,7 +66,10 @@ CODES: list[Code] = [
         "error",
         "The adapter's rank `r` exceeds the server's `--max-lora-rank` (as given to `verify --max-lora-rank`). "
         + _S,
-        'The memory pool refuses it (`can_support`: `config.r > max_lora_rank`; "... with rank N is incompatible '
+        "A startup `--lora-paths` adapter is not checked against it: SGLang starts, then the first request that "
+        "uses the adapter fails (the pool's buffers are `--max-lora-rank` rows; \"LoRA buffer shape ... does not "
+        "match weight shape ...\"). Loaded later with `/load_lora_adapter`, the memory pool refuses it "
+        '(`can_support`: `config.r > max_lora_rank`; "... with rank N is incompatible '
         'with the current LoRA memory pool configuration"). SGLang has no fixed ceiling: without `--max-lora-rank` '
         "the pool takes the largest rank among the startup adapters, so verify checks the rank only when given.",
         '"r": 64 on a server started with --max-lora-rank 32',
@@ -285,7 +288,8 @@ CODES: list[Code] = [
         "AD493",
         "sglang-saved-module-in-layer",
         "error",
-        "`modules_to_save` tensors (whole weights, such as a layer norm's) sit inside the decoder layers. " + _S,
+        "`modules_to_save` tensors (whole weights, such as a layer norm's) sit inside the decoder layers. "
+        + _S,
         "SGLang starts, then the first request that uses the adapter fails: it files every tensor with `layers.N.` "
         "in its name as a LoRA weight of that layer, and copying the adapter into the memory pool at that request "
         "raises `ValueError: Cannot find target module name` for a weight that matches no LoRA target "

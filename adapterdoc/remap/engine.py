@@ -258,7 +258,9 @@ def _refuse_inexact(
             )
 
 
-def _embedding_copies(weights: str, engine: str, parsed: list[LoraKey], base: str | None, merge: str) -> set[str]:
+def _embedding_copies(
+    weights: str, engine: str, parsed: list[LoraKey], base: str | None, merge: str
+) -> set[str]:
     """PEFT's ``base_layer.weight`` copies beside LoRA on embed_tokens / lm_head, which the engine skips: kept
     as they are, and refused where ``--base`` has weights and a copy differs from the base's (or its shape does)."""
     import os

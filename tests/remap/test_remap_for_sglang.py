@@ -57,7 +57,9 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("name", ["embed", "lm_head_tied", "lm_head"])
-def test_embedding_lora_is_served_as_it_is(made: Callable[[str], Path], cli: Any, tmp_path: Path, name: str) -> None:
+def test_embedding_lora_is_served_as_it_is(
+    made: Callable[[str], Path], cli: Any, tmp_path: Path, name: str
+) -> None:
     src = made(name)
     layout = ADAPTERS[name][0]
     out = tmp_path / "out"

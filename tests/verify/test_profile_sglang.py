@@ -4,9 +4,7 @@ the CLI with exit 1, and the clean adapter passes with exit 0; the options, the 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -94,7 +92,9 @@ def sg(tmp_path_factory: Any, tiny_model: Any) -> Callable[[str], str]:
         elif name == "resized":  # the vocabulary grown by 8 tokens, then LoRA on the embedding
             model = tiny_model(TEXT)
             model.resize_token_embeddings(1008)
-            _peft_adapter(out, TEXT, dict(target_modules=["embed_tokens", "q_proj", "v_proj"]), lambda _: model)
+            _peft_adapter(
+                out, TEXT, dict(target_modules=["embed_tokens", "q_proj", "v_proj"]), lambda _: model
+            )
         elif name == "trained_copy":  # the embedding copy changed by hand: it no longer equals the base's
             from safetensors.torch import load_file, save_file
 
@@ -327,53 +327,4 @@ def test_needs_and_codes_name_the_release() -> None:
     assert all(f"SGLang {SGLANG_VERSION}." in c.summary for c in mine)
 
 
-ORACLE = Path(__file__).resolve().parents[2] / "scripts" / "sglang_oracle.py"
-ORACLE_PY = Path(os.environ.get("ADAPTERDOC_SGLANG_PYTHON", "/tmp/sglang-venv/bin/python"))
-
-
-def _oracle_ready() -> str | None:
-    if not ORACLE_PY.exists():
-        return f"no SGLang venv at {ORACLE_PY} (set ADAPTERDOC_SGLANG_PYTHON; see scripts/sglang_oracle.py)"
-    probe = subprocess.run([str(ORACLE_PY), str(ORACLE), "--probe"], capture_output=True, text=True)
-    return None if probe.returncode == 0 else f"the SGLang oracle cannot run: {probe.stderr.strip()[-300:]}"
-
-
-def test_we_refuse_everything_sglang_refuses(
-    sg: Callable[[str], str], tiny_model: Any, tmp_path: Path
-) -> None:
-    """SGLang's own functions (scripts/sglang_oracle.py) on the same adapters and server options: every adapter it
-    refuses, or whose weights it would skip, we fail with exit 1."""
-    from adapterdoc.verify.profiles.sglang import split_targets
-
-    why = _oracle_ready()
-    if why:
-        pytest.skip(why)
-    cases = [("clean", ()), *[(n, e) for n, e, _ in RULES]]
-    jobs = []
-    for name, extra in cases:
-        opts = dict(zip(extra[::2], extra[1::2]))
-        layout = BASES[name].removeprefix("tiny:")
-        jobs.append(
-            dict(
-                name=name,
-                path=sg(name),
-                vocab=tiny_model(layout).config.get_text_config().vocab_size,
-                max_lora_rank=int(opts["--max-lora-rank"]) if "--max-lora-rank" in opts else None,
-                lora_target_modules=split_targets(
-                    [v for k, v in zip(extra[::2], extra[1::2]) if k.endswith("modules")]
-                ),
-            )
-        )
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    res = subprocess.run(
-        [str(ORACLE_PY), str(ORACLE), "--jobs", str(tmp_path / "jobs.json")], capture_output=True, text=True
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    verdicts = json.loads(res.stdout)
-    assert not verdicts["clean"]["refused"], verdicts["clean"]
-    refused = [name for name, _ in cases if verdicts[name]["refused"]]
-    assert len(refused) >= 8, verdicts  # the oracle really runs SGLang's checks
-    for name, extra in cases:
-        if name in refused:
-            assert run(sg, name, *extra)[0] == 1, (name, verdicts[name])
-    print(json.dumps({n: v for n, v in verdicts.items()}, indent=1))
+# SGLang's own code on every kind of adapter, and on remap --for sglang's outputs: test_sglang_oracle.py (-m oracle)

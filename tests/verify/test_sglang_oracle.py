@@ -38,12 +38,24 @@ CASES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     "dora": (TEXT, dict(target_modules=ALL, use_dora=True), ()),
     "regex": (TEXT, dict(target_modules=r".*\.(q_proj|v_proj)"), ()),
     "all_linear": (TEXT, dict(target_modules="all-linear"), ()),
-    "all_linear_narrow": (TEXT, dict(target_modules="all-linear"), ("--lora-target-modules", "q_proj,v_proj")),
-    "qvo_narrow": (TEXT, dict(target_modules=["q_proj", "v_proj", "o_proj"]), ("--lora-target-modules", "q_proj")),
+    "all_linear_narrow": (
+        TEXT,
+        dict(target_modules="all-linear"),
+        ("--lora-target-modules", "q_proj,v_proj"),
+    ),
+    "qvo_narrow": (
+        TEXT,
+        dict(target_modules=["q_proj", "v_proj", "o_proj"]),
+        ("--lora-target-modules", "q_proj"),
+    ),
     "r32_cap": (TEXT, dict(target_modules=ALL, r=32, lora_alpha=64), ("--max-lora-rank", "24")),
     "rank_pattern": (TEXT, dict(target_modules=ALL, rank_pattern={"o_proj": 8}), ()),
     "alpha_pattern": (TEXT, dict(target_modules=ALL, alpha_pattern={"o_proj": 32}), ()),
-    "exclude": (TEXT, dict(target_modules=["q_proj", "v_proj"], exclude_modules=["model.layers.1.self_attn.q_proj"]), ()),
+    "exclude": (
+        TEXT,
+        dict(target_modules=["q_proj", "v_proj"], exclude_modules=["model.layers.1.self_attn.q_proj"]),
+        (),
+    ),
     "layers": (TEXT, dict(target_modules=ALL, layers_to_transform=[1, 2], layers_pattern="layers"), ()),
     "mts_head": (TEXT, dict(target_modules=["q_proj", "v_proj"], modules_to_save=["lm_head"]), ()),
     "mts_norm": (TEXT, dict(target_modules=["q_proj", "v_proj"], modules_to_save=["input_layernorm"]), ()),
@@ -63,7 +75,17 @@ CASES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
 """name → (tiny layout, LoraConfig keywords, verify's server options): each adapter written by real PEFT with
 every trainable tensor random (a trained adapter: biases, magnitudes, saved modules and tokens included)."""
 
-REMAPPED = ["rslora", "rank_pattern", "alpha_pattern", "regex", "q_only", "kv", "v_only", "up_only", "moe_fused"]
+REMAPPED = [
+    "rslora",
+    "rank_pattern",
+    "alpha_pattern",
+    "regex",
+    "q_only",
+    "kv",
+    "v_only",
+    "up_only",
+    "moe_fused",
+]
 """Adapters ``remap --for sglang`` rewrites: each output must be served by SGLang with PEFT's outputs."""
 
 
@@ -152,11 +174,23 @@ def oracle(oracle_env: Callable[[str], Path], tmp_path_factory: Any) -> dict[str
 @pytest.mark.parametrize("name", list(CASES))
 def test_verify_agrees_with_sglang(oracle: dict[str, Any], name: str) -> None:
     got = oracle[name]
-    r = _cli("verify", str(got["folder"]), "--base", f"tiny:{got['layout']}", "--profile", "sglang", "--json", *got["extra"])
+    r = _cli(
+        "verify",
+        str(got["folder"]),
+        "--base",
+        f"tiny:{got['layout']}",
+        "--profile",
+        "sglang",
+        "--json",
+        *got["extra"],
+    )
     data = json.loads(r.stdout)
     codes = sorted({f["code"] for f in data["findings"] if f["severity"] == "error"})
     ours = verdict(codes)
-    assert ours == got["verdict"], (codes, {k: got.get(k) for k in ("verdict", "stage", "error", "rel", "where")})
+    assert ours == got["verdict"], (
+        codes,
+        {k: got.get(k) for k in ("verdict", "stage", "error", "rel", "where")},
+    )
     assert (r.exit_code == 0) == (ours == "accept"), codes
 
 

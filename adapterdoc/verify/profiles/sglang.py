@@ -45,7 +45,7 @@ CONSEQUENCE = {
     "AD421": "refused",
     "AD422": "refused",
     "AD423": "refused",
-    "AD424": "refused",
+    "AD424": "first-request",
     "AD425": "refused",
     "AD426": "wrong-output",
     "AD427": "first-request",
@@ -249,7 +249,8 @@ def _config_findings(
     if options.max_lora_rank is not None and rank_ok and r > options.max_lora_rank:
         add(
             "AD424",
-            f"LoRA rank {r} is greater than --max-lora-rank {options.max_lora_rank}",
+            f"LoRA rank {r} is greater than --max-lora-rank {options.max_lora_rank}: as a startup --lora-paths "
+            f"adapter, {FIRST_REQUEST} (LoRA buffer shape assertion); /load_lora_adapter refuses it",
             key="r",
             hint=f"start the server with --max-lora-rank {r} and verify with the same value",
         )

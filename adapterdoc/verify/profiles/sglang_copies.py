@@ -135,9 +135,7 @@ def _base_names(key: str, head: str, tied: bool) -> list[str]:
     return names
 
 
-def _compare_folder(
-    key: str, head: str, header: Any, t: Any, root: str, raw: dict[str, Any] | None
-) -> Copy:
+def _compare_folder(key: str, head: str, header: Any, t: Any, root: str, raw: dict[str, Any] | None) -> Copy:
     from adapterdoc.errors import AdapterdocError
     from adapterdoc.st.header import read_header
 
@@ -192,10 +190,14 @@ def _compare_tiny(key: str, head: str, header: Any, layout: str) -> Copy:
     except ImportError:
         return Copy(key, head, "unchecked", "comparing with a tiny base needs the ml extra (torch)")
     model = build_tiny(layout)
-    weight = (model.get_input_embeddings() if head == "embed_tokens" else model.get_output_embeddings()).weight
+    weight = (
+        model.get_input_embeddings() if head == "embed_tokens" else model.get_output_embeddings()
+    ).weight
     with safe_open(header.path, "pt") as f:
         copy = f.get_tensor(key)
     if tuple(copy.shape) != tuple(weight.shape):
-        return Copy(key, head, "shape", f"shape {list(copy.shape)}, the base's {head} is {list(weight.shape)}")
+        return Copy(
+            key, head, "shape", f"shape {list(copy.shape)}, the base's {head} is {list(weight.shape)}"
+        )
     same = torch.equal(copy.to(weight.dtype), weight.detach())
     return Copy(key, head, "equal" if same else "differs", f"compared with the tiny base's {head}")
