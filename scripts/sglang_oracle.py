@@ -137,6 +137,17 @@ def load_sglang() -> SimpleNamespace:
     """SGLang's modules, imported for real."""
     install_stubs()
     logging.disable(logging.WARNING)
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.layers.linear import MergedColumnParallelLinear, QKVParallelLinear, RowParallelLinear
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+    from sglang.srt.layers.utils import get_layer_id
+    from sglang.srt.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+    from sglang.srt.lora import layers as lora_layers
+    from sglang.srt.lora.lora import LoRAAdapter
+    from sglang.srt.lora.lora_config import LoRAConfig
+    from sglang.srt.lora.lora_manager import LoRAManager
+    from sglang.srt.lora.mem_pool import LoRAMemoryPool
+    from sglang.srt.lora.torch_ops import lora_ops
     from sglang.srt.runtime_context import SpawnRanks, publish, reset_context
     from sglang.srt.server_args import ServerArgs
 
@@ -147,7 +158,22 @@ def load_sglang() -> SimpleNamespace:
         role="test",
         ranks=SpawnRanks(world_rank=0, dp_rank=None),
     )
-    return SimpleNamespace(**locals())
+    return SimpleNamespace(
+        LoadConfig=LoadConfig,
+        MergedColumnParallelLinear=MergedColumnParallelLinear,
+        QKVParallelLinear=QKVParallelLinear,
+        RowParallelLinear=RowParallelLinear,
+        FusedMoE=FusedMoE,
+        get_layer_id=get_layer_id,
+        ParallelLMHead=ParallelLMHead,
+        VocabParallelEmbedding=VocabParallelEmbedding,
+        lora_layers=lora_layers,
+        LoRAAdapter=LoRAAdapter,
+        LoRAConfig=LoRAConfig,
+        LoRAManager=LoRAManager,
+        LoRAMemoryPool=LoRAMemoryPool,
+        lora_ops=lora_ops,
+    )
 
 
 def _bare(cls: Any, **attrs: Any) -> Any:
@@ -223,11 +249,7 @@ def wrap(
     lora_modules: list[dict[str, Any]] = [{} for _ in range(layers)]
     both = all(x in targets for x in ("gate_up_proj", "down_proj"))
     for name, module in tree.named_modules():
-        layer = S.lora_utils.get_layer_id(name) if hasattr(S.lora_utils, "get_layer_id") else None
-        if layer is None:
-            from sglang.srt.layers.utils import get_layer_id
-
-            layer = get_layer_id(name)
+        layer = S.get_layer_id(name)
         if layer is None:
             continue
         parts = name.split(".")

@@ -153,7 +153,8 @@ CODES: list[Code] = [
         "`experts.base_layer.lora_A` keys), which SGLang does not read. " + _S,
         "SGLang reads only `target_modules` (never `target_parameters`) and matches expert weights by their "
         "projection name (`experts.N.gate_proj`, or 3-D `experts.gate_up_proj`): PEFT's fused keys name no "
-        "projection, match no target and are skipped (sgl-project/sglang#25528).",
+        "projection and match no target (sgl-project/sglang#25528). SGLang starts, then the first request that uses "
+        "the adapter fails (`ValueError: Cannot find target module name`, mem_pool.py `load_lora_weight_to_buffer`).",
         "base_model.model.model.layers.0.mlp.experts.base_layer.lora_A.weight",
         "Rewrite the experts one LoRA per expert (exact): " + _FIX,
     ),
@@ -297,5 +298,16 @@ CODES: list[Code] = [
         '"modules_to_save": ["input_layernorm"]',
         "Merge the adapter into the base (`adapterdoc merge`) and serve the merged model, or retrain without "
         "`modules_to_save`.",
+    ),
+    Code(
+        "AD494",
+        "sglang-alora-ignored",
+        "error",
+        "The adapter is an activated LoRA (`alora_invocation_tokens`), which SGLang does not read. " + _S,
+        "PEFT applies an aLoRA only to the tokens from its invocation sequence on (the base model before it); "
+        "SGLang's LoRAConfig reads `r`, `lora_alpha`, `target_modules` and `use_dora` only, and applies the LoRA to "
+        "every token of every request that names the adapter: other outputs, with no error.",
+        '"alora_invocation_tokens": [271, 1035]',
+        "Serve it on an engine that implements activated LoRA, or retrain as a plain LoRA.",
     ),
 ]

@@ -51,6 +51,7 @@ ADAPTERS: dict[str, tuple[str, dict[str, Any]]] = {
     "v_only": (TEXT, dict(target_modules=["v_proj", "o_proj"])),
     "up_only": (TEXT, dict(target_modules=["up_proj", "down_proj"])),
     "mts_norm": (TEXT, dict(target_modules=["q_proj", "v_proj"], modules_to_save=["input_layernorm"])),
+    "alora": (TEXT, dict(target_modules=["q_proj", "v_proj"], alora_invocation_tokens=[5, 6])),
 }
 """name → (tiny layout, LoraConfig keywords): each written by real PEFT (``get_peft_model`` + ``save_pretrained``)."""
 
@@ -178,6 +179,7 @@ RULES = [
     ("mts_norm", (), "AD493"),
     ("resized", (), "AD490"),
     ("trained_copy", (), "AD490"),
+    ("alora", (), "AD494"),
 ]
 
 

@@ -68,6 +68,7 @@ CASES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     "kv": (TEXT, dict(target_modules=["k_proj", "v_proj"]), ()),
     "v_only": (TEXT, dict(target_modules=["v_proj", "o_proj"]), ()),
     "up_only": (TEXT, dict(target_modules=["up_proj", "down_proj"]), ()),
+    "alora": (TEXT, dict(target_modules=["q_proj", "v_proj"], alora_invocation_tokens=[5, 6]), ()),
     "moe_attn": (MOE, dict(target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]), ()),
     "moe_fused": (MOE, dict(target_modules=["q_proj", "v_proj"], target_parameters=EXPERTS), ()),
     "moe_fused_down": (MOE, dict(target_modules=["q_proj", "v_proj"], target_parameters=EXPERTS[1:]), ()),

@@ -61,6 +61,7 @@ CONSEQUENCE = {
     "AD438": "wrong-output",
     "AD490": "wrong-output",
     "AD493": "first-request",
+    "AD494": "wrong-output",
 }
 """What SGLang does with an adapter that has each error: ``refused`` (the load fails: a startup ``--lora-paths``
 adapter stops the server, ``/load_lora_adapter`` answers an error), ``first-request`` (it loads and the server
@@ -271,6 +272,14 @@ def _config_findings(
             key="alpha_pattern",
             hint=f"adapterdoc remap {spec} --for sglang --out DIR",
         )
+    invocation = raw.get("alora_invocation_tokens")
+    if invocation:
+        add(
+            "AD494",
+            f"alora_invocation_tokens {invocation} (activated LoRA) is not read: SGLang applies the LoRA to every "
+            f"token, PEFT only from the invocation tokens on: {SILENT}",
+            key="alora_invocation_tokens",
+        )
     mts = raw.get("modules_to_save")
     copies = {k.key for k in copy_keys(keys)}
     saved = [k for k in keys if k.role == "full" and k.key not in copies]
@@ -345,7 +354,8 @@ def _key_findings(
     if fused:
         add(
             "AD430",
-            f"{len(fused)} fused expert tensor(s) (target_parameters) name no projection and are skipped",
+            f"{len(fused)} fused expert tensor(s) (target_parameters) name no projection, so they match no LoRA "
+            f"target: {FIRST_REQUEST} (ValueError: Cannot find target module name)",
             fused,
             hint=f"adapterdoc remap {spec} --for sglang --out DIR",
         )
