@@ -68,7 +68,7 @@ CODES: list[Code] = [
         + _S,
         "A startup `--lora-paths` adapter is not checked against it: SGLang starts, then the first request that "
         "uses the adapter fails (the pool's buffers are `--max-lora-rank` rows; \"LoRA buffer shape ... does not "
-        "match weight shape ...\"). Loaded later with `/load_lora_adapter`, the memory pool refuses it "
+        'match weight shape ..."). Loaded later with `/load_lora_adapter`, the memory pool refuses it '
         '(`can_support`: `config.r > max_lora_rank`; "... with rank N is incompatible '
         'with the current LoRA memory pool configuration"). SGLang has no fixed ceiling: without `--max-lora-rank` '
         "the pool takes the largest rank among the startup adapters, so verify checks the rank only when given.",
