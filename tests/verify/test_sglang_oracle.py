@@ -202,3 +202,21 @@ def test_remap_output_is_served_with_peft_outputs(oracle: dict[str, Any], name: 
     assert got["rel"] <= REL
     v = _cli("verify", str(got["folder"]), "--base", f"tiny:{got['layout']}", "--profile", "sglang")
     assert v.exit_code == 0, v.stdout
+
+
+def test_the_oracle_tells_the_four_verdicts_apart(oracle: dict[str, Any]) -> None:
+    """SGLang's code really runs: each verdict comes up, and where SGLang fails it says why in its own words."""
+    seen: dict[str, list[str]] = {}
+    for name in CASES:
+        seen.setdefault(oracle[name]["verdict"], []).append(name)
+    assert {v: len(n) for v, n in seen.items()}.keys() == {
+        "accept",
+        "refused",
+        "first-request",
+        "wrong-output",
+    }
+    assert all(len(n) >= 4 for n in seen.values()), seen
+    assert "Cannot find target module name" in oracle["v_only"]["error"]
+    assert "does not match weight shape" in oracle["rank_pattern"]["error"]
+    assert "DoRA" in oracle["dora"]["error"]
+    assert oracle["bias"]["rel"] > 1e-3 and oracle["clean"]["rel"] <= REL
