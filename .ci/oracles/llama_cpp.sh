@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llama.cpp's own code as the GGUF oracle, idempotent: a virtualenv with llama-cpp-python (its llama.cpp, built from
 # the source distribution: no wheel exists for this platform; pip caches the built wheel, so only the first build is
-# long: ~48 min on a loaded 2-core machine, see docs/runtimes-gguf.md) and sentencepiece, plus llama.cpp's Python
+# long: ~48 min on a loaded 2-core machine, see docs/runtimes.md) and sentencepiece, plus llama.cpp's Python
 # converters (convert_hf_to_gguf.py, convert_lora_to_gguf.py, conversion/, gguf-py/) unpacked from the same source
 # distribution into "$env/llama.cpp". The converters need torch and transformers: the environment sees the running
 # interpreter's packages through a .pth file appended after its own (as tests/conftest.py's WheelVenv does), so

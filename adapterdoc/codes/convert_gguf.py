@@ -148,7 +148,7 @@ CODES: list[Code] = [
         "llama.cpp's tensor names and its per-architecture permutations depend on the architecture; guessing one "
         "writes an adapter that loads and computes the wrong thing, or fails at load.",
         "ModernBertForMaskedLM (an encoder; no LoRA path in llama.cpp)",
-        "Use a supported family (see docs/runtimes-gguf.md) or merge the adapter and convert the merged model.",
+        "Use a supported family (see docs/runtimes.md) or merge the adapter and convert the merged model.",
     ),
     Code(
         "AD871",

@@ -1,4 +1,4 @@
-"""AD420-AD439: the SGLang profile's findings (``verify --profile sglang``), part of the serving area.
+"""AD420-AD439 and AD490-AD499: the SGLang profile's findings (``verify --profile sglang``), part of the serving area.
 
 Each explanation names the SGLang release its rule was read from (the profile's ``SGLANG_VERSION``, in
 :mod:`adapterdoc.engines.sglang`; a test keeps the two in step). Sources: ``python/sglang/srt/lora/``
@@ -66,7 +66,10 @@ CODES: list[Code] = [
         "error",
         "The adapter's rank `r` exceeds the server's `--max-lora-rank` (as given to `verify --max-lora-rank`). "
         + _S,
-        'The memory pool refuses it (`can_support`: `config.r > max_lora_rank`; "... with rank N is incompatible '
+        "A startup `--lora-paths` adapter is not checked against it: SGLang starts, then the first request that "
+        "uses the adapter fails (the pool's buffers are `--max-lora-rank` rows; \"LoRA buffer shape ... does not "
+        'match weight shape ..."). Loaded later with `/load_lora_adapter`, the memory pool refuses it '
+        '(`can_support`: `config.r > max_lora_rank`; "... with rank N is incompatible '
         'with the current LoRA memory pool configuration"). SGLang has no fixed ceiling: without `--max-lora-rank` '
         "the pool takes the largest rank among the startup adapters, so verify checks the rank only when given.",
         '"r": 64 on a server started with --max-lora-rank 32',
@@ -89,11 +92,14 @@ CODES: list[Code] = [
         "AD426",
         "sglang-modules-to-save-skipped",
         "error",
-        "The adapter has `modules_to_save` (whole trained copies of modules), which SGLang does not apply. "
-        + _S,
+        "The adapter has `modules_to_save` (whole trained copies of modules) outside the decoder layers, which "
+        "SGLang does not apply. " + _S,
         "SGLang keeps a tensor outside the decoder layers only when it is a targeted `embed_tokens` / `lm_head` "
-        "LoRA; a `modules_to_save` copy is skipped with at most a debug log (`_process_weight`, lora.py), so the "
-        "trained head or embedding is silently replaced by the base one.",
+        "LoRA, and of those it loads only the `lora_A` / `lora_B` factors; a `modules_to_save` copy is skipped with "
+        "at most a debug log (`_process_weight`, lora.py; `load_lora_weight_to_buffer`, mem_pool.py), so the trained "
+        "head or embedding is silently replaced by the base one. (PEFT's `base_layer.weight` copy beside LoRA on "
+        "`embed_tokens` / `lm_head` is not this: see AD490 / AD491. `modules_to_save` inside the decoder layers, "
+        "such as a layer norm, is AD493.)",
         '"modules_to_save": ["lm_head"]',
         "There is no exact LoRA rewrite: merge the adapter into the base (`adapterdoc merge`) and serve the "
         "merged model, or retrain with LoRA on those modules (`target_modules`) instead.",
@@ -104,11 +110,14 @@ CODES: list[Code] = [
         "error",
         "LoRA weights in the decoder layers match no target module of the server, after SGLang's own renames "
         "(q+k+v -> qkv_proj, gate+up -> gate_up_proj, w1/w3/w2 -> gate/up/down). " + _S,
-        "The memory pool matches each weight name against the server's target modules by substring "
-        "(`get_target_module_name`); a weight that matches none is skipped with a warning (an error only with "
-        "`--lora-strict-loading`, off by default), so that part of the adapter is silently not applied. Typical "
-        "causes: k_proj/v_proj or up_proj LoRA without q_proj/gate_proj (left unrenamed), or an adapter with "
-        "`all-linear` targets on a server whose `--lora-target-modules` is narrower.",
+        "SGLang starts, then the first request that uses the adapter fails. The memory pool matches each weight "
+        "name against the server's target modules by substring (`get_target_module_name`) when it copies the "
+        "adapter into its buffers, at that request: its pre-check only logs a warning for a weight that matches "
+        "none (an error with `--lora-strict-loading`), and the copy loop then raises `ValueError: Cannot find "
+        "target module name` (mem_pool.py `load_lora_weight_to_buffer`). Typical causes: v_proj (or k_proj + "
+        "v_proj) LoRA without q_proj, up_proj without gate_proj (both left unrenamed, so they match neither "
+        "qkv_proj nor gate_up_proj), or an adapter with `all-linear` targets on a server whose "
+        "`--lora-target-modules` is narrower.",
         "layers.0.self_attn.k_proj.lora_A.weight with target_modules [k_proj, v_proj]",
         "Target q_proj with k/v_proj and gate_proj with up_proj, or widen the server's `--lora-target-modules`.",
     ),
@@ -144,7 +153,8 @@ CODES: list[Code] = [
         "`experts.base_layer.lora_A` keys), which SGLang does not read. " + _S,
         "SGLang reads only `target_modules` (never `target_parameters`) and matches expert weights by their "
         "projection name (`experts.N.gate_proj`, or 3-D `experts.gate_up_proj`): PEFT's fused keys name no "
-        "projection, match no target and are skipped (sgl-project/sglang#25528).",
+        "projection and match no target (sgl-project/sglang#25528). SGLang starts, then the first request that uses "
+        "the adapter fails (`ValueError: Cannot find target module name`, mem_pool.py `load_lora_weight_to_buffer`).",
         "base_model.model.model.layers.0.mlp.experts.base_layer.lora_A.weight",
         "Rewrite the experts one LoRA per expert (exact): " + _FIX,
     ),
@@ -175,9 +185,9 @@ CODES: list[Code] = [
         "sglang-rank-pattern",
         "error",
         "`rank_pattern` gives some modules a rank other than `r`; SGLang reads only `r`. " + _S,
-        "The memory pool slices every module's buffer to `r` rows and asserts the weight fits "
-        '("LoRA buffer shape ... does not match weight shape ..."): the adapter fails when a request first uses '
-        "it.",
+        "SGLang starts, then the first request that uses the adapter fails: the memory pool slices every module's "
+        "buffer to `r` rows (times the stacking) when it copies the adapter in, at that request, and asserts the "
+        'weight fits ("LoRA buffer shape ... does not match weight shape ...", mem_pool.py).',
         '"r": 8, "rank_pattern": {"o_proj": 16}',
         "Make the ranks uniform (zero-padding lora_A/lora_B is exact): " + _FIX,
     ),
@@ -230,9 +240,74 @@ CODES: list[Code] = [
         "sglang-lora-bias",
         "error",
         "The adapter trains LoRA biases (`lora_bias: true`, `lora_B.bias` tensors). " + _S,
-        "SGLang files every tensor of a module without `lora_A` in its name as that module's lora_B, so the bias "
-        "takes the lora_B slot and the buffer shape assertion fails when a request uses the adapter.",
+        "SGLang serves the adapter without its biases, with no error: `load_lora_weight_to_buffer` (mem_pool.py) "
+        "files every tensor of a module without `lora_A` in its name as that module's lora_B, the bias first and "
+        "then the `lora_B.weight`, which overwrites it; the buffers have no bias. Every output of those modules is "
+        "off by the bias. `remap --for sglang` refuses the adapter (AD492): no LoRA-only rewrite is exact.",
         '"lora_bias": true',
         "Retrain with `lora_bias=False`, or merge the adapter and serve the merged model.",
+    ),
+    Code(
+        "AD490",
+        "sglang-embedding-copy-differs",
+        "error",
+        "PEFT's `base_layer.weight` copy of a LoRA-targeted `embed_tokens` / `lm_head` differs from the base "
+        "model's weight (a resized vocabulary, or an embedding that was trained). " + _S,
+        "PEFT saves the whole embedding beside LoRA on it and loads it over the base's; SGLang skips the copy on "
+        "purpose (it loads only the `lora_A` / `lora_B` factors, mem_pool.py) and serves the base's own weight, so "
+        "its outputs differ from PEFT's; a resized vocabulary does not even fit its buffers. verify compares the "
+        "copy with the base's weight when the base has weights (the safetensors bytes; a `tiny:` base is rebuilt), "
+        "and the shapes with the base's config otherwise.",
+        "`base_model.model.model.embed_tokens.base_layer.weight` of shape [1010, 64] on a base with vocab_size 1000",
+        "Merge the adapter into the base (`adapterdoc merge`) and serve the merged model (with its tokenizer).",
+    ),
+    Code(
+        "AD491",
+        "sglang-embedding-copy-skipped",
+        "info",
+        "PEFT's `base_layer.weight` copy of a LoRA-targeted `embed_tokens` / `lm_head` equals the base's weight "
+        "(or the base has no weights to compare with): SGLang skips the copy and applies the LoRA. " + _S,
+        "SGLang applies LoRA on the embedding and on the output head, a tied one included (it splits a tied "
+        "`lm_head` from `embed_tokens` for LoRA, lora_manager.py `init_lora_modules`); the saved copy is not "
+        "needed where it equals the base's. Without base weights only the shapes were checked.",
+        "`base_model.model.lm_head.base_layer.weight` equal to the base's tied embedding",
+        "Nothing to do; verify against a base folder with weights to have the copy compared.",
+    ),
+    Code(
+        "AD492",
+        "sglang-lora-bias-not-served",
+        "error",
+        "`remap --for sglang` refused: the adapter trains LoRA biases (`lora_B.bias`), which SGLang drops (AD438). "
+        + _S,
+        "SGLang's memory pool has no bias buffer and overwrites each bias with its module's `lora_B.weight`; no "
+        "LoRA-only rewrite reproduces a bias, so the command exits 3 and writes nothing.",
+        '`"lora_bias": true` with `--for sglang`',
+        "Merge the adapter into the base (`adapterdoc merge ...`) and serve the merged model, or retrain with "
+        "`lora_bias=False`.",
+    ),
+    Code(
+        "AD493",
+        "sglang-saved-module-in-layer",
+        "error",
+        "`modules_to_save` tensors (whole weights, such as a layer norm's) sit inside the decoder layers. "
+        + _S,
+        "SGLang starts, then the first request that uses the adapter fails: it files every tensor with `layers.N.` "
+        "in its name as a LoRA weight of that layer, and copying the adapter into the memory pool at that request "
+        "raises `ValueError: Cannot find target module name` for a weight that matches no LoRA target "
+        "(mem_pool.py `load_lora_weight_to_buffer`).",
+        '"modules_to_save": ["input_layernorm"]',
+        "Merge the adapter into the base (`adapterdoc merge`) and serve the merged model, or retrain without "
+        "`modules_to_save`.",
+    ),
+    Code(
+        "AD494",
+        "sglang-alora-ignored",
+        "error",
+        "The adapter is an activated LoRA (`alora_invocation_tokens`), which SGLang does not read. " + _S,
+        "PEFT applies an aLoRA only to the tokens from its invocation sequence on (the base model before it); "
+        "SGLang's LoRAConfig reads `r`, `lora_alpha`, `target_modules` and `use_dora` only, and applies the LoRA to "
+        "every token of every request that names the adapter: other outputs, with no error.",
+        '"alora_invocation_tokens": [271, 1035]',
+        "Serve it on an engine that implements activated LoRA, or retrain as a plain LoRA.",
     ),
 ]

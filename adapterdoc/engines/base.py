@@ -35,6 +35,12 @@ class EngineNeeds:
     """Whether DoRA (``use_dora``) is served; ``False``: refused, there is no exact rewrite."""
     modules_to_save: bool = False
     """Whether ``modules_to_save`` tensors are applied; ``False``: refused, there is no exact rewrite."""
+    embedding_copies: bool = False
+    """Whether the engine applies LoRA on ``embed_tokens`` / ``lm_head`` and skips PEFT's ``base_layer.weight``
+    copy saved beside it (SGLang): the copy is then no ``modules_to_save`` tensor, and is refused only where it
+    differs from the base's weight (``--base`` with weights)."""
+    lora_bias: bool = True
+    """Whether ``lora_B.bias`` tensors (``lora_bias=True``) are applied; ``False``: refused, no exact rewrite."""
     modules_to_save_heads: tuple[str, ...] = ()
     """``modules_to_save`` entries served even when :attr:`modules_to_save` is false (vLLM: the ``classifier`` /
     ``score`` heads of classification models)."""

@@ -15,9 +15,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from adapterdoc.engines.base import EngineNeeds, Profile
+from adapterdoc.engines.sglang_copies import compare, copy_keys
 from adapterdoc.engines.sglang_keys import (
     EMBEDDING_NAMES,
     KNOWN_TARGETS,
+    LAYER_ID,
     SERVER_CHOICES,
     Loaded,
     RegexTargets,
@@ -33,6 +35,46 @@ if TYPE_CHECKING:
 
 SGLANG_VERSION = "0.5.23"
 """The SGLang release (PyPI ``sglang==0.5.23``; its ``_version.py`` records no commit) these rules were read from."""
+
+REFUSED = "SGLang refuses the adapter when it loads"
+FIRST_REQUEST = "SGLang starts, then the first request that uses the adapter fails"
+SILENT = "SGLang serves other outputs than PEFT, with no error"
+
+CONSEQUENCE = {
+    "AD420": "wrong-output",
+    "AD421": "refused",
+    "AD422": "refused",
+    "AD423": "refused",
+    "AD424": "first-request",
+    "AD425": "refused",
+    "AD426": "wrong-output",
+    "AD427": "first-request",
+    "AD428": "wrong-output",
+    "AD429": "wrong-output",
+    "AD430": "first-request",
+    "AD431": "refused",
+    "AD432": "wrong-output",
+    "AD433": "first-request",
+    "AD434": "wrong-output",
+    "AD435": "refused",
+    "AD436": "refused",
+    "AD438": "wrong-output",
+    "AD490": "wrong-output",
+    "AD493": "first-request",
+    "AD494": "wrong-output",
+}
+"""What SGLang does with an adapter that has each error: ``refused`` (the load fails: a startup ``--lora-paths``
+adapter stops the server, ``/load_lora_adapter`` answers an error), ``first-request`` (it loads and the server
+starts; the first request that uses it fails, when its weights are copied into the memory pool) or
+``wrong-output`` (served, with other outputs than PEFT's). The oracle tests hold SGLang's own code to it."""
+
+ORDER = ("refused", "first-request", "wrong-output")
+
+
+def verdict(codes: Any) -> str:
+    """The worst consequence among error ``codes`` (``accept`` when none has one)."""
+    found = {CONSEQUENCE[c] for c in codes if c in CONSEQUENCE}
+    return next((v for v in ORDER if v in found), "accept")
 
 
 def split_targets(values: Any) -> tuple[str, ...] | None:
@@ -98,6 +140,8 @@ class SglangProfile(Profile):
             regex_targets=False,
             dora=False,
             modules_to_save=False,
+            embedding_copies=True,
+            lora_bias=False,
             version=SGLANG_VERSION,
             fill="sglang-pairs",
         )
@@ -145,6 +189,7 @@ class SglangProfile(Profile):
                 )
         out += _key_findings(spec, config, keys, adapter_targets or set(), server)
         out += _added_tokens(spec, report, meta)
+        out += _copies(spec, report, keys, meta)
         return out
 
 
@@ -205,7 +250,8 @@ def _config_findings(
     if options.max_lora_rank is not None and rank_ok and r > options.max_lora_rank:
         add(
             "AD424",
-            f"LoRA rank {r} is greater than --max-lora-rank {options.max_lora_rank}",
+            f"LoRA rank {r} is greater than --max-lora-rank {options.max_lora_rank}: as a startup --lora-paths "
+            f"adapter, {FIRST_REQUEST} (LoRA buffer shape assertion); /load_lora_adapter refuses it",
             key="r",
             hint=f"start the server with --max-lora-rank {r} and verify with the same value",
         )
@@ -213,7 +259,8 @@ def _config_findings(
     if pattern:
         add(
             "AD433",
-            f"rank_pattern {pattern} differs from r {r}; only r is read and the buffer shapes will not match",
+            f"rank_pattern {pattern} differs from r {r}; only r is read, so those weights do not fit the buffer "
+            f"slices: {FIRST_REQUEST} (LoRA buffer shape assertion)",
             key="rank_pattern",
             hint=f"adapterdoc remap {spec} --for sglang --out DIR",
         )
@@ -225,19 +272,39 @@ def _config_findings(
             key="alpha_pattern",
             hint=f"adapterdoc remap {spec} --for sglang --out DIR",
         )
+    invocation = raw.get("alora_invocation_tokens")
+    if invocation:
+        add(
+            "AD494",
+            f"alora_invocation_tokens {invocation} (activated LoRA) is not read: SGLang applies the LoRA to every "
+            f"token, PEFT only from the invocation tokens on: {SILENT}",
+            key="alora_invocation_tokens",
+        )
     mts = raw.get("modules_to_save")
-    saved = [k.key for k in keys if k.role == "full"]
-    if mts or saved:
+    copies = {k.key for k in copy_keys(keys)}
+    saved = [k for k in keys if k.role == "full" and k.key not in copies]
+    in_layers = [k.key for k in saved if LAYER_ID.search(k.key)]
+    if in_layers:
+        add(
+            "AD493",
+            f"{len(in_layers)} whole tensor(s) of modules_to_save {mts or []} sit in the decoder layers, where "
+            f"every weight must match a LoRA target: {FIRST_REQUEST} (ValueError: Cannot find target module name)",
+            key=in_layers[0],
+        )
+    outside = [k.key for k in saved if not LAYER_ID.search(k.key)]
+    if outside or (mts and not in_layers):
         add(
             "AD426",
-            f"modules_to_save {mts or []} ({len(saved)} tensor(s)) are skipped with only a debug log: not applied",
-            key="modules_to_save" if mts else saved[0],
+            f"modules_to_save {mts or []} ({len(outside)} tensor(s) outside the decoder layers) are skipped with "
+            f"at most a debug log: {SILENT}",
+            key="modules_to_save" if mts else outside[0],
         )
     biases = [k.key for k in keys if k.role == "lora_B.bias"]
     if raw.get("lora_bias") or biases:
         add(
             "AD438",
-            "lora_bias tensors are read as lora_B weights of the same module; the buffer shapes will not match",
+            f"lora_bias: {len(biases)} lora_B.bias tensor(s) go into their module's lora_B slot and the lora_B "
+            f"weight then overwrites them, so the biases are dropped: {SILENT} (the output is off by the bias)",
             key=biases[0] if biases else "lora_bias",
         )
     return out, targets
@@ -287,7 +354,8 @@ def _key_findings(
     if fused:
         add(
             "AD430",
-            f"{len(fused)} fused expert tensor(s) (target_parameters) name no projection and are skipped",
+            f"{len(fused)} fused expert tensor(s) (target_parameters) name no projection, so they match no LoRA "
+            f"target: {FIRST_REQUEST} (ValueError: Cannot find target module name)",
             fused,
             hint=f"adapterdoc remap {spec} --for sglang --out DIR",
         )
@@ -315,7 +383,8 @@ def _key_findings(
     if unmatched:
         add(
             "AD427",
-            f"{len(unmatched)} LoRA weight(s) match no target module in {sorted(server)}; skipped with a warning",
+            f"{len(unmatched)} LoRA weight(s) match no target module in {sorted(server)} after SGLang's renames: "
+            f"{FIRST_REQUEST} (ValueError: Cannot find target module name)",
             unmatched,
         )
     outside = sorted(loaded.dropped + loaded.untargeted_embedding)
@@ -361,20 +430,53 @@ def _added_tokens(spec: str, report: VerifyReport, meta: Any) -> list[Finding]:
     ]
 
 
-def _vocab_size(meta: Any) -> int | None:
-    """The base's text ``vocab_size`` (SGLang reads ``get_text_config().vocab_size``)."""
+def _copies(spec: str, report: VerifyReport, keys: list[LoraKey], meta: Any) -> list[Finding]:
+    """AD490 / AD491: PEFT's ``base_layer.weight`` copy of a LoRA-targeted embed_tokens / lm_head, which SGLang
+    skips (it serves the base's weight): an error only where the copy differs from the base's."""
+    out = []
+    for c in compare(keys, report.path, getattr(meta, "base", None), _base_raw(meta)):
+        what = f"`{c.key}` ({c.head}.base_layer.weight, PEFT's saved copy of the base weight): {c.detail}"
+        if c.verdict in ("differs", "shape"):
+            out.append(
+                _make(
+                    "AD490",
+                    spec,
+                    f"{what}; it differs from the base's and SGLang skips it, serving the base's own {c.head}: "
+                    f"{SILENT}",
+                    key=c.key,
+                )
+            )
+        else:
+            note = "it equals the base's" if c.verdict == "equal" else "not compared"
+            out.append(
+                _make(
+                    "AD491",
+                    spec,
+                    f"{what}; {note}: SGLang skips the copy and applies the LoRA on {c.head}",
+                    key=c.key,
+                )
+            )
+    return out
+
+
+def _base_raw(meta: Any) -> dict[str, Any] | None:
+    """The base's config as plain data: the registry's reference config for ``tiny:``, else config.json."""
     base = getattr(meta, "base", None)
-    raw: Any = None
     if getattr(base, "kind", None) == "tiny":
         from adapterdoc.layouts import LAYOUTS
 
         lay = LAYOUTS.get(base.tiny_layout)
-        raw = lay.tiny.kwargs() if lay and lay.tiny else None
-    elif getattr(base, "config_path", None):
+        return lay.tiny.kwargs() if lay and lay.tiny else None
+    if getattr(base, "config_path", None):
         from adapterdoc.bases import read_config_json
 
-        raw = read_config_json(base)
-    return _find_vocab(raw)
+        return read_config_json(base)
+    return None
+
+
+def _vocab_size(meta: Any) -> int | None:
+    """The base's text ``vocab_size`` (SGLang reads ``get_text_config().vocab_size``)."""
+    return _find_vocab(_base_raw(meta))
 
 
 def _find_vocab(raw: Any) -> int | None:

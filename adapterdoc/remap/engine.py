@@ -79,7 +79,7 @@ def make_engine_plan(
         raise UnsupportedInputError(
             engine, "is not a serving engine; remap --for has nothing to rewrite for it"
         )
-    _refuse_inexact(weights, engine, needs, cfg, header, parsed)
+    _refuse_inexact(weights, engine, needs, cfg, header, parsed, base)
     report = RemapReport(
         input=spec, mode="for", strategy="none", mapping={}, weights=weights, out=out, notes=notes
     )
@@ -203,9 +203,15 @@ def _model_type(layout: str | None, base: str | None, named: str | None) -> str 
 
 
 def _refuse_inexact(
-    weights: str, engine: str, needs: Any, cfg: AdapterConfig, header: Header, parsed: list[LoraKey]
+    weights: str,
+    engine: str,
+    needs: Any,
+    cfg: AdapterConfig,
+    header: Header,
+    parsed: list[LoraKey],
+    base: str | None = None,
 ) -> None:
-    """DoRA, modules_to_save and expert LoRA on an engine that serves none: no exact rewrite exists."""
+    """DoRA, modules_to_save, LoRA biases and expert LoRA on an engine that serves none: no exact rewrite."""
     merge = "merge it into the base instead (adapterdoc merge ADAPTER --base BASE --out DIR) and serve the merged model"
     if not needs.dora and (cfg.use_dora or any(k.role == "magnitude" for k in parsed)):
         raise RefusedError(
@@ -213,12 +219,25 @@ def _refuse_inexact(
             f"AD260: is a DoRA adapter (use_dora / lora_magnitude_vector) and {engine} does not serve DoRA; "
             f"no LoRA-only rewrite is exact; {merge}",
         )
+    biases = [k.key for k in parsed if k.role == "lora_B.bias"]
+    if not needs.lora_bias and (biases or cfg.raw.get("lora_bias")):
+        raise RefusedError(
+            weights,
+            f"AD492: trains LoRA biases ({len(biases)} lora_B.bias tensor(s), lora_bias=True) and {engine} drops "
+            f"them (each is overwritten by its module's lora_B weight); no LoRA-only rewrite is exact; {merge}, "
+            "or retrain with lora_bias=False",
+        )
+    copies: set[str] = set()
+    if needs.embedding_copies:
+        copies = _embedding_copies(weights, engine, parsed, base, merge)
     if not needs.modules_to_save:
         saved = [m for m in cfg.modules_to_save if m not in needs.modules_to_save_heads]
         full = [
             k.key
             for k in parsed
-            if k.role == "full" and k.module.rpartition(".")[2] not in needs.modules_to_save_heads
+            if k.role == "full"
+            and k.key not in copies
+            and k.module.rpartition(".")[2] not in needs.modules_to_save_heads
         ]
         if saved or full:
             what = f"modules_to_save {saved}" if saved else f"whole weights such as `{full[0]}`"
@@ -237,6 +256,38 @@ def _refuse_inexact(
                 f"AD262: carries LoRA on {len(pic.routed)} MoE expert block(s) and {engine} applies no expert LoRA "
                 f"(it would serve them as the base); {merge}",
             )
+
+
+def _embedding_copies(
+    weights: str, engine: str, parsed: list[LoraKey], base: str | None, merge: str
+) -> set[str]:
+    """PEFT's ``base_layer.weight`` copies beside LoRA on embed_tokens / lm_head, which the engine skips: kept
+    as they are, and refused where ``--base`` has weights and a copy differs from the base's (or its shape does)."""
+    import os
+
+    from adapterdoc.bases import read_config_json, resolve_base
+    from adapterdoc.engines.sglang_copies import compare, copy_keys
+
+    found = copy_keys(parsed)
+    if not found:
+        return set()
+    spec = resolve_base(base) if base else None
+    raw = None
+    if spec is not None and spec.kind == "tiny":
+        from adapterdoc.layouts import LAYOUTS
+
+        lay = LAYOUTS.get(spec.tiny_layout or "")
+        raw = lay.tiny.kwargs() if lay and lay.tiny else None
+    elif spec is not None and spec.config_path:
+        raw = read_config_json(spec)
+    for c in compare(found, os.path.dirname(weights), spec, raw):
+        if c.verdict in ("differs", "shape"):
+            raise RefusedError(
+                weights,
+                f"AD490: `{c.key}` (PEFT's copy of the base's {c.head}) differs from the base's ({c.detail}); "
+                f"{engine} skips the copy and serves the base's {c.head}; {merge}",
+            )
+    return {k.key for k in found}
 
 
 def _experts(

@@ -25,8 +25,6 @@ pytestmark = pytest.mark.ml
 HYBRID = "qwen3_5_text"
 """A hybrid stack: linear-attention layers 0-2 (no ``self_attn``), full attention on layer 3 (tiny config)."""
 ROOT = Path(__file__).resolve().parents[2]
-ORACLE = ROOT / "scripts" / "sglang_oracle.py"
-ORACLE_PY = Path("/tmp/sglang-venv/bin/python")
 
 
 def _need(engine: str) -> None:
@@ -156,13 +154,7 @@ def test_sglang_partners_filled(
     assert v.returncode == 0, v.stdout + v.stderr
     r, again = _remap(out, "sglang", base, None)
     assert r.returncode == 0 and again["strategy"] == "none"
-    if ORACLE_PY.exists():  # SGLang 0.5.23's own normalisers on both (scripts/sglang_oracle.py)
-        o = subprocess.run(
-            [str(ORACLE_PY), str(ORACLE), f"{folder}=before", f"{out}=after"], capture_output=True, text=True
-        )
-        if o.returncode == 0:
-            verdict = json.loads(o.stdout)
-            assert verdict["before"]["refused"] and not verdict["after"]["refused"], verdict
+    # SGLang's own code serving these fills: tests/verify/test_sglang_oracle.py (-m oracle)
 
 
 def test_sglang_fill_without_a_base_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,203 @@
+"""PEFT's ``base_layer.weight`` copy of a LoRA-wrapped ``embed_tokens`` / ``lm_head``, checked against the base.
+
+PEFT saves the whole embedding (or output head) beside its LoRA when either is targeted
+(``save_embedding_layers="auto"``) and loads it over the base's own. SGLang skips the copy on purpose (it applies
+only the ``lora_A`` / ``lora_B`` factors, ``mem_pool.py`` ``load_lora_weight_to_buffer``) and serves the base's
+weight, which is the same outputs exactly when the copy equals the base's weight. A copy differs when the
+vocabulary was resized or the embedding itself was trained: then SGLang serves other outputs (and a resized
+vocabulary does not fit its buffers at all).
+
+:func:`compare` decides this torch-free from the safetensors bytes when the base is a folder with weights, with
+torch for a ``tiny:`` base (its weights are rebuilt from the fixed seed), and from the shapes alone (the base's
+``vocab_size`` x ``hidden_size``) when the base has no weights.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from adapterdoc.adapter import LoraKey
+
+HEADS = ("embed_tokens", "lm_head")
+CHUNK = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One copy and what comparing it with the base found."""
+
+    key: str
+    head: str
+    """``embed_tokens`` or ``lm_head``."""
+    verdict: str
+    """``equal``, ``differs``, ``shape`` (a resized vocabulary: the shapes differ) or ``unchecked``."""
+    detail: str
+
+
+def copy_keys(keys: list[LoraKey]) -> list[LoraKey]:
+    """The ``<...>.embed_tokens.base_layer.weight`` / ``lm_head.base_layer.weight`` tensors."""
+    out = []
+    for k in keys:
+        if k.role == "full" and k.module.endswith(".base_layer"):
+            owner = k.module.removesuffix(".base_layer")
+            if owner.rpartition(".")[2] in HEADS and k.key.endswith(".weight"):
+                out.append(k)
+    return out
+
+
+def compare(
+    keys: list[LoraKey], adapter_root: str | None, base: Any, raw: dict[str, Any] | None
+) -> list[Copy]:
+    """Each copy compared with the base's own weight (``base``: a resolved :class:`~adapterdoc.bases.BaseSpec`
+    or ``None``; ``raw``: the base's text config, for the shapes)."""
+    copies = copy_keys(keys)
+    if not copies:
+        return []
+    headers = _adapter_headers(adapter_root)
+    out = []
+    for k in copies:
+        head = k.module.removesuffix(".base_layer").rpartition(".")[2]
+        info = _find(headers, k.key)
+        if info is None:
+            out.append(Copy(k.key, head, "unchecked", "the adapter's weights file could not be read"))
+            continue
+        out.append(_compare_one(k.key, head, info, base, raw))
+    return out
+
+
+def _adapter_headers(root: str | None) -> list[Any]:
+    if not root:
+        return []
+    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.errors import AdapterdocError
+
+    try:
+        return list(open_checkpoint(root, read_bin=False).headers)
+    except AdapterdocError:
+        return []
+
+
+def _find(headers: list[Any], name: str) -> tuple[Any, Any] | None:
+    for h in headers:
+        if name in h.tensors:
+            return h, h.tensors[name]
+    return None
+
+
+def _compare_one(key: str, head: str, info: tuple[Any, Any], base: Any, raw: dict[str, Any] | None) -> Copy:
+    header, t = info
+    expected = _expected_shape(head, raw)
+    if expected is not None and tuple(t.shape) != expected:
+        return Copy(
+            key,
+            head,
+            "shape",
+            f"shape {list(t.shape)}, the base's {head} is {list(expected)} (a resized vocabulary)",
+        )
+    kind = getattr(base, "kind", None)
+    if kind == "tiny":
+        return _compare_tiny(key, head, header, base.tiny_layout)
+    if kind in ("dir", "repo") and getattr(base, "has_weights", False) and base.root:
+        return _compare_folder(key, head, header, t, base.root, raw)
+    return Copy(key, head, "unchecked", "the base has no weights to compare with (shapes match its config)")
+
+
+def _expected_shape(head: str, raw: dict[str, Any] | None) -> tuple[int, int] | None:
+    text = _text_config(raw)
+    if not text:
+        return None
+    vocab, hidden = text.get("vocab_size"), text.get("hidden_size")
+    if isinstance(vocab, int) and isinstance(hidden, int):
+        return (vocab, hidden)
+    return None
+
+
+def _text_config(raw: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not isinstance(raw, dict):
+        return None
+    if isinstance(raw.get("vocab_size"), int) and isinstance(raw.get("hidden_size"), int):
+        return raw
+    for sub in ("text_config", "thinker_config", "llm_config", "language_config"):
+        found = _text_config(raw.get(sub))
+        if found:
+            return found
+    return None
+
+
+def _base_names(key: str, head: str, tied: bool) -> list[str]:
+    """The base's tensor names this copy stands for, most likely first."""
+    rest = key.removeprefix("base_model.model.").replace(".base_layer.weight", ".weight")
+    names = [rest]
+    if head == "lm_head" and tied:
+        names.append(rest.replace("lm_head.weight", "model.embed_tokens.weight"))
+    return names
+
+
+def _compare_folder(key: str, head: str, header: Any, t: Any, root: str, raw: dict[str, Any] | None) -> Copy:
+    from adapterdoc.errors import AdapterdocError
+    from adapterdoc.st.header import read_header
+
+    tied = bool((_text_config(raw) or {}).get("tie_word_embeddings", (raw or {}).get("tie_word_embeddings")))
+    base_headers = []
+    for f in sorted(os.listdir(root)):
+        if f.endswith(".safetensors"):
+            try:
+                base_headers.append(read_header(os.path.join(root, f)))
+            except AdapterdocError:
+                continue
+    want = _base_names(key, head, tied)
+    leaf = "embed_tokens.weight" if head == "embed_tokens" or tied else "lm_head.weight"
+    found = None
+    for name in want:
+        found = _find(base_headers, name)
+        if found:
+            break
+    if found is None:  # a wrapped base (a VL model's language_model...): the one tensor with that leaf
+        hits = [(h, bt) for h in base_headers for n, bt in h.tensors.items() if n.endswith(leaf)]
+        found = hits[0] if len(hits) == 1 else None
+    if found is None:
+        return Copy(key, head, "unchecked", f"the base's weights have no single `{leaf}` to compare with")
+    bh, bt = found
+    if tuple(bt.shape) != tuple(t.shape):
+        return Copy(key, head, "shape", f"shape {list(t.shape)}, the base's `{bt.name}` is {list(bt.shape)}")
+    if bt.dtype != t.dtype:
+        return Copy(key, head, "unchecked", f"dtype {t.dtype}, the base's `{bt.name}` is {bt.dtype}")
+    same = _same_bytes(header, t, bh, bt)
+    return Copy(key, head, "equal" if same else "differs", f"compared with the base's `{bt.name}`")
+
+
+def _same_bytes(ha: Any, ta: Any, hb: Any, tb: Any) -> bool:
+    with open(ha.path, "rb") as fa, open(hb.path, "rb") as fb:
+        fa.seek(ha.data_start + ta.begin)
+        fb.seek(hb.data_start + tb.begin)
+        left = ta.nbytes
+        while left > 0:
+            n = min(CHUNK, left)
+            if fa.read(n) != fb.read(n):
+                return False
+            left -= n
+    return True
+
+
+def _compare_tiny(key: str, head: str, header: Any, layout: str) -> Copy:
+    try:
+        import torch
+        from safetensors import safe_open
+
+        from adapterdoc.ml.tiny import build_tiny
+    except ImportError:
+        return Copy(key, head, "unchecked", "comparing with a tiny base needs the ml extra (torch)")
+    model = build_tiny(layout)
+    weight = (
+        model.get_input_embeddings() if head == "embed_tokens" else model.get_output_embeddings()
+    ).weight
+    with safe_open(header.path, "pt") as f:
+        copy = f.get_tensor(key)
+    if tuple(copy.shape) != tuple(weight.shape):
+        return Copy(
+            key, head, "shape", f"shape {list(copy.shape)}, the base's {head} is {list(weight.shape)}"
+        )
+    same = torch.equal(copy.to(weight.dtype), weight.detach())
+    return Copy(key, head, "equal" if same else "differs", f"compared with the tiny base's {head}")
