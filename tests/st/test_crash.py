@@ -79,7 +79,16 @@ def test_killed_remap_copy_path(text_adapter: Path, tmp_path: Path) -> None:
             "ministral3_text",
         ]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.05, 0.6))
+        # where each kill lands is set by the child's own progress, not by the clock, so the outcome classes below
+        # come up however loaded the machine is: a third at once (before any write), a third while a temp file of
+        # the write is on disk, a third once the weights are replaced (or the child is done)
+        phase = i % 3
+        if phase == 1:
+            _wait_for(proc, lambda w=work: any(n.startswith(TEMP_PREFIX) for n in os.listdir(w)))
+            time.sleep(rng.uniform(0.0, 0.1))
+        elif phase == 2:
+            weights_file = work / "adapter_model.safetensors"
+            _wait_for(proc, lambda f=weights_file: f.exists() and _sha(f) == new["adapter_model.safetensors"])
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         state = {k: v for k, v in _tree(work).items() if not k.startswith(TEMP_PREFIX)}
@@ -101,6 +110,16 @@ def test_killed_remap_copy_path(text_adapter: Path, tmp_path: Path) -> None:
         assert final == new, f"kill {i}: the rerun did not finish the job"
         shutil.rmtree(work)
     assert outcomes["old"] and outcomes["new"], outcomes  # the kills really landed before and after the write
+
+
+def _wait_for(proc: subprocess.Popen[bytes], done: Any, guard: float = 1800.0) -> None:
+    """Poll until ``done()`` or the child has exited; ``guard`` only stops a hung child, it sets no outcome."""
+    deadline = time.monotonic() + guard
+    while proc.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if done():
+                return
+        time.sleep(0.002)
 
 
 def _child_merge(adapter: Path, base: Path, out: Path) -> None:
