@@ -89,10 +89,10 @@ def test_an_option_value_that_is_a_path_stays_an_option(tmp_path: Path) -> None:
 
 
 def test_the_cpu_torch_route_for_pre_commit_is_documented_where_the_hook_is() -> None:
-    """pre-commit takes no pip options; the README's recipe and the hook file name the same environment route."""
+    """pre-commit takes no pip options; the CI page's recipe and the hook file name the same environment route."""
     route = "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu pre-commit install-hooks"
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### In pre-commit") : readme.index("### In GitHub Actions")]
+    page = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    section = page[page.index("## In pre-commit") : page.index("## In GitHub Actions")]
     assert route in section
     assert route in (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
     assert "additional_dependencies" not in _hook()  # the gate itself: the base package only
