@@ -92,15 +92,15 @@ class RegistryAdapterModel:
             return KeyMatch([], sorted(shapes), [], 0)
         converted = False
         if self._tree is not None and has_renames(self._tree.model_type, self._tree.model_class):
-            with contextlib.suppress(
-                Unmodeled
-            ):  # only candidates scored for a move get here: judged unrenamed
-                shapes = load_rename(self._tree.model_type, self._tree.model_class, shapes)
+            with contextlib.suppress(Unmodeled):  # only candidates scored for a move get here: unrenamed
+                renamed = load_rename(self._tree.model_type, self._tree.model_class, shapes)
+                converted, shapes = set(renamed) != set(shapes), renamed  # the meta path's `converted`
         if self._tree is not None and self._tree.peft_moe is not None:
             try:
-                shapes, converted = convert_keys(self._tree, shapes)
+                shapes, fused = convert_keys(self._tree, shapes)
+                converted = converted or fused
             except Unmodeled:  # only renamed candidates scored for a move get here; judged unconverted
-                converted = False
+                pass
         loaded: dict[str, tuple[int, ...]] = {}
         unexpected: list[str] = []
         for key, shape in shapes.items():
