@@ -49,9 +49,9 @@ class Rule:
 
 
 STRIP_LANGUAGE_MODEL = Rule(r"^((?:[^.]+\.)*?)language_model\.", r"\1")
+"""Remove the first ``language_model`` segment: ``model.language_model.layers`` → ``model.layers``."""
 VL_INFIX = ".language_model."
 """The infix ``remap --vl`` strips (once) and refuses to leave behind: a VL class's text model."""
-"""Remove the first ``language_model`` segment: ``model.language_model.layers`` → ``model.layers``."""
 
 
 def strip_language_model(path: str) -> str:
