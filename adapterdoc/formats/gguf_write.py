@@ -62,7 +62,13 @@ def base_config(base: str | None) -> dict[str, Any] | None:
         from adapterdoc.ml.tiny import tiny_config
 
         assert spec.tiny_layout is not None
-        return tiny_config(spec.tiny_layout).to_dict()
+        from adapterdoc.layouts import LAYOUTS
+
+        config = tiny_config(spec.tiny_layout).to_dict()
+        # a saved tiny model's config.json names its class (save_pretrained writes it); the bare config does not
+        config.setdefault("architectures", None)
+        config["architectures"] = config["architectures"] or [LAYOUTS[spec.tiny_layout].model_class]
+        return config
     return read_config_json(spec)
 
 

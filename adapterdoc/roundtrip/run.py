@@ -43,7 +43,7 @@ def roundtrip(
         _identity_warning(report, original)
         byte_roundtrips(report, original, layout, work)
         format_roundtrip(report, original, work)
-        convert_roundtrips(report, original, work)
+        convert_roundtrips(report, original, work, base)
         trip: dict[str, str] = {}
         expert_check(report, original, work, trip)
         if base is None:
