@@ -23,6 +23,7 @@ from tests.formats.gguf_helpers import (
     LINEAR,
     LINEAR_ATTN,
     generic_model,
+    llama_cpp_qwen35,
     peft_adapter,
     write_gguf,
 )
@@ -175,29 +176,22 @@ def test_gguf_oracle_embedding_and_lm_head(llama, tmp_path: Path) -> None:  # ty
     _check_logits(c)
 
 
-_MROPE = pytest.mark.xfail(
-    strict=True,
-    reason="llama.cpp aborts on the tiny Qwen3.5 base itself (GGML_ASSERT(sect_dims <= ne0): 4 rotary dims < its "
-    "mrope sections, sum 32); needs a tiny config with head_dim >= 128. Our file equals convert_lora_to_gguf.py's "
-    "there (checked with the converters alone)",
-)
-
-
 @pytest.mark.parametrize(
     "layout",
     [
-        pytest.param("qwen3_5_text", marks=_MROPE),
-        pytest.param("qwen3_5_moe_text", marks=_MROPE),
+        "qwen3_5_text",
+        "qwen3_5_moe_text",
         "qwen3_moe_text",
         "ministral3_text",
     ],
 )
 def test_gguf_oracle_registry_families(llama, tmp_path: Path, tiny_model, layout: str) -> None:  # type: ignore[no-untyped-def]
     """The registry's text families: llama.cpp gives PEFT's logits with our file, which equals
-    convert_lora_to_gguf.py's output (the Qwen3.5 V-head tiling included). For Ministral 3 that script writes the
+    convert_lora_to_gguf.py's output (the Qwen3.5 V-head tiling included; Qwen3.5's tiny base with M-RoPE sections
+    llama.cpp can run: tests.formats.gguf_helpers.llama_cpp_qwen35). For Ministral 3 that script writes the
     base model instead of the adapter (its Mistral3Model dispatches writing to an inner class that reads the base's
     weights), so ours is the only working GGUF there: pinned."""
-    model = tiny_model(layout)
+    model = llama_cpp_qwen35(layout) if layout.startswith("qwen3_5") else tiny_model(layout)
     targets = (
         [*LINEAR, *LINEAR_ATTN] if layout.startswith("qwen3_5") else ["q_proj", "k_proj", "v_proj", "o_proj"]
     )
