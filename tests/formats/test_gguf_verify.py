@@ -96,6 +96,18 @@ def test_gguf_verify_failure_classes(files: dict[str, Path], tmp_path: Path) -> 
         verify_gguf(_variant(tmp_path, "type", kv={"adapter.type": "cvec", "adapter.lora.alpha": 8.0}), base)
     ) == ["AD851"]
     assert codes(verify_gguf(_variant(tmp_path, "noalpha", kv={"adapter.type": "lora"}), base)) == ["AD858"]
+    # an alpha that is not a FLOAT32 (here UINT32 8): llama.cpp's gguf_get_val_f32 aborts the process (pinned by
+    # test_gguf_oracle_load_failures_match_verify), so this is an error, not the missing-alpha warning
+    found = verify_gguf(
+        _variant(tmp_path, "intalpha", kv={"adapter.type": "lora", "adapter.lora.alpha": 8}), base
+    )
+    bad = [f for f in found if f.code == "AD858"]
+    assert len(bad) == 1 and bad[0].severity == "error" and "UINT32, not a FLOAT32" in bad[0].message
+    assert [f.code for f in found if f.severity == "error"] == ["AD858"]
+    kv = {"general.type": 7, "adapter.type": "lora", "adapter.lora.alpha": 8.0}
+    found = verify_gguf(write_gguf(tmp_path / "inttype.gguf", "llama", t, kv=kv, adapter=False), base)
+    assert [f.code for f in found if f.severity == "error"] == ["AD850"]
+    assert "UINT32, not a STRING: llama.cpp aborts" in found[0].message
     assert codes(
         verify_gguf(_variant(tmp_path, "suffix", {**t, "rope_freqs.weight": np.ones(8, np.float32)}), base)
     ) == ["AD853"]
