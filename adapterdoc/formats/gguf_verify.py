@@ -215,10 +215,6 @@ def _pair(name: str, la: GgufTensor, lb: GgufTensor, b: GgufHeader | None, path:
         bad = len(ne) < 2 or ne[0] != lb.shape[1] or ne[1] != la.shape[1]
     else:
         bad = len(ne) < 2 or ne[0] != la.shape[0] or ne[1] != lb.shape[1]
-        if (
-            len(ne) > 2 and not bad
-        ):  # stacked experts: llama.cpp does not check E, ggml asserts at the first token
-            bad = la.shape[2:] != ne[2:] or lb.shape[2:] != ne[2:]
     if bad:
         return [
             make(
@@ -232,7 +228,28 @@ def _pair(name: str, la: GgufTensor, lb: GgufTensor, b: GgufHeader | None, path:
         ]
     if not embd and la.shape[1] != lb.shape[0]:
         return [_not_transposed(name, la, lb, path)]
+    if len(ne) > 2 and (la.shape[2:] != ne[2:] or lb.shape[2:] != ne[2:]):
+        return [_expert_count(name, ne, la, lb, path)]
     return []
+
+
+def _expert_count(name: str, ne: tuple[int, ...], la: GgufTensor, lb: GgufTensor, path: str) -> Finding:
+    """Stacked experts (ne [in, out, E]): llama.cpp checks ne[0] and ne[1] only, so another expert count loads."""
+    have, want = min(la.shape[2:] + lb.shape[2:]), ne[2]
+    what = (
+        f"reads the pairs of experts {have}..{want - 1} past the end of the LoRA tensors (undefined: a crash "
+        "or garbage at the first token routed there)"
+        if have < want
+        else f"uses the first {want} of its {have} expert pairs and ignores the rest"
+    )
+    return make(
+        "AD856",
+        f"`{name}`: base ne {list(ne)}, lora_a ne {list(la.shape)}, lora_b ne {list(lb.shape)}: another expert "
+        f"count; llama.cpp loads the adapter (it checks ne[0] and ne[1] only) and {what}",
+        key=name,
+        path=path,
+        hint=f"use the base GGUF of the model the adapter was trained on ({want} experts per layer here)",
+    )
 
 
 def _not_transposed(name: str, la: GgufTensor, lb: GgufTensor, path: str) -> Finding:
