@@ -351,3 +351,50 @@ def test_gguf_oracle_stacked_expert_count(llama, tmp_path: Path, tiny_model) -> 
     drive(llama["python"], "logits", base_gguf, "-", ids, tmp_path / "base.npy")
     same, base = np.load(tmp_path / "e.npy"), np.load(tmp_path / "base.npy")
     assert np.array_equal(np.load(tmp_path / "more.npy"), same) and not np.array_equal(same, base)
+
+
+@pytest.mark.parametrize("layout", ["qwen3_moe_text", "qwen3_5_moe_text"])
+def test_gguf_oracle_expert_lora(llama, tmp_path: Path, tiny_model, cli, layout: str) -> None:  # type: ignore[no-untyped-def]
+    """Expert LoRA: PEFT's fused form (target_parameters, what PEFT trains on transformers 5's fused experts),
+    ``remap --experts per-expert``, then our GGUF (stacked ``ffn_*_exps``): llama.cpp's routed experts with it give
+    PEFT's logits of the fused adapter."""
+    import numpy as np
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    model = llama_cpp_qwen35(layout) if layout.startswith("qwen3_5") else tiny_model(layout)
+    base_dir, base_gguf = _base(llama, tmp_path, model)
+    want_base = _torch_logits(model, IDS)
+    torch.manual_seed(0)
+    cfg = LoraConfig(
+        r=4,
+        lora_alpha=8,
+        target_modules=["q_proj", "v_proj"],
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+    )
+    pm = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_" in n:
+                p.normal_(0, 0.15)  # an effect of ~0.2 on logits ~1, as the other cases
+    fused = tmp_path / "fused"
+    pm.save_pretrained(fused)
+    pm.unload()
+    peft_model = PeftModel.from_pretrained(model, fused).eval()
+    want = _torch_logits(peft_model, IDS)
+    peft_model.unload()
+    per = tmp_path / "per"
+    r = cli("remap", fused, "--experts", "per-expert", "--out", per)
+    assert r.exit_code == 0, r.output
+    ours = tmp_path / "ours.gguf"
+    fmt.from_peft(per, ours, base=str(base_dir), outtype="f32")
+    assert any("_exps.weight.lora_a" in n for n in read_header(ours).tensors)
+    assert codes_of(verify_gguf(ours, base_gguf)) == []
+    drive(llama["python"], "logits", base_gguf, "-", ",".join(map(str, IDS)), tmp_path / "b.npy")
+    drive(llama["python"], "logits", base_gguf, ours, ",".join(map(str, IDS)), tmp_path / "l.npy")
+    got_base, got = np.load(tmp_path / "b.npy"), np.load(tmp_path / "l.npy")
+    effect = np.abs(want - want_base).max()
+    assert effect > 100 * TOL, f"the adapter moves the logits by only {effect}"
+    assert np.abs(got_base - want_base).max() <= TOL
+    err = np.abs(got - want).max()
+    assert err <= TOL, f"llama.cpp + our expert LoRA differs from PEFT by {err} (adapter effect {effect})"
