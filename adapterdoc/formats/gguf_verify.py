@@ -235,7 +235,7 @@ def _pair(name: str, la: GgufTensor, lb: GgufTensor, b: GgufHeader | None, path:
 
 def _expert_count(name: str, ne: tuple[int, ...], la: GgufTensor, lb: GgufTensor, path: str) -> Finding:
     """Stacked experts (ne [in, out, E]): llama.cpp checks ne[0] and ne[1] only, so another expert count loads."""
-    have, want = min(la.shape[2:] + lb.shape[2:]), ne[2]
+    have, want = min((*la.shape, 1, 1)[2], (*lb.shape, 1, 1)[2]), ne[2]  # a 2-D tensor is ggml's ne[2] = 1
     what = (
         f"reads the pairs of experts {have}..{want - 1} past the end of the LoRA tensors (undefined: a crash "
         "or garbage at the first token routed there)"

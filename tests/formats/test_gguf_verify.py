@@ -185,6 +185,13 @@ def test_gguf_verify_stacked_expert_count(tmp_path: Path) -> None:
         )  # fmt: skip
 
     assert codes(verify_gguf(lora(4), base)) == []
+    flat = write_gguf(
+        tmp_path / "flat.gguf", "qwen3moe",
+        {"blk.0.ffn_gate_exps.weight.lora_a": np.zeros((4, 64), np.float32),
+         "blk.0.ffn_gate_exps.weight.lora_b": np.zeros((32, 4), np.float32)},
+    )  # fmt: skip
+    found = [f for f in verify_gguf(flat, base) if f.severity == "error"]
+    assert [f.code for f in found] == ["AD856"] and "experts 1..3 past the end" in found[0].message
     for e, what in ((2, "reads the pairs of experts 2..3 past the end"), (8, "uses the first 4 of its 8")):
         found = [f for f in verify_gguf(lora(e), base) if f.severity == "error"]
         assert [f.code for f in found] == ["AD856"], e
