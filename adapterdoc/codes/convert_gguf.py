@@ -75,9 +75,13 @@ CODES: list[Code] = [
         "AD856",
         "gguf-shape-mismatch",
         "error",
-        "`lora_a`'s input size or `lora_b`'s output size differs from the base tensor's.",
-        _LOAD.format("tensor 'blk.0.attn_q.weight' has incorrect shape (hint: maybe wrong base model?)"),
-        "lora_a ne [64, 8] on a base tensor of ne [128, 128] (a different model size)",
+        "`lora_a`'s input size or `lora_b`'s output size differs from the base tensor's; or a stacked expert "
+        "pair (`ffn_*_exps`) holds another number of experts than the base.",
+        _LOAD.format("tensor 'blk.0.attn_q.weight' has incorrect shape (hint: maybe wrong base model?)")
+        + " Another expert count is not refused (llama.cpp checks ne[0] and ne[1] only): fewer experts are read "
+        "past the LoRA tensors at the first token routed there, extra ones are ignored.",
+        "lora_a ne [64, 8] on a base tensor of ne [128, 128] (a different model size); lora_a ne [64, 8, 64] "
+        "on ffn_gate_exps of ne [64, 32, 128]",
         "Use the base GGUF of the model size the adapter was trained on.",
     ),
     Code(
@@ -95,12 +99,15 @@ CODES: list[Code] = [
         "AD858",
         "gguf-alpha-missing",
         "warning",
-        "`adapter.lora.alpha` is missing or 0: llama.cpp then scales each pair by 1, not by alpha / rank.",
+        "`adapter.lora.alpha` is missing or 0: llama.cpp then scales each pair by 1, not by alpha / rank. "
+        "Stored as another GGUF type than FLOAT32 (an integer alpha) it is an error: llama.cpp's "
+        "gguf_get_val_f32 asserts and the process aborts at load.",
         "A PEFT adapter scaled by lora_alpha / r = 2 runs at half strength (or a zero-alpha adapter at full "
-        "strength): outputs differ from PEFT's with no error.",
-        "no adapter.lora.alpha key; lora_alpha 16, r 8 in PEFT",
-        "Convert again with `adapterdoc convert ADAPTER --to gguf`, which writes the alpha that reproduces PEFT's "
-        "scaling.",
+        "strength): outputs differ from PEFT's with no error; an integer alpha kills the server at load "
+        "('GGML_ASSERT(type_to_gguf_type<T>::value == type) failed').",
+        "no adapter.lora.alpha key; lora_alpha 16, r 8 in PEFT; adapter.lora.alpha written as UINT32 16",
+        "Convert again with `adapterdoc convert ADAPTER --to gguf`, which writes the alpha (a float32) that "
+        "reproduces PEFT's scaling.",
     ),
     Code(
         "AD859",

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from adapterdoc import formats
-from adapterdoc.errors import InputNotFoundError, RefusedError, UnsupportedInputError
+from adapterdoc.errors import AdapterdocError, InputNotFoundError, RefusedError, UnsupportedInputError
 from adapterdoc.report.convert_report import ConvertReport
 
 _CODE_NOTE = re.compile(r"^(AD\d{3}): (.+)$", re.S)
@@ -106,6 +106,10 @@ def convert(
             first = source.to_peft(Path(src), Path(hub) / "peft", base=base, outtype=None)
             done = target.from_peft(Path(hub) / "peft", Path(dest), base=base, outtype=outtype)
             done = type(done)(found.format, to, done.out, done.tensors, (*first.notes, *done.notes))
+        except AdapterdocError as e:
+            if e.what is not None and inside(e.what, hub):  # the temporary PEFT folder: name the input
+                e.what = spec
+            raise
         finally:
             shutil.rmtree(hub, ignore_errors=True)
     report = ConvertReport(

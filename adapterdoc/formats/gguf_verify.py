@@ -4,7 +4,9 @@ Mirrors ``llama_adapter_lora_init_impl`` (llama.cpp ``src/llama-adapter.cpp``, v
 0.3.36) in its order: ``general.type``, ``general.architecture``, ``adapter.type``, ``adapter.lora.alpha``, the tensor
 suffixes, the pairs, each pair's base tensor and shape, the rank dimension, the data bounds. Each refusal there
 ("failed to apply lora adapter: ...") is an error finding here; what llama.cpp accepts but serves differently from
-PEFT (no alpha, skipped norms) is a warning. Reads no tensor data, needs neither numpy nor the ``gguf`` package.
+PEFT (no alpha, skipped norms) is a warning. A metadata value of the wrong GGUF type (an integer alpha, a
+non-string ``general.type``) is an error too: llama.cpp's ``gguf_get_val_*`` asserts on it and the process aborts.
+Reads no tensor data, needs neither numpy nor the ``gguf`` package.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ def verify_gguf(adapter: Path, base: Path | None) -> list[Finding]:
         out.append(
             make(
                 "AD850",
-                f"general.type is {gtype!r}, not 'adapter': llama.cpp refuses it as a LoRA",
+                _not_string(a, "general.type")
+                or f"general.type is {gtype!r}, not 'adapter': llama.cpp refuses it as a LoRA "
+                f"('expect general.type to be 'adapter', but got: {gtype or ''}')",
                 key="general.type",
                 path=path,
                 hint="pass the LoRA GGUF; " + CONVERT + " writes one",
@@ -69,8 +73,9 @@ def verify_gguf(adapter: Path, base: Path | None) -> list[Finding]:
         out.append(
             make(
                 "AD852",
-                f"adapter architecture {arch!r}, base {b.get_str('general.architecture')!r}: llama.cpp refuses "
-                "('model arch and LoRA arch mismatch')",
+                _not_string(a, "general.architecture")
+                or f"adapter architecture {arch!r}, base {b.get_str('general.architecture')!r}: llama.cpp "
+                "refuses ('model arch and LoRA arch mismatch')",
                 key="general.architecture",
                 path=path,
                 hint=f"convert the adapter again against the base's own config.json: {CONVERT}",
@@ -81,14 +86,29 @@ def verify_gguf(adapter: Path, base: Path | None) -> list[Finding]:
         out.append(
             make(
                 "AD851",
-                f"adapter.type is {atype!r}, not 'lora'",
+                _not_string(a, "adapter.type")
+                or f"adapter.type is {atype!r}, not 'lora': llama.cpp refuses the adapter "
+                f"('expect adapter.type to be 'lora', but got: {atype or ''}')",
                 key="adapter.type",
                 path=path,
                 hint="a control vector loads with --control-vector; a LoRA needs adapter.type = lora",
             )
         )
     alpha = a.kv.get("adapter.lora.alpha")
-    if not alpha:
+    alpha_type = a.kv_types.get("adapter.lora.alpha", "FLOAT32")
+    if alpha_type != "FLOAT32":
+        out.append(
+            make(
+                "AD858",
+                f"adapter.lora.alpha is a {alpha_type}, not a FLOAT32: llama.cpp aborts the process at load "
+                "(gguf_get_val_f32: 'GGML_ASSERT(type_to_gguf_type<T>::value == type) failed')",
+                severity="error",
+                key="adapter.lora.alpha",
+                path=path,
+                hint=f"write adapter.lora.alpha as a float32 ({CONVERT} does)",
+            )
+        )
+    elif not alpha:
         out.append(
             make(
                 "AD858",
@@ -100,6 +120,17 @@ def verify_gguf(adapter: Path, base: Path | None) -> list[Finding]:
         )
     out += _tensor_findings(a, b, path)
     return out
+
+
+def _not_string(a: GgufHeader, key: str) -> str | None:
+    """The message for a metadata string stored as another type: llama.cpp's ``gguf_get_val_str`` asserts."""
+    t = a.kv_types.get(key)
+    if t is None or t == "STRING":
+        return None
+    return (
+        f"{key} is a {t}, not a STRING: llama.cpp aborts the process at load "
+        "('GGML_ASSERT(type_to_gguf_type<T>::value == type) failed')"
+    )
 
 
 def _tensor_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Finding]:
@@ -133,6 +164,7 @@ def _tensor_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Fin
         )
     scales: dict[int, int] = defaultdict(int)
     alpha = a.kv.get("adapter.lora.alpha") or 0
+    alpha = alpha if isinstance(alpha, (int, float)) else 0
     for name, ab in sorted(lora_pairs(a).items()):
         la, lb = ab["a"], ab["b"]
         if la is None or lb is None:
@@ -154,7 +186,8 @@ def _tensor_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Fin
         out.append(
             make(
                 "AD859",
-                f"`{bad}`'s data ends past the end of the file ({a.file_size} bytes): truncated",
+                f"`{bad}`'s data ends past the end of the file ({a.file_size} bytes): llama.cpp refuses the "
+                "adapter ('data is not within the file bounds, file is corrupted or incomplete')",
                 key=bad,
                 path=path,
                 hint="download or convert the adapter again",
@@ -182,10 +215,6 @@ def _pair(name: str, la: GgufTensor, lb: GgufTensor, b: GgufHeader | None, path:
         bad = len(ne) < 2 or ne[0] != lb.shape[1] or ne[1] != la.shape[1]
     else:
         bad = len(ne) < 2 or ne[0] != la.shape[0] or ne[1] != lb.shape[1]
-        if (
-            len(ne) > 2 and not bad
-        ):  # stacked experts: llama.cpp does not check E, ggml asserts at the first token
-            bad = la.shape[2:] != ne[2:] or lb.shape[2:] != ne[2:]
     if bad:
         return [
             make(
@@ -199,7 +228,28 @@ def _pair(name: str, la: GgufTensor, lb: GgufTensor, b: GgufHeader | None, path:
         ]
     if not embd and la.shape[1] != lb.shape[0]:
         return [_not_transposed(name, la, lb, path)]
+    if len(ne) > 2 and (la.shape[2:] != ne[2:] or lb.shape[2:] != ne[2:]):
+        return [_expert_count(name, ne, la, lb, path)]
     return []
+
+
+def _expert_count(name: str, ne: tuple[int, ...], la: GgufTensor, lb: GgufTensor, path: str) -> Finding:
+    """Stacked experts (ne [in, out, E]): llama.cpp checks ne[0] and ne[1] only, so another expert count loads."""
+    have, want = min((*la.shape, 1, 1)[2], (*lb.shape, 1, 1)[2]), ne[2]  # a 2-D tensor is ggml's ne[2] = 1
+    what = (
+        f"reads the pairs of experts {have}..{want - 1} past the end of the LoRA tensors (undefined: a crash "
+        "or garbage at the first token routed there)"
+        if have < want
+        else f"uses the first {want} of its {have} expert pairs and ignores the rest"
+    )
+    return make(
+        "AD856",
+        f"`{name}`: base ne {list(ne)}, lora_a ne {list(la.shape)}, lora_b ne {list(lb.shape)}: another expert "
+        f"count; llama.cpp loads the adapter (it checks ne[0] and ne[1] only) and {what}",
+        key=name,
+        path=path,
+        hint=f"use the base GGUF of the model the adapter was trained on ({want} experts per layer here)",
+    )
 
 
 def _not_transposed(name: str, la: GgufTensor, lb: GgufTensor, path: str) -> Finding:

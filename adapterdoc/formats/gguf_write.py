@@ -202,6 +202,14 @@ def _expert(text: str) -> tuple[int, int, str] | None:
     return None
 
 
+def _fused_experts(text: str) -> bool:
+    """``model.layers.L.mlp.experts`` (or its ``base_layer``): PEFT's fused expert LoRA (``target_parameters``).
+    A per-expert adapter may keep ``target_parameters`` in its config (PEFT loads a per-expert Qwen3.5-MoE adapter
+    through transformers' expert conversion); its pairs are per expert, so only the module decides."""
+    lay = names.layer_of(text)
+    return lay is not None and lay[1].replace(".base_layer", "") == facts.EXPERT_SEGMENT
+
+
 def plan(
     src: Path, pairs: list[Pair], cfg: AdapterConfig, hp: dict[str, Any], arch: facts.GgufArch
 ) -> list[Planned]:
@@ -213,7 +221,7 @@ def plan(
         if e is not None:
             experts[(e[0], e[2])][e[1]] = p
             continue
-        if p.text.endswith(facts.EXPERT_SEGMENT) or cfg.target_parameters:
+        if _fused_experts(p.text):
             raise refuse(
                 src,
                 "AD874",

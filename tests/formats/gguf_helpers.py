@@ -126,3 +126,32 @@ def base_tensors(
         out[f"blk.{i}.ffn_down.weight"] = z((hidden, 96), np.float32)
         out[f"blk.{i}.attn_norm.weight"] = z((hidden,), np.float32)
     return out
+
+
+MROPE_SECTION = [1, 1, 0]
+"""Interleaved M-RoPE sections for a tiny Qwen3.5 base that llama.cpp runs (see :func:`llama_cpp_qwen35`)."""
+
+
+def llama_cpp_qwen35(layout: str, seed: int = 0) -> Any:
+    """The registry's tiny Qwen3.5 model of ``layout`` with ``rope_parameters.mrope_section`` set so llama.cpp runs it.
+
+    Without ``mrope_section`` llama.cpp's converter writes the upstream default sections [11, 11, 10] (32 rotary
+    pairs) and ggml's ``ggml_mrope_cache_init`` aborts on ``GGML_ASSERT(sect_dims <= ne0)``: the tiny head
+    (head_dim 16 × partial_rotary_factor 0.25 = 4 rotary dims) is below the sections' sum. The smallest sections
+    that run and give transformers' logits: sum(sections) <= rotary dims (the assert), and every rotary pair p
+    (sector p % sum) covered by the interleaved t/h/w slots (sector % 3 == k and sector < 3 × sections[k]): an
+    uncovered pair takes the 4th position, which llama.cpp sets to 0 for text tokens, where transformers rotates it
+    by the token position. For 2 pairs that is [1, 1, 0]; transformers reads the same key (its text positions are
+    equal on t/h/w, so any sections give plain RoPE there)."""
+    import torch
+    import transformers
+
+    from adapterdoc.ml.tiny import model_class, tiny_config
+
+    cfg = tiny_config(layout)
+    cfg.rope_parameters = {**cfg.rope_parameters, "mrope_section": list(MROPE_SECTION)}
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = model_class(layout)._from_config(cfg, dtype=torch.float32)
+    assert isinstance(model, transformers.PreTrainedModel)
+    return model.eval()

@@ -8,8 +8,14 @@ test_gguf_oracle.py as ``ENV/bin/python gguf_oracle_driver.py COMMAND ...``.
   recognized"), so this driver makes every converter class read the SentencePiece model instead: the vocabulary
   only, the tensors are converted by llama.cpp's code untouched.
 - ``lora ADAPTER_DIR BASE_DIR OUT.gguf``: llama.cpp's ``convert_lora_to_gguf.py --outtype f32``.
-- ``logits BASE.gguf LORA.gguf|- IDS OUT.npy``: ``Llama(model_path, lora_path, logits_all=True).eval(ids)``; a load
-  failure prints ``LOAD-FAILED`` and exits 3 (llama.cpp's own message is on stderr).
+- ``logits BASE.gguf LORA.gguf|- IDS OUT.npy``: ``Llama(model_path, lora_path, logits_all=True).eval(ids)``. Only
+  for adapters llama.cpp accepts: llama-cpp-python 0.3.36 does not see a refusal (``llama_adapter_lora_init``'s
+  ctypes result type is ``POINTER(c_void_p)``, so its NULL is not ``None``), hands the NULL adapter to
+  ``llama_set_adapters_lora`` and the process dies by SIGSEGV reserving the first graph.
+- ``load BASE.gguf LORA.gguf...``: the base loaded once (``Llama(model_path)``), then llama.cpp's own
+  ``llama_adapter_lora_init`` on each adapter, its log captured with ``llama_log_set``; prints one JSON line per
+  adapter, ``{"path", "loaded", "errors"}`` (``errors``: llama.cpp's ERROR-level log lines while loading it).
+  A check that llama.cpp enforces by ``GGML_ASSERT`` aborts the process instead (SIGABRT, the assert on stderr).
 """
 
 from __future__ import annotations
@@ -110,6 +116,36 @@ def logits(base_gguf: str, lora_gguf: str, ids: str, out: str) -> None:
     np.save(out, np.array(llm.scores[: len(tokens)], dtype=np.float32))
 
 
+GGML_LOG_LEVEL_ERROR = 4
+"""ggml.h's ``enum ggml_log_level`` (NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5). llama-cpp-python 0.3.36's
+``_logger`` still maps the older enum (3 → ERROR, 4 → DEBUG): with ``verbose=False`` it prints llama.cpp's warnings
+and hides its errors, so the refusal's reason is read here from the log callback, not from stderr."""
+
+
+def load(base_gguf: str, *loras: str) -> None:
+    import ctypes
+    import json
+
+    import llama_cpp
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=base_gguf, n_ctx=64, n_batch=64, n_threads=2, verbose=False)
+    lines: list[tuple[int, str]] = []
+
+    @llama_cpp.llama_log_callback
+    def on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        lines.append((level, text.decode("utf-8", "replace")))
+
+    llama_cpp.llama_log_set(on_log, ctypes.c_void_p(0))
+    for path in loras:
+        lines.clear()
+        adapter = llama_cpp.llama_adapter_lora_init(llm._model.model, path.encode())
+        errors = [t.strip() for level, t in lines if level == GGML_LOG_LEVEL_ERROR]
+        print(json.dumps({"path": path, "loaded": bool(adapter), "errors": errors}), flush=True)
+        if adapter:
+            llama_cpp.llama_adapter_lora_free(adapter)
+
+
 if __name__ == "__main__":
     os.environ.pop("NO_LOCAL_GGUF", None)  # the converters then use their own gguf-py
-    {"spm": spm, "base": base, "lora": lora, "logits": logits}[sys.argv[1]](*sys.argv[2:])
+    {"spm": spm, "base": base, "lora": lora, "logits": logits, "load": load}[sys.argv[1]](*sys.argv[2:])

@@ -82,3 +82,22 @@ def test_gguf_cli_inspect_and_verify(cli, made: dict[str, Path]) -> None:  # typ
     short = write_gguf(made["dir"] / "short.gguf", "llama", tensors, adapter=False)
     r = cli("verify", out, "--base", short, "--format", "json")
     assert r.exit_code == 1 and "AD855" in r.stdout
+
+
+def test_gguf_cli_gguf_to_gguf_through_peft(cli, made: dict[str, Path]) -> None:  # type: ignore[no-untyped-def]
+    """GGUF → GGUF goes through a temporary PEFT folder: --outtype re-casts; a refusal in the second hop names the
+    input, not the temporary folder, which is gone either way."""
+    d = made["dir"] / "gg"
+    d.mkdir()
+    src = d / "a.gguf"
+    assert cli("convert", made["peft"], "--to", "gguf", "--base", made["base"], "--out", src).exit_code == 0
+    r = cli("convert", src, "--to", "gguf", "--out", d / "again.gguf")
+    assert r.exit_code == 3 and r.stderr.count("\n") == 1, r.output
+    assert r.stderr.startswith(f"adapterdoc: error: {src}: --base is needed"), r.stderr
+    assert ".adapterdoc-convert-" not in r.stderr and sorted(p.name for p in d.iterdir()) == ["a.gguf"]
+    r = cli(
+        "convert", src, "--to", "gguf", "--base", made["base"], "--out", d / "f16.gguf", "--outtype", "f16"
+    )
+    assert r.exit_code == 0, r.output
+    assert {t.type_name for t in read_header(d / "f16.gguf").tensors.values()} == {"F16"}
+    assert sorted(p.name for p in d.iterdir()) == ["a.gguf", "f16.gguf"]

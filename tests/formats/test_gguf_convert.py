@@ -303,13 +303,16 @@ def test_gguf_vl_text_part_and_ministral(tmp_path: Path, tiny_model, layout: str
         _refused(tmp_path, t, str(base), "AD877")
 
 
-def test_gguf_qwen3_moe_experts_stacked(tmp_path: Path, tiny_model, cli) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("layout", ["qwen3_moe_text", "qwen3_5_moe_text"])
+def test_gguf_moe_experts_stacked(tmp_path: Path, tiny_model, cli, layout: str) -> None:  # type: ignore[no-untyped-def]
     """PEFT's fused expert LoRA (target_parameters) is refused with the fix (AD874); after `remap --experts
-    per-expert` every expert's pair is stacked into llama.cpp's ``ffn_*_exps`` [E, ...] tensors, exactly."""
+    per-expert` every expert's pair is stacked into llama.cpp's ``ffn_*_exps`` [E, ...] tensors, exactly. On
+    Qwen3.5-MoE the per-expert adapter keeps ``target_parameters`` (PEFT loads it through transformers' expert
+    conversion): its per-expert pairs convert, the attention pairs beside them too."""
     import torch
     from peft import LoraConfig, get_peft_model
 
-    model, base = _registry_base(tiny_model, "qwen3_moe_text", tmp_path / "base")
+    model, base = _registry_base(tiny_model, layout, tmp_path / "base")
     torch.manual_seed(0)
     cfg = LoraConfig(
         r=3,
@@ -332,7 +335,8 @@ def test_gguf_qwen3_moe_experts_stacked(tmp_path: Path, tiny_model, cli) -> None
     g, back = _roundtrip(tmp_path, per, str(base))
     _same_files(per, back)
     h = read_header(g)
-    assert h.kv["general.architecture"] == "qwen3moe"
+    assert h.kv["general.architecture"] == ("qwen35moe" if layout.startswith("qwen3_5") else "qwen3moe")
+    assert "blk.3.attn_q.weight.lora_a" in h.tensors
     n_exp = (
         model.config.num_local_experts
         if hasattr(model.config, "num_local_experts")

@@ -96,6 +96,18 @@ def test_gguf_verify_failure_classes(files: dict[str, Path], tmp_path: Path) -> 
         verify_gguf(_variant(tmp_path, "type", kv={"adapter.type": "cvec", "adapter.lora.alpha": 8.0}), base)
     ) == ["AD851"]
     assert codes(verify_gguf(_variant(tmp_path, "noalpha", kv={"adapter.type": "lora"}), base)) == ["AD858"]
+    # an alpha that is not a FLOAT32 (here UINT32 8): llama.cpp's gguf_get_val_f32 aborts the process (pinned by
+    # test_gguf_oracle_load_failures_match_verify), so this is an error, not the missing-alpha warning
+    found = verify_gguf(
+        _variant(tmp_path, "intalpha", kv={"adapter.type": "lora", "adapter.lora.alpha": 8}), base
+    )
+    bad = [f for f in found if f.code == "AD858"]
+    assert len(bad) == 1 and bad[0].severity == "error" and "UINT32, not a FLOAT32" in bad[0].message
+    assert [f.code for f in found if f.severity == "error"] == ["AD858"]
+    kv = {"general.type": 7, "adapter.type": "lora", "adapter.lora.alpha": 8.0}
+    found = verify_gguf(write_gguf(tmp_path / "inttype.gguf", "llama", t, kv=kv, adapter=False), base)
+    assert [f.code for f in found if f.severity == "error"] == ["AD850"]
+    assert "UINT32, not a STRING: llama.cpp aborts" in found[0].message
     assert codes(
         verify_gguf(_variant(tmp_path, "suffix", {**t, "rope_freqs.weight": np.ones(8, np.float32)}), base)
     ) == ["AD853"]
@@ -153,3 +165,35 @@ def test_gguf_truncated_and_corrupt(files: dict[str, Path], tmp_path: Path) -> N
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(AdapterdocError, match="base model's GGUF file as --base"):
         verify_gguf(files["good"], tmp_path / "config.json")
+
+
+def test_gguf_verify_stacked_expert_count(tmp_path: Path) -> None:
+    """Stacked experts of another count: llama.cpp checks ne[0] and ne[1] only and loads the adapter (pinned by
+    test_gguf_oracle_stacked_expert_count), so the finding says what happens instead of 'refuses'."""
+    import numpy as np
+
+    base = write_gguf(
+        tmp_path / "moe.gguf", "qwen3moe", {"blk.0.ffn_gate_exps.weight": np.zeros((4, 32, 64), np.float32)},
+        adapter=False,
+    )  # fmt: skip
+
+    def lora(e: int) -> Path:
+        return write_gguf(
+            tmp_path / f"e{e}.gguf", "qwen3moe",
+            {"blk.0.ffn_gate_exps.weight.lora_a": np.zeros((e, 4, 64), np.float32),
+             "blk.0.ffn_gate_exps.weight.lora_b": np.zeros((e, 32, 4), np.float32)},
+        )  # fmt: skip
+
+    assert codes(verify_gguf(lora(4), base)) == []
+    flat = write_gguf(
+        tmp_path / "flat.gguf", "qwen3moe",
+        {"blk.0.ffn_gate_exps.weight.lora_a": np.zeros((4, 64), np.float32),
+         "blk.0.ffn_gate_exps.weight.lora_b": np.zeros((32, 4), np.float32)},
+    )  # fmt: skip
+    found = [f for f in verify_gguf(flat, base) if f.severity == "error"]
+    assert [f.code for f in found] == ["AD856"] and "experts 1..3 past the end" in found[0].message
+    for e, what in ((2, "reads the pairs of experts 2..3 past the end"), (8, "uses the first 4 of its 8")):
+        found = [f for f in verify_gguf(lora(e), base) if f.severity == "error"]
+        assert [f.code for f in found] == ["AD856"], e
+        assert "llama.cpp loads the adapter" in found[0].message and what in found[0].message
+        assert "refuses" not in found[0].message and "4 experts per layer" in (found[0].hint or "")
