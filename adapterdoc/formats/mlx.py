@@ -23,13 +23,21 @@ import math
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError, RefusedError, UnsupportedInputError
 from adapterdoc.formats import Converted, Detection
 from adapterdoc.formats.mlx_folder import CONFIG, LEAVES, WEIGHTS, MlxAdapter, lora_parameters, open_mlx
+
+if TYPE_CHECKING:
+    from adapterdoc.adapter import LoraKey
+    from adapterdoc.formats.mlx_names import BaseFacts
+    from adapterdoc.formats.peft import PeftAdapter
+    from adapterdoc.report.findings import Finding
+    from adapterdoc.st.header import Header
 
 NAME = "mlx"
 __all__ = [
@@ -112,12 +120,28 @@ def from_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
     from adapterdoc.formats.peft import open_peft
 
     adapter = open_peft(src)
-    if adapter.raw.get("target_parameters"):
+    if _has_fused_experts(adapter.header, adapter.raw):
         return _via_per_expert(src, out, base=base, outtype=outtype)
     from adapterdoc.formats.mlx_write import write_mlx
 
     plan = _plan(adapter, os.fspath(src), base)
     return write_mlx(plan, adapter, out, outtype)
+
+
+def _has_fused_experts(header: Header, raw: Mapping[str, object]) -> bool:
+    """Whether a tensor is PEFT's fused expert LoRA (``target_parameters``). Not the config alone: ``remap
+    --experts per-expert`` keeps ``target_parameters`` where PEFT fuses per-expert keys at load (Qwen3.5-MoE
+    text), and reading the config would send that per-expert output round again, without end."""
+    from adapterdoc.adapter import parse_key
+    from adapterdoc.experts import classify
+
+    if not raw.get("target_parameters"):
+        return False
+    for name, info in header.tensors.items():
+        k = classify(parse_key(name), info.shape)
+        if k is not None and k.form == "fused":
+            return True
+    return False
 
 
 def _via_per_expert(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
@@ -137,14 +161,14 @@ class Plan:
     """Everything the MLX writer needs, decided (and every refusal made) before a byte is written."""
 
     targets: list[_Target]
-    config: dict[str, Any]
+    config: dict[str, object]
     rank: int
     scale: float
     experts: int | None
     notes: list[str]
 
 
-def _plan(adapter: Any, where: str, base: str | None) -> Plan:
+def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
     from adapterdoc.adapter import AdapterConfig, parse_key
     from adapterdoc.formats.mlx_names import base_facts, to_mlx
     from adapterdoc.layouts import LAYOUTS, detect_layout
@@ -233,7 +257,7 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
     layers = sorted({t.layer for t in targets.values() if t.layer is not None})
     num_layers = _num_layers(layers, facts, notes)
     kind = "dora" if cfg.use_dora else "lora"
-    config: dict[str, Any] = {
+    config: dict[str, object] = {
         "fine_tune_type": kind,
         "num_layers": num_layers,
         "lora_parameters": {
@@ -261,7 +285,7 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
     return Plan(list(targets.values()), config, rank, scale, experts, notes)
 
 
-def _same_as_base(header: Any, name: str, key: Any, base: str | None) -> bool:
+def _same_as_base(header: Header, name: str, key: LoraKey, base: str | None) -> bool:
     """Whether the whole weight ``name`` (PEFT's ``X.base_layer.weight``, saved for a targeted lm_head or
     embedding) is byte for byte the base's ``X.weight`` (read in chunks; ``False`` without a base with weights,
     or after a vocabulary resize)."""
@@ -304,7 +328,9 @@ def _factors(t: _Target) -> list[_Factor]:
     return [t.dense] if t.dense is not None else list(t.experts.values())
 
 
-def _expert_count(targets: dict[str, _Target], facts: Any, where: str, notes: list[str]) -> int | None:
+def _expert_count(
+    targets: dict[str, _Target], facts: BaseFacts | None, where: str, notes: list[str]
+) -> int | None:
     stacked = [t for t in targets.values() if t.experts]
     if not stacked:
         return None
@@ -320,7 +346,7 @@ def _expert_count(targets: dict[str, _Target], facts: Any, where: str, notes: li
     return count
 
 
-def _num_layers(layers: list[int], facts: Any, notes: list[str]) -> int:
+def _num_layers(layers: list[int], facts: BaseFacts | None, notes: list[str]) -> int:
     if not layers:
         return 0
     if facts and facts.layers:
@@ -339,11 +365,20 @@ def _num_layers(layers: list[int], facts: Any, notes: list[str]) -> int:
 
 def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
     """mlx-lm adapter folder ``src`` → PEFT adapter folder ``out`` (one rank, ``lora_alpha = scale * rank``)."""
+    from adapterdoc.formats.mlx_fused import shares_gate_up
     from adapterdoc.formats.mlx_write import write_peft
 
     adapter = open_mlx(src)
     if not _needs_fused(adapter, base):
         return write_peft(adapter, out, base=base, outtype=outtype)
+    if shares_gate_up(adapter):
+        done = write_peft(adapter, out, base=base, outtype=outtype, fused=True)
+        note = (
+            "stacked experts written in PEFT's fused form (target_parameters) at their own rank, byte for byte: "
+            "gate and up share each expert's lora_a, as PEFT's fused gate_up_proj does; PEFT loads no per-expert "
+            "LoRA on this model"
+        )
+        return replace(done, notes=(*done.notes, note))
     from adapterdoc.remap import remap
     from adapterdoc.st.header import read_header
 
@@ -377,7 +412,7 @@ def _needs_fused(adapter: MlxAdapter, base: str | None) -> bool:
     return bool(lay and lay.target_parameters and lay.peft_moe is None)
 
 
-def describe(path: Path) -> dict[str, Any]:
+def describe(path: Path) -> dict[str, object]:
     """What ``inspect`` shows of an mlx-lm adapter folder: its config fields and what its tensors cover."""
     from adapterdoc.formats.mlx_names import split_layer
 
@@ -414,7 +449,7 @@ def tensors_file(path: Path) -> Path:
     return Path(path) / WEIGHTS
 
 
-def check(path: Path, base: str | None) -> list[Any]:
+def check(path: Path, base: str | None) -> list[Finding]:
     """``verify``'s findings (:mod:`adapterdoc.formats.mlx_check`)."""
     from adapterdoc.formats.mlx_check import check as run
 

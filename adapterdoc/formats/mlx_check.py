@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.report.findings import Finding, make
+
+if TYPE_CHECKING:
+    from adapterdoc.formats.mlx_names import BaseFacts
 
 _FUSED = re.compile(r"^(?P<owner>.+)\.experts\.(?P<proj>gate_up_proj|down_proj)$")
 
@@ -138,7 +141,7 @@ def _expected(leaf: str, dims: tuple[int | None, int, int], rank: int) -> tuple[
     return (experts, rank, din) if leaf == "lora_a" else (experts, dout, rank)
 
 
-def _base_modules(base: str, facts: Any) -> dict[str, tuple[int | None, int, int]] | None:
+def _base_modules(base: str, facts: BaseFacts) -> dict[str, tuple[int | None, int, int]] | None:
     """mlx-lm module path → (experts or ``None``, out, in) from the base's weights headers; ``None`` without
     weights (a config alone or a tiny base)."""
     from adapterdoc.bases import resolve_base
