@@ -365,18 +365,17 @@ def _num_layers(layers: list[int], facts: BaseFacts | None, notes: list[str]) ->
 
 def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
     """mlx-lm adapter folder ``src`` → PEFT adapter folder ``out`` (one rank, ``lora_alpha = scale * rank``)."""
-    from adapterdoc.formats.mlx_fused import shares_gate_up
     from adapterdoc.formats.mlx_write import write_peft
 
     adapter = open_mlx(src)
-    if not _needs_fused(adapter, base):
+    form = _expert_form(adapter, base)
+    if form == "per-expert":
         return write_peft(adapter, out, base=base, outtype=outtype)
-    if shares_gate_up(adapter):
+    if form == "fused":
         done = write_peft(adapter, out, base=base, outtype=outtype, fused=True)
         note = (
             "stacked experts written in PEFT's fused form (target_parameters) at their own rank, byte for byte: "
-            "gate and up share each expert's lora_a, as PEFT's fused gate_up_proj does; PEFT loads no per-expert "
-            "LoRA on this model"
+            "gate and up share each expert's lora_a, as PEFT's fused gate_up_proj does"
         )
         return replace(done, notes=(*done.notes, note))
     from adapterdoc.remap import remap
@@ -396,20 +395,28 @@ def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> C
     return Converted(NAME, "peft", Path(out), tensors, tuple(notes))
 
 
-def _needs_fused(adapter: MlxAdapter, base: str | None) -> bool:
-    """Whether the adapter has stacked experts and the base's class holds fused experts that PEFT reaches only
-    through ``target_parameters`` and has no per-expert conversion for (the registry's ``peft_moe``)."""
+def _expert_form(adapter: MlxAdapter, base: str | None) -> str:
+    """How stacked experts go back to PEFT: ``fused`` (PEFT's ``target_parameters`` form at their own rank) when
+    the base's class holds fused experts and gate and up share every expert's ``lora_a`` (an adapter written from
+    the fused form); ``fused-wide`` (``remap --experts fused``: gate_up at gate's plus up's rank) when the class has
+    fused experts and PEFT has no per-expert conversion for it (the registry's ``peft_moe``); else ``per-expert``
+    (no stacked experts, or PEFT fuses per-expert keys itself at load)."""
+    from adapterdoc.formats.mlx_fused import shares_gate_up
     from adapterdoc.formats.mlx_names import base_facts
     from adapterdoc.layouts import LAYOUTS
 
     if not any(len(t.shape) == 3 for t in adapter.header.tensors.values()):
-        return False
+        return "per-expert"
     layout = base_facts(base).layout if base else None
     stash = adapter.raw.get("adapterdoc")
     if layout is None and isinstance(stash, dict):
         layout = stash.get("layout")
     lay = LAYOUTS.get(layout) if isinstance(layout, str) else None
-    return bool(lay and lay.target_parameters and lay.peft_moe is None)
+    if lay is None or not lay.target_parameters:
+        return "per-expert"
+    if shares_gate_up(adapter):
+        return "fused"
+    return "fused-wide" if lay.peft_moe is None else "per-expert"
 
 
 def describe(path: Path) -> dict[str, object]:
