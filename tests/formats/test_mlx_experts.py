@@ -67,7 +67,9 @@ def test_fused_experts_go_to_mlx_stacked_and_come_back_byte_for_byte(
     gate = mlx["language_model.model.layers.0.mlp.switch_mlp.gate_proj.lora_a"]
     assert gate.shape == (4, 4, 64)  # [E, r, in]
     assert np.array_equal(gate, mlx["language_model.model.layers.0.mlp.switch_mlp.up_proj.lora_a"])
-    res = cli("convert", tmp_path / "mlx", "--to", "peft", "--base", BASE, "--out", tmp_path / "back", "--json")
+    res = cli(
+        "convert", tmp_path / "mlx", "--to", "peft", "--base", BASE, "--out", tmp_path / "back", "--json"
+    )
     assert res.exit_code == 0, res.output
     assert any("at their own rank, byte for byte" in n for n in json.loads(res.stdout)["notes"])
     want = load_file(str(fused / "adapter_model.safetensors"))
@@ -92,7 +94,10 @@ def test_gate_and_up_apart_come_back_fused_at_twice_the_rank(fused: Path, tmp_pa
     up = "language_model.model.layers.0.mlp.switch_mlp.up_proj.lora_a"
     t[up] = t[up] * 2
     save_file(t, str(path))
-    assert cli("convert", tmp_path / "mlx", "--to", "peft", "--base", BASE, "--out", tmp_path / "back").exit_code == 0
+    assert (
+        cli("convert", tmp_path / "mlx", "--to", "peft", "--base", BASE, "--out", tmp_path / "back").exit_code
+        == 0
+    )
     got = load_file(str(tmp_path / "back" / "adapter_model.safetensors"))
     assert got[f"{W}model.layers.0.mlp.experts.base_layer.lora_A.weight"].shape == (4 * 8, 64)
     a = t["language_model.model.layers.0.mlp.switch_mlp.gate_proj.lora_a"].astype(np.float64)
