@@ -85,3 +85,41 @@ def test_a_base_of_another_size_gives_shape_findings_with_the_expected_shape(
     found = _findings(res)
     assert res.exit_code == 1 and {f["code"] for f in found} == {"AD813"} and len(found) == L
     assert all("v_proj.lora_b" in f["message"] and "mlx-lm builds [4, 16]" in f["message"] for f in found)
+
+
+def test_inspect_shows_the_format_and_its_evidence_for_mlx_folders_and_gguf_files(
+    tmp_path: Path, cli: Any
+) -> None:
+    """The same PEFT adapter as an mlx-lm folder and as a GGUF LoRA: `inspect` names each format with the
+    evidence that decided it (the `format` object of `inspect --json`) and says it in text."""
+    src = peft_folder(tmp_path / "peft", dense())
+    base = _config(tmp_path / "base", "LlamaForCausalLM", "llama")  # llama.cpp's names need only the config
+    cfg = json.loads(base.read_text()) | {
+        "hidden_size": H,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+    }
+    base.write_text(json.dumps(cfg))
+    assert cli("convert", src, "--to", "mlx", "--out", tmp_path / "mlx").exit_code == 0
+    res = cli("convert", src, "--to", "gguf", "--base", base, "--out", tmp_path / "a.gguf")
+    assert res.exit_code == 0, res.output
+    want = {
+        tmp_path / "mlx": (
+            "mlx",
+            ["adapters.safetensors", "adapter_config.json with fine_tune_type, num_layers, lora_parameters"],
+        ),
+        tmp_path / "a.gguf": (
+            "gguf",
+            ["general.type = adapter", "adapter.type = lora", "general.architecture = llama"],
+        ),
+    }
+    for path, (name, evidence) in want.items():
+        res = cli("inspect", path, "--json")
+        assert res.exit_code == 0, res.output
+        d = json.loads(res.stdout)
+        assert d["kind"] == name and d["format"]["name"] == name
+        assert set(evidence) <= set(d["format"]["evidence"]), d["format"]["evidence"]
+        text = cli("inspect", path).stdout
+        assert f"format {name}" in text and all(f"• {e}" in text for e in evidence)
+    assert cli("inspect", src, "--json").exit_code == 0
+    assert json.loads(cli("inspect", src, "--json").stdout)["kind"] != "mlx"
