@@ -289,18 +289,11 @@ def _same_as_base(header: Header, name: str, key: LoraKey, base: str | None) -> 
     """Whether the whole weight ``name`` (PEFT's ``X.base_layer.weight``, saved for a targeted lm_head or
     embedding) is byte for byte the base's ``X.weight`` (read in chunks; ``False`` without a base with weights,
     or after a vocabulary resize)."""
-    if base is None:
-        return False
-    from adapterdoc.bases import resolve_base
-    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.formats.mlx_names import base_weights
     from adapterdoc.st.tensors import TensorSource
 
-    spec = resolve_base(base)
-    if spec.root is None or not spec.has_weights:
-        return False
-    try:
-        ckpt = open_checkpoint(spec.root)
-    except AdapterdocError:
+    ckpt = base_weights(base) if base is not None else None
+    if ckpt is None:
         return False
     theirs = f"{key.module.removesuffix('.base_layer')}.weight"
     mine, other = header.tensors[name], ckpt.tensors.get(theirs)

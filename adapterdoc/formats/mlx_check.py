@@ -185,17 +185,11 @@ def _expected(leaf: str, dims: tuple[int | None, int, int], rank: int) -> tuple[
 def _base_modules(base: str, facts: BaseFacts) -> dict[str, tuple[int | None, int, int]] | None:
     """mlx-lm module path → (experts or ``None``, out, in) from the base's weights headers; ``None`` without
     weights (a config alone or a tiny base)."""
-    from adapterdoc.bases import resolve_base
-    from adapterdoc.checkpoint import open_checkpoint
-    from adapterdoc.formats.mlx_names import to_mlx
+    from adapterdoc.formats.mlx_names import base_weights, to_mlx
     from adapterdoc.layouts.mlx_names import SWITCH_SEGMENT
 
-    spec = resolve_base(base)
-    if spec.root is None or not spec.has_weights:
-        return None
-    try:
-        ckpt = open_checkpoint(spec.root)
-    except AdapterdocError:
+    ckpt = base_weights(base)
+    if ckpt is None:
         return None
     out: dict[str, tuple[int | None, int, int]] = {}
     experts: dict[str, set[int]] = {}
