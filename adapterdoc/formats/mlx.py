@@ -24,13 +24,14 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError, RefusedError, UnsupportedInputError
 from adapterdoc.formats import Converted, Detection
 from adapterdoc.formats.mlx_folder import CONFIG, LEAVES, WEIGHTS, MlxAdapter, lora_parameters, open_mlx
+from adapterdoc.formats.mlx_plan import Factor, Plan, Target
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import LoraKey
@@ -91,30 +92,6 @@ def detect(path: Path) -> Detection | None:
 # ------------------------------------------------------------------------------------------------ PEFT → MLX
 
 
-@dataclass
-class _Factor:
-    """One PEFT module's LoRA (one expert of a stacked module)."""
-
-    a: str
-    b: str
-    m: str | None
-    rank: int
-    scaling: float
-    din: int
-    dout: int
-
-
-@dataclass
-class _Target:
-    """One mlx-lm module and the PEFT LoRA it holds (``experts``: stacked, indexed by expert)."""
-
-    path: str
-    layer: int | None
-    key: str
-    dense: _Factor | None = None
-    experts: dict[int, _Factor] = field(default_factory=dict)
-
-
 def from_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
     """PEFT adapter folder ``src`` → mlx-lm adapter folder ``out`` (atomic; refusals before any write)."""
     from adapterdoc.formats.peft import open_peft
@@ -154,18 +131,6 @@ def _via_per_expert(src: Path, out: Path, *, base: str | None, outtype: str | No
         done = from_peft(Path(per), out, base=base, outtype=outtype)
     note = "fused expert LoRA (target_parameters) rewritten per expert first (exact; `adapterdoc remap --experts`)"
     return replace(done, notes=(note, *done.notes))
-
-
-@dataclass
-class Plan:
-    """Everything the MLX writer needs, decided (and every refusal made) before a byte is written."""
-
-    targets: list[_Target]
-    config: dict[str, object]
-    rank: int
-    scale: float
-    experts: int | None
-    notes: list[str]
 
 
 def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
@@ -210,7 +175,7 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
     if layout is None:
         found = detect_layout(list(roles), cfg.layout_hints).name
         layout = found if found in LAYOUTS else None
-    targets: dict[str, _Target] = {}
+    targets: dict[str, Target] = {}
     weight: Counter[float] = Counter()
     for module, got in sorted(roles.items()):
         a, b = got.get("lora_A"), got.get("lora_B")
@@ -233,7 +198,7 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
             )
         s = cfg.scaling_for(module)
         weight[s] += math.prod(sa) + math.prod(sb)
-        factor = _Factor(a, b, got.get("magnitude"), r, s, sa[1], sb[0])
+        factor = Factor(a, b, got.get("magnitude"), r, s, sa[1], sb[0])
         place = to_mlx(module, layout, where)
         if place.layer is None and facts is not None and facts.tied and module.endswith("lm_head"):
             raise RefusedError(
@@ -241,7 +206,7 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
                 f"`{module}`: the base ties lm_head to the embedding, and mlx-lm then builds no lm_head module "
                 "(it calls embed_tokens.as_linear), so there is nothing to put this LoRA on (AD805)",
             )
-        t = targets.setdefault(place.path, _Target(place.path, place.layer, place.key))
+        t = targets.setdefault(place.path, Target(place.path, place.layer, place.key))
         if place.expert is None:
             t.dense = factor
         else:
@@ -282,7 +247,7 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
         )
     if cfg.use_rslora:
         notes.append(f"rsLoRA folded: scale = lora_alpha / sqrt(r) = {scale:g}")
-    return Plan(list(targets.values()), config, rank, scale, experts, notes)
+    return Plan(tuple(targets.values()), config, rank, scale, experts, tuple(notes))
 
 
 def _same_as_base(header: Header, name: str, key: LoraKey, base: str | None) -> bool:
@@ -317,12 +282,12 @@ def _common_scale(weight: Counter[float]) -> float:
     return max(weight, key=score)
 
 
-def _factors(t: _Target) -> list[_Factor]:
+def _factors(t: Target) -> list[Factor]:
     return [t.dense] if t.dense is not None else list(t.experts.values())
 
 
 def _expert_count(
-    targets: dict[str, _Target], facts: BaseFacts | None, where: str, notes: list[str]
+    targets: dict[str, Target], facts: BaseFacts | None, where: str, notes: list[str]
 ) -> int | None:
     stacked = [t for t in targets.values() if t.experts]
     if not stacked:

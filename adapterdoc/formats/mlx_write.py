@@ -15,8 +15,8 @@ from adapterdoc.formats import Converted
 from adapterdoc.st.compose import Spec, element_bytes, transpose
 
 if TYPE_CHECKING:
-    from adapterdoc.formats.mlx import Plan, _Factor, _Target
     from adapterdoc.formats.mlx_folder import MlxAdapter
+    from adapterdoc.formats.mlx_plan import Factor, Plan, Target
     from adapterdoc.formats.peft import PeftAdapter
     from adapterdoc.st.tensors import TensorSource
 
@@ -44,7 +44,7 @@ def write_mlx(plan: Plan, adapter: PeftAdapter, out: Path, outtype: str | None) 
     where = adapter.folder
     R, scale = plan.rank, plan.scale
     specs: list[Spec] = []
-    jobs: list[tuple[Spec, str, _Target]] = []  # (spec, kind, target)
+    jobs: list[tuple[Spec, str, Target]] = []  # (spec, kind, target)
     for t in sorted(plan.targets, key=lambda t: t.path):
         fs = [t.dense] if t.dense is not None else list(t.experts.values())
         din, dout = {f.din for f in fs}, {f.dout for f in fs}
@@ -72,7 +72,7 @@ def write_mlx(plan: Plan, adapter: PeftAdapter, out: Path, outtype: str | None) 
         ratio = scaling / scale
         return None if math.isclose(ratio, 1.0, rel_tol=1e-12) else ratio
 
-    def b_bytes(src: TensorSource, f: _Factor, out_dtype: str) -> Buffer:
+    def b_bytes(src: TensorSource, f: Factor, out_dtype: str) -> Buffer:
         info = header.tensors[f.b]
         buf: Buffer = src.read(f.b)
         k = factor_of(f.scaling)
@@ -85,7 +85,7 @@ def write_mlx(plan: Plan, adapter: PeftAdapter, out: Path, outtype: str | None) 
             buf = pad(buf, Spec(f.b, info.dtype, info.shape), 1, R)
         return recast(buf, info.dtype, out_dtype)
 
-    def a_bytes(src: TensorSource, f: _Factor, out_dtype: str) -> Buffer:
+    def a_bytes(src: TensorSource, f: Factor, out_dtype: str) -> Buffer:
         info = header.tensors[f.a]
         buf: Buffer = src.read(f.a)
         if f.rank < R:
