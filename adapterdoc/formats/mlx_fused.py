@@ -34,9 +34,8 @@ class FusedJob:
 
     spec: Spec
     sources: tuple[str, ...]
-    """``lora_a`` of gate (or down): one tensor; ``lora_b``: gate's and up's, or down's."""
-    role: str
-    """``a`` (the stacked bytes as they are) or ``b`` (experts moved to the last axis)."""
+    """For ``lora_A``: the stacked ``lora_a`` of gate (or down), whose bytes it is; for ``lora_B``: the stacked
+    ``lora_b`` of gate and up, or of down, whose experts move to the last axis."""
 
 
 def switch_modules(adapter: MlxAdapter) -> dict[str, dict[str, tuple[str, str]]]:
@@ -101,8 +100,8 @@ def fused_jobs(
             e, r, din = header.tensors[a].shape
             dout = sum(header.tensors[b].shape[1] for b in bs)
             key = f"base_model.model.{module}"
-            jobs.append(FusedJob(Spec(f"{key}.lora_A.weight", dtypes[a], (e * r, din)), (a,), "a"))
-            jobs.append(FusedJob(Spec(f"{key}.lora_B.weight", dtypes[bs[0]], (dout, r * e)), bs, "b"))
+            jobs.append(FusedJob(Spec(f"{key}.lora_A.weight", dtypes[a], (e * r, din)), (a,)))
+            jobs.append(FusedJob(Spec(f"{key}.lora_B.weight", dtypes[bs[0]], (dout, r * e)), bs))
             where = f"{split_layer(owner)[1]}.{param}"
             if where not in params:
                 params.append(where)
@@ -113,7 +112,7 @@ def fused_bytes(src: TensorSource, header: Header, job: FusedJob) -> bytes | byt
     """The bytes of one fused tensor in the sources' dtype (the caller re-casts): ``lora_A`` is the stacked
     ``lora_a`` as it is; ``lora_B`` ``[out, r·E]`` is each expert's ``B_e`` (gate's rows then up's) stacked
     ``[E, out·r]`` and transposed, which puts expert e's rank k in column ``k·E + e``."""
-    if job.role == "a":
+    if job.spec.name.endswith(".lora_A.weight"):
         return src.read(job.sources[0])
     info = header.tensors[job.sources[0]]
     experts, w = info.shape[0], element_bytes(info.dtype)
