@@ -23,13 +23,22 @@ import math
 import os
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError, RefusedError, UnsupportedInputError
 from adapterdoc.formats import Converted, Detection
 from adapterdoc.formats.mlx_folder import CONFIG, LEAVES, WEIGHTS, MlxAdapter, lora_parameters, open_mlx
+from adapterdoc.formats.mlx_plan import Factor, Plan, Target
+
+if TYPE_CHECKING:
+    from adapterdoc.adapter import LoraKey
+    from adapterdoc.formats.mlx_names import BaseFacts
+    from adapterdoc.formats.peft import PeftAdapter
+    from adapterdoc.report.findings import Finding
+    from adapterdoc.st.header import Header
 
 NAME = "mlx"
 __all__ = [
@@ -83,41 +92,33 @@ def detect(path: Path) -> Detection | None:
 # ------------------------------------------------------------------------------------------------ PEFT → MLX
 
 
-@dataclass
-class _Factor:
-    """One PEFT module's LoRA (one expert of a stacked module)."""
-
-    a: str
-    b: str
-    m: str | None
-    rank: int
-    scaling: float
-    din: int
-    dout: int
-
-
-@dataclass
-class _Target:
-    """One mlx-lm module and the PEFT LoRA it holds (``experts``: stacked, indexed by expert)."""
-
-    path: str
-    layer: int | None
-    key: str
-    dense: _Factor | None = None
-    experts: dict[int, _Factor] = field(default_factory=dict)
-
-
 def from_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
     """PEFT adapter folder ``src`` → mlx-lm adapter folder ``out`` (atomic; refusals before any write)."""
     from adapterdoc.formats.peft import open_peft
 
     adapter = open_peft(src)
-    if adapter.raw.get("target_parameters"):
+    if _has_fused_experts(adapter.header, adapter.raw):
         return _via_per_expert(src, out, base=base, outtype=outtype)
     from adapterdoc.formats.mlx_write import write_mlx
 
     plan = _plan(adapter, os.fspath(src), base)
     return write_mlx(plan, adapter, out, outtype)
+
+
+def _has_fused_experts(header: Header, raw: Mapping[str, object]) -> bool:
+    """Whether a tensor is PEFT's fused expert LoRA (``target_parameters``). Not the config alone: ``remap
+    --experts per-expert`` keeps ``target_parameters`` where PEFT fuses per-expert keys at load (Qwen3.5-MoE
+    text), and reading the config would send that per-expert output round again, without end."""
+    from adapterdoc.adapter import parse_key
+    from adapterdoc.experts import classify
+
+    if not raw.get("target_parameters"):
+        return False
+    for name, info in header.tensors.items():
+        k = classify(parse_key(name), info.shape)
+        if k is not None and k.form == "fused":
+            return True
+    return False
 
 
 def _via_per_expert(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
@@ -132,19 +133,7 @@ def _via_per_expert(src: Path, out: Path, *, base: str | None, outtype: str | No
     return replace(done, notes=(note, *done.notes))
 
 
-@dataclass
-class Plan:
-    """Everything the MLX writer needs, decided (and every refusal made) before a byte is written."""
-
-    targets: list[_Target]
-    config: dict[str, Any]
-    rank: int
-    scale: float
-    experts: int | None
-    notes: list[str]
-
-
-def _plan(adapter: Any, where: str, base: str | None) -> Plan:
+def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
     from adapterdoc.adapter import AdapterConfig, parse_key
     from adapterdoc.formats.mlx_names import base_facts, to_mlx
     from adapterdoc.layouts import LAYOUTS, detect_layout
@@ -186,7 +175,7 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
     if layout is None:
         found = detect_layout(list(roles), cfg.layout_hints).name
         layout = found if found in LAYOUTS else None
-    targets: dict[str, _Target] = {}
+    targets: dict[str, Target] = {}
     weight: Counter[float] = Counter()
     for module, got in sorted(roles.items()):
         a, b = got.get("lora_A"), got.get("lora_B")
@@ -209,7 +198,7 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
             )
         s = cfg.scaling_for(module)
         weight[s] += math.prod(sa) + math.prod(sb)
-        factor = _Factor(a, b, got.get("magnitude"), r, s, sa[1], sb[0])
+        factor = Factor(a, b, got.get("magnitude"), r, s, sa[1], sb[0])
         place = to_mlx(module, layout, where)
         if place.layer is None and facts is not None and facts.tied and module.endswith("lm_head"):
             raise RefusedError(
@@ -217,7 +206,7 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
                 f"`{module}`: the base ties lm_head to the embedding, and mlx-lm then builds no lm_head module "
                 "(it calls embed_tokens.as_linear), so there is nothing to put this LoRA on (AD805)",
             )
-        t = targets.setdefault(place.path, _Target(place.path, place.layer, place.key))
+        t = targets.setdefault(place.path, Target(place.path, place.layer, place.key))
         if place.expert is None:
             t.dense = factor
         else:
@@ -233,7 +222,7 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
     layers = sorted({t.layer for t in targets.values() if t.layer is not None})
     num_layers = _num_layers(layers, facts, notes)
     kind = "dora" if cfg.use_dora else "lora"
-    config: dict[str, Any] = {
+    config: dict[str, object] = {
         "fine_tune_type": kind,
         "num_layers": num_layers,
         "lora_parameters": {
@@ -258,25 +247,18 @@ def _plan(adapter: Any, where: str, base: str | None) -> Plan:
         )
     if cfg.use_rslora:
         notes.append(f"rsLoRA folded: scale = lora_alpha / sqrt(r) = {scale:g}")
-    return Plan(list(targets.values()), config, rank, scale, experts, notes)
+    return Plan(tuple(targets.values()), config, rank, scale, experts, tuple(notes))
 
 
-def _same_as_base(header: Any, name: str, key: Any, base: str | None) -> bool:
+def _same_as_base(header: Header, name: str, key: LoraKey, base: str | None) -> bool:
     """Whether the whole weight ``name`` (PEFT's ``X.base_layer.weight``, saved for a targeted lm_head or
     embedding) is byte for byte the base's ``X.weight`` (read in chunks; ``False`` without a base with weights,
     or after a vocabulary resize)."""
-    if base is None:
-        return False
-    from adapterdoc.bases import resolve_base
-    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.formats.mlx_names import base_weights
     from adapterdoc.st.tensors import TensorSource
 
-    spec = resolve_base(base)
-    if spec.root is None or not spec.has_weights:
-        return False
-    try:
-        ckpt = open_checkpoint(spec.root)
-    except AdapterdocError:
+    ckpt = base_weights(base) if base is not None else None
+    if ckpt is None:
         return False
     theirs = f"{key.module.removesuffix('.base_layer')}.weight"
     mine, other = header.tensors[name], ckpt.tensors.get(theirs)
@@ -300,11 +282,13 @@ def _common_scale(weight: Counter[float]) -> float:
     return max(weight, key=score)
 
 
-def _factors(t: _Target) -> list[_Factor]:
+def _factors(t: Target) -> list[Factor]:
     return [t.dense] if t.dense is not None else list(t.experts.values())
 
 
-def _expert_count(targets: dict[str, _Target], facts: Any, where: str, notes: list[str]) -> int | None:
+def _expert_count(
+    targets: dict[str, Target], facts: BaseFacts | None, where: str, notes: list[str]
+) -> int | None:
     stacked = [t for t in targets.values() if t.experts]
     if not stacked:
         return None
@@ -320,7 +304,7 @@ def _expert_count(targets: dict[str, _Target], facts: Any, where: str, notes: li
     return count
 
 
-def _num_layers(layers: list[int], facts: Any, notes: list[str]) -> int:
+def _num_layers(layers: list[int], facts: BaseFacts | None, notes: list[str]) -> int:
     if not layers:
         return 0
     if facts and facts.layers:
@@ -342,8 +326,16 @@ def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> C
     from adapterdoc.formats.mlx_write import write_peft
 
     adapter = open_mlx(src)
-    if not _needs_fused(adapter, base):
+    form = _expert_form(adapter, base)
+    if form == "per-expert":
         return write_peft(adapter, out, base=base, outtype=outtype)
+    if form == "fused":
+        done = write_peft(adapter, out, base=base, outtype=outtype, fused=True)
+        note = (
+            "stacked experts written in PEFT's fused form (target_parameters) at their own rank, byte for byte: "
+            "gate and up share each expert's lora_a, as PEFT's fused gate_up_proj does"
+        )
+        return replace(done, notes=(*done.notes, note))
     from adapterdoc.remap import remap
     from adapterdoc.st.header import read_header
 
@@ -361,23 +353,31 @@ def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> C
     return Converted(NAME, "peft", Path(out), tensors, tuple(notes))
 
 
-def _needs_fused(adapter: MlxAdapter, base: str | None) -> bool:
-    """Whether the adapter has stacked experts and the base's class holds fused experts that PEFT reaches only
-    through ``target_parameters`` and has no per-expert conversion for (the registry's ``peft_moe``)."""
+def _expert_form(adapter: MlxAdapter, base: str | None) -> str:
+    """How stacked experts go back to PEFT: ``fused`` (PEFT's ``target_parameters`` form at their own rank) when
+    the base's class holds fused experts and gate and up share every expert's ``lora_a`` (an adapter written from
+    the fused form); ``fused-wide`` (``remap --experts fused``: gate_up at gate's plus up's rank) when the class has
+    fused experts and PEFT has no per-expert conversion for it (the registry's ``peft_moe``); else ``per-expert``
+    (no stacked experts, or PEFT fuses per-expert keys itself at load)."""
+    from adapterdoc.formats.mlx_fused import shares_gate_up
     from adapterdoc.formats.mlx_names import base_facts
     from adapterdoc.layouts import LAYOUTS
 
     if not any(len(t.shape) == 3 for t in adapter.header.tensors.values()):
-        return False
+        return "per-expert"
     layout = base_facts(base).layout if base else None
     stash = adapter.raw.get("adapterdoc")
     if layout is None and isinstance(stash, dict):
         layout = stash.get("layout")
     lay = LAYOUTS.get(layout) if isinstance(layout, str) else None
-    return bool(lay and lay.target_parameters and lay.peft_moe is None)
+    if lay is None or not lay.target_parameters:
+        return "per-expert"
+    if shares_gate_up(adapter):
+        return "fused"
+    return "fused-wide" if lay.peft_moe is None else "per-expert"
 
 
-def describe(path: Path) -> dict[str, Any]:
+def describe(path: Path) -> dict[str, object]:
     """What ``inspect`` shows of an mlx-lm adapter folder: its config fields and what its tensors cover."""
     from adapterdoc.formats.mlx_names import split_layer
 
@@ -414,7 +414,7 @@ def tensors_file(path: Path) -> Path:
     return Path(path) / WEIGHTS
 
 
-def check(path: Path, base: str | None) -> list[Any]:
+def check(path: Path, base: str | None) -> list[Finding]:
     """``verify``'s findings (:mod:`adapterdoc.formats.mlx_check`)."""
     from adapterdoc.formats.mlx_check import check as run
 

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.report.findings import Finding, make
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from adapterdoc.formats.mlx_names import BaseFacts
+    from adapterdoc.st.header import TensorInfo
 
 _FUSED = re.compile(r"^(?P<owner>.+)\.experts\.(?P<proj>gate_up_proj|down_proj)$")
 
@@ -95,7 +101,7 @@ def check(path: str | os.PathLike[str], base: str | None) -> list[Finding]:
             )
     modules = _base_modules(base, facts)
     if modules is None:
-        return out
+        return out + _config_only(spec, base, facts, tensors)
     for name, info in tensors.items():
         module, _, leaf = name.rpartition(".")
         if leaf not in LEAVES:
@@ -113,6 +119,44 @@ def check(path: str | os.PathLike[str], base: str | None) -> list[Finding]:
                 make(
                     "AD813",
                     f"`{name}` is {list(info.shape)}, mlx-lm builds {list(want)}",
+                    path=spec,
+                    key=name,
+                )
+            )
+    return out
+
+
+def _config_only(spec: str, base: str, facts: BaseFacts, tensors: Mapping[str, TensorInfo]) -> list[Finding]:
+    """What a base without weights (a config.json, ``tiny:LAYOUT``) still tells, one finding per module: a module
+    in a decoder layer the base does not have, or under a prefix mlx-lm does not give this model (a Qwen3.5 or VL
+    model's modules are ``language_model.model.…``, a plain decoder's ``model.…``): an adapter of another
+    architecture."""
+    from adapterdoc.formats.mlx_names import split_layer
+    from adapterdoc.layouts.mlx_names import MLX_PREFIXES, MLX_WRAPPER
+
+    rules = MLX_PREFIXES.get(facts.layout or "")
+    out: list[Finding] = []
+    seen: set[str] = set()
+    for name in tensors:
+        module = name.rpartition(".")[0]
+        if module in seen:
+            continue
+        seen.add(module)
+        layer, _ = split_layer(module)
+        why = None
+        if layer is not None and facts.layers is not None and layer >= facts.layers:
+            why = f"it sits in layer {layer}, and {base} has {facts.layers} layers"
+        elif rules and not any(f"{module}.".startswith(new) for _, new in rules):
+            names = ", ".join(f"`{new}…`" for _, new in rules)
+            why = f"mlx-lm names this model's modules {names}"
+        elif not rules and facts.layout is not None and module.startswith(MLX_WRAPPER):
+            why = f"mlx-lm gives this model no `{MLX_WRAPPER}` wrapper"
+        if why is not None:
+            out.append(
+                make(
+                    "AD812",
+                    f"`{module}` is not a module of {base} as mlx-lm names it: {why} (an adapter of another "
+                    "model? convert the PEFT adapter with `adapterdoc convert ADAPTER --to mlx --base BASE`)",
                     path=spec,
                     key=name,
                 )
@@ -138,20 +182,14 @@ def _expected(leaf: str, dims: tuple[int | None, int, int], rank: int) -> tuple[
     return (experts, rank, din) if leaf == "lora_a" else (experts, dout, rank)
 
 
-def _base_modules(base: str, facts: Any) -> dict[str, tuple[int | None, int, int]] | None:
+def _base_modules(base: str, facts: BaseFacts) -> dict[str, tuple[int | None, int, int]] | None:
     """mlx-lm module path → (experts or ``None``, out, in) from the base's weights headers; ``None`` without
     weights (a config alone or a tiny base)."""
-    from adapterdoc.bases import resolve_base
-    from adapterdoc.checkpoint import open_checkpoint
-    from adapterdoc.formats.mlx_names import to_mlx
+    from adapterdoc.formats.mlx_names import base_weights, to_mlx
     from adapterdoc.layouts.mlx_names import SWITCH_SEGMENT
 
-    spec = resolve_base(base)
-    if spec.root is None or not spec.has_weights:
-        return None
-    try:
-        ckpt = open_checkpoint(spec.root)
-    except AdapterdocError:
+    ckpt = base_weights(base)
+    if ckpt is None:
         return None
     out: dict[str, tuple[int | None, int, int]] = {}
     experts: dict[str, set[int]] = {}

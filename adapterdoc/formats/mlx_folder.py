@@ -8,9 +8,12 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.errors import ConfigError, RefusedError, UnsupportedInputError
+
+if TYPE_CHECKING:
+    from adapterdoc.st.header import Header
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapters.safetensors"
@@ -22,7 +25,8 @@ LEAVES = ("lora_a", "lora_b", "m")
 class MlxAdapter:
     folder: str
     raw: dict[str, Any]
-    header: Any
+    """``adapter_config.json`` as parsed (unvalidated: :func:`lora_parameters` checks what it reads)."""
+    header: Header
 
 
 def open_mlx(src: str | os.PathLike[str]) -> MlxAdapter:
@@ -73,5 +77,5 @@ def lora_parameters(adapter: MlxAdapter) -> tuple[str, int, float, float, int]:
     )
 
 
-def _number(v: Any) -> bool:
+def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

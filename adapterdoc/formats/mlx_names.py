@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.errors import RefusedError
 from adapterdoc.layouts.mlx_names import (
@@ -18,6 +18,9 @@ from adapterdoc.layouts.mlx_names import (
     SWITCH_PROJECTIONS,
     SWITCH_SEGMENT,
 )
+
+if TYPE_CHECKING:
+    from adapterdoc.checkpoint import Checkpoint
 
 _EXPERT = re.compile(r"^(?P<owner>.+)\.experts\.(?P<e>\d+)\.(?P<proj>[^.]+)$")
 _SWITCH = re.compile(rf"^(?P<owner>.+)\.{SWITCH_SEGMENT}\.(?P<proj>[^.]+)$")
@@ -99,6 +102,22 @@ class BaseFacts:
     experts: int | None
     tied: bool | None
     config: dict[str, Any] = field(default_factory=dict)
+
+
+def base_weights(spec: str) -> Checkpoint | None:
+    """``--base``'s weights opened header-only, or ``None`` for a base without weights (a config alone, a tiny
+    base) or one that does not open."""
+    from adapterdoc.bases import resolve_base
+    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.errors import AdapterdocError
+
+    base = resolve_base(spec)
+    if base.root is None or not base.has_weights:
+        return None
+    try:
+        return open_checkpoint(base.root)
+    except AdapterdocError:
+        return None
 
 
 def base_facts(spec: str) -> BaseFacts:

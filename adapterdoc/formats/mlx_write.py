@@ -8,11 +8,19 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.formats import Converted
 from adapterdoc.st.compose import Spec, element_bytes, transpose
+
+if TYPE_CHECKING:
+    from adapterdoc.formats.mlx_folder import MlxAdapter
+    from adapterdoc.formats.mlx_plan import Factor, Plan, Target
+    from adapterdoc.formats.peft import PeftAdapter
+    from adapterdoc.st.tensors import TensorSource
+
+Buffer = bytes | bytearray | memoryview
 
 
 def _dtype(dtypes: set[str], where: str, what: str) -> str:
@@ -23,7 +31,7 @@ def _dtype(dtypes: set[str], where: str, what: str) -> str:
     return next(iter(dtypes))
 
 
-def write_mlx(plan: Any, adapter: Any, out: Path, outtype: str | None) -> Converted:
+def write_mlx(plan: Plan, adapter: PeftAdapter, out: Path, outtype: str | None) -> Converted:
     """Write ``plan`` (PEFT → MLX) as ``out``: ``adapter_config.json`` + ``adapters.safetensors``."""
     from adapterdoc.formats.cast import cast_bytes, target_dtype
     from adapterdoc.formats.mlx_folder import CONFIG, WEIGHTS
@@ -36,7 +44,7 @@ def write_mlx(plan: Any, adapter: Any, out: Path, outtype: str | None) -> Conver
     where = adapter.folder
     R, scale = plan.rank, plan.scale
     specs: list[Spec] = []
-    jobs: list[tuple[Spec, str, Any]] = []  # (spec, kind, target)
+    jobs: list[tuple[Spec, str, Target]] = []  # (spec, kind, target)
     for t in sorted(plan.targets, key=lambda t: t.path):
         fs = [t.dense] if t.dense is not None else list(t.experts.values())
         din, dout = {f.din for f in fs}, {f.dout for f in fs}
@@ -64,9 +72,9 @@ def write_mlx(plan: Any, adapter: Any, out: Path, outtype: str | None) -> Conver
         ratio = scaling / scale
         return None if math.isclose(ratio, 1.0, rel_tol=1e-12) else ratio
 
-    def b_bytes(src: Any, f: Any, out_dtype: str) -> bytes | bytearray:
+    def b_bytes(src: TensorSource, f: Factor, out_dtype: str) -> Buffer:
         info = header.tensors[f.b]
-        buf: bytes | bytearray = src.read(f.b)
+        buf: Buffer = src.read(f.b)
         k = factor_of(f.scaling)
         if k is not None:
             buf, err = scale_bytes(buf, info.dtype, k)
@@ -77,21 +85,21 @@ def write_mlx(plan: Any, adapter: Any, out: Path, outtype: str | None) -> Conver
             buf = pad(buf, Spec(f.b, info.dtype, info.shape), 1, R)
         return recast(buf, info.dtype, out_dtype)
 
-    def a_bytes(src: Any, f: Any, out_dtype: str) -> bytes | bytearray:
+    def a_bytes(src: TensorSource, f: Factor, out_dtype: str) -> Buffer:
         info = header.tensors[f.a]
-        buf: bytes | bytearray = src.read(f.a)
+        buf: Buffer = src.read(f.a)
         if f.rank < R:
             buf = pad(buf, Spec(f.a, info.dtype, info.shape), 0, R)
         return recast(buf, info.dtype, out_dtype)
 
-    def recast(buf: Any, src_dtype: str, dst: str) -> Any:
+    def recast(buf: Buffer, src_dtype: str, dst: str) -> Buffer:
         if src_dtype == dst:
             return buf
         data, err = cast_bytes(buf, src_dtype, dst)
         stats["cast"] = max(stats["cast"], err)
         return data
 
-    def pieces() -> Iterator[bytes | bytearray | memoryview]:
+    def pieces() -> Iterator[Buffer]:
         with TensorSource(header) as src:
             for spec, kind, t in jobs:
                 w = element_bytes(spec.dtype)
@@ -132,8 +140,12 @@ def write_mlx(plan: Any, adapter: Any, out: Path, outtype: str | None) -> Conver
 # ------------------------------------------------------------------------------------------------ MLX → PEFT
 
 
-def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None) -> Converted:
-    """mlx-lm adapter ``adapter`` → PEFT folder ``out``."""
+def write_peft(
+    adapter: MlxAdapter, out: Path, *, base: str | None, outtype: str | None, fused: bool = False
+) -> Converted:
+    """mlx-lm adapter ``adapter`` → PEFT folder ``out``; ``fused``: stacked experts in PEFT's fused form at their
+    own rank (:mod:`adapterdoc.formats.mlx_fused`; the caller checked that gate and up share ``lora_a``), else
+    one LoRA per expert."""
     from adapterdoc.formats.cast import cast_bytes, target_dtype
     from adapterdoc.formats.mlx_folder import LEAVES, lora_parameters
     from adapterdoc.formats.mlx_names import base_facts, default_from_layout, from_mlx, split_layer, wrapped
@@ -166,6 +178,8 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
         )
     jobs: list[tuple[Spec, str, int | None, str]] = []  # (spec, mlx tensor, expert, role)
     modules: list[str] = []
+    owners: dict[str, dict[str, tuple[str, str]]] = {}  # fused: PEFT experts owner → projection → (a, b)
+    dtypes: dict[str, str] = {}
     for path, got in sorted(groups.items()):
         if path.rsplit(".", 1)[-1] == "embed_tokens":
             raise RefusedError(
@@ -195,6 +209,11 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
             _check_rank(r, rank, path, where)
             if "m" in got:
                 raise RefusedError(where, f"`{path}`: DoRA on stacked experts (AD803)")
+            if fused:
+                owner, _, proj = peft.rpartition(".")
+                owners.setdefault(owner.removesuffix(".{e}"), {})[proj] = (a, b)
+                dtypes[a], dtypes[b] = da, db
+                continue
             for e in range(sa[0]):
                 key = "base_model.model." + peft.format(e=e)
                 jobs.append((Spec(f"{key}.lora_A.weight", da, (r, sa[2])), a, e, "ea"))
@@ -206,6 +225,11 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
             )
     if kind == "dora" and not all("m" in g for g in groups.values()):
         raise UnsupportedInputError(where, "fine_tune_type is dora but some modules have no `m`")
+    from adapterdoc.formats.mlx_fused import fused_bytes, fused_jobs
+
+    fjobs, params = fused_jobs(header, owners, dtypes)
+    by_name = {j.spec.name: j for j in fjobs}
+    jobs += [(j.spec, j.sources[0], None, "fused") for j in fjobs]
     jobs.sort(key=lambda j: j[0].name)
     alpha: float | int = scale * rank
     if float(alpha).is_integer():
@@ -214,7 +238,7 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
         notes.append(
             f"lora_alpha {alpha!r} / r {rank} is {alpha / rank!r}, scale was {scale!r} (float rounding)"
         )
-    raw: dict[str, Any] = {
+    raw: dict[str, object] = {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
         "r": rank,
@@ -230,15 +254,20 @@ def write_peft(adapter: Any, out: Path, *, base: str | None, outtype: str | None
         if isinstance(adapter.raw.get("model"), str)
         else None,
     }
+    if params:
+        raw["target_parameters"] = params
     cast = [0.0]
 
-    def pieces() -> Iterator[bytes | bytearray | memoryview]:
+    def pieces() -> Iterator[Buffer]:
         with TensorSource(header) as src:
             for spec, name, e, role in jobs:
                 info = header.tensors[name]
                 w = element_bytes(info.dtype)
-                if e is None:
-                    buf: Any = src.read(name)
+                buf: Buffer
+                if role == "fused":
+                    buf = fused_bytes(src, header, by_name[spec.name])
+                elif e is None:
+                    buf = src.read(name)
                 else:
                     size = math.prod(info.shape[1:]) * w
                     begin = header.data_start + info.begin + e * size

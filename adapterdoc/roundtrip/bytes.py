@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any
 
 from adapterdoc.adapter import ADAPTER_CONFIG
 from adapterdoc.checkpoint import ADAPTER_WEIGHTS
@@ -62,7 +61,7 @@ def byte_roundtrips(report: RoundtripReport, original: str, layout: str, work: s
         timed(report, f"remap:{layout}→{target}→{layout}", there_and_back)
 
 
-def _config_difference(want: Any, got: Any, via: str) -> str:
+def _config_difference(want: object, got: object, via: str) -> str:
     """``config identical`` or the one accepted difference; raises :class:`Fail` otherwise.
 
     Moving onto a layout with towers adds their exclusion to ``exclude_modules`` (so PEFT keeps LoRA off them);

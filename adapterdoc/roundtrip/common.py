@@ -8,12 +8,15 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import ADAPTER_WEIGHTS, Checkpoint
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.report.roundtrip_report import Check, RoundtripReport
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Fail(Exception):
@@ -71,7 +74,7 @@ def weights_file(folder: str) -> str | None:
     return p if os.path.exists(p) else None
 
 
-def read_json(path: str) -> Any:
+def read_json(path: str) -> object:
     try:
         with open(path, "rb") as f:
             return json.loads(f.read())
@@ -79,8 +82,7 @@ def read_json(path: str) -> Any:
         return None
 
 
-def same_tensors(a: dict[str, Any], b: dict[str, Any], what: str) -> None:
-
+def same_tensors(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor], what: str) -> None:
     if set(a) != set(b):
         raise Fail(f"{what}: names differ ({sorted(set(a) ^ set(b))[:3]} ...)")
     for k in a:
@@ -90,7 +92,7 @@ def same_tensors(a: dict[str, Any], b: dict[str, Any], what: str) -> None:
             )
 
 
-def bitwise_equal(a: Any, b: Any) -> bool:
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal bit for bit (so NaN equals the same NaN, which ``torch.equal`` denies)."""
     import torch
 

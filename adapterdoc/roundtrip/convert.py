@@ -6,12 +6,21 @@ the one rounding the conversion reported (a scaling folded into ``lora_B``, AD80
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from adapterdoc import formats
 from adapterdoc.errors import AdapterdocError, MissingExtraError
 from adapterdoc.report.roundtrip_report import RoundtripReport
 from adapterdoc.roundtrip.common import Fail, Skip, timed, weights_file
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from adapterdoc.st.header import Header
 
 ROUNDING = {"F32": 2.0**-22, "F16": 2.0**-9, "BF16": 2.0**-6}
 """The relative bound on a delta after one rounding of ``lora_B`` per element (two ulps, in float64 products)."""
@@ -26,21 +35,21 @@ def convert_roundtrips(report: RoundtripReport, original: str, work: str, base: 
         except ImportError:
             continue
 
-        def trip(mod: object = mod, name: str = name) -> str:
+        def trip(mod: ModuleType = mod, name: str = name) -> str:
             return _trip(mod, name, original, os.path.join(work, f"convert-{name}"), base)
 
         timed(report, f"convert: peft → {name} → peft", trip)
 
 
-def _trip(mod: object, name: str, original: str, folder: str, base: str | None = None) -> str:
+def _trip(mod: ModuleType, name: str, original: str, folder: str, base: str | None = None) -> str:
     if weights_file(original) is None or not original:
         raise Skip("the adapter has no .safetensors weights")
     os.makedirs(folder)
     there = Path(folder) / (f"adapter.{name}" if getattr(mod, "SUFFIX", "") else name)
     back = Path(folder) / "peft"
     try:
-        done = mod.from_peft(Path(original), there, base=base, outtype=None)  # type: ignore[attr-defined]
-        mod.to_peft(there, back, base=base, outtype=None)  # type: ignore[attr-defined]
+        done = mod.from_peft(Path(original), there, base=base, outtype=None)
+        mod.to_peft(there, back, base=base, outtype=None)
     except MissingExtraError:
         raise
     except AdapterdocError as e:
@@ -75,75 +84,132 @@ def _per_expert(adapter: Path, out: Path) -> Path:
 
 
 def _compare(original: Path, back: Path, rounded: bool) -> str:
+    """Every module's delta ``scaling · B A`` of ``back`` against ``original``'s, in float64 (each product of two
+    factors of 16 or 32 bits is exact there, and every sum runs over the rank in one fixed order, so zero-padded
+    ranks and zero blocks add nothing): equal bit for bit, or within the one rounding the conversion reported.
+    PEFT's fused experts are compared expert by expert (each expert's ``B_e A_e`` per projection), so a fused form
+    given back at another rank layout (``gate_up`` at twice the rank, gate and up side by side) is judged on what
+    that change keeps exactly."""
     try:
-        import numpy as np
+        import numpy  # noqa: F401
     except ImportError:
         raise Skip("comparing the deltas needs numpy (the weights extra)") from None
-    from adapterdoc.adapter import AdapterConfig, parse_key
-    from adapterdoc.st.header import read_header
-    from adapterdoc.st.tensors import read_tensor_bytes
+    want, got = _Deltas.read(original), _Deltas.read(back)
+    if sorted(want.names) != sorted(got.names):
+        lost = sorted(set(want.names) - set(got.names))[:3]
+        new = sorted(set(got.names) - set(want.names))[:3]
+        raise Fail(f"modules changed: lost {lost}, gained {new}")
+    worst, compared = 0.0, 0
+    for name in want.names:
+        bound = ROUNDING.get(want.dtype(name), 2.0**-22) if rounded else 0.0
+        for which, (d, g) in enumerate(zip(want.deltas(name), got.deltas(name), strict=True)):
+            compared += 1
+            if g.shape == d.shape and (g == d).all():
+                continue
+            where = f"`{name}` expert {which}" if name in want.fused else f"`{name}`"
+            if g.shape != d.shape:
+                raise Fail(f"{where}: the delta is {list(g.shape)}, was {list(d.shape)}")
+            err = float(abs(g - d).max()) / (float(abs(d).max()) or 1.0)
+            if err > bound:
+                raise Fail(f"{where}: the delta changed by {err:.3g} (relative; allowed {bound:.3g})")
+            worst = max(worst, err)
+    how = "bit for bit" if worst == 0.0 else f"within the reported rounding ({worst:.3g} relative)"
+    experts = sum(1 for n in want.names if n in want.fused)
+    per = f" ({experts} fused expert projections compared expert by expert)" if experts else ""
+    return f"{len(want.names)} module deltas equal {how}{per}"
 
-    def deltas(folder: Path) -> tuple[dict[str, object], dict[str, str]]:
+
+@dataclass(frozen=True)
+class _Deltas:
+    """One PEFT adapter's LoRA, read header-first: what each module's delta is made of."""
+
+    header: Header
+    dense: Mapping[str, tuple[str, str, str | None, float]]
+    """Module → (lora_A key, lora_B key, magnitude key or ``None``, scaling)."""
+    fused: Mapping[str, tuple[str, str, int, float]]
+    """``<experts block>.<projection>`` of PEFT's fused experts → (lora_A key, lora_B key, experts, scaling)."""
+
+    @property
+    def names(self) -> list[str]:
+        return [*self.dense, *(f"{m}.m" for m, v in self.dense.items() if v[2]), *self.fused]
+
+    @classmethod
+    def read(cls, folder: Path) -> _Deltas:
+        from adapterdoc.adapter import AdapterConfig, parse_key
+        from adapterdoc.experts import expert_picture
+        from adapterdoc.remap.expert_names import DOWN, GATE_UP
+        from adapterdoc.st.header import read_header
+
         cfg = AdapterConfig.load(folder / "adapter_config.json")
         header = read_header(folder / "adapter_model.safetensors")
+        pic = expert_picture({k: t.shape for k, t in header.tensors.items()}, config=cfg)
+        fused: dict[str, tuple[str, str, int, float]] = {}
+        taken: set[str] = set()
+        for block in pic.blocks:
+            keys = [k for k in block.keys if k.form == "fused"]
+            for proj in sorted({k.projection for k in keys}):
+                pair = {k.role: k.key for k in keys if k.projection == proj}
+                r = block.fused_rank.get(proj)
+                if set(pair) != {"lora_A", "lora_B"} or not block.experts or not r:
+                    continue
+                param = GATE_UP if proj == "gate_up" else DOWN  # PEFT's patterns see the parameter's path
+                scaling = cfg.scaling_for(f"{block.path}.{param}")
+                fused[f"{block.path}.{proj}"] = (pair["lora_A"], pair["lora_B"], block.experts, scaling)
+                taken.update(pair.values())
         roles: dict[str, dict[str, str]] = {}
         for k in header.tensors:
-            p = parse_key(k)
-            roles.setdefault(p.module, {})[p.role] = k
-        out, dtypes = {}, {}
-        for m, r in roles.items():
-            if "lora_A" not in r or "lora_B" not in r:
-                continue
-            a, b = header.tensors[r["lora_A"]], header.tensors[r["lora_B"]]
-            out[m] = (
-                cfg.scaling_for(m)
-                * _f64(np, read_tensor_bytes(header, r["lora_B"]), b)
-                @ _f64(np, read_tensor_bytes(header, r["lora_A"]), a)
-            )
-            dtypes[m] = b.dtype
-            if "magnitude" in r:
-                out[m + ".m"] = _f64(
-                    np, read_tensor_bytes(header, r["magnitude"]), header.tensors[r["magnitude"]]
-                )
-        return out, dtypes
+            if k not in taken:
+                p = parse_key(k)
+                roles.setdefault(p.module, {})[p.role] = k
+        dense = {
+            m: (r["lora_A"], r["lora_B"], r.get("magnitude"), cfg.scaling_for(m))
+            for m, r in roles.items()
+            if "lora_A" in r and "lora_B" in r
+        }
+        return cls(header, dense, fused)
 
-    def shapes_of(folder: Path, module: str) -> tuple[object, ...]:
-        header = read_header(folder / "adapter_model.safetensors")
-        return tuple(sorted((k, t.shape) for k, t in header.tensors.items() if parse_key(k).module == module))
+    def dtype(self, name: str) -> str:
+        a_b = self.fused.get(name) or self.dense.get(name.removesuffix(".m"))
+        assert a_b is not None
+        return self.header.tensors[a_b[1]].dtype
 
-    want, dtypes = deltas(original)
-    got, _ = deltas(back)
-    if sorted(want) != sorted(got):
-        lost = sorted(set(want) - set(got))[:3]
-        new = sorted(set(got) - set(want))[:3]
-        raise Fail(f"modules changed: lost {lost}, gained {new}")
-    relaid = sorted(m for m in want if ".experts" in m and shapes_of(original, m) != shapes_of(back, m))
-    if relaid:
-        # PEFT's fused experts given back at another rank layout (gate and up as separate rank blocks, the form PEFT
-        # fuses at load on some classes): the factors are not comparable one to one, and their product over all
-        # experts is not each expert's delta; say so rather than pass or fail on a number that means nothing
-        raise Skip(
-            f"fused experts came back at another rank layout ({relaid[0]}): not comparable factor by factor"
-        )
-    worst = 0.0
-    for m, d in want.items():
-        g = got[m]
-        if np.array_equal(g, d):
-            continue
-        scale = float(np.abs(d).max()) or 1.0
-        err = float(np.abs(g - d).max()) / scale
-        bound = ROUNDING.get(dtypes.get(m.removesuffix(".m"), "F32"), 2.0**-22) if rounded else 0.0
-        if err > bound:
-            raise Fail(f"`{m}`: the delta changed by {err:.3g} (relative; allowed {bound:.3g})")
-        worst = max(worst, err)
-    how = "bit for bit" if worst == 0.0 else f"within the reported rounding ({worst:.3g} relative)"
-    return f"{len(want)} module deltas equal {how}"
+    def deltas(self, name: str) -> Iterator[np.ndarray]:
+        """The module's delta (one), or each expert's, in float64."""
+        if name in self.fused:
+            a_key, b_key, experts, scaling = self.fused[name]
+            a, b = self._f64(a_key), self._f64(b_key)
+            a = a.reshape(experts, -1, a.shape[-1])  # [E, r, in]: expert e's rows e·r …
+            b = b.reshape(b.shape[0], -1, experts)  # [out, r, E]: expert e's rank k in column k·E + e
+            for e in range(experts):
+                yield scaling * _product(b[:, :, e], a[e])
+        elif name.endswith(".m") and name.removesuffix(".m") in self.dense:
+            m = self.dense[name.removesuffix(".m")][2]
+            assert m is not None
+            yield self._f64(m)
+        else:
+            a_key, b_key, _, scaling = self.dense[name]
+            yield scaling * _product(self._f64(b_key), self._f64(a_key))
+
+    def _f64(self, key: str) -> np.ndarray:
+        import numpy as np
+
+        from adapterdoc.st.tensors import read_tensor_bytes
+
+        info = self.header.tensors[key]
+        buf = read_tensor_bytes(self.header, key)
+        if info.dtype == "BF16":
+            x = (np.frombuffer(buf, "<u2").astype("<u4") << 16).view("<f4")
+        else:
+            x = np.frombuffer(buf, {"F32": "<f4", "F16": "<f2", "F64": "<f8"}[info.dtype])
+        return x.astype("<f8").reshape(info.shape)
 
 
-def _f64(np: object, buf: bytes, info: object) -> object:
-    dtype = info.dtype  # type: ignore[attr-defined]
-    if dtype == "BF16":
-        x = (np.frombuffer(buf, "<u2").astype("<u4") << 16).view("<f4")  # type: ignore[attr-defined]
-    else:
-        x = np.frombuffer(buf, {"F32": "<f4", "F16": "<f2", "F64": "<f8"}[dtype])  # type: ignore[attr-defined]
-    return x.astype("<f8").reshape(info.shape)  # type: ignore[attr-defined]
+def _product(b: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``b @ a`` summed over the rank in one fixed order (rank 0 first), so that zero-padded ranks and zero blocks
+    leave every element's sum as it was (a BLAS product may block the sum differently per shape)."""
+    import numpy as np
+
+    out = np.zeros((b.shape[0], a.shape[1]))
+    for k in range(a.shape[0]):
+        out += np.outer(b[:, k], a[k])
+    return out

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import open_checkpoint
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.report.roundtrip_report import Check, RoundtripReport
 from adapterdoc.roundtrip.common import Fail, Skip, weights_file
+
+if TYPE_CHECKING:
+    import torch
 
 EXPERT_RTOL = 1e-5
 """The adapter moved to the other expert layout (and back) vs the original, through PEFT on the same base:
@@ -105,7 +108,7 @@ def expert_check(report: RoundtripReport, original: str, work: str, trip: dict[s
         trip.clear()
 
 
-def expert_outputs_match(reference: Any, got: Any, what: str) -> str:
+def expert_outputs_match(reference: torch.Tensor, got: torch.Tensor, what: str) -> str:
     """``max |Δ| = … ≤ bound`` or :class:`Fail`."""
     if got.shape != reference.shape:
         raise Fail(f"{what}: outputs have different shapes: {tuple(got.shape)} vs {tuple(reference.shape)}")
@@ -116,7 +119,7 @@ def expert_outputs_match(reference: Any, got: Any, what: str) -> str:
     return f"{what} max |Δ| {diff:.3g}"
 
 
-def peft_has_expert_lora(model: Any) -> bool:
+def peft_has_expert_lora(model: torch.nn.Module) -> bool:
     """Whether PEFT put LoRA on a routed-experts module. Loading a per-expert adapter, PEFT converts it to fused
     only for the model types its conversion table lists (``peft/utils/transformers_weight_conversion.py``,
     ``_convert_peft_config_moe``: ``_MODEL_TO_CONVERSION_PATTERN``, which has no ``qwen3_5_moe`` in PEFT 0.21);
@@ -124,7 +127,7 @@ def peft_has_expert_lora(model: Any) -> bool:
     return any(n.endswith(".experts") and hasattr(m, "lora_A") for n, m in model.named_modules())
 
 
-def peft_drops_note(model: Any, other: str) -> str:
+def peft_drops_note(model: torch.nn.Module, other: str) -> str:
     kind = getattr(getattr(model, "config", None), "model_type", "?")
     return (
         f"as {other} not comparable: PEFT loads it with no LoRA on the experts (no per-expert conversion for "

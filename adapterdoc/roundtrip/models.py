@@ -4,7 +4,7 @@ outputs, the adapter remapped to the text counterpart on the counterpart class, 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import ADAPTER_CONFIG
 from adapterdoc.checkpoint import ADAPTER_WEIGHTS
@@ -18,6 +18,15 @@ from adapterdoc.roundtrip.experts import (
     peft_drops_note,
     peft_has_expert_lora,
 )
+
+if TYPE_CHECKING:
+    import torch
+    from peft import PeftModel
+
+    from adapterdoc.bases import BaseSpec
+
+State = dict[str, "torch.Tensor"]
+"""What the model trips share: ``outputs``, the adapter model's probe output (set by the reload trip)."""
 
 MERGE_RTOL = 1e-4
 """Merged vs unmerged outputs: max |diff| ≤ MERGE_RTOL · max(1, max |output|) (float32 rounding of W + s·BA)."""
@@ -52,7 +61,7 @@ def model_roundtrips(
         return
     from adapterdoc.ml.load import load_base
 
-    state: dict[str, Any] = {}
+    state: State = {}
     timed(report, "reload:load→save→load", lambda: _reload(state, base, original, work, trip))
     if "outputs" not in state:
         return
@@ -66,7 +75,7 @@ def model_roundtrips(
         timed(report, f"experts:outputs {trip['path']}", lambda: _expert_outputs(state, base, trip))
 
 
-def _peft_outputs(model: Any, adapter_dir: str) -> tuple[Any, Any]:
+def _peft_outputs(model: torch.nn.Module, adapter_dir: str) -> tuple[PeftModel, torch.Tensor]:
     import warnings
 
     import torch
@@ -84,7 +93,7 @@ def _peft_outputs(model: Any, adapter_dir: str) -> tuple[Any, Any]:
     return pm, out
 
 
-def _reload(state: dict[str, Any], base: Any, original: str, work: str, trip: dict[str, str]) -> str:
+def _reload(state: State, base: BaseSpec, original: str, work: str, trip: dict[str, str]) -> str:
     from safetensors.torch import load_file
 
     from adapterdoc.ml.load import load_base
@@ -113,7 +122,7 @@ def _reload(state: dict[str, Any], base: Any, original: str, work: str, trip: di
     return f"{said} after save; outputs identical (probe output {tuple(first.shape)})"
 
 
-def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
+def _merge(state: State, base: BaseSpec, original: str, work: str) -> str:
     from adapterdoc.merge import merge
     from adapterdoc.ml.load import forward, load_base, probe_inputs
 
@@ -147,7 +156,7 @@ def _merge(state: dict[str, Any], base: Any, original: str, work: str) -> str:
     return f"max |merged − unmerged| = {diff:.3g} ≤ {bound:.3g}"
 
 
-def _counterpart(state: dict[str, Any], base_model: Any, layout: str, original: str, work: str) -> str:
+def _counterpart(state: State, base_model: torch.nn.Module, layout: str, original: str, work: str) -> str:
     import torch
 
     from adapterdoc.ml.tiny import build_counterpart
@@ -178,7 +187,7 @@ def _counterpart(state: dict[str, Any], base_model: Any, layout: str, original: 
     return f"{target} with the remapped adapter gives identical outputs"
 
 
-def _expert_outputs(state: dict[str, Any], base: Any, trip: dict[str, str]) -> str:
+def _expert_outputs(state: State, base: BaseSpec, trip: dict[str, str]) -> str:
     from adapterdoc.ml.load import load_base
 
     want = state["outputs"]

@@ -103,6 +103,12 @@ def read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+MLX_TEXT_CLASS = {"qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe"}
+"""mlx-lm has no model file for the Qwen3.5 text classes: its ``qwen3_5`` / ``qwen3_5_moe`` ``ModelArgs.from_dict``
+takes a config without ``text_config`` as the text config, and ``sanitize`` prefixes ``language_model.`` to every
+key, so the text-class checkpoint loads under that model type."""
+
+
 def mlx_base(base: Path) -> Path:
     """``base`` as mlx-lm 0.32 reads it: the same weights (linked), the config with the older field names
     mlx-lm's ``qwen3_moe`` ``ModelArgs`` requires (``num_experts``, ``rope_theta``), which transformers 5 writes as
@@ -112,8 +118,13 @@ def mlx_base(base: Path) -> Path:
     for f in base.iterdir():
         if f.name not in ("config.json", "model.safetensors") and not (out / f.name).exists():
             (out / f.name).symlink_to(f.resolve())
-    _fused_experts(base / "model.safetensors", out / "model.safetensors")
     cfg = read_json(base / "config.json")
+    if cfg.get("model_type") in MLX_TEXT_CLASS:  # a text-class checkpoint runs on mlx-lm's VL model type
+        cfg["model_type"] = MLX_TEXT_CLASS[cfg["model_type"]]
+    if cfg.get("model_type") == "qwen3_5_moe":
+        _fused_experts(base / "model.safetensors", out / "model.safetensors")
+    elif not (out / "model.safetensors").exists():
+        (out / "model.safetensors").symlink_to((base / "model.safetensors").resolve())
     for c in (cfg, cfg.get("text_config") or {}):
         if "num_local_experts" in c:
             c.setdefault("num_experts", c["num_local_experts"])
@@ -133,7 +144,9 @@ def _fused_experts(src: Path, dst: Path) -> None:
     from safetensors.numpy import load_file, save_file
 
     w = load_file(str(src))
-    rx = re.compile(r"^(.*language_model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$")
+    rx = re.compile(
+        r"^(.*(?:language_model|model)\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight$"
+    )
     found: dict[str, dict[tuple[int, str], np.ndarray]] = {}
     for k in list(w):
         m = rx.match(k)

@@ -41,6 +41,8 @@ FAMILIES: dict[str, tuple[Any, dict[str, Any]]] = {
     "ministral3_text": (DENSE, {}),
     "mistral3_vl": (TEXT_ONLY, {}),
     "qwen3_5_vl": (TEXT_ONLY, {}),
+    "qwen3_5_text": (DENSE, {}),
+    "qwen3_5_moe_text": (ATTENTION, EXPERTS),
     "qwen3_moe_text": (ATTENTION, EXPERTS),
     "qwen3_5_moe_vl": (r".*language_model.*\.(q_proj|v_proj|o_proj|in_proj_qkv)", EXPERTS),
 }
