@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,9 +30,29 @@ class RunOptions(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class VerifySubject:
+    """What verify knows of one adapter when the checks that read it run (a serving profile's rules, the layout
+    move): the report itself is built once, from every check's result, after them."""
+
+    adapter: str
+    """The adapter as given."""
+    path: str | None
+    layout: str
+    layout_candidates: tuple[str, ...]
+    config: Mapping[str, object]
+    """The report's ``config`` summary (``inferred``: whether there was no adapter_config.json)."""
+    keys_against: Mapping[str, object] | None = None
+    """The engine's view of the base the keys are checked against (the report's ``keys_against``)."""
+
+
 @dataclass
 class VerifyReport(Report):
-    """The verdict on one adapter."""
+    """The verdict on one adapter, built once from the checks' results (:func:`adapterdoc.verify.run.verify_one`).
+
+    Nothing changes a report once it is made (``dataclasses.replace`` makes a changed copy). It is not declared
+    ``frozen`` only because its base, :class:`~adapterdoc.report.base.Report`, is not: a frozen dataclass cannot
+    subclass a non-frozen one."""
 
     adapter: str
     path: str | None = None
@@ -124,7 +145,8 @@ class VerifyRun(Report):
     """``--exit-zero``: error findings do not fail the run (exit 0, JSON ``ok`` true, ``passed`` false)."""
 
     def __post_init__(self) -> None:
-        self.findings = [f for a in self.adapters for f in a.findings]
+        # derived once, as a frozen dataclass would set it
+        object.__setattr__(self, "findings", [f for a in self.adapters for f in a.findings])
 
     @property
     def ok(self) -> bool:

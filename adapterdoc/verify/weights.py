@@ -4,24 +4,34 @@ the weights audit's inert-module findings and gate (:mod:`adapterdoc.audit`)."""
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import LoraKey
 from adapterdoc.checkpoint import Checkpoint, load_bin
 from adapterdoc.errors import MissingExtraError, UnsupportedInputError
 from adapterdoc.report.findings import Finding, make
-from adapterdoc.report.verify_report import VerifyReport
 from adapterdoc.verify.common import MAX_LISTED, at
 
+if TYPE_CHECKING:
+    from adapterdoc.audit import Audit
 
-def weight_findings(
-    spec: str,
-    ckpt: Checkpoint,
-    keys: list[LoraKey],
-    mode: str,
-    report: VerifyReport,
-    max_inert_share: float | None = None,
-) -> list[Finding]:
+
+@dataclass(frozen=True)
+class WeightCheck:
+    """The weight findings and what the report says of the scans: ``lora_b`` (non-zero of total), ``nonfinite``
+    (tensor → NaN/Inf count) and the weights audit's summary when it ran."""
+
+    findings: tuple[Finding, ...]
+    lora_b: Mapping[str, int]
+    nonfinite: Mapping[str, int] = field(default_factory=dict)
+    weights: Mapping[str, object] | None = None
+
+
+def check_weights(
+    spec: str, ckpt: Checkpoint, keys: list[LoraKey], mode: str, max_inert_share: float | None = None
+) -> WeightCheck:
     b_keys = [k.key for k in keys if k.role in ("lora_B", "lora_embedding_B")]
     audit = _audit(spec, ckpt, mode, max_inert_share)
     results: dict[str, tuple[bool, int | None, int]] = {}
@@ -39,18 +49,18 @@ def weight_findings(
     zero: list[str] = []
     nonzero = 0
     unscanned: list[str] = []
+    nonfinite: dict[str, int] = {}
     for name, (scanned, first, bad) in results.items():
         if not scanned:
             unscanned.append(name)
             continue
         if bad:
-            report.nonfinite[name] = bad
+            nonfinite[name] = bad
         if name in b_keys:
             if first is None:
                 zero.append(name)
             else:
                 nonzero += 1
-    report.lora_b = {"nonzero": nonzero, "total": len(b_keys)}
     if b_keys and not nonzero and not unscanned:
         out.append(
             make(
@@ -64,18 +74,19 @@ def weight_findings(
             out.append(
                 make("AD302", f"lora_B is all zero ({nonzero} of {len(b_keys)} are not)", path=spec, key=name)
             )
-    for name, bad in list(report.nonfinite.items())[:MAX_LISTED]:
+    for name, bad in list(nonfinite.items())[:MAX_LISTED]:
         dtype = ckpt.tensors[name].dtype
         out.append(make("AD303", f"{bad} NaN/Inf value(s) ({dtype})", path=spec, key=name))
     if unscanned:
         out.append(make("AD304", f"{len(unscanned)} tensor(s) not scanned", path=spec, key=unscanned[0]))
-    if audit is not None:
-        out += _audit_findings(spec, audit, max_inert_share, all_b_zero=any(f.code == "AD301" for f in out))
-        report.weights = audit.summary()
-    return out
+    lora_b = {"nonzero": nonzero, "total": len(b_keys)}
+    if audit is None:
+        return WeightCheck(tuple(out), lora_b, nonfinite)
+    out += _audit_findings(spec, audit, max_inert_share, all_b_zero=any(f.code == "AD301" for f in out))
+    return WeightCheck(tuple(out), lora_b, nonfinite, audit.summary())
 
 
-def _audit(spec: str, ckpt: Checkpoint, mode: str, max_inert_share: float | None) -> Any:
+def _audit(spec: str, ckpt: Checkpoint, mode: str, max_inert_share: float | None) -> Audit | None:
     """The weights audit of a safetensors adapter, unless the scan is the quick ``nonzero`` one (which stops at
     each lora_B's first non-zero element) and no inert-share gate asks for it; ``None`` without numpy then."""
     if ckpt.weights_format != "safetensors" or (mode == "nonzero" and max_inert_share is None):
@@ -90,7 +101,7 @@ def _audit(spec: str, ckpt: Checkpoint, mode: str, max_inert_share: float | None
         return None
 
 
-def _audit_findings(spec: str, audit: Any, limit: float | None, *, all_b_zero: bool) -> list[Finding]:
+def _audit_findings(spec: str, audit: Audit, limit: float | None, *, all_b_zero: bool) -> list[Finding]:
     """The audit's delta findings (AD310-AD312; AD310 only when AD301 has not said it already) and the gate."""
     keep = ("AD311", "AD312") if all_b_zero else ("AD310", "AD311", "AD312")
     out = [at(f, spec) for f in audit.findings if f.code in keep]
