@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from adapterdoc.engines.base import EngineNeeds, Profile, ProfileInput, ProfileOptions, engine_finding
@@ -342,7 +342,7 @@ def _key_findings(
 
     out: list[Finding] = []
 
-    def add(code: str, msg: str, names: list[str], *, hint: str | None = None) -> None:
+    def add(code: str, msg: str, names: Sequence[str], *, hint: str | None = None) -> None:
         out.append(_make(code, spec, msg, key=names[0], hint=hint))
 
     role = {k.key: k for k in keys}

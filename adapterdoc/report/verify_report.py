@@ -21,7 +21,7 @@ class RunOptions(Protocol):
     max_lora_rank: int
     served_as: str | None
 
-    def profile_fields(self) -> dict[str, Any]:
+    def profile_fields(self) -> dict[str, object]:
         """The run-level JSON keys the serving profiles add (after ``profile``)."""
         ...
 

@@ -15,7 +15,12 @@ from adapterdoc.report.findings import Finding, make
 from adapterdoc.verify.common import MAX_LISTED, at
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from adapterdoc.audit import Audit
+
+Scan = tuple[bool, int | None, int]
+"""(scanned, the first non-zero index or ``None``, the NaN/Inf count) of one tensor."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ def check_weights(
 ) -> WeightCheck:
     b_keys = [k.key for k in keys if k.role in ("lora_B", "lora_embedding_B")]
     audit = _audit(spec, ckpt, mode, max_inert_share)
-    results: dict[str, tuple[bool, int | None, int]] = {}
+    results: dict[str, Scan] = {}
     if audit is not None:  # the audit decoded every LoRA factor once: reuse its zero and NaN/Inf counts
         wanted = set(b_keys) if mode == "lora-b" else None
         for name, t in audit.tensors.items():
@@ -119,16 +124,14 @@ def _audit_findings(spec: str, audit: Audit, limit: float | None, *, all_b_zero:
     return out
 
 
-def _scan(
-    ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str
-) -> dict[str, tuple[bool, int | None, int]]:
+def _scan(ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str) -> dict[str, Scan]:
     """name → (scanned, first non-zero index or None, NaN/Inf count)."""
     if ckpt.weights_format == "bin":
         return _scan_bin(ckpt, b_keys, other, mode)
     from adapterdoc.st.tensors import scan_tensor
 
     headers = {h.path: h for h in ckpt.headers}
-    out: dict[str, tuple[bool, int | None, int]] = {}
+    out: dict[str, Scan] = {}
     finite = mode in ("all", "lora-b")
     for name in b_keys:
         s = scan_tensor(
@@ -141,41 +144,41 @@ def _scan(
     return out
 
 
-def _scan_bin(
-    ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str
-) -> dict[str, tuple[bool, int | None, int]]:
-    """The same scan of a ``.bin``'s tensors, read by the restricted unpickler (no torch)."""
+def _scan_bin(ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str) -> dict[str, Scan]:
+    """The same scan of a ``.bin``'s tensors, read by the restricted unpickler (no torch); a legacy (pre-zip)
+    pickle by torch, and not scanned without it."""
     from adapterdoc.st.pickled import LegacyFormatError, read_pickled
     from adapterdoc.st.tensors import scan_bytes
 
+    path = ckpt.weights_path or ckpt.root
+    finite = mode != "nonzero"
+    legacy = None
     try:
-        state = read_pickled(ckpt.weights_path or ckpt.root)
+        pickled = read_pickled(path)
     except LegacyFormatError:
-        return _scan_legacy_bin(ckpt, b_keys, other, mode)
-    out: dict[str, tuple[bool, int | None, int]] = {}
+        pickled = None
+        try:
+            legacy = load_bin(path)
+        except MissingExtraError:
+            return {n: (False, None, 0) for n in [*b_keys, *other]}
+    out: dict[str, Scan] = {}
     for name in [*b_keys, *other]:
-        t = state[name]
-        scanned, first, bad = scan_bytes(t.data, t.dtype, finite=mode != "nonzero")
+        if pickled is not None:
+            t = pickled[name]
+            scanned, first, bad = scan_bytes(t.data, t.dtype, finite=finite)
+        else:
+            scanned, first, bad = _scan_torch(legacy[name], zeros=name in b_keys, finite=finite)
         out[name] = (scanned, first if name in b_keys else None, bad)
     return out
 
 
-def _scan_legacy_bin(
-    ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str
-) -> dict[str, tuple[bool, int | None, int]]:
-    try:
-        state = load_bin(ckpt.weights_path or ckpt.root)
-    except MissingExtraError:
-        return {n: (False, None, 0) for n in [*b_keys, *other]}
+def _scan_torch(tensor: Tensor, *, zeros: bool, finite: bool) -> Scan:
     import torch
 
-    out: dict[str, tuple[bool, int | None, int]] = {}
-    for name in [*b_keys, *other]:
-        t = state[name].detach().reshape(-1)
-        first = None
-        if name in b_keys:
-            nz = torch.nonzero(t.ne(0))
-            first = int(nz[0]) if len(nz) else None
-        bad = int((~torch.isfinite(t)).sum()) if t.is_floating_point() and mode != "nonzero" else 0
-        out[name] = (True, first, bad)
-    return out
+    t = tensor.detach().reshape(-1)
+    first = None
+    if zeros:
+        nz = torch.nonzero(t.ne(0))
+        first = int(nz[0]) if len(nz) else None
+    bad = int((~torch.isfinite(t)).sum()) if t.is_floating_point() and finite else 0
+    return True, first, bad
