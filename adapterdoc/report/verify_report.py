@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from adapterdoc.report.base import Report, envelope, unusable_finding
-from adapterdoc.report.findings import has_errors
+from adapterdoc.report.findings import Finding, has_errors
 
 OWN_BASE = "(each adapter's base_model_name_or_path)"
 """The run's ``base`` when each adapter was checked against the base its own config names."""
@@ -129,6 +129,22 @@ class VerifyReport(Report):
         if weights is not None:
             d["weights"] = weights
         return d
+
+
+def build_report(subject: VerifySubject, findings: list[Finding], **results: object) -> VerifyReport:
+    """The verdict on one adapter, made once: what verify knew of it (``subject``), its findings and the other
+    fields the checks' results give (``results``: ``base_layout``, ``missing``, ``lora_b``, ...)."""
+    against = subject.keys_against
+    return VerifyReport(
+        adapter=subject.adapter,
+        path=subject.path,
+        layout=subject.layout,
+        layout_candidates=list(subject.layout_candidates),
+        config=dict(subject.config),
+        keys_against=None if against is None else dict(against),
+        findings=findings,
+        **results,  # type: ignore[arg-type]
+    )
 
 
 @dataclass

@@ -17,7 +17,7 @@ from adapterdoc.facts import header_facts
 from adapterdoc.layouts import Detection
 from adapterdoc.ml.meta import ExpectedModel
 from adapterdoc.report.findings import Finding, make, sort_findings
-from adapterdoc.report.verify_report import OWN_BASE, VerifyReport, VerifyRun, VerifySubject
+from adapterdoc.report.verify_report import OWN_BASE, VerifyReport, VerifyRun, VerifySubject, build_report
 from adapterdoc.verify.base import Base, built_as_finding, expected_model, keys_view
 from adapterdoc.verify.common import at, dedupe
 from adapterdoc.verify.config import adapter_config, check_config
@@ -164,11 +164,9 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
         *profile.findings,
         *(load.findings if load else ()),
     ]
-    return VerifyReport(
-        adapter=spec,
-        path=ckpt.root,
-        layout=layout.name,
-        layout_candidates=list(layout.candidates),
+    return build_report(
+        subject,
+        sort_findings(dedupe(findings)),
         base_layout=meta.layout,
         expected_keys_from=expected.source,
         expected_keys_note=expected.note,
@@ -179,13 +177,10 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
         lora_b=dict(weights.lora_b),
         nonfinite=dict(weights.nonfinite),
         dtypes=dtypes,
-        config=dict(config.summary),
         move=None if key_check.move is None else dict(key_check.move),
         served_as=profile.served_as,
-        keys_against=None if kmeta is meta or kmeta.keys_against is None else dict(kmeta.keys_against),
         load=None if load is None else dict(load.load),
         weights=None if weights.weights is None else dict(weights.weights),
-        findings=sort_findings(dedupe(findings)),
     )
 
 
