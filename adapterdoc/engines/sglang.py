@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from adapterdoc.engines.base import EngineNeeds, Profile, ProfileInput, ProfileOptions, engine_finding
-from adapterdoc.engines.sglang_copies import compare, copy_keys
+from adapterdoc.engines.sglang_copies import base_config, compare, copy_keys
 from adapterdoc.engines.sglang_keys import (
     EMBEDDING_NAMES,
     KNOWN_TARGETS,
@@ -460,20 +460,8 @@ def _copies(spec: str, report: VerifySubject, keys: list[LoraKey], meta: Expecte
 
 
 def _base_raw(meta: ExpectedModel) -> Mapping[str, object] | None:
-    """The base's config as plain data: the registry's reference config for ``tiny:``, else config.json."""
-    base = meta.base
-    if base is None:
-        return None
-    if base.kind == "tiny":
-        from adapterdoc.layouts import LAYOUTS
-
-        lay = LAYOUTS.get(base.tiny_layout or "")
-        return lay.tiny.kwargs() if lay and lay.tiny else None
-    if base.config_path:
-        from adapterdoc.bases import read_config_json
-
-        return read_config_json(base)
-    return None
+    """The base's config as plain data (:func:`~adapterdoc.engines.sglang_copies.base_config`)."""
+    return base_config(meta.base)
 
 
 def _vocab_size(meta: ExpectedModel) -> int | None:

@@ -75,6 +75,23 @@ def compare(
     return out
 
 
+def base_config(base: BaseSpec | None) -> Raw | None:
+    """A base's config as plain data: the registry's reference config for ``tiny:``, else its config.json
+    (``None`` without one)."""
+    if base is None:
+        return None
+    if base.kind == "tiny":
+        from adapterdoc.layouts import LAYOUTS
+
+        lay = LAYOUTS.get(base.tiny_layout or "")
+        return lay.tiny.kwargs() if lay and lay.tiny else None
+    if base.config_path:
+        from adapterdoc.bases import read_config_json
+
+        return read_config_json(base)
+    return None
+
+
 def _adapter_headers(root: str | None) -> list[Header]:
     if not root:
         return []
