@@ -46,13 +46,17 @@ class VerifySubject:
     """The engine's view of the base the keys are checked against (the report's ``keys_against``)."""
 
 
-@dataclass
+_FROZEN: bool = Report.__dataclass_params__.frozen  # type: ignore[attr-defined]
+"""Whether the reports here are declared frozen: exactly when :class:`~adapterdoc.report.base.Report` is, since a
+frozen dataclass cannot subclass a non-frozen one, nor the reverse. Nothing changes them once made either way."""
+
+
+@dataclass(frozen=_FROZEN)
 class VerifyReport(Report):
     """The verdict on one adapter, built once from the checks' results (:func:`adapterdoc.verify.run.verify_one`).
 
-    Nothing changes a report once it is made (``dataclasses.replace`` makes a changed copy). It is not declared
-    ``frozen`` only because its base, :class:`~adapterdoc.report.base.Report`, is not: a frozen dataclass cannot
-    subclass a non-frozen one."""
+    Nothing changes a report once it is made (``dataclasses.replace`` makes a changed copy); it is declared
+    ``frozen`` as soon as its base is (:data:`_FROZEN`)."""
 
     adapter: str
     path: str | None = None
@@ -147,7 +151,7 @@ def build_report(subject: VerifySubject, findings: list[Finding], **results: obj
     )
 
 
-@dataclass
+@dataclass(frozen=_FROZEN)
 class VerifyRun(Report):
     """One ``verify`` call: the base, the options and a report per adapter.
 
