@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
-import json
 import pkgutil
 from pathlib import Path
 
@@ -83,17 +82,19 @@ def test_no_report_is_changed_after_it_is_made() -> None:
     assert [w for f in files for w in _attribute_writes(f)] == []
 
 
-def test_the_registry_and_the_meta_device_give_one_type(tmp_path: Path) -> None:
+def test_the_registry_and_the_meta_device_give_one_type() -> None:
     """The registry's answer is the same class as the meta device's, and an engine's view of it too; each is
     frozen (a changed copy is ``dataclasses.replace``)."""
     from adapterdoc.adapter import AdapterConfig
+    from adapterdoc.layouts import LAYOUTS
     from adapterdoc.layouts.trees import build_tree
     from adapterdoc.ml.meta import ExpectedModel
     from adapterdoc.verify.base import keys_view
     from adapterdoc.verify.expected import registry_adapter
-    from tests.verify.test_verify_registry import _base
 
-    tree = build_tree(json.loads((_base(tmp_path, "qwen3_5_vl") / "config.json").read_text()))
+    lay = LAYOUTS["qwen3_5_vl"]
+    assert lay.tiny is not None  # the registry's reference config, as config.json would hold it (no torch)
+    tree = build_tree({**lay.tiny.kwargs(), "model_type": lay.model_type, "architectures": [lay.model_class]})
     acfg = AdapterConfig({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"]}, None)
     meta = registry_adapter(tree, acfg)
     view = keys_view(meta, "text", "adapterdoc remap A --for tgi --out DIR")
