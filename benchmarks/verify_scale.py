@@ -85,7 +85,7 @@ def write_case(root: str, name: str, spec: dict[str, Any], sparse: bool = False)
     import peft
 
     from adapterdoc.layouts import LAYOUTS
-    from adapterdoc.ml.meta import BaseSpec, build_meta_adapter
+    from adapterdoc.ml.meta import BaseSpec, PeftLoad, build_meta_adapter
     from adapterdoc.st.header import DTYPE_BITS, TensorInfo, serialize_header
 
     lay = LAYOUTS[spec["layout"]]
@@ -110,8 +110,10 @@ def write_case(root: str, name: str, spec: dict[str, Any], sparse: bool = False)
     lc = peft.LoraConfig(**{k: v for k, v in raw.items() if k != "peft_type"})
     base = BaseSpec(base_dir, "dir", root=base_dir, config_path=os.path.join(base_dir, "config.json"))
     meta = build_meta_adapter(base, lc, config=cfg)
-    params = sum(p.numel() for n, p in meta._pm.get_base_model().named_parameters() if "lora_" not in n)
-    eff = meta._pm.peft_config["default"]
+    assert isinstance(meta.matcher, PeftLoad)  # the meta-device path: PEFT's own model
+    pm = meta.matcher.pm
+    params = sum(p.numel() for n, p in pm.get_base_model().named_parameters() if "lora_" not in n)
+    eff = pm.peft_config["default"]
     raw["target_modules"] = (
         sorted(eff.target_modules) if isinstance(eff.target_modules, (set, list)) else eff.target_modules
     )

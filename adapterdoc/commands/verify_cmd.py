@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -158,7 +159,7 @@ def command(
         raise click.BadParameter(str(e)) from None
     # without --base, each adapter is checked against the base its adapter_config.json names
     run = verify(list(adapters), base, options) if base else verify_own_bases(list(adapters), options)
-    run.exit_zero = exit_zero
+    run = dataclasses.replace(run, exit_zero=exit_zero)  # the run is not changed once made
     if junit_file:
         from adapterdoc.report.formats import render
 

@@ -2,13 +2,52 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
+    from adapterdoc.ml.meta import ExpectedModel
     from adapterdoc.report.findings import Finding
-    from adapterdoc.report.verify_report import VerifyReport
+    from adapterdoc.report.verify_report import VerifySubject
+
+
+class ProfileOptions(Protocol):
+    """What the profiles read of verify's options (:class:`adapterdoc.verify.options.VerifyOptions`; engines
+    import no verify module)."""
+
+    profile: str
+    max_lora_rank: int | None
+    served_as: str | None
+    lora_target_modules: tuple[str, ...] | None
+
+    @property
+    def profile_rules(self) -> Profile: ...
+
+
+@dataclass(frozen=True)
+class ProfileInput:
+    """What a profile's rules read of one adapter: ``spec`` as given, what verify knows of it (``subject``: path,
+    layout, candidates, the config summary, ``keys_against``), the parsed keys, the expected model (``meta``:
+    registry or meta device, as the engine names its keys), the options and the adapter config
+    (``subject.config["inferred"]`` says whether it was inferred)."""
+
+    spec: str
+    subject: VerifySubject
+    keys: list[LoraKey]
+    meta: ExpectedModel
+    options: ProfileOptions
+    config: AdapterConfig
+
+
+@dataclass(frozen=True)
+class ProfileCheck:
+    """A profile's result on one adapter: its findings and how the engine serves the base (the report's
+    ``served_as``: ``text``, ``vl`` or ``None`` when the profile does not say)."""
+
+    findings: tuple[Finding, ...]
+    served_as: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +97,16 @@ class EngineNeeds:
     ``k_proj`` / ``v_proj``, ``gate_proj`` for an ``up_proj``). ``None``: nothing is added."""
 
 
+def engine_finding(
+    engine: str, code: str, spec: str, msg: str, *, key: str | None = None, hint: str | None = None
+) -> Finding:
+    """A profile's finding on ``spec``: its message names the engine and the release its rules describe
+    (``engine``: ``vLLM 0.33.0``)."""
+    from adapterdoc.report.findings import make
+
+    return make(code, f"{engine}: {msg}", path=spec, key=key, hint=hint)
+
+
 class Profile:
     """One ``verify --profile NAME``: a name, the options it reads, its findings and its run-level JSON keys.
 
@@ -71,47 +120,69 @@ class Profile:
     options: tuple[str, ...] = ()
     """The :class:`~adapterdoc.verify.options.VerifyOptions` fields it reads."""
 
-    def check_options(self, options: Any) -> None:
+    def check_options(self, options: ProfileOptions) -> None:
         """Raise ``ValueError`` for a value of one of its options it cannot use. Every profile checks its own
         options whichever profile runs, so that a bad value fails the same way always."""
+
+    def check(
+        self,
+        subject: VerifySubject,
+        keys: list[LoraKey],
+        meta: ExpectedModel,
+        options: ProfileOptions,
+        config: AdapterConfig,
+    ) -> ProfileCheck:
+        """Its result on one adapter: :meth:`findings` and :meth:`served_as`."""
+        found = self.findings(subject.adapter, subject, keys, meta, options, config)
+        return ProfileCheck(tuple(found), self.served_as(meta, options))
 
     def findings(
         self,
         spec: str,
-        report: VerifyReport,
+        report: VerifySubject,
         keys: list[LoraKey],
-        meta: Any,
-        options: Any,
+        meta: ExpectedModel,
+        options: ProfileOptions,
         config: AdapterConfig,
     ) -> list[Finding]:
-        """Its findings on one adapter: ``spec`` as given, verify's report so far (layout, candidates; a profile
-        may fill ``served_as``), the parsed keys, the expected model (``meta``: registry or meta device), the
-        options and the adapter config (``report.config["inferred"]`` says whether it was inferred)."""
+        """Its findings on one adapter (the arguments are :class:`ProfileInput`'s; ``report`` is its ``subject``).
+        A profile overrides this or :meth:`rules`."""
+        return self.rules(ProfileInput(spec, report, keys, meta, options, config))
+
+    def rules(self, a: ProfileInput) -> list[Finding]:
+        """Its findings on one adapter, from one :class:`ProfileInput`."""
         return []
 
-    def run_fields(self, options: Any, *, active: bool) -> dict[str, Any]:
+    def served_as(self, meta: ExpectedModel, options: ProfileOptions) -> str | None:
+        """How the engine serves the base (``text`` or ``vl``), for the report's ``served_as``; ``None``: the
+        profile does not say."""
+        return None
+
+    def run_fields(self, options: ProfileOptions, *, active: bool) -> dict[str, object]:
         """The keys it adds to the run's JSON after ``profile``; every run has them, ``None`` when ``active`` is
         false (another profile ran)."""
         return {}
 
-    def needs(self, base_layout: str | None, options: Any = None) -> EngineNeeds | None:
+    def needs(self, base_layout: str | None, options: ProfileOptions | None = None) -> EngineNeeds | None:
         """What ``remap --for NAME`` rewrites an adapter into for a base of registry layout ``base_layout``
         (``None``: unknown); ``None`` when this profile is not a serving engine (``remap --for`` refuses it)."""
         return None
 
-    def keys_against(self, base_layout: str | None, options: Any = None) -> str | None:
+    def keys_against(self, base_layout: str | None, options: ProfileOptions | None = None) -> str | None:
         """The view of a base of registry layout ``base_layout`` that the adapter's keys are checked against
         under this profile (missing, unexpected and shape: AD220-AD223): ``text``, the base's text model with the
         names the engine reads (the registry's text counterpart of a VL layout, towers dropped:
         :func:`adapterdoc.verify.base.keys_view`); ``None``, the model PEFT builds on the base."""
         return None
 
-    def unservable(self, config: Any, modules: list[str], model_type: str | None) -> str | None:
+    def unservable(
+        self, config: Mapping[str, object], modules: list[str], model_type: str | None
+    ) -> str | None:
         """Why the engine cannot apply an adapter with this ``adapter_config.json`` (``config``, a dict) and these
         LoRA module paths on a base of ``model_type`` (``None``: unknown), whatever ``remap --for`` rewrites;
         ``None`` when nothing stands in the way. ``remap --for`` refuses with it (AD270)."""
         return None
 
-    def label(self, options: Any) -> str:
+    def label(self, options: ProfileOptions) -> str:
         """The profile as the text report's header names it."""
         return self.name

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from adapterdoc.engines.text_keys import TextKeyProfile
+from adapterdoc.engines.text_keys import TextKeyProfile, numbered
 
 LORAX_VERSION = "a7394ba3 (v0.4.0+23)"
 """The predibase/lorax commit (v0.4.0 plus 23 commits, 2026-05-28) the rules were read from."""
@@ -21,24 +21,7 @@ class LoraxProfile(TextKeyProfile):
     summary = "LoRAX serving"
     engine = "LoRAX"
     version = LORAX_VERSION
-    codes: ClassVar[dict[str, str]] = {
-        "format": "AD460",
-        "config": "AD461",
-        "keys": "AD462",
-        "dropped": "AD463",
-        "unsupported": "AD464",
-        "dora": "AD465",
-        "mts": "AD466",
-        "patterns": "AD467",
-        "arch": "AD468",
-        "model_type": "AD469",
-        "padding": "AD470",
-        "rescale": "AD471",
-        "kernels": "AD472",
-        "fan": "AD473",
-        "not_modelled": "AD474",
-        "reads": "AD475",
-    }
+    codes: ClassVar[dict[str, str]] = numbered(460)
 
     def layer_types(self, model_type: str | None) -> tuple[str, ...]:
         from adapterdoc.layouts.engines import LORAX_ADAPTER_LAYERS

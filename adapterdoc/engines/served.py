@@ -3,9 +3,12 @@ registry: shared by the serving profiles."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import LAYOUTS, move_rules, rename, tower_segment
+
+if TYPE_CHECKING:
+    from adapterdoc.ml.meta import ExpectedModel
 
 SERVED_AS = ("text", "vl")
 
@@ -34,7 +37,7 @@ def served_layout(base_layout: str | None, served_as: str) -> str | None:
     return None
 
 
-def served_modules(meta: Any, layout: str | None) -> set[str] | None:
+def served_modules(meta: ExpectedModel, layout: str | None) -> set[str] | None:
     """Module names of the model as served: the base's own, or renamed along the registry move to ``layout``."""
     if layout is None:
         return None

@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from adapterdoc.engines.base import EngineNeeds, Profile
-from adapterdoc.engines.sglang_copies import compare, copy_keys
+from adapterdoc.engines.base import EngineNeeds, Profile, ProfileInput, ProfileOptions, engine_finding
+from adapterdoc.engines.sglang_copies import base_config, compare, copy_keys
 from adapterdoc.engines.sglang_keys import (
     EMBEDDING_NAMES,
     KNOWN_TARGETS,
@@ -30,8 +31,9 @@ from adapterdoc.engines.sglang_keys import (
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
+    from adapterdoc.ml.meta import ExpectedModel
     from adapterdoc.report.findings import Finding
-    from adapterdoc.report.verify_report import VerifyReport
+    from adapterdoc.report.verify_report import VerifySubject
 
 SGLANG_VERSION = "0.5.23"
 """The SGLang release (PyPI ``sglang==0.5.23``; its ``_version.py`` records no commit) these rules were read from."""
@@ -71,13 +73,13 @@ starts; the first request that uses it fails, when its weights are copied into t
 ORDER = ("refused", "first-request", "wrong-output")
 
 
-def verdict(codes: Any) -> str:
+def verdict(codes: Iterable[str]) -> str:
     """The worst consequence among error ``codes`` (``accept`` when none has one)."""
     found = {CONSEQUENCE[c] for c in codes if c in CONSEQUENCE}
     return next((v for v in ORDER if v in found), "accept")
 
 
-def split_targets(values: Any) -> tuple[str, ...] | None:
+def split_targets(values: str | Iterable[object] | None) -> tuple[str, ...] | None:
     """``--lora-target-modules`` values (repeated, space- or comma-separated) as one tuple; ``None`` if none."""
     if values is None:
         return None
@@ -94,7 +96,7 @@ class SglangProfile(Profile):
     default_max_lora_rank = None
     """SGLang has no fixed ceiling: without ``--max-lora-rank`` the pool sizes itself from the startup adapters."""
 
-    def check_options(self, options: Any) -> None:
+    def check_options(self, options: ProfileOptions) -> None:
         targets = options.lora_target_modules
         if targets is None:
             return
@@ -107,19 +109,21 @@ class SglangProfile(Profile):
         if "all" in targets and len(targets) > 1:
             raise ValueError("lora_target_modules: all must be the only module given (SGLang's own rule)")
 
-    def run_fields(self, options: Any, *, active: bool) -> dict[str, Any]:
+    def run_fields(self, options: ProfileOptions, *, active: bool) -> dict[str, object]:
         return {
             "max_lora_rank": options.max_lora_rank if active else None,
             "sglang_version": SGLANG_VERSION if active else None,
             "lora_target_modules": list(options.lora_target_modules or []) or None if active else None,
         }
 
-    def label(self, options: Any) -> str:
+    def label(self, options: ProfileOptions) -> str:
         rank = options.max_lora_rank or "from the adapters"
         targets = " ".join(options.lora_target_modules or ()) or "from the adapters"
         return f"sglang {SGLANG_VERSION}, max LoRA rank {rank}, target modules {targets}"
 
-    def unservable(self, config: Any, modules: list[str], model_type: str | None) -> str | None:
+    def unservable(
+        self, config: Mapping[str, object], modules: list[str], model_type: str | None
+    ) -> str | None:
         tm = config.get("target_modules")
         try:
             targets = normalize_targets(tm) if isinstance(tm, (str, list)) else set()
@@ -130,7 +134,7 @@ class SglangProfile(Profile):
             return f"SGLang {SGLANG_VERSION} has no LoRA support for target modules {odd}"
         return None
 
-    def needs(self, base_layout: str | None, options: Any = None) -> EngineNeeds:
+    def needs(self, base_layout: str | None, options: ProfileOptions | None = None) -> EngineNeeds:
         return EngineNeeds(
             keys="as-is",
             experts="per-expert",
@@ -146,15 +150,8 @@ class SglangProfile(Profile):
             fill="sglang-pairs",
         )
 
-    def findings(
-        self,
-        spec: str,
-        report: VerifyReport,
-        keys: list[LoraKey],
-        meta: Any,
-        options: Any,
-        config: AdapterConfig,
-    ) -> list[Finding]:
+    def rules(self, a: ProfileInput) -> list[Finding]:
+        spec, report, keys, meta, options, config = a.spec, a.subject, a.keys, a.meta, a.options, a.config
         out, adapter_targets = _config_findings(
             spec, config, bool(report.config.get("inferred")), keys, options
         )
@@ -197,14 +194,14 @@ PROFILE = SglangProfile()
 
 
 def _config_findings(
-    spec: str, acfg: AdapterConfig, inferred: bool, keys: list[LoraKey], options: Any
+    spec: str, acfg: AdapterConfig, inferred: bool, keys: list[LoraKey], options: ProfileOptions
 ) -> tuple[list[Finding], set[str] | None]:
     """The config rules (AD420-AD424, AD426, AD433-AD436, AD438) and the adapter's normalised targets."""
     raw = acfg.raw
     out: list[Finding] = []
 
-    def add(code: str, msg: str, **kw: Any) -> None:
-        out.append(_make(code, spec, msg, **kw))
+    def add(code: str, msg: str, *, key: str | None = None, hint: str | None = None) -> None:
+        out.append(_make(code, spec, msg, key=key, hint=hint))
 
     if inferred:
         add("AD422", "no adapter_config.json: LoRAConfig reads adapter_config.json and fails without it")
@@ -255,23 +252,24 @@ def _config_findings(
             key="r",
             hint=f"start the server with --max-lora-rank {r} and verify with the same value",
         )
-    pattern = {m: v for m, v in (raw.get("rank_pattern") or {}).items() if v != r}
-    if pattern:
-        add(
+    for fld, own, code, what in (
+        (
+            "rank_pattern",
+            r,
             "AD433",
-            f"rank_pattern {pattern} differs from r {r}; only r is read, so those weights do not fit the buffer "
-            f"slices: {FIRST_REQUEST} (LoRA buffer shape assertion)",
-            key="rank_pattern",
-            hint=f"adapterdoc remap {spec} --for sglang --out DIR",
-        )
-    apattern = {m: v for m, v in (raw.get("alpha_pattern") or {}).items() if v != alpha}
-    if apattern:
-        add(
-            "AD434",
-            f"alpha_pattern {apattern} is ignored; those modules are served with lora_alpha {alpha}",
-            key="alpha_pattern",
-            hint=f"adapterdoc remap {spec} --for sglang --out DIR",
-        )
+            f"differs from r {r}; only r is read, so those weights do not fit the buffer slices: {FIRST_REQUEST} "
+            "(LoRA buffer shape assertion)",
+        ),
+        ("alpha_pattern", alpha, "AD434", f"is ignored; those modules are served with lora_alpha {alpha}"),
+    ):
+        entries = {m: v for m, v in (raw.get(fld) or {}).items() if v != own}
+        if entries:
+            add(
+                code,
+                f"{fld} {entries} {what}",
+                key=fld,
+                hint=f"adapterdoc remap {spec} --for sglang --out DIR",
+            )
     invocation = raw.get("alora_invocation_tokens")
     if invocation:
         add(
@@ -310,7 +308,9 @@ def _config_findings(
     return out, targets
 
 
-def _server_targets(options: Any, adapter_targets: set[str] | None, meta: Any) -> set[str]:
+def _server_targets(
+    options: ProfileOptions, adapter_targets: set[str] | None, meta: ExpectedModel
+) -> set[str]:
     """The server's target modules: ``--lora-target-modules`` normalised (``all``: what ``auto_detect`` finds on
     the base, plus the embeddings), else the adapter's own, as SGLang infers them from a startup adapter."""
     given = options.lora_target_modules
@@ -321,12 +321,12 @@ def _server_targets(options: Any, adapter_targets: set[str] | None, meta: Any) -
     return set(adapter_targets or ())
 
 
-def _auto_detect(meta: Any) -> set[str]:
+def _auto_detect(meta: ExpectedModel) -> set[str]:
     """``auto_detect_lora_target_modules`` from the base's module names: the leaves SGLang knows, and both expert
     projections where the base has routed experts."""
     from adapterdoc.experts import is_shared_expert
 
-    names = list(getattr(meta, "base_modules", ()))
+    names = list(meta.base_modules)
     found = normalize_targets({n.rpartition(".")[2] for n in names}) & KNOWN_TARGETS
     if any(n.endswith(".experts") and not is_shared_expert(n) for n in names):
         found |= {"gate_up_proj", "down_proj"}
@@ -342,8 +342,8 @@ def _key_findings(
 
     out: list[Finding] = []
 
-    def add(code: str, msg: str, names: list[str], **kw: Any) -> None:
-        out.append(_make(code, spec, msg, key=names[0], **kw))
+    def add(code: str, msg: str, names: Sequence[str], *, hint: str | None = None) -> None:
+        out.append(_make(code, spec, msg, key=names[0], hint=hint))
 
     role = {k.key: k for k in keys}
     towers = sorted({k.key for k in keys if k.is_lora and tower_segment(k.module)})
@@ -403,7 +403,7 @@ def _key_findings(
     return out
 
 
-def _added_tokens(spec: str, report: VerifyReport, meta: Any) -> list[Finding]:
+def _added_tokens(spec: str, report: VerifySubject, meta: ExpectedModel) -> list[Finding]:
     """AD431: ``added_tokens.json`` ids at or above the base's vocabulary (``LoRAConfig`` filters the others)."""
     root = report.path if report.path and os.path.isdir(report.path) else None
     path = os.path.join(root, "added_tokens.json") if root else None
@@ -430,11 +430,11 @@ def _added_tokens(spec: str, report: VerifyReport, meta: Any) -> list[Finding]:
     ]
 
 
-def _copies(spec: str, report: VerifyReport, keys: list[LoraKey], meta: Any) -> list[Finding]:
+def _copies(spec: str, report: VerifySubject, keys: list[LoraKey], meta: ExpectedModel) -> list[Finding]:
     """AD490 / AD491: PEFT's ``base_layer.weight`` copy of a LoRA-targeted embed_tokens / lm_head, which SGLang
     skips (it serves the base's weight): an error only where the copy differs from the base's."""
     out = []
-    for c in compare(keys, report.path, getattr(meta, "base", None), _base_raw(meta)):
+    for c in compare(keys, report.path, meta.base, _base_raw(meta)):
         what = f"`{c.key}` ({c.head}.base_layer.weight, PEFT's saved copy of the base weight): {c.detail}"
         if c.verdict in ("differs", "shape"):
             out.append(
@@ -459,31 +459,22 @@ def _copies(spec: str, report: VerifyReport, keys: list[LoraKey], meta: Any) -> 
     return out
 
 
-def _base_raw(meta: Any) -> dict[str, Any] | None:
-    """The base's config as plain data: the registry's reference config for ``tiny:``, else config.json."""
-    base = getattr(meta, "base", None)
-    if getattr(base, "kind", None) == "tiny":
-        from adapterdoc.layouts import LAYOUTS
-
-        lay = LAYOUTS.get(base.tiny_layout)
-        return lay.tiny.kwargs() if lay and lay.tiny else None
-    if getattr(base, "config_path", None):
-        from adapterdoc.bases import read_config_json
-
-        return read_config_json(base)
-    return None
+def _base_raw(meta: ExpectedModel) -> Mapping[str, object] | None:
+    """The base's config as plain data (:func:`~adapterdoc.engines.sglang_copies.base_config`)."""
+    return base_config(meta.base)
 
 
-def _vocab_size(meta: Any) -> int | None:
+def _vocab_size(meta: ExpectedModel) -> int | None:
     """The base's text ``vocab_size`` (SGLang reads ``get_text_config().vocab_size``)."""
     return _find_vocab(_base_raw(meta))
 
 
-def _find_vocab(raw: Any) -> int | None:
+def _find_vocab(raw: object) -> int | None:
     if not isinstance(raw, dict):
         return None
-    if isinstance(raw.get("vocab_size"), int):
-        return raw["vocab_size"]
+    vocab = raw.get("vocab_size")
+    if isinstance(vocab, int):
+        return vocab
     for value in raw.values():
         found = _find_vocab(value)
         if found is not None:
@@ -491,7 +482,5 @@ def _find_vocab(raw: Any) -> int | None:
     return None
 
 
-def _make(code: str, spec: str, msg: str, **kw: Any) -> Finding:
-    from adapterdoc.report.findings import make
-
-    return make(code, f"SGLang {SGLANG_VERSION}: {msg}", path=spec, **kw)
+def _make(code: str, spec: str, msg: str, *, key: str | None = None, hint: str | None = None) -> Finding:
+    return engine_finding(f"SGLang {SGLANG_VERSION}", code, spec, msg, key=key, hint=hint)

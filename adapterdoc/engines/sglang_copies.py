@@ -15,10 +15,18 @@ torch for a ``tiny:`` base (its weights are rebuilt from the fixed seed), and fr
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import LoraKey
+
+if TYPE_CHECKING:
+    from adapterdoc.bases import BaseSpec
+    from adapterdoc.st.header import Header, TensorInfo
+
+Raw = Mapping[str, object]
+"""A base's config.json (or a sub-config of it), as read."""
 
 HEADS = ("embed_tokens", "lm_head")
 CHUNK = 8 * 1024 * 1024
@@ -48,7 +56,7 @@ def copy_keys(keys: list[LoraKey]) -> list[LoraKey]:
 
 
 def compare(
-    keys: list[LoraKey], adapter_root: str | None, base: Any, raw: dict[str, Any] | None
+    keys: list[LoraKey], adapter_root: str | None, base: BaseSpec | None, raw: Raw | None
 ) -> list[Copy]:
     """Each copy compared with the base's own weight (``base``: a resolved :class:`~adapterdoc.bases.BaseSpec`
     or ``None``; ``raw``: the base's text config, for the shapes)."""
@@ -67,7 +75,24 @@ def compare(
     return out
 
 
-def _adapter_headers(root: str | None) -> list[Any]:
+def base_config(base: BaseSpec | None) -> Raw | None:
+    """A base's config as plain data: the registry's reference config for ``tiny:``, else its config.json
+    (``None`` without one)."""
+    if base is None:
+        return None
+    if base.kind == "tiny":
+        from adapterdoc.layouts import LAYOUTS
+
+        lay = LAYOUTS.get(base.tiny_layout or "")
+        return lay.tiny.kwargs() if lay and lay.tiny else None
+    if base.config_path:
+        from adapterdoc.bases import read_config_json
+
+        return read_config_json(base)
+    return None
+
+
+def _adapter_headers(root: str | None) -> list[Header]:
     if not root:
         return []
     from adapterdoc.checkpoint import open_checkpoint
@@ -79,14 +104,16 @@ def _adapter_headers(root: str | None) -> list[Any]:
         return []
 
 
-def _find(headers: list[Any], name: str) -> tuple[Any, Any] | None:
+def _find(headers: list[Header], name: str) -> tuple[Header, TensorInfo] | None:
     for h in headers:
         if name in h.tensors:
             return h, h.tensors[name]
     return None
 
 
-def _compare_one(key: str, head: str, info: tuple[Any, Any], base: Any, raw: dict[str, Any] | None) -> Copy:
+def _compare_one(
+    key: str, head: str, info: tuple[Header, TensorInfo], base: BaseSpec | None, raw: Raw | None
+) -> Copy:
     header, t = info
     expected = _expected_shape(head, raw)
     if expected is not None and tuple(t.shape) != expected:
@@ -104,7 +131,7 @@ def _compare_one(key: str, head: str, info: tuple[Any, Any], base: Any, raw: dic
     return Copy(key, head, "unchecked", "the base has no weights to compare with (shapes match its config)")
 
 
-def _expected_shape(head: str, raw: dict[str, Any] | None) -> tuple[int, int] | None:
+def _expected_shape(head: str, raw: Raw | None) -> tuple[int, int] | None:
     text = _text_config(raw)
     if not text:
         return None
@@ -114,7 +141,7 @@ def _expected_shape(head: str, raw: dict[str, Any] | None) -> tuple[int, int] | 
     return None
 
 
-def _text_config(raw: dict[str, Any] | None) -> dict[str, Any] | None:
+def _text_config(raw: object) -> Raw | None:
     if not isinstance(raw, dict):
         return None
     if isinstance(raw.get("vocab_size"), int) and isinstance(raw.get("hidden_size"), int):
@@ -135,7 +162,7 @@ def _base_names(key: str, head: str, tied: bool) -> list[str]:
     return names
 
 
-def _compare_folder(key: str, head: str, header: Any, t: Any, root: str, raw: dict[str, Any] | None) -> Copy:
+def _compare_folder(key: str, head: str, header: Header, t: TensorInfo, root: str, raw: Raw | None) -> Copy:
     from adapterdoc.errors import AdapterdocError
     from adapterdoc.st.header import read_header
 
@@ -168,7 +195,7 @@ def _compare_folder(key: str, head: str, header: Any, t: Any, root: str, raw: di
     return Copy(key, head, "equal" if same else "differs", f"compared with the base's `{bt.name}`")
 
 
-def _same_bytes(ha: Any, ta: Any, hb: Any, tb: Any) -> bool:
+def _same_bytes(ha: Header, ta: TensorInfo, hb: Header, tb: TensorInfo) -> bool:
     with open(ha.path, "rb") as fa, open(hb.path, "rb") as fb:
         fa.seek(ha.data_start + ta.begin)
         fb.seek(hb.data_start + tb.begin)
@@ -181,7 +208,7 @@ def _same_bytes(ha: Any, ta: Any, hb: Any, tb: Any) -> bool:
     return True
 
 
-def _compare_tiny(key: str, head: str, header: Any, layout: str) -> Copy:
+def _compare_tiny(key: str, head: str, header: Header, layout: str) -> Copy:
     try:
         import torch
         from safetensors import safe_open

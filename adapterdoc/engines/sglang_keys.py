@@ -6,8 +6,8 @@ renames it makes per decoder layer (``_normalize_weights``) and which server tar
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 LAYER_ID = re.compile(r"layers\.(\d+)\.")
 """``get_layer_id`` (srt/layers/utils/common.py)."""
@@ -109,42 +109,46 @@ def target_of(name: str, targets: Iterable[str]) -> str | None:
     return best
 
 
-@dataclass
+@dataclass(frozen=True)
 class Loaded:
     """Where SGLang puts an adapter's tensors: ``layers`` maps each layer to its names after SGLang's renames
     (new name → the original keys it came from)."""
 
-    layers: dict[int, dict[str, list[str]]] = field(default_factory=dict)
-    embedding: list[str] = field(default_factory=list)
-    untargeted_embedding: list[str] = field(default_factory=list)
+    layers: Mapping[int, Mapping[str, list[str]]]
+    embedding: tuple[str, ...]
+    untargeted_embedding: tuple[str, ...]
     """``embed_tokens`` / ``lm_head`` tensors outside the layers whose module the adapter does not target."""
-    dropped: list[str] = field(default_factory=list)
+    dropped: tuple[str, ...]
     """Tensors outside the layers that are neither: dropped without a log line."""
-    qkv_key_error: list[str] = field(default_factory=list)
+    qkv_key_error: tuple[str, ...]
     """q_proj keys whose v_proj (or k_proj, when some k_proj exists) is absent: ``normalize_qkv_proj`` KeyError."""
 
 
 def load(keys: Iterable[str], adapter_targets: set[str]) -> Loaded:
     """``_process_weight`` then ``_normalize_weights`` on names only."""
-    out = Loaded()
+    layers: dict[int, dict[str, list[str]]] = {}
+    embedding: list[str] = []
+    untargeted: list[str] = []
+    dropped: list[str] = []
     for key in keys:
         name = key.replace("unembed_tokens", "lm_head") if "unembed_tokens" in key else key
         m = LAYER_ID.search(name)
         if m:
-            out.layers.setdefault(int(m.group(1)), {})[name] = [key]
+            layers.setdefault(int(m.group(1)), {})[name] = [key]
         elif "embed_tokens" in name or "lm_head" in name:
             module = "embed_tokens" if "embed_tokens" in name else "lm_head"
             if "all" in adapter_targets or module in adapter_targets:
-                out.embedding.append(key)
+                embedding.append(key)
             else:
-                out.untargeted_embedding.append(key)
+                untargeted.append(key)
         elif "input_embeddings" in name or "output_embeddings" in name:
-            out.embedding.append(key)
+            embedding.append(key)
         else:
-            out.dropped.append(key)
-    for names in out.layers.values():
-        _normalize(names, out.qkv_key_error)
-    return out
+            dropped.append(key)
+    key_errors: list[str] = []
+    for names in layers.values():
+        _normalize(names, key_errors)
+    return Loaded(layers, tuple(embedding), tuple(untargeted), tuple(dropped), tuple(key_errors))
 
 
 def _move(names: dict[str, list[str]], new: str, *olds: str) -> None:

@@ -12,13 +12,45 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from adapterdoc.engines.base import EngineNeeds, Profile
+from adapterdoc.engines.base import EngineNeeds, Profile, ProfileInput, ProfileOptions, engine_finding
 
 if TYPE_CHECKING:
+    from adapterdoc.adapter import AdapterConfig, LoraKey
+    from adapterdoc.bases import BaseSpec
+    from adapterdoc.checkpoint import Checkpoint
+    from adapterdoc.ml.meta import ExpectedModel
     from adapterdoc.report.findings import Finding
+
+RULES = (
+    "format",
+    "config",
+    "keys",
+    "dropped",
+    "unsupported",
+    "dora",
+    "mts",
+    "patterns",
+    "arch",
+    "model_type",
+    "padding",
+    "rescale",
+    "kernels",
+    "fan",
+    "not_modelled",
+    "reads",
+)
+"""Every rule of an exact-text-key engine, in the order of its finding codes."""
+
+
+def numbered(first: int, *, without: tuple[str, ...] = ()) -> dict[str, str]:
+    """Rule → code: the engine's codes from ``AD{first}`` on, one per rule of :data:`RULES` it has."""
+    rules = [r for r in RULES if r not in without]
+    return {rule: f"AD{first + i}" for i, rule in enumerate(rules)}
+
 
 _TEXT = re.compile(
     r"^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.([^.]+)\.lora_([AB])\.weight$"
@@ -30,35 +62,35 @@ _ATTN = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj"})
 _MLP = frozenset({"gate_proj", "up_proj", "down_proj", "c_fc", "c_proj"})
 
 
-@dataclass
+@dataclass(frozen=True)
 class TextKeyReading:
     """What an exact-text-key engine makes of one adapter's tensor names."""
 
     nlayers: int
-    read: list[str] = field(default_factory=list)
+    read: tuple[str, ...]
     """Tensor names the engine loads."""
-    applied: dict[str, int] = field(default_factory=dict)
+    applied: Mapping[str, int]
     """Layer type → layers it is applied on (every layer, or 1 for ``lm_head``)."""
-    not_text: list[str] = field(default_factory=list)
+    not_text: tuple[str, ...]
     """LoRA tensors on a supported layer type whose name is not the exact text-style key (a wrapper such as
     ``model.language_model.``, a different prefix, an adapter name in the key)."""
-    dropped: dict[str, list[int]] = field(default_factory=dict)
+    dropped: Mapping[str, list[int]]
     """Layer type → the layers that lack it (both lora_A and lora_B), when some layers have it: the engine drops
     the whole type."""
-    unsupported: list[str] = field(default_factory=list)
+    unsupported: tuple[str, ...]
     """LoRA modules on a layer type the engine does not load (lm_head where unsupported, experts, embeddings,
     towers, other leaves)."""
-    other: list[str] = field(default_factory=list)
+    other: tuple[str, ...]
     """Tensors with an effect that are no LoRA factor the engine reads (lora_B biases, trainable tokens)."""
 
 
-def layer_count(meta: Any, keys: list[Any]) -> int:
+def layer_count(meta: ExpectedModel, keys: list[LoraKey]) -> int:
     """Layers of the served text model: the base's ``layers.N`` outside towers, else the adapter's own."""
     from adapterdoc.layouts import tower_segment
 
     found = [
         int(m.group(1))
-        for name in getattr(meta, "base_modules", [])
+        for name in meta.base_modules
         if tower_segment(name) is None and (m := _ANY_LAYER.search(name))
     ]
     if not found:
@@ -66,22 +98,26 @@ def layer_count(meta: Any, keys: list[Any]) -> int:
     return max(found) + 1 if found else 0
 
 
-def base_lacks(meta: Any, leaf: str, layers: list[int]) -> list[int]:
+def base_lacks(meta: ExpectedModel, leaf: str, layers: list[int]) -> list[int]:
     """The ``layers`` whose base module tree has no ``leaf`` (hybrid stacks: linear-attention layers)."""
     has = {
         int(m.group(1))
-        for name in getattr(meta, "base_modules", [])
+        for name in meta.base_modules
         if name.endswith("." + leaf) and (m := _ANY_LAYER.search(name))
     }
-    return [i for i in layers if i not in has] if has or getattr(meta, "base_modules", None) else []
+    return [i for i in layers if i not in has] if has or meta.base_modules else []
 
 
-def read_text_keys(keys: list[Any], layer_types: tuple[str, ...], nlayers: int) -> TextKeyReading:
+def read_text_keys(keys: list[LoraKey], layer_types: tuple[str, ...], nlayers: int) -> TextKeyReading:
     """How an engine that loads ``layer_types`` on ``nlayers`` layers reads ``keys`` (parsed :class:`LoraKey`)."""
     from adapterdoc.adapter import fused_expert_owner
     from adapterdoc.layouts import tower_segment
 
-    out = TextKeyReading(nlayers=nlayers)
+    read: list[str] = []
+    applied: dict[str, int] = {}
+    not_text: list[str] = []
+    dropped: dict[str, list[int]] = {}
+    other: list[str] = []
     types = set(layer_types)
     have: dict[str, dict[int, set[str]]] = {}
     names: dict[tuple[str, int], list[str]] = {}
@@ -90,7 +126,7 @@ def read_text_keys(keys: list[Any], layer_types: tuple[str, ...], nlayers: int) 
         if k.role == "magnitude" or k.role == "full":
             continue  # DoRA and modules_to_save have rules of their own
         if not k.is_lora:
-            out.other.append(k.key)
+            other.append(k.key)
             continue
         m, h = _TEXT.match(k.key), _HEAD.match(k.key)
         if m and m.group(3) in types and _block_ok(m.group(2), m.group(3)):
@@ -113,7 +149,7 @@ def read_text_keys(keys: list[Any], layer_types: tuple[str, ...], nlayers: int) 
         )
         head = tower_segment(module) is None and module.rpartition(".")[2] == "lm_head" and "lm_head" in types
         if (served_leaf and k.role in ("lora_A", "lora_B")) or head:
-            out.not_text.append(k.key)
+            not_text.append(k.key)
         else:
             unsupported.add(module)
     for leaf, layers in have.items():
@@ -121,13 +157,14 @@ def read_text_keys(keys: list[Any], layer_types: tuple[str, ...], nlayers: int) 
         span = range(1) if leaf == "lm_head" else range(nlayers)
         missing = [i for i in span if i not in complete]
         if missing:
-            out.dropped[leaf] = missing
+            dropped[leaf] = missing
             continue
-        out.applied[leaf] = len(span)
+        applied[leaf] = len(span)
         for i in span:
-            out.read.extend(names[(leaf, i)])
-    out.unsupported = sorted(unsupported)
-    return out
+            read.extend(names[(leaf, i)])
+    return TextKeyReading(
+        nlayers, tuple(read), applied, tuple(not_text), dropped, tuple(sorted(unsupported)), tuple(other)
+    )
 
 
 def _block_ok(block: str, leaf: str) -> bool:
@@ -144,7 +181,7 @@ def scaling(alpha: float, rank: int, rslora: bool) -> float:
     return alpha / math.sqrt(rank) if rslora else alpha / rank
 
 
-def pattern_modules(config: Any, modules: list[str]) -> list[tuple[str, float, float]]:
+def pattern_modules(config: AdapterConfig, modules: list[str]) -> list[tuple[str, float, float]]:
     """(module, PEFT's scaling, the engine's ``lora_alpha / r`` scaling) for modules whose ``rank_pattern`` /
     ``alpha_pattern`` entry makes the two differ (the engine reads only ``r`` and ``lora_alpha``)."""
     flat = scaling(config.lora_alpha, config.r, config.use_rslora)
@@ -167,7 +204,7 @@ def layers_text(layers: list[int]) -> str:
     return ", ".join(runs)
 
 
-def architectures_of(spec: str | Any) -> list[str] | None:
+def architectures_of(spec: str | BaseSpec) -> list[str] | None:
     """The ``architectures`` of a base (a spec string or a resolved :class:`BaseSpec`) read from its local
     config.json (a tiny base: its layout's class); ``None`` when it cannot be resolved here without network."""
     from adapterdoc.bases import read_config_json, resolve_base
@@ -184,6 +221,12 @@ def architectures_of(spec: str | Any) -> list[str] | None:
         return None
     archs = raw.get("architectures")
     return list(archs) if isinstance(archs, list) else None
+
+
+class Add(Protocol):
+    """A profile's ``add(rule, message, key=..., hint=...)``."""
+
+    def __call__(self, rule: str, msg: str, *, key: str | None = None, hint: str | None = None) -> None: ...
 
 
 class TextKeyProfile(Profile):
@@ -206,7 +249,9 @@ class TextKeyProfile(Profile):
         """(rule, message) when the engine cannot serve LoRA on ``model_type`` as this profile models it."""
         return None
 
-    def unservable(self, config: Any, modules: list[str], model_type: str | None) -> str | None:
+    def unservable(
+        self, config: Mapping[str, object], modules: list[str], model_type: str | None
+    ) -> str | None:
         if model_type is None:
             return None
         problem = self.model_type_problem(model_type)
@@ -218,7 +263,7 @@ class TextKeyProfile(Profile):
             return f"{self.name} loads LoRA only on {', '.join(sorted(loaded))}; the adapter has {odd}"
         return None
 
-    def needs(self, base_layout: str | None, options: Any = None) -> EngineNeeds | None:
+    def needs(self, base_layout: str | None, options: ProfileOptions | None = None) -> EngineNeeds | None:
         return EngineNeeds(
             keys="text",
             expert_lora=False,
@@ -232,7 +277,7 @@ class TextKeyProfile(Profile):
             fill="layer-types",
         )
 
-    def keys_against(self, base_layout: str | None, options: Any = None) -> str | None:
+    def keys_against(self, base_layout: str | None, options: ProfileOptions | None = None) -> str | None:
         """The engine reads text-style keys on a VL base too (TGI's Qwen2-VL / Qwen2.5-VL classes find the
         language model under ``language_model`` but look up ``model.layers.{i}...``): check the keys against the
         base's text model, not PEFT's VL class."""
@@ -240,23 +285,25 @@ class TextKeyProfile(Profile):
 
         return "text" if is_vl(base_layout) else None
 
-    def run_fields(self, options: Any, *, active: bool) -> dict[str, Any]:
+    def run_fields(self, options: ProfileOptions, *, active: bool) -> dict[str, object]:
         return {f"{self.name}_version": self.version if active else None}
 
-    def label(self, options: Any) -> str:
+    def label(self, options: ProfileOptions) -> str:
         return f"{self.name} {self.version}"
 
-    def findings(
-        self, spec: str, report: Any, keys: list[Any], meta: Any, options: Any, config: Any
-    ) -> list[Finding]:
+    def rules(self, a: ProfileInput) -> list[Finding]:
         from adapterdoc.checkpoint import open_checkpoint
-        from adapterdoc.report.findings import make
 
+        spec, report, keys, meta, config = a.spec, a.subject, a.keys, a.meta, a.config
         out: list[Finding] = []
 
-        def add(rule: str, msg: str, **kw: Any) -> None:
+        def add(rule: str, msg: str, *, key: str | None = None, hint: str | None = None) -> None:
             if rule in self.codes:
-                out.append(make(self.codes[rule], f"{self.engine} {self.version}: {msg}", path=spec, **kw))
+                out.append(
+                    engine_finding(
+                        f"{self.engine} {self.version}", self.codes[rule], spec, msg, key=key, hint=hint
+                    )
+                )
 
         fix = f"adapterdoc remap {spec} --for {self.name} --out DIR"
         ckpt = open_checkpoint(spec)
@@ -266,7 +313,7 @@ class TextKeyProfile(Profile):
             add(
                 "config", "no adapter_config.json; the engine reads it with PEFT's LoraConfig.from_pretrained"
             )
-        model_type = getattr(meta, "model_type", None)
+        model_type = meta.model_type
         problem = self.model_type_problem(model_type)
         if problem:
             add(problem[0], problem[1], key="model_type")
@@ -336,9 +383,9 @@ class TextKeyProfile(Profile):
         )
         return out
 
-    def _architecture(self, config: Any, meta: Any, add: Any) -> None:
+    def _architecture(self, config: AdapterConfig, meta: ExpectedModel, add: Add) -> None:
         named = config.base_model
-        base = getattr(meta, "base", None)
+        base = meta.base
         if not named or base is None or named == getattr(base, "spec", None):
             return
         theirs, ours = architectures_of(named), architectures_of(base)
@@ -353,11 +400,11 @@ class TextKeyProfile(Profile):
     def _ranks(
         self,
         rd: TextKeyReading,
-        keys: list[Any],
-        ckpt: Any,
-        config: Any,
+        keys: list[LoraKey],
+        ckpt: Checkpoint,
+        config: AdapterConfig,
         types: tuple[str, ...],
-        add: Any,
+        add: Add,
         fix: str,
     ) -> None:
         """Padding cost (info), the padded-rank scaling of later layer types, kernel range."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from adapterdoc.engines.text_keys import TextKeyProfile
+from adapterdoc.engines.text_keys import TextKeyProfile, numbered
 
 TGI_VERSION = "db931fcf (v3.3.7+1)"
 """The huggingface/text-generation-inference commit (v3.3.7 plus one commit, 2026-01-08) the rules were read from."""
@@ -19,22 +19,7 @@ class TgiProfile(TextKeyProfile):
     summary = "TGI serving"
     engine = "TGI"
     version = TGI_VERSION
-    codes: ClassVar[dict[str, str]] = {
-        "format": "AD440",
-        "config": "AD441",
-        "keys": "AD442",
-        "dropped": "AD443",
-        "unsupported": "AD444",
-        "dora": "AD445",
-        "mts": "AD446",
-        "patterns": "AD447",
-        "arch": "AD448",
-        "model_type": "AD449",
-        "padding": "AD450",
-        "rescale": "AD451",
-        "fan": "AD452",
-        "reads": "AD453",
-    }
+    codes: ClassVar[dict[str, str]] = numbered(440, without=("kernels", "not_modelled"))
 
     def layer_types(self, model_type: str | None) -> tuple[str, ...]:
         from adapterdoc.layouts.engines import TGI_ADAPTER_LAYERS

@@ -6,15 +6,17 @@ releases. The findings' explanations are in :mod:`adapterdoc.codes.serving`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from adapterdoc.engines.base import EngineNeeds, Profile
+from adapterdoc.engines.base import EngineNeeds, Profile, ProfileInput, ProfileOptions, engine_finding
 from adapterdoc.engines.served import is_vl, served_layout, served_modules
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
+    from adapterdoc.experts import ExpertBlock, ExpertPicture
+    from adapterdoc.ml.meta import ExpectedModel
     from adapterdoc.report.findings import Finding
-    from adapterdoc.report.verify_report import VerifyReport
+    from adapterdoc.report.verify_report import VerifySubject
 
 VLLM_VERSION = "0.33.0"
 """The vLLM release whose source these rules were read from: ``vllm/lora/peft_helper.py``, ``lora_model.py``,
@@ -37,7 +39,7 @@ class VllmProfile(Profile):
     summary = "vLLM serving"
     options = ("max_lora_rank", "served_as")
 
-    def check_options(self, options: Any) -> None:
+    def check_options(self, options: ProfileOptions) -> None:
         running = options.profile_rules
         if running is not self and "max_lora_rank" in running.options:
             return  # the running profile reads --max-lora-rank itself and checks it by its own rule
@@ -47,20 +49,20 @@ class VllmProfile(Profile):
                 f"max_lora_rank must be one of {allowed} (vLLM {VLLM_VERSION}), got {options.max_lora_rank}"
             )
 
-    def run_fields(self, options: Any, *, active: bool) -> dict[str, Any]:
+    def run_fields(self, options: ProfileOptions, *, active: bool) -> dict[str, object]:
         return {
             "max_lora_rank": options.max_lora_rank if active else None,
             "vllm_version": VLLM_VERSION if active else None,
         }
 
-    def needs(self, base_layout: str | None, options: Any = None) -> EngineNeeds | None:
+    def needs(self, base_layout: str | None, options: ProfileOptions | None = None) -> EngineNeeds | None:
         """vLLM serves the base's own class (or ``served_as``): its layout's keys and the expert layout that class
         reads (``Experts.served_fused``); it honours ``use_rslora``, the patterns and a regex ``target_modules``
         (names are matched on the tensors, PEFTHelper only requires the field), refuses DoRA and
         ``modules_to_save`` other than the classification heads."""
         from adapterdoc.layouts import LAYOUTS
 
-        served_as = getattr(options, "served_as", None) or ("vl" if is_vl(base_layout) else "text")
+        served_as = (options.served_as if options else None) or ("vl" if is_vl(base_layout) else "text")
         layout = served_layout(base_layout, served_as)
         facts = LAYOUTS[layout].experts if layout in LAYOUTS else None
         reads = None if facts is None or facts.served_fused is None else facts.served_fused
@@ -71,40 +73,35 @@ class VllmProfile(Profile):
             version=VLLM_VERSION,
         )
 
-    def label(self, options: Any) -> str:
+    def label(self, options: ProfileOptions) -> str:
         return f"vllm {VLLM_VERSION}, max LoRA rank {options.max_lora_rank}"
 
-    def findings(
-        self,
-        spec: str,
-        report: VerifyReport,
-        keys: list[LoraKey],
-        meta: Any,
-        options: Any,
-        config: AdapterConfig,
-    ) -> list[Finding]:
-        out = _config_findings(spec, config, bool(report.config.get("inferred")), keys, options)
-        out += _served_findings(spec, config, keys, meta, options, report)
-        return out + _expert_findings(spec, config, keys, meta, report)
+    def rules(self, a: ProfileInput) -> list[Finding]:
+        out = _config_findings(a.spec, a.config, bool(a.subject.config.get("inferred")), a.keys, a.options)
+        out += _served_findings(a.spec, a.config, a.keys, a.meta, a.options, a.subject)
+        return out + _expert_findings(a.spec, a.config, a.keys, a.meta, self.served_as(a.meta, a.options))
+
+    def served_as(self, meta: ExpectedModel, options: ProfileOptions) -> str | None:
+        return _served_as(options.served_as, meta)[0]
 
 
 PROFILE = VllmProfile()
 
 
 def _config_findings(
-    spec: str, acfg: AdapterConfig, inferred: bool, keys: list[LoraKey], options: Any
+    spec: str, acfg: AdapterConfig, inferred: bool, keys: list[LoraKey], options: ProfileOptions
 ) -> list[Finding]:
     """The config and tensor-name rules (AD401-AD412, AD417)."""
     raw = acfg.raw
     out: list[Finding] = []
 
-    def add(code: str, msg: str, **kw: Any) -> None:
-        out.append(_make(code, spec, msg, **kw))
+    def add(code: str, msg: str, *, key: str | None = None, hint: str | None = None) -> None:
+        out.append(_make(code, spec, msg, key=key, hint=hint))
 
     missing = [f for f in ("r", "lora_alpha", "target_modules") if f not in raw or inferred]
     if missing:
         add("AD401", "missing required configuration fields: " + ", ".join(missing))
-    ranks: list[Any] = [raw.get("r", 8), *(raw.get("rank_pattern") or {}).values()]
+    ranks: list[object] = [raw.get("r", 8), *(raw.get("rank_pattern") or {}).values()]
     bad = [r for r in ranks if not isinstance(r, int) or isinstance(r, bool) or r <= 0]
     if bad:
         add("AD417", f"non-positive or non-integer rank(s) {bad}", key="rank_pattern")
@@ -151,7 +148,12 @@ def _config_findings(
 
 
 def _served_findings(
-    spec: str, acfg: AdapterConfig, keys: list[LoraKey], meta: Any, options: Any, report: VerifyReport
+    spec: str,
+    acfg: AdapterConfig,
+    keys: list[LoraKey],
+    meta: ExpectedModel,
+    options: ProfileOptions,
+    report: VerifySubject,
 ) -> list[Finding]:
     """The model as served (AD416), tower LoRA (AD414), leaf names (AD413) and full paths (AD415)."""
     from adapterdoc.adapter import fused_expert_owner, parse_key
@@ -160,12 +162,11 @@ def _served_findings(
 
     out: list[Finding] = []
 
-    def add(code: str, msg: str, **kw: Any) -> None:
-        out.append(_make(code, spec, msg, **kw))
+    def add(code: str, msg: str, *, key: str | None = None, hint: str | None = None) -> None:
+        out.append(_make(code, spec, msg, key=key, hint=hint))
 
     mts = acfg.raw.get("modules_to_save")
     served_as, why = _served_as(options.served_as, meta)
-    report.served_as = served_as
     own_layout = meta.built_as.default_layout if meta.built_as else meta.layout
     add("AD416", f"served as {served_as}: {why}")
     lora_mods = sorted({fused_expert_owner(k.module) for k in keys if k.is_lora})
@@ -221,7 +222,7 @@ def _served_findings(
 
 
 def _expert_findings(
-    spec: str, acfg: AdapterConfig, keys: list[LoraKey], meta: Any, report: VerifyReport
+    spec: str, acfg: AdapterConfig, keys: list[LoraKey], meta: ExpectedModel, served_as: str
 ) -> list[Finding]:
     """The expert layout vLLM reads for the served class (AD418) and the fused pair it requires (AD419).
 
@@ -239,7 +240,7 @@ def _expert_findings(
     pic = expert_picture({k.key: () for k in keys}, config=acfg)
     if not pic.routed:
         return []
-    layout = served_layout(meta.built_as.default_layout if meta.built_as else meta.layout, report.served_as)
+    layout = served_layout(meta.built_as.default_layout if meta.built_as else meta.layout, served_as)
     facts = LAYOUTS[layout].experts if layout in LAYOUTS else None
     if facts is None or facts.served_fused is None or pic.layout not in ("per-expert", "fused"):
         return []
@@ -291,7 +292,7 @@ def _expert_findings(
     return out
 
 
-def _packing_findings(spec: str, pic: Any) -> list[Finding]:
+def _packing_findings(spec: str, pic: ExpertPicture) -> list[Finding]:
     """What ``PackedLoRALayerWeights.pack_moe`` (``vllm/lora/lora_weights.py``) needs of per-expert LoRA on a 2-D
     class when the adapter is added: every expert of a block with expert LoRA carries gate, up and down (it
     asserts each of the three, AD476), and one projection has one rank across the experts (ValueError, AD477)."""
@@ -340,16 +341,14 @@ def _span(experts: list[int]) -> str:
     return ", ".join(map(str, experts[:4])) + (f" and {len(experts) - 4} more" if len(experts) > 4 else "")
 
 
-def _outer(block: Any) -> bool:
+def _outer(block: ExpertBlock) -> bool:
     """Whether a fused block has a LoRA on ``experts`` itself (no ``base_layer``): vLLM reads that one as down_proj,
     whatever parameter PEFT wrapped (PEFT saves a lone wrapper there even when only gate_up is targeted)."""
     return any(k.form == "fused" and k.leaf == "experts" for k in block.keys)
 
 
-def _make(code: str, spec: str, msg: str, **kw: Any) -> Finding:
-    from adapterdoc.report.findings import make
-
-    return make(code, f"vLLM {VLLM_VERSION}: {msg}", path=spec, **kw)
+def _make(code: str, spec: str, msg: str, *, key: str | None = None, hint: str | None = None) -> Finding:
+    return engine_finding(f"vLLM {VLLM_VERSION}", code, spec, msg, key=key, hint=hint)
 
 
 def _rank_slot(rank: int) -> int:
@@ -420,7 +419,7 @@ def _vllm_accepts(k: LoraKey) -> bool:
     return k.role == "full" and k.module.rpartition(".")[2] in _VLLM_HEADS
 
 
-def _served_as(explicit: str | None, meta: Any) -> tuple[str, str]:
+def _served_as(explicit: str | None, meta: ExpectedModel) -> tuple[str, str]:
     if explicit:
         return explicit, "--served-as"
     # vLLM serves a base folder as its config's own class, whatever class the adapter was made for

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from adapterdoc.adapter import WRAPPER
 from adapterdoc.bases import TINY_PREFIX, BaseSpec, read_config_json, resolve_base
@@ -33,8 +33,13 @@ from adapterdoc.ml.build import (
 from adapterdoc.ml.inject import ADAPTER, inject, lora_config_from_raw
 from adapterdoc.ml.quiet import no_warnings
 
+if TYPE_CHECKING:
+    from peft import LoraConfig, PeftModel
+    from torch import Tensor, nn
+    from transformers import PretrainedConfig, PreTrainedModel
 
-@dataclass
+
+@dataclass(frozen=True)
 class KeyMatch:
     """An adapter's tensors put through PEFT's load path on the meta model."""
 
@@ -49,65 +54,93 @@ class KeyMatch:
     """Whether transformers' weight conversion renamed or fused any key (e.g. per-expert → fused)."""
 
 
-@dataclass
-class MetaAdapterModel:
-    """A base on the meta device with one adapter config injected by PEFT."""
+Shapes = Mapping[str, tuple[int, ...]]
+"""Tensor name → shape."""
 
-    base: BaseSpec
+
+class KeyMatcher(Protocol):
+    """How an adapter's tensor names are matched to an :class:`ExpectedModel`: PEFT's own load steps on the meta
+    model (:class:`PeftLoad`), the registry's model of them (:mod:`adapterdoc.verify.expected`), or an engine's
+    view of either (:func:`adapterdoc.verify.base.keys_view`)."""
+
+    def match(self, model: ExpectedModel, shapes: Shapes) -> KeyMatch: ...
+
+
+@dataclass(frozen=True)
+class ExpectedModel:
+    """What PEFT builds for one adapter config on one base, from the registry's module tree (torch-free,
+    :func:`adapterdoc.verify.expected.registry_adapter`) or from the base on the meta device with PEFT's own
+    injection (:func:`build_meta_adapter`): the same fields either way, and :meth:`match` for an adapter's keys."""
+
+    base: BaseSpec | None
     model_class: str
     model_type: str
-    base_modules: list[str]
+    base_modules: tuple[str, ...]
     """Every module name of the base before injection (no wrapper)."""
-    lora_capable_leaves: dict[str, bool]
+    lora_capable_leaves: Mapping[str, bool]
     """Leaf name → True if it occurs outside towers, for Linear/Embedding/Conv1D modules and fused experts."""
-    expected: dict[str, tuple[int, ...]]
+    expected: Mapping[str, tuple[int, ...]]
     """Saved-naming key → shape, as ``get_peft_model_state_dict`` would write them."""
-    injected_modules: list[str]
+    injected_modules: tuple[str, ...]
     """Module paths (no wrapper) PEFT put LoRA on; fused-expert ParamWrappers collapse to ``...experts``."""
-    config_before: dict[str, Any]
-    config_after: dict[str, Any]
+    config_before: Mapping[str, object]
+    config_after: Mapping[str, object]
+    matcher: KeyMatcher | None = field(default=None, compare=False, repr=False)
+    """``None`` when nothing can be matched (PEFT refused the injection: every key is unexpected)."""
     inject_error: str | None = None
     layout: str | None = None
-    """The registry layout of the base, when one matches."""
+    """The registry layout of the base (or of the engine's view of it), when one matches."""
     built_as: BuiltAs | None = None
     """Set when the base was built as the counterpart class the adapter names, not the config's own class."""
-    peft_warnings: list[str] = field(default_factory=list)
-    _pm: Any = None
-    _model_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    peft_warnings: tuple[str, ...] = ()
+    source: str = "meta-device"
+    """``registry`` or ``meta-device``."""
+    fix: str | None = None
+    """On an engine's view of the base (:func:`adapterdoc.verify.base.keys_view`): its ``remap --for`` command."""
+    keys_against: Mapping[str, object] | None = None
+    """On an engine's view of the base: the report's ``keys_against`` (view, layout, model_class)."""
 
     @property
     def rewritten(self) -> bool:
         return self.inject_error is None and self.config_before != self.config_after
 
-    @property
-    def effective_config(self) -> Any:
-        return None if self._pm is None else self._pm.peft_config[ADAPTER]
-
-    def match(self, shapes: Mapping[str, tuple[int, ...]]) -> KeyMatch:
+    def match(self, shapes: Shapes) -> KeyMatch:
         """Missing, unexpected and shape-mismatched keys for an adapter with these tensor names and shapes."""
-        if self._pm is None:
+        if self.matcher is None:
             return KeyMatch([], sorted(shapes), [], 0)
+        return self.matcher.match(self, shapes)
+
+    def _convert(self, state: dict[str, Tensor]) -> bool:
+        """PEFT's transformers weight conversion alone, on meta tensors (the meta path only)."""
+        return isinstance(self.matcher, PeftLoad) and self.matcher.convert(state)
+
+
+@dataclass(frozen=True)
+class PeftLoad:
+    """PEFT's load steps (``peft.utils.save_and_load.set_peft_model_state_dict``) on the injected meta model."""
+
+    pm: PeftModel
+    model_shapes: Mapping[str, tuple[int, ...]]
+
+    def match(self, model: ExpectedModel, shapes: Shapes) -> KeyMatch:
         import torch
 
         state = {k: torch.empty(tuple(s), device="meta") for k, s in shapes.items()}
-        converted = self._convert(state)
+        converted = self.convert(state)
         state = self._aux_remap(state)
         state = self._tuner_remap(state)
-        model = self._model_shapes
-        unexpected = sorted(k for k in state if k not in model)
-        loaded = [k for k in state if k in model]
+        own = self.model_shapes
+        unexpected = sorted(k for k in state if k not in own)
+        loaded = [k for k in state if k in own]
         missing = sorted(
-            _saved_name(k) for k in model if _is_adapter_key(k) and k not in state and not _is_aux(k)
+            _saved_name(k) for k in own if _is_adapter_key(k) and k not in state and not _is_aux(k)
         )
         mismatch = sorted(
-            (_saved_name(k), tuple(state[k].shape), model[k])
-            for k in loaded
-            if tuple(state[k].shape) != model[k]
+            (_saved_name(k), tuple(state[k].shape), own[k]) for k in loaded if tuple(state[k].shape) != own[k]
         )
         return KeyMatch(missing, unexpected, mismatch, len(loaded), converted)
 
-    # -- PEFT's load steps (peft.utils.save_and_load.set_peft_model_state_dict), on meta tensors
-    def _convert(self, state: dict[str, Any]) -> bool:
+    def convert(self, state: dict[str, Tensor]) -> bool:
         try:
             from peft.import_utils import is_transformers_ge_v5
             from peft.utils.transformers_weight_conversion import (
@@ -115,14 +148,14 @@ class MetaAdapterModel:
             )
         except ImportError:  # older stacks: no conversion step
             return False
-        if not is_transformers_ge_v5 or not hasattr(getattr(self._pm, "config", None), "model_type"):
+        if not is_transformers_ge_v5 or not hasattr(getattr(self.pm, "config", None), "model_type"):
             return False
         before = set(state)
         try:
             with no_warnings():
                 out = convert_peft_adapter_state_dict_for_transformers(
-                    model=self._pm,
-                    peft_config=self._pm.peft_config[ADAPTER],
+                    model=self.pm,
+                    peft_config=self.pm.peft_config[ADAPTER],
                     adapter_state_dict=state,
                     adapter_name=ADAPTER,
                 )
@@ -135,10 +168,10 @@ class MetaAdapterModel:
         state.update(out)
         return set(out) != before
 
-    def _aux_remap(self, state: dict[str, Any]) -> dict[str, Any]:
+    def _aux_remap(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
         from peft.utils.other import AuxiliaryTrainingWrapper
 
-        for name, module in self._pm.named_modules():
+        for name, module in self.pm.named_modules():
             if isinstance(module, AuxiliaryTrainingWrapper):
                 for k, v in module.adapter_state_dict_load_map(ADAPTER).items():
                     lookup, store = f"{name}.{k}", f"{name}.{v}"
@@ -146,15 +179,16 @@ class MetaAdapterModel:
                         state[store] = state.pop(lookup)
         return state
 
-    def _tuner_remap(self, state: dict[str, Any]) -> dict[str, Any]:
+    def _tuner_remap(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
         from peft.mapping import PEFT_TYPE_TO_TUNER_MAPPING
 
-        cfg = self._pm.peft_config[ADAPTER]
+        cfg = self.pm.peft_config[ADAPTER]
         tuner = PEFT_TYPE_TO_TUNER_MAPPING[cfg.peft_type]
         remap = getattr(tuner, "_remap_adapter_state_dict_for_load", None)
         if remap is not None:
-            return remap(model=self._pm, config=cfg, adapter_name=ADAPTER, state_dict=state)
-        to_model = {_saved_name(k): k for k in self._model_shapes if _is_adapter_key(k)}  # pragma: no cover
+            out: dict[str, Tensor] = remap(model=self.pm, config=cfg, adapter_name=ADAPTER, state_dict=state)
+            return out
+        to_model = {_saved_name(k): k for k in self.model_shapes if _is_adapter_key(k)}  # pragma: no cover
         return {to_model.get(k, k): v for k, v in state.items()}  # pragma: no cover
 
 
@@ -179,7 +213,7 @@ def _saved_name(key: str) -> str:
     return f"{head}.{tail}"
 
 
-def _leaf_kinds(model: Any) -> tuple[list[str], dict[str, bool]]:
+def _leaf_kinds(model: nn.Module) -> tuple[list[str], dict[str, bool]]:
     import torch
 
     names: list[str] = []
@@ -205,8 +239,13 @@ def _leaf_kinds(model: Any) -> tuple[list[str], dict[str, bool]]:
 
 
 def build_meta_adapter(
-    base: BaseSpec, lora_config: Any, *, config: Any = None, model: Any = None, as_class: str | None = None
-) -> MetaAdapterModel:
+    base: BaseSpec,
+    lora_config: LoraConfig,
+    *,
+    config: PretrainedConfig | None = None,
+    model: PreTrainedModel | None = None,
+    as_class: str | None = None,
+) -> ExpectedModel:
     """Build the base on the meta device and inject ``lora_config`` with PEFT (weights stay on meta).
 
     ``as_class`` (the adapter's ``auto_mapping.base_model_class``) picks the class when the base can be built
@@ -218,32 +257,30 @@ def build_meta_adapter(
         built_as = picked[2] if picked else None
         model = build_meta_model(base, config, as_class=picked[:2] if picked else None)
     names, leaves = _leaf_kinds(model)
-    out = MetaAdapterModel(
-        base=base,
-        model_class=type(model).__name__,
-        model_type=str(getattr(model.config, "model_type", "")),
-        base_modules=names,
-        lora_capable_leaves=leaves,
-        expected={},
-        injected_modules=[],
-        config_before={},
-        config_after={},
-        built_as=built_as,
-    )
     inj = inject(model, lora_config)
-    out.config_before, out.config_after = inj.config_before, inj.config_after
+    common = {
+        "base": base,
+        "model_class": type(model).__name__,
+        "model_type": str(getattr(model.config, "model_type", "")),
+        "base_modules": tuple(names),
+        "lora_capable_leaves": leaves,
+        "config_before": inj.config_before,
+        "config_after": inj.config_after,
+        "built_as": built_as,
+    }
     if inj.pm is None:
-        out.inject_error = inj.error
-        out.layout = base_layout(model)
-        return out
-    out.peft_warnings = inj.warnings
-    out._pm = inj.pm
-    out._model_shapes = {k: tuple(v.shape) for k, v in inj.pm.state_dict().items()}
-    out.expected = inj.expected
-    injected = sorted({_module_of(k) for k in out.expected if ".lora_" in k})
-    out.injected_modules = injected
-    out.layout = base_layout(model, injected)
-    return out
+        return ExpectedModel(
+            **common, expected={}, injected_modules=(), inject_error=inj.error, layout=base_layout(model)
+        )
+    injected = sorted({_module_of(k) for k in inj.expected if ".lora_" in k})
+    return ExpectedModel(
+        **common,
+        expected=inj.expected,
+        injected_modules=tuple(injected),
+        matcher=PeftLoad(inj.pm, {k: tuple(v.shape) for k, v in inj.pm.state_dict().items()}),
+        layout=base_layout(model, injected),
+        peft_warnings=tuple(inj.warnings),
+    )
 
 
 def _module_of(saved_key: str) -> str:
@@ -264,8 +301,10 @@ __all__ = [
     "WRAPPER",
     "BaseSpec",
     "BuiltAs",
+    "ExpectedModel",
     "KeyMatch",
-    "MetaAdapterModel",
+    "KeyMatcher",
+    "PeftLoad",
     "base_layout",
     "build_meta_adapter",
     "build_meta_model",

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from adapterdoc.report.base import Report, envelope, unusable_finding
-from adapterdoc.report.findings import has_errors
+from adapterdoc.report.findings import Finding, has_errors
 
 OWN_BASE = "(each adapter's base_model_name_or_path)"
 """The run's ``base`` when each adapter was checked against the base its own config names."""
@@ -20,7 +21,7 @@ class RunOptions(Protocol):
     max_lora_rank: int
     served_as: str | None
 
-    def profile_fields(self) -> dict[str, Any]:
+    def profile_fields(self) -> dict[str, object]:
         """The run-level JSON keys the serving profiles add (after ``profile``)."""
         ...
 
@@ -29,9 +30,33 @@ class RunOptions(Protocol):
         ...
 
 
-@dataclass
+@dataclass(frozen=True)
+class VerifySubject:
+    """What verify knows of one adapter when the checks that read it run (a serving profile's rules, the layout
+    move): the report itself is built once, from every check's result, after them."""
+
+    adapter: str
+    """The adapter as given."""
+    path: str | None
+    layout: str
+    layout_candidates: tuple[str, ...]
+    config: Mapping[str, object]
+    """The report's ``config`` summary (``inferred``: whether there was no adapter_config.json)."""
+    keys_against: Mapping[str, object] | None = None
+    """The engine's view of the base the keys are checked against (the report's ``keys_against``)."""
+
+
+_FROZEN: bool = Report.__dataclass_params__.frozen  # type: ignore[attr-defined]
+"""Whether the reports here are declared frozen: exactly when :class:`~adapterdoc.report.base.Report` is, since a
+frozen dataclass cannot subclass a non-frozen one, nor the reverse. Nothing changes them once made either way."""
+
+
+@dataclass(frozen=_FROZEN)
 class VerifyReport(Report):
-    """The verdict on one adapter."""
+    """The verdict on one adapter, built once from the checks' results (:func:`adapterdoc.verify.run.verify_one`).
+
+    Nothing changes a report once it is made (``dataclasses.replace`` makes a changed copy); it is declared
+    ``frozen`` as soon as its base is (:data:`_FROZEN`)."""
 
     adapter: str
     path: str | None = None
@@ -110,7 +135,23 @@ class VerifyReport(Report):
         return d
 
 
-@dataclass
+def build_report(subject: VerifySubject, findings: list[Finding], **results: object) -> VerifyReport:
+    """The verdict on one adapter, made once: what verify knew of it (``subject``), its findings and the other
+    fields the checks' results give (``results``: ``base_layout``, ``missing``, ``lora_b``, ...)."""
+    against = subject.keys_against
+    return VerifyReport(
+        adapter=subject.adapter,
+        path=subject.path,
+        layout=subject.layout,
+        layout_candidates=list(subject.layout_candidates),
+        config=dict(subject.config),
+        keys_against=None if against is None else dict(against),
+        findings=findings,
+        **results,  # type: ignore[arg-type]
+    )
+
+
+@dataclass(frozen=_FROZEN)
 class VerifyRun(Report):
     """One ``verify`` call: the base, the options and a report per adapter.
 
@@ -124,7 +165,8 @@ class VerifyRun(Report):
     """``--exit-zero``: error findings do not fail the run (exit 0, JSON ``ok`` true, ``passed`` false)."""
 
     def __post_init__(self) -> None:
-        self.findings = [f for a in self.adapters for f in a.findings]
+        # derived once, as a frozen dataclass would set it
+        object.__setattr__(self, "findings", [f for a in self.adapters for f in a.findings])
 
     @property
     def ok(self) -> bool:

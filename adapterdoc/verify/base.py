@@ -4,12 +4,23 @@ device (:mod:`adapterdoc.ml.meta`)."""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.errors import MissingExtraError
+from adapterdoc.ml.meta import ExpectedModel, KeyMatch, Shapes
 from adapterdoc.report.findings import Finding, make
-from adapterdoc.report.verify_report import VerifyReport
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from adapterdoc.bases import BaseSpec
+    from adapterdoc.layouts import Rule
+    from adapterdoc.layouts.trees import Tree
+    from adapterdoc.ml.build import BuiltAs
 
 
 class RegistryDeclined(MissingExtraError):
@@ -27,9 +38,11 @@ class Base:
     """The resolved base and the two ways to its expected keys: the registry's module tree (torch-free) when it
     describes the config exactly, else the transformers config for the meta-device model (loaded on first use)."""
 
-    def __init__(self, spec: Any, tree: Any, why: str | None, raw: dict[str, Any] | None) -> None:
+    def __init__(
+        self, spec: BaseSpec, tree: Tree | None, why: str | None, raw: Mapping[str, object] | None
+    ) -> None:
         self.spec, self.tree, self.why, self.raw = spec, tree, why, raw
-        self._config: Any = None
+        self._config: PretrainedConfig | None = None
 
     @classmethod
     def resolve(cls, base: str) -> Base:
@@ -38,7 +51,7 @@ class Base:
         spec = resolve_base(base)
         return cls(spec, *registry_view(spec))
 
-    def config(self, why: str | None = None, culprit: str | None = None) -> Any:
+    def config(self, why: str | None = None, culprit: str | None = None) -> PretrainedConfig:
         """The transformers config (the meta-device path); exit 3 naming the ML extra when it is not installed,
         and the input the registry could not decide: ``culprit`` (the adapter config) or the base."""
         from adapterdoc.ml import meta as M
@@ -54,7 +67,8 @@ class Base:
         return self._config
 
     @property
-    def model_type(self) -> Any:
+    def model_type(self) -> object:
+        """The base config's ``model_type`` (as written: a string, or whatever else config.json holds)."""
         if self.raw is not None:
             return self.raw.get("model_type")
         return getattr(self.config(), "model_type", None)
@@ -66,7 +80,7 @@ def _auto_mapping_class(acfg: AdapterConfig) -> str | None:
     return cls if isinstance(cls, str) else None
 
 
-def built_as_finding(spec: str, b: Any) -> Finding:
+def built_as_finding(spec: str, b: BuiltAs) -> Finding:
     where = "the same config" if not b.config_path else f"the config's {'.'.join(b.config_path)}"
     return make(
         "AD115",
@@ -77,10 +91,20 @@ def built_as_finding(spec: str, b: Any) -> Finding:
     )
 
 
-def expected_model(
-    base: Base, acfg: AdapterConfig, shapes: dict[str, tuple[int, ...]], report: VerifyReport, registry: bool
-) -> Any:
-    """The registry's expected keys when it can say exactly, else PEFT's own on the meta device.
+@dataclass(frozen=True)
+class Expected:
+    """The expected model and where it came from: the report's ``expected_keys_from`` and ``expected_keys_note``."""
+
+    model: ExpectedModel
+    source: str
+    """``registry`` or ``meta-device``."""
+    note: str | None = None
+    """Why the registry did not decide, when the meta-device path did."""
+
+
+def expected_model(base: Base, acfg: AdapterConfig, shapes: Shapes, adapter: str, registry: bool) -> Expected:
+    """The registry's expected keys when it can say exactly, else PEFT's own on the meta device (``adapter``: the
+    adapter's folder or file, named when its keys are what the registry cannot judge).
 
     The class question is the registry's too: an adapter whose ``auto_mapping`` names a counterpart class the
     base can be built as (:func:`adapterdoc.layouts.loadable_as`) gets that class's tree, as the meta path builds
@@ -99,23 +123,20 @@ def expected_model(
         try:
             tree, built_as = registry_class(base, as_class)
             meta = registry_adapter(tree, acfg, shapes, base=base.spec)
-            meta.built_as = built_as
-            report.expected_keys_from = "registry"
-            return meta
+            return Expected(dataclasses.replace(meta, built_as=built_as), "registry")
         except Unmodeled as e:
             why = str(e)
             if isinstance(e, AdapterUnmodeled):
                 culprit = acfg.path
             elif isinstance(e, KeysUnmodeled):
-                culprit = report.path or report.adapter
+                culprit = adapter
     config = base.config(why, culprit)
     lora_cfg = M.lora_config_from_raw(acfg.raw, acfg.path)
-    report.expected_keys_from = "meta-device"
-    report.expected_keys_note = why
-    return M.build_meta_adapter(base.spec, lora_cfg, config=config, as_class=as_class)
+    meta = M.build_meta_adapter(base.spec, lora_cfg, config=config, as_class=as_class)
+    return Expected(meta, "meta-device", why)
 
 
-def registry_class(base: Base, as_class: str | None) -> tuple[Any, Any]:
+def registry_class(base: Base, as_class: str | None) -> tuple[Tree, BuiltAs | None]:
     """(the tree, ``BuiltAs`` or ``None``): the base's own tree, or the counterpart class's that ``as_class`` names
     where the base's config holds the sub-config it is built from."""
     from adapterdoc.layouts import LAYOUTS, loadable_as
@@ -134,7 +155,7 @@ def registry_class(base: Base, as_class: str | None) -> tuple[Any, Any]:
         for name, attrs in loadable_as(home)[1:]:
             if LAYOUTS[name].model_class != as_class:
                 continue
-            sub: Any = base.raw
+            sub: object = base.raw
             for attr in attrs:
                 sub = sub.get(attr) if isinstance(sub, dict) else None
             if attrs and sub is None:
@@ -148,49 +169,36 @@ def registry_class(base: Base, as_class: str | None) -> tuple[Any, Any]:
     return tree, None
 
 
-class KeysView:
-    """The expected model (``meta``: registry or meta device, the same surface) seen as an engine names its keys:
-    module paths and expected keys renamed along ``rules`` (the registry move from the base's layout to its text
-    counterpart, or the ``language_model`` strip of ``remap --vl`` when the registry has none), towers dropped.
-    :meth:`match` puts an adapter's keys through the base's own :meth:`match` (so PEFT's load-time rules still
-    apply) with each engine-style key renamed back to the base's; a key that is not engine-style (a name the
-    move would still change, or a tower module) is unexpected. Everything else reads through to ``meta``."""
+@dataclass(frozen=True)
+class ViewMatch:
+    """The :class:`~adapterdoc.ml.meta.KeyMatcher` of an engine's view of the expected model (``inner``): an
+    adapter's keys put through ``inner``'s own :meth:`~adapterdoc.ml.meta.ExpectedModel.match` (so PEFT's
+    load-time rules still apply) with each engine-style key renamed back to the base's; a key that is not
+    engine-style (a name the move would still change, or a tower module) is unexpected."""
 
-    def __init__(
-        self, meta: Any, rules: tuple[Any, ...], layout: str | None, model_class: str, fix: str | None
-    ) -> None:
-        from adapterdoc.layouts import apply_move, rename
-
-        self._meta, self.rules, self.fix = meta, rules, fix
-        self.layout, self.model_class = layout, model_class
-        self.base_modules = [rename(rules, m) for m in meta.base_modules if not _tower(m)]
-        own = [k for k in meta.expected if not _tower(k)]
-        self._to_base = {apply_move(rules, k): k for k in own}
-        self.expected = {apply_move(rules, k): meta.expected[k] for k in own}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._meta, name)
+    inner: ExpectedModel
+    rules: tuple[Rule, ...]
+    to_base: Mapping[str, str]
+    """Engine-style expected key → the base's."""
 
     def _engine(self, key: str) -> str:
         from adapterdoc.layouts import apply_move
 
         return apply_move(self.rules, key)
 
-    def match(self, shapes: Any) -> Any:
-        import dataclasses
-
-        fed: dict[str, Any] = {}
+    def match(self, model: ExpectedModel, shapes: Shapes) -> KeyMatch:
+        fed: dict[str, tuple[int, ...]] = {}
         back: dict[str, str] = {}
         wrong: list[str] = []
         for key, shape in shapes.items():
-            inner = self._to_base.get(key)
+            inner = self.to_base.get(key)
             if inner is None:
                 if _tower(key) or self._engine(key) != key:
                     wrong.append(key)
                     continue
                 inner = key
             fed[inner], back[inner] = shape, key
-        km = self._meta.match(fed)
+        km = self.inner.match(fed)
         return dataclasses.replace(
             km,
             missing=sorted({self._engine(k) for k in km.missing if not _tower(k)}),
@@ -198,9 +206,26 @@ class KeysView:
             shape_mismatch=sorted((self._engine(k), got, want) for k, got, want in km.shape_mismatch),
         )
 
-    def describe(self) -> dict[str, Any]:
-        """The report's ``keys_against``."""
-        return {"view": "text", "layout": self.layout, "model_class": self.model_class}
+
+def _view(
+    meta: ExpectedModel, rules: tuple[Rule, ...], layout: str | None, model_class: str, fix: str | None
+) -> ExpectedModel:
+    """``meta`` as an engine names its keys: module paths and expected keys renamed along ``rules`` (the registry
+    move from the base's layout to its text counterpart, or the ``language_model`` strip of ``remap --vl`` when
+    the registry has none), towers dropped; everything else as ``meta`` has it."""
+    from adapterdoc.layouts import apply_move, rename
+
+    own = [k for k in meta.expected if not _tower(k)]
+    return dataclasses.replace(
+        meta,
+        base_modules=tuple(rename(rules, m) for m in meta.base_modules if not _tower(m)),
+        expected={apply_move(rules, k): meta.expected[k] for k in own},
+        matcher=ViewMatch(meta, rules, {apply_move(rules, k): k for k in own}),
+        layout=layout,
+        model_class=model_class,
+        fix=fix,
+        keys_against={"view": "text", "layout": layout, "model_class": model_class},
+    )
 
 
 def _tower(name: str) -> bool:
@@ -209,7 +234,7 @@ def _tower(name: str) -> bool:
     return tower_segment(name) is not None
 
 
-def keys_view(meta: Any, view: str | None, fix: str | None) -> Any:
+def keys_view(meta: ExpectedModel, view: str | None, fix: str | None) -> ExpectedModel:
     """``meta`` as a profile's :meth:`~adapterdoc.engines.base.Profile.keys_against` asks its keys to be
     checked (``text``: the base's text model, named by the registry's text counterpart of its layout when it has
     one, else the base's language model with ``language_model.`` stripped); ``meta`` itself for ``None`` or a
@@ -226,4 +251,4 @@ def keys_view(meta: Any, view: str | None, fix: str | None) -> Any:
         model_class = f"the language model of {meta.model_class} (text-style keys)"
     else:
         model_class = f"{LAYOUTS[layout].model_class} (layout {layout}, the text model)"
-    return KeysView(meta, rules, layout, model_class, fix)
+    return _view(meta, tuple(rules), layout, model_class, fix)

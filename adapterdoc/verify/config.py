@@ -5,12 +5,29 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, module_name_matches
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.layouts import tower_segment
+from adapterdoc.ml.meta import ExpectedModel
 from adapterdoc.report.findings import Finding, make
+
+
+@dataclass(frozen=True)
+class ConfigCheck:
+    """The report's ``config`` summary and the config findings."""
+
+    summary: Mapping[str, object]
+    findings: tuple[Finding, ...]
+
+
+def check_config(
+    spec: str, acfg: AdapterConfig, meta: ExpectedModel, keys: list[LoraKey], inferred: bool
+) -> ConfigCheck:
+    """What PEFT makes of the adapter config on this base (``inferred``: made up for a bare tensor file)."""
+    return ConfigCheck(config_summary(acfg, meta, inferred), tuple(config_findings(spec, acfg, meta, keys)))
 
 
 def adapter_config(ckpt: Checkpoint, keys: list[LoraKey]) -> tuple[AdapterConfig, bool]:
@@ -19,7 +36,7 @@ def adapter_config(ckpt: Checkpoint, keys: list[LoraKey]) -> tuple[AdapterConfig
     return AdapterConfig(infer_config(ckpt, keys), None), True
 
 
-def infer_config(ckpt: Checkpoint, keys: list[LoraKey]) -> dict[str, Any]:
+def infer_config(ckpt: Checkpoint, keys: list[LoraKey]) -> dict[str, object]:
     """A best-guess adapter_config for a bare tensor file: leaf names as targets, the most common rank."""
     leaves: set[str] = set()
     params: set[str] = set()
@@ -38,7 +55,7 @@ def infer_config(ckpt: Checkpoint, keys: list[LoraKey]) -> dict[str, Any]:
             ranks[r] += 1
             per_module[k.module] = r
     r = ranks.most_common(1)[0][0] if ranks else 8
-    raw: dict[str, Any] = {
+    raw: dict[str, object] = {
         "peft_type": "LORA",
         "r": r,
         "lora_alpha": r,
@@ -50,7 +67,7 @@ def infer_config(ckpt: Checkpoint, keys: list[LoraKey]) -> dict[str, Any]:
     return raw
 
 
-def config_summary(acfg: AdapterConfig, meta: Any, inferred: bool) -> dict[str, Any]:
+def config_summary(acfg: AdapterConfig, meta: ExpectedModel, inferred: bool) -> dict[str, object]:
     scalings = sorted({acfg.scaling_for(m) for m in meta.injected_modules} or {acfg.scaling_for("")})
     return {
         "inferred": inferred,
@@ -68,7 +85,9 @@ def config_summary(acfg: AdapterConfig, meta: Any, inferred: bool) -> dict[str, 
     }
 
 
-def config_findings(spec: str, acfg: AdapterConfig, meta: Any, keys: list[LoraKey]) -> list[Finding]:
+def config_findings(
+    spec: str, acfg: AdapterConfig, meta: ExpectedModel, keys: list[LoraKey]
+) -> list[Finding]:
     out: list[Finding] = []
     if meta.rewritten:
         changes = [

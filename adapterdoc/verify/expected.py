@@ -19,7 +19,7 @@ import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.adapter import (
     WRAPPER,
@@ -29,7 +29,8 @@ from adapterdoc.adapter import (
     peft_selects,
 )
 from adapterdoc.layouts import LAYOUTS, tower_segment
-from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Tree, Unmodeled, build_tree
+from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Node, Tree, Unmodeled, build_tree
+from adapterdoc.ml.meta import ExpectedModel, KeyMatch, Shapes
 from adapterdoc.verify.expected_config import (
     AdapterUnmodeled,
     KeysUnmodeled,
@@ -47,81 +48,57 @@ _MIN_TARGETS_FOR_OPTIMIZATION = 20
 """peft.utils.constants.MIN_TARGET_MODULES_FOR_OPTIMIZATION: longer target lists are condensed to suffixes."""
 _EXPERT_PARAMS = ("gate_up_proj", "down_proj")
 
+if TYPE_CHECKING:
+    from adapterdoc.bases import BaseSpec
 
-@dataclass
-class RegistryAdapterModel:
-    """The registry's answer to "what does PEFT build for this adapter config on this base" (the surface of
-    :class:`adapterdoc.ml.meta.MetaAdapterModel` that verify reads)."""
 
-    base: Any
-    model_class: str
-    model_type: str
-    base_modules: list[str]
-    lora_capable_leaves: dict[str, bool]
-    expected: dict[str, tuple[int, ...]]
-    """Saved-naming key → shape, as ``get_peft_model_state_dict`` writes them."""
-    injected_modules: list[str]
-    config_before: dict[str, Any]
-    config_after: dict[str, Any]
-    layout: str | None = None
-    inject_error: str | None = None
-    peft_warnings: list[str] = field(default_factory=list)
-    source: str = "registry"
-    built_as: Any = None
-    """Always ``None``: the registry decides only when the base is built as its config's own class."""
-    _aux: frozenset[str] = frozenset()
+@dataclass(frozen=True)
+class RegistryMatch:
+    """How ``PeftModel.load_adapter`` matches an adapter's names and shapes to the keys the registry expects
+    (the :class:`~adapterdoc.ml.meta.KeyMatcher` of a registry :class:`~adapterdoc.ml.meta.ExpectedModel`), as
+    :class:`~adapterdoc.ml.meta.PeftLoad` finds them on the meta device."""
+
+    tree: Tree
+    """The tree, for PEFT's load-time renames and per-expert → fused key conversion (:func:`convert_keys`)."""
+    aux: frozenset[str] = frozenset()
     """Expected keys of ``modules_to_save`` copies (never reported missing, as PEFT's loader does not)."""
-    _by_model_name: dict[str, str] = field(default_factory=dict)
+    by_model_name: Mapping[str, str] = field(default_factory=dict)
     """Model naming (``lora_A.default.weight``) → saved naming, for adapters that kept the adapter name."""
-    _tree: Tree | None = field(default=None, compare=False, repr=False)
-    """The tree, for PEFT's load-time per-expert → fused key conversion (:func:`convert_keys`)."""
 
-    @property
-    def rewritten(self) -> bool:
-        return self.inject_error is None and self.config_before != self.config_after
-
-    @property
-    def effective_config(self) -> Any:
-        return None
-
-    def match(self, shapes: Mapping[str, tuple[int, ...]]) -> Any:
-        """Missing, unexpected and shape-mismatched keys, as :meth:`MetaAdapterModel.match` finds them."""
-        from adapterdoc.ml.meta import KeyMatch
-
-        if self.inject_error is not None:  # PEFT refused: the meta path matches nothing either
-            return KeyMatch([], sorted(shapes), [], 0)
+    def match(self, model: ExpectedModel, shapes: Shapes) -> KeyMatch:
         converted = False
-        if self._tree is not None and has_renames(self._tree.model_type, self._tree.model_class):
+        if has_renames(self.tree.model_type, self.tree.model_class):
             with contextlib.suppress(Unmodeled):  # only candidates scored for a move get here: unrenamed
-                renamed = load_rename(self._tree.model_type, self._tree.model_class, shapes)
+                renamed = load_rename(self.tree.model_type, self.tree.model_class, shapes)
                 converted, shapes = set(renamed) != set(shapes), renamed  # the meta path's `converted`
-        if self._tree is not None and self._tree.peft_moe is not None:
+        if self.tree.peft_moe is not None:
             try:
-                shapes, fused = convert_keys(self._tree, shapes)
+                shapes, fused = convert_keys(self.tree, shapes)
                 converted = converted or fused
             except Unmodeled:  # only renamed candidates scored for a move get here; judged unconverted
                 pass
+        expected = model.expected
         loaded: dict[str, tuple[int, ...]] = {}
         unexpected: list[str] = []
         for key, shape in shapes.items():
-            saved = key if key in self.expected else self._by_model_name.get(key)
+            saved = key if key in expected else self.by_model_name.get(key)
             if saved is None:
                 unexpected.append(key)
             else:
                 loaded[saved] = tuple(shape)
         missing = sorted(
             k + ".weight" if k.endswith(".lora_magnitude_vector") else k  # the meta path names the model key
-            for k in self.expected
-            if k not in loaded and k not in self._aux
+            for k in expected
+            if k not in loaded and k not in self.aux
         )
-        mismatch = sorted((k, s, self.expected[k]) for k, s in loaded.items() if s != self.expected[k])
+        mismatch = sorted((k, s, expected[k]) for k, s in loaded.items() if s != expected[k])
         return KeyMatch(missing, sorted(unexpected), mismatch, len(loaded), converted)
 
 
 # --------------------------------------------------------------------------------------------- the adapter config
 
 
-def _strings(value: Any, name: str) -> list[str] | None:
+def _strings(value: object, name: str) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -129,7 +106,7 @@ def _strings(value: Any, name: str) -> list[str] | None:
     return value
 
 
-def _as_set_snapshot(value: Any) -> Any:
+def _as_set_snapshot(value: object) -> object:
     if isinstance(value, (set, frozenset, list, tuple)):
         value = sorted(value)
     elif isinstance(value, dict):
@@ -137,7 +114,9 @@ def _as_set_snapshot(value: Any) -> Any:
     return value or None
 
 
-def _snapshot(tm: Any, tp: Any, rank: dict[str, Any], alpha: dict[str, Any], mts: Any) -> dict[str, Any]:
+def _snapshot(
+    tm: object, tp: object, rank: Mapping[str, object], alpha: Mapping[str, object], mts: object
+) -> dict[str, object]:
     """The fields :func:`adapterdoc.ml.meta._snapshot` records, in its normal form."""
     return {
         "target_modules": _as_set_snapshot(tm),
@@ -171,8 +150,8 @@ def _minimal_targets(targets: set[str], others: set[str]) -> set[str]:
 
 
 def registry_adapter(
-    tree: Tree, acfg: AdapterConfig, shapes: Mapping[str, tuple[int, ...]] | None = None, base: Any = None
-) -> RegistryAdapterModel:
+    tree: Tree, acfg: AdapterConfig, shapes: Shapes | None = None, base: BaseSpec | None = None
+) -> ExpectedModel:
     """What PEFT creates for ``acfg`` on ``tree``; :class:`Unmodeled` when the registry cannot say exactly.
 
     ``shapes`` (the adapter's tensor names and shapes) lets the registry refuse adapters whose keys PEFT's loader
@@ -341,41 +320,41 @@ def registry_adapter(
                 f"adapter key `{key}` may name a base weight (PEFT's loader would compare it)"
             )
     after = _snapshot(tm, tp, rank_pattern, alpha_pattern, mts)
-    return RegistryAdapterModel(
+    return ExpectedModel(
         base=base,
         model_class=tree.model_class,
         model_type=tree.model_type,
-        base_modules=list(names),
+        base_modules=tuple(names),
         lora_capable_leaves=_leaf_kinds(tree),
         expected=expected,
-        injected_modules=sorted(set(injected)),
+        injected_modules=tuple(sorted(set(injected))),
         config_before=before,
         config_after=after,
+        matcher=RegistryMatch(tree, frozenset(aux), by_model),
         layout=tree.layout,
-        _aux=frozenset(aux),
-        _by_model_name=by_model,
-        _tree=tree,
+        source="registry",
     )
 
 
-def _refused(tree: Tree, base: Any, before: dict[str, Any], why: str) -> RegistryAdapterModel:
+def _refused(tree: Tree, base: BaseSpec | None, before: dict[str, object], why: str) -> ExpectedModel:
     """PEFT raises on injection (the meta path's ``inject_error``): nothing is expected, every key unexpected."""
-    return RegistryAdapterModel(
+    return ExpectedModel(
         base=base,
         model_class=tree.model_class,
         model_type=tree.model_type,
-        base_modules=tree.names,
+        base_modules=tuple(tree.names),
         lora_capable_leaves=_leaf_kinds(tree),
         expected={},
-        injected_modules=[],
+        injected_modules=(),
         config_before=before,
         config_after=before,
         layout=tree.layout,
         inject_error=why,
+        source="registry",
     )
 
 
-def _modules_to_save(tree: Tree, mts: list[str] | None, nodes: dict[str, Any]) -> list[str]:
+def _modules_to_save(tree: Tree, mts: list[str] | None, nodes: Mapping[str, Node]) -> list[str]:
     """Modules PEFT copies for ``modules_to_save`` (``name.endswith(entry)``), where the registry can say exactly."""
     out: list[str] = []
     for entry in mts or ():
@@ -428,4 +407,4 @@ def _leaf_kinds(tree: Tree) -> dict[str, bool]:
     return leaves
 
 
-__all__ = ["RegistryAdapterModel", "Unmodeled", "build_tree", "registry_adapter"]
+__all__ = ["RegistryMatch", "Unmodeled", "build_tree", "registry_adapter"]

@@ -11,7 +11,6 @@ this module only decides what PEFT builds, so that the registry reaches the meta
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from adapterdoc.adapter.fields import LORA_CONFIG_FIELDS
 from adapterdoc.errors import ConfigError, UnsupportedInputError
@@ -78,14 +77,14 @@ class KeysUnmodeled(Unmodeled):
     refusal names the adapter."""
 
 
-def check_peft_type(raw: Mapping[str, Any], path: str | None) -> None:
+def check_peft_type(raw: Mapping[str, object], path: str | None) -> None:
     """Exit 3 for another ``peft_type``, with :func:`adapterdoc.ml.inject.lora_config_from_raw`'s words."""
     peft_type = str(raw.get("peft_type") or "LORA").upper()
     if peft_type != "LORA":
         raise UnsupportedInputError(path, f"peft_type {peft_type} is not LoRA; verify checks LoRA adapters")
 
 
-def _post_init_refusal(raw: Mapping[str, Any]) -> str | None:
+def _post_init_refusal(raw: Mapping[str, object]) -> str | None:
     """``LoraConfig.__post_init__``'s ValueError/TypeError messages (peft 0.21), for the fields modelled here."""
     tm, ltt, lp = raw.get("target_modules"), raw.get("layers_to_transform"), raw.get("layers_pattern")
     if isinstance(raw.get("target_parameters"), str):
@@ -108,7 +107,7 @@ def _post_init_refusal(raw: Mapping[str, Any]) -> str | None:
     return None
 
 
-def check_config(raw: Mapping[str, Any], path: str | None) -> None:
+def check_config(raw: Mapping[str, object], path: str | None) -> None:
     """The config as ``LoraConfig.from_pretrained`` takes it: exit 3 where PEFT refuses it (as the meta path's
     :class:`ConfigError`), :class:`AdapterUnmodeled` for a set field the registry does not model. Unknown
     fields are fine: PEFT drops them (AD110/AD111 say so)."""
@@ -133,7 +132,7 @@ def check_config(raw: Mapping[str, Any], path: str | None) -> None:
         raise AdapterUnmodeled(f"adapter config init_lora_weights {init!r} is validated by PEFT")
 
 
-def rank_error(value: Any) -> str | None:
+def rank_error(value: object) -> str | None:
     """What ``LoraLayer.update_layer`` raises for this rank (``None``: it builds the layer)."""
     if isinstance(value, int):  # bool too: PEFT compares and builds with it as it is
         if value <= 0:
@@ -144,14 +143,14 @@ def rank_error(value: Any) -> str | None:
     return f"'<=' not supported between instances of '{type(value).__name__}' and 'int'"
 
 
-def alpha_error(value: Any) -> str | None:
+def alpha_error(value: object) -> str | None:
     """What the scaling (``lora_alpha / r``) raises for this alpha (``None``: a number)."""
     if isinstance(value, (int, float)):
         return None
     return f"unsupported operand type(s) for /: '{type(value).__name__}' and 'int'"
 
 
-def layer_errors(raw: Mapping[str, Any]) -> str | None:
+def layer_errors(raw: Mapping[str, object]) -> str | None:
     """The errors PEFT raises for every layer it builds (dropout, the global rank and alpha, bias); checked only
     when some module is selected (else PEFT's "targets nothing" comes first)."""
     dropout = raw.get("lora_dropout", 0.0)

@@ -15,16 +15,22 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import TypeVar
 
 from adapterdoc.layouts.load_conversions import LOAD_RENAMES
 from adapterdoc.verify.expected_config import KeysUnmodeled
 
 ADAPTER = "default"
 
+S = TypeVar("S")
+"""What a key maps to (a shape, a tensor): carried through unchanged."""
+Row = tuple[str, re.Pattern[str], tuple[str, ...], Mapping[str, int], str | None, str | None]
+"""One compiled row of :data:`~adapterdoc.layouts.load_conversions.LOAD_RENAMES`: (kind, the source pattern,
+targets, groups, scope, base-model prefix)."""
+
 
 @cache
-def _compiled(model_type: str, model_class: str) -> tuple[str, tuple[Any, ...]] | None:
+def _compiled(model_type: str, model_class: str) -> tuple[str, tuple[Row, ...]] | None:
     entry = LOAD_RENAMES.get((model_type, model_class))
     if entry is None:
         return None
@@ -38,7 +44,7 @@ def has_renames(model_type: str, model_class: str) -> bool:
     return (model_type, model_class) in LOAD_RENAMES
 
 
-def _rename(row: tuple[Any, ...], key: str) -> tuple[str, bool]:
+def _rename(row: Row, key: str) -> tuple[str, bool]:
     """``WeightTransform.rename_source_key``: (the renamed key, whether the transform matched)."""
     _, rx, targets, groups, scope, bmp = row
     to_match, prefix = key, None
@@ -76,7 +82,7 @@ def _serialized(key: str) -> str:
     return key
 
 
-def load_rename(model_type: str, model_class: str, shapes: Mapping[str, Any]) -> dict[str, Any]:
+def load_rename(model_type: str, model_class: str, shapes: Mapping[str, S]) -> dict[str, S]:
     """``shapes`` with its keys as PEFT's loader names them before matching (unchanged where the model type has
     no conversion); keys a converter takes keep their renamed-only names for the expert conversion."""
     compiled = _compiled(model_type, model_class)
@@ -85,7 +91,7 @@ def load_rename(model_type: str, model_class: str, shapes: Mapping[str, Any]) ->
     base_prefix, rows = compiled
     renamings = [r for r in rows if r[0] == "rename"]
     converters = [r for r in rows if r[0] == "convert"]
-    out: dict[str, Any] = {k: v for k, v in shapes.items() if ".lora_" not in k}
+    out: dict[str, S] = {k: v for k, v in shapes.items() if ".lora_" not in k}
     taken: dict[str, str] = {}
     for original in sorted((k for k in shapes if ".lora_" in k), key=_natural):
         renamed = original
@@ -110,7 +116,7 @@ def _rreplace(key: str) -> str:
     return "".join(key.rsplit(f".{ADAPTER}", 1))
 
 
-def _prefix_fix(key: str, prefix: str, shapes: Mapping[str, Any]) -> str:
+def _prefix_fix(key: str, prefix: str, shapes: Mapping[str, object]) -> str:
     """``rename_source_key(key, [], [], prefix, adapter_state_dict)``: add or strip the base-model prefix."""
     if not prefix:
         return key
@@ -122,7 +128,7 @@ def _prefix_fix(key: str, prefix: str, shapes: Mapping[str, Any]) -> str:
     return key
 
 
-def _natural(key: str) -> list[Any]:
+def _natural(key: str) -> list[tuple[int, int | str]]:
     """transformers' ``dot_natural_key``: dotted parts, numbers as numbers."""
     return [(0, int(p)) if p.isdigit() else (1, p) for p in key.split(".")]
 

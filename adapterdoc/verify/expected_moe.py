@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from adapterdoc.adapter import WRAPPER, peft_selects
 from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Tree
@@ -33,6 +32,10 @@ _PER_EXPERT = re.compile(
     + re.escape(WRAPPER)
     + r"(?P<block>.+)\.experts\.(?P<e>\d+)\.(?P<leaf>[^.]+)\.(?P<ab>lora_[AB])\.weight$"
 )
+
+
+Targets = str | list[str] | set[str] | None
+"""``target_modules`` as PEFT reads it: a regex, names, or none."""
 
 
 def _param_keys(tree: Tree) -> list[tuple[str, str, bool]]:
@@ -49,7 +52,7 @@ def _param_keys(tree: Tree) -> list[tuple[str, str, bool]]:
     return out
 
 
-def _resolve(tree: Tree, tm: str, excl: Any, mts: Any) -> set[str]:
+def _resolve(tree: Tree, tm: str, excl: str | list[str] | None, mts: list[str] | None) -> set[str]:
     """``_resolve_string_target_modules`` on the tree."""
     conv = tree.peft_moe
     assert conv is not None
@@ -80,14 +83,14 @@ def _resolve(tree: Tree, tm: str, excl: Any, mts: Any) -> set[str]:
 
 def convert_config(
     tree: Tree,
-    tm: Any,
+    tm: Targets,
     tp: list[str] | None,
-    rank: dict[str, Any],
-    alpha: dict[str, Any],
-    raw: Mapping[str, Any],
-    excl: Any,
-    mts: Any,
-) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    rank: dict[str, object],
+    alpha: dict[str, object],
+    raw: Mapping[str, object],
+    excl: str | list[str] | None,
+    mts: list[str] | None,
+) -> tuple[Targets, list[str] | None, dict[str, object], dict[str, object]]:
     """(target_modules, target_parameters, rank_pattern, alpha_pattern) after PEFT's config rewrite."""
     conv = tree.peft_moe
     if conv is None:

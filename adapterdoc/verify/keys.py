@@ -3,25 +3,36 @@ explains a mismatch (:mod:`adapterdoc.layouts.moves`) and modules the config lea
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, parse_key
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.layouts.moves import best_move, candidate_moves
+from adapterdoc.ml.meta import ExpectedModel, KeyMatch
 from adapterdoc.report.findings import Finding, make
-from adapterdoc.report.verify_report import VerifyReport
+from adapterdoc.report.verify_report import VerifySubject
 from adapterdoc.verify.common import MAX_LISTED
 
 
-def key_findings(
-    spec: str,
+@dataclass(frozen=True)
+class KeyCheck:
+    """The key findings and the layout move that explains a mismatch (the report's ``move``), if one does."""
+
+    findings: tuple[Finding, ...]
+    move: Mapping[str, object] | None = None
+
+
+def check_keys(
+    subject: VerifySubject,
     ckpt: Checkpoint,
     keys: list[LoraKey],
-    meta: Any,
-    km: Any,
-    report: VerifyReport,
+    meta: ExpectedModel,
+    km: KeyMatch,
     acfg: AdapterConfig,
-) -> list[Finding]:
+) -> KeyCheck:
+    """The adapter's keys (matched: ``km``) against the expected model ``meta``."""
+    spec = subject.adapter
     out: list[Finding] = expert_key_findings(spec, ckpt, meta, km, acfg)
     if meta.inject_error:
         out.append(
@@ -31,9 +42,11 @@ def key_findings(
                 path=spec,
             )
         )
-        return out  # nothing is expected, so every key "mismatches": the refusal is the one finding
+        return KeyCheck(
+            tuple(out)
+        )  # nothing is expected, so every key "mismatches": the refusal is the one finding
     move = None
-    fix = getattr(meta, "fix", None)  # keys checked as an engine names them: its remap --for is the fix
+    fix = meta.fix  # keys checked as an engine names them: its remap --for is the fix
     if (km.unexpected or km.missing) and not fix:
         current = (len(km.unexpected), len(km.missing))
 
@@ -42,13 +55,12 @@ def key_findings(
             return len(m.unexpected), len(m.missing)
 
         names = list(ckpt.tensors)
-        preferred = [report.layout, *report.layout_candidates]
+        preferred = [subject.layout, *subject.layout_candidates]
         move = best_move(
             candidate_moves(preferred, keys), names, score, current, target=meta.layout, sources=preferred
         )
-    hint = fix or (move.command(spec, report.layout) if move else None)
+    hint = fix or (move.command(spec, subject.layout) if move else None)
     if move:
-        report.move = move.to_dict(spec, report.layout)
         n = len(km.unexpected) or len(km.missing)
         out.append(
             make(
@@ -94,10 +106,10 @@ def key_findings(
                 key=k,
             )
         )
-    return out
+    return KeyCheck(tuple(out), move.to_dict(spec, subject.layout) if move else None)
 
 
-def fused_base(meta: Any) -> bool:
+def fused_base(meta: ExpectedModel) -> bool:
     """Whether the base model (as PEFT builds it) holds fused 3-D experts (transformers 5): an ``experts`` module
     with no per-expert children."""
     mods = meta.base_modules
@@ -106,7 +118,7 @@ def fused_base(meta: Any) -> bool:
 
 
 def expert_key_findings(
-    spec: str, ckpt: Checkpoint, meta: Any, km: Any, acfg: AdapterConfig
+    spec: str, ckpt: Checkpoint, meta: ExpectedModel, km: KeyMatch, acfg: AdapterConfig
 ) -> list[Finding]:
     """What PEFT does with the adapter's expert layout on this base: AD241 as an error when one half of gate/up
     is targeted and the base fuses them (PEFT's conversion refuses it), AD243 when PEFT converts a per-expert
@@ -122,8 +134,8 @@ def expert_key_findings(
     if pic.one_sided and fused:
         out += [f for f in expert_findings(pic, spec, spec=spec, fused_base=True) if f.code == "AD241"]
     if km.converted and pic.layout == "per-expert" and _peft_fuses(meta):
-        after = meta.config_after.get("rank_pattern") or {}
-        ranks = ", ".join(f"{k}: {v}" for k, v in after.items())
+        after = meta.config_after.get("rank_pattern")
+        ranks = ", ".join(f"{k}: {v}" for k, v in after.items()) if isinstance(after, Mapping) else ""
         n = sum(1 for k in pic.routed for x in k.keys if x.role == "lora_A")
         out.append(
             make(
@@ -137,18 +149,21 @@ def expert_key_findings(
     return out
 
 
-def _peft_fuses(meta: Any) -> bool:
+def _peft_fuses(meta: ExpectedModel) -> bool:
     """Whether PEFT's injection rewrote the adapter config to fused ``target_parameters`` (its per-expert → fused
     conversion, which PEFT 0.21 has only for some model types: none for Qwen3.5-MoE, whose per-expert keys it then
     drops, AD221)."""
 
-    def fused(cfg: dict[str, Any]) -> bool:
-        return any(str(t).endswith("gate_up_proj") for t in cfg.get("target_parameters") or ())
+    def fused(cfg: Mapping[str, object]) -> bool:
+        targets = cfg.get("target_parameters")
+        return isinstance(targets, (list, tuple, set)) and any(
+            str(t).endswith("gate_up_proj") for t in targets
+        )
 
     return meta.inject_error is None and fused(meta.config_after) and not fused(meta.config_before)
 
 
-def _untargeted(spec: str, unexpected: list[str], meta: Any, acfg: AdapterConfig) -> list[Finding]:
+def _untargeted(spec: str, unexpected: list[str], meta: ExpectedModel, acfg: AdapterConfig) -> list[Finding]:
     """Unexpected keys on modules that exist in the base: the adapter's own config excludes them or does not
     target them, so PEFT never puts LoRA there."""
     modules = set(meta.base_modules)

@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.report.findings import Finding, make
-from adapterdoc.report.verify_report import VerifyReport
+
+if TYPE_CHECKING:
+    from adapterdoc.bases import BaseSpec
+    from adapterdoc.ml.build import BuiltAs
+    from adapterdoc.ml.load import LoadResult
 
 
-def load_findings(
-    spec: str, ckpt: Checkpoint, base: Any, report: VerifyReport, built_as: Any = None
-) -> list[Finding]:
+@dataclass(frozen=True)
+class LoadCheck:
+    """The real load's findings and its summary (the report's ``load``)."""
+
+    findings: tuple[Finding, ...]
+    load: Mapping[str, object]
+
+
+def check_load(spec: str, ckpt: Checkpoint, base: BaseSpec, built_as: BuiltAs | None = None) -> LoadCheck:
     from adapterdoc.ml.load import load_check
 
     res = load_check(base, ckpt, built_as)
-    report.load = res.to_dict()
+    return LoadCheck(tuple(_findings(spec, res)), res.to_dict())
+
+
+def _findings(spec: str, res: LoadResult) -> list[Finding]:
     out: list[Finding] = []
     if res.skipped:
         out.append(make("AD235", f"real load skipped: {res.skipped}", path=spec))

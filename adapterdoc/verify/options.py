@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from adapterdoc.engines import PROFILES, get_profile
 from adapterdoc.engines.base import Profile
@@ -15,7 +14,7 @@ SCAN_MODES = ("all", "lora-b", "nonzero")
 ``nonzero``: lora_B zeros only, each scan ending at its first non-zero element."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class VerifyOptions:
     profile: str = "peft"
     """A name in :data:`adapterdoc.engines.PROFILES`."""
@@ -37,12 +36,15 @@ class VerifyOptions:
     def __post_init__(self) -> None:
         running = get_profile(self.profile)
         if self.max_lora_rank is None:
-            self.max_lora_rank = getattr(running, "default_max_lora_rank", VLLM_DEFAULT_MAX_LORA_RANK)
+            # the profile's default, set once as the options are made
+            object.__setattr__(
+                self, "max_lora_rank", getattr(running, "default_max_lora_rank", VLLM_DEFAULT_MAX_LORA_RANK)
+            )
         rank = self.max_lora_rank
         if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
             raise ValueError(f"max_lora_rank must be a positive integer, got {rank!r}")
         if self.lora_target_modules is not None:
-            self.lora_target_modules = tuple(self.lora_target_modules)
+            object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))
         for p in PROFILES.values():
             p.check_options(self)
         if self.served_as not in (None, *SERVED_AS):
@@ -62,9 +64,9 @@ class VerifyOptions:
         """The :class:`~adapterdoc.engines.base.Profile` this run applies."""
         return get_profile(self.profile)
 
-    def profile_fields(self) -> dict[str, Any]:
+    def profile_fields(self) -> dict[str, object]:
         """The run-level JSON keys of every registered profile, filled in by the one that runs."""
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for p in PROFILES.values():
             for key, value in p.run_fields(self, active=p.name == self.profile).items():
                 if value is not None or key not in out:  # a key two profiles share: the running one's value

@@ -9,22 +9,22 @@ need it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
 from adapterdoc.errors import AdapterdocError, ConfigError, MissingExtraError
 from adapterdoc.facts import header_facts
 from adapterdoc.layouts import Detection
+from adapterdoc.ml.meta import ExpectedModel
 from adapterdoc.report.findings import Finding, make, sort_findings
-from adapterdoc.report.verify_report import OWN_BASE, VerifyReport, VerifyRun
+from adapterdoc.report.verify_report import OWN_BASE, VerifyReport, VerifyRun, VerifySubject, build_report
 from adapterdoc.verify.base import Base, built_as_finding, expected_model, keys_view
 from adapterdoc.verify.common import at, dedupe
-from adapterdoc.verify.config import adapter_config, config_findings, config_summary
-from adapterdoc.verify.keys import key_findings
-from adapterdoc.verify.load import load_findings
+from adapterdoc.verify.config import adapter_config, check_config
+from adapterdoc.verify.keys import check_keys
+from adapterdoc.verify.load import check_load
 from adapterdoc.verify.options import VerifyOptions
-from adapterdoc.verify.weights import weight_findings
+from adapterdoc.verify.weights import check_weights
 
 
 def verify(adapters: Iterable[str], base: str, options: VerifyOptions | None = None) -> VerifyRun:
@@ -58,11 +58,10 @@ def verify(adapters: Iterable[str], base: str, options: VerifyOptions | None = N
             raise
         except AdapterdocError as e:
             reports.append(VerifyReport(adapter=adapter, error=str(e)))
-    run = VerifyRun(base=base, options=options, adapters=reports, base_info=info)
-    for r in reports:
-        if r.base_layout:
-            run.base_info.setdefault("layout", r.base_layout)
-    return run
+    layout = next((r.base_layout for r in reports if r.base_layout), None)
+    if layout:
+        info["layout"] = layout
+    return VerifyRun(base=base, options=options, adapters=reports, base_info=info)
 
 
 def verify_own_bases(adapters: Iterable[str], options: VerifyOptions | None = None) -> VerifyRun:
@@ -118,8 +117,9 @@ class MissingWeightsError(AdapterdocError):
     """``--load`` on a base that has only a config."""
 
 
-def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
-    """Verify one adapter (``base`` is a resolved :class:`Base`)."""
+def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
+    """Verify one adapter (``base`` is a resolved :class:`Base`): each check returns its result, and the report is
+    built from them once, at the end."""
     from adapterdoc.formats.hooks import foreign
 
     other = foreign(spec)
@@ -128,48 +128,63 @@ def verify_one(spec: str, base: Any, options: VerifyOptions) -> VerifyReport:
 
         return verify_foreign(spec, *other, base, options, verify_one)
     ckpt = open_checkpoint(spec)
-    layout, dtypes, findings = _header(ckpt, spec)
-    report = VerifyReport(
-        adapter=spec,
-        path=ckpt.root,
-        layout=layout.name,
-        layout_candidates=list(layout.candidates),
-        dtypes=dtypes,
-    )
+    layout, dtypes, header = _header(ckpt, spec)
     keys = [parse_key(k) for k in ckpt.tensors]
 
     acfg, inferred = adapter_config(ckpt, keys)
-    if inferred:
-        findings.append(
-            make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)
-        )
     shapes = {k: tuple(t.shape) for k, t in ckpt.tensors.items()}
-    meta = expected_model(base, acfg, shapes, report, options.expected_keys == "auto")
-    report.base_layout = meta.layout
-    if getattr(meta, "built_as", None) is not None:
-        findings.append(built_as_finding(spec, meta.built_as))
+    expected = expected_model(base, acfg, shapes, ckpt.root or spec, options.expected_keys == "auto")
+    meta = expected.model
     kmeta = _keys_view(spec, meta, options)
-    if kmeta is not meta:
-        report.keys_against = kmeta.describe()
     km = kmeta.match(shapes)
-    report.missing, report.unexpected = km.missing, km.unexpected
-    report.shape_mismatch = [k for k, _, _ in km.shape_mismatch]
-    report.shape_details = [
-        {"key": k, "adapter": list(a), "expected": list(e)} for k, a, e in km.shape_mismatch
+    config = check_config(spec, acfg, meta, keys, inferred)
+    subject = VerifySubject(
+        adapter=spec,
+        path=ckpt.root,
+        layout=layout.name,
+        layout_candidates=tuple(layout.candidates),
+        config=config.summary,
+        keys_against=kmeta.keys_against,
+    )
+    key_check = check_keys(subject, ckpt, keys, kmeta, km, acfg)
+    weights = check_weights(spec, ckpt, keys, options.scan, options.max_inert_share)
+    profile = options.profile_rules.check(subject, keys, kmeta, options, acfg)
+    load = check_load(spec, ckpt, base.spec, meta.built_as) if options.load else None
+    findings = [
+        *header,
+        *(
+            [make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)]
+            if inferred
+            else []
+        ),
+        *([built_as_finding(spec, meta.built_as)] if meta.built_as is not None else []),
+        *key_check.findings,
+        *config.findings,
+        *weights.findings,
+        *profile.findings,
+        *(load.findings if load else ()),
     ]
-    report.config = config_summary(acfg, meta, inferred)
+    return build_report(
+        subject,
+        sort_findings(dedupe(findings)),
+        base_layout=meta.layout,
+        expected_keys_from=expected.source,
+        expected_keys_note=expected.note,
+        missing=km.missing,
+        unexpected=km.unexpected,
+        shape_mismatch=[k for k, _, _ in km.shape_mismatch],
+        shape_details=[{"key": k, "adapter": list(a), "expected": list(e)} for k, a, e in km.shape_mismatch],
+        lora_b=dict(weights.lora_b),
+        nonfinite=dict(weights.nonfinite),
+        dtypes=dtypes,
+        move=None if key_check.move is None else dict(key_check.move),
+        served_as=profile.served_as,
+        load=None if load is None else dict(load.load),
+        weights=None if weights.weights is None else dict(weights.weights),
+    )
 
-    findings += key_findings(spec, ckpt, keys, kmeta, km, report, acfg)
-    findings += config_findings(spec, acfg, meta, keys)
-    findings += weight_findings(spec, ckpt, keys, options.scan, report, options.max_inert_share)
-    findings += options.profile_rules.findings(spec, report, keys, kmeta, options, acfg)
-    if options.load:
-        findings += load_findings(spec, ckpt, base.spec, report, getattr(meta, "built_as", None))
-    report.findings = sort_findings(dedupe(findings))
-    return report
 
-
-def _keys_view(spec: str, meta: Any, options: VerifyOptions) -> Any:
+def _keys_view(spec: str, meta: ExpectedModel, options: VerifyOptions) -> ExpectedModel:
     """The expected model as the profile's engine names its keys (:meth:`Profile.keys_against`), with the
     ``remap --for`` fix for keys that are not so named; ``meta`` itself when the profile checks PEFT's own."""
     profile = options.profile_rules

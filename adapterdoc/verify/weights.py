@@ -4,27 +4,42 @@ the weights audit's inert-module findings and gate (:mod:`adapterdoc.audit`)."""
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import LoraKey
 from adapterdoc.checkpoint import Checkpoint, load_bin
 from adapterdoc.errors import MissingExtraError, UnsupportedInputError
 from adapterdoc.report.findings import Finding, make
-from adapterdoc.report.verify_report import VerifyReport
 from adapterdoc.verify.common import MAX_LISTED, at
 
+if TYPE_CHECKING:
+    from torch import Tensor
 
-def weight_findings(
-    spec: str,
-    ckpt: Checkpoint,
-    keys: list[LoraKey],
-    mode: str,
-    report: VerifyReport,
-    max_inert_share: float | None = None,
-) -> list[Finding]:
+    from adapterdoc.audit import Audit
+
+Scan = tuple[bool, int | None, int]
+"""(scanned, the first non-zero index or ``None``, the NaN/Inf count) of one tensor."""
+
+
+@dataclass(frozen=True)
+class WeightCheck:
+    """The weight findings and what the report says of the scans: ``lora_b`` (non-zero of total), ``nonfinite``
+    (tensor → NaN/Inf count) and the weights audit's summary when it ran."""
+
+    findings: tuple[Finding, ...]
+    lora_b: Mapping[str, int]
+    nonfinite: Mapping[str, int] = field(default_factory=dict)
+    weights: Mapping[str, object] | None = None
+
+
+def check_weights(
+    spec: str, ckpt: Checkpoint, keys: list[LoraKey], mode: str, max_inert_share: float | None = None
+) -> WeightCheck:
     b_keys = [k.key for k in keys if k.role in ("lora_B", "lora_embedding_B")]
     audit = _audit(spec, ckpt, mode, max_inert_share)
-    results: dict[str, tuple[bool, int | None, int]] = {}
+    results: dict[str, Scan] = {}
     if audit is not None:  # the audit decoded every LoRA factor once: reuse its zero and NaN/Inf counts
         wanted = set(b_keys) if mode == "lora-b" else None
         for name, t in audit.tensors.items():
@@ -39,18 +54,18 @@ def weight_findings(
     zero: list[str] = []
     nonzero = 0
     unscanned: list[str] = []
+    nonfinite: dict[str, int] = {}
     for name, (scanned, first, bad) in results.items():
         if not scanned:
             unscanned.append(name)
             continue
         if bad:
-            report.nonfinite[name] = bad
+            nonfinite[name] = bad
         if name in b_keys:
             if first is None:
                 zero.append(name)
             else:
                 nonzero += 1
-    report.lora_b = {"nonzero": nonzero, "total": len(b_keys)}
     if b_keys and not nonzero and not unscanned:
         out.append(
             make(
@@ -64,18 +79,19 @@ def weight_findings(
             out.append(
                 make("AD302", f"lora_B is all zero ({nonzero} of {len(b_keys)} are not)", path=spec, key=name)
             )
-    for name, bad in list(report.nonfinite.items())[:MAX_LISTED]:
+    for name, bad in list(nonfinite.items())[:MAX_LISTED]:
         dtype = ckpt.tensors[name].dtype
         out.append(make("AD303", f"{bad} NaN/Inf value(s) ({dtype})", path=spec, key=name))
     if unscanned:
         out.append(make("AD304", f"{len(unscanned)} tensor(s) not scanned", path=spec, key=unscanned[0]))
-    if audit is not None:
-        out += _audit_findings(spec, audit, max_inert_share, all_b_zero=any(f.code == "AD301" for f in out))
-        report.weights = audit.summary()
-    return out
+    lora_b = {"nonzero": nonzero, "total": len(b_keys)}
+    if audit is None:
+        return WeightCheck(tuple(out), lora_b, nonfinite)
+    out += _audit_findings(spec, audit, max_inert_share, all_b_zero=any(f.code == "AD301" for f in out))
+    return WeightCheck(tuple(out), lora_b, nonfinite, audit.summary())
 
 
-def _audit(spec: str, ckpt: Checkpoint, mode: str, max_inert_share: float | None) -> Any:
+def _audit(spec: str, ckpt: Checkpoint, mode: str, max_inert_share: float | None) -> Audit | None:
     """The weights audit of a safetensors adapter, unless the scan is the quick ``nonzero`` one (which stops at
     each lora_B's first non-zero element) and no inert-share gate asks for it; ``None`` without numpy then."""
     if ckpt.weights_format != "safetensors" or (mode == "nonzero" and max_inert_share is None):
@@ -90,7 +106,7 @@ def _audit(spec: str, ckpt: Checkpoint, mode: str, max_inert_share: float | None
         return None
 
 
-def _audit_findings(spec: str, audit: Any, limit: float | None, *, all_b_zero: bool) -> list[Finding]:
+def _audit_findings(spec: str, audit: Audit, limit: float | None, *, all_b_zero: bool) -> list[Finding]:
     """The audit's delta findings (AD310-AD312; AD310 only when AD301 has not said it already) and the gate."""
     keep = ("AD311", "AD312") if all_b_zero else ("AD310", "AD311", "AD312")
     out = [at(f, spec) for f in audit.findings if f.code in keep]
@@ -108,16 +124,14 @@ def _audit_findings(spec: str, audit: Any, limit: float | None, *, all_b_zero: b
     return out
 
 
-def _scan(
-    ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str
-) -> dict[str, tuple[bool, int | None, int]]:
+def _scan(ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str) -> dict[str, Scan]:
     """name → (scanned, first non-zero index or None, NaN/Inf count)."""
     if ckpt.weights_format == "bin":
         return _scan_bin(ckpt, b_keys, other, mode)
     from adapterdoc.st.tensors import scan_tensor
 
     headers = {h.path: h for h in ckpt.headers}
-    out: dict[str, tuple[bool, int | None, int]] = {}
+    out: dict[str, Scan] = {}
     finite = mode in ("all", "lora-b")
     for name in b_keys:
         s = scan_tensor(
@@ -130,41 +144,41 @@ def _scan(
     return out
 
 
-def _scan_bin(
-    ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str
-) -> dict[str, tuple[bool, int | None, int]]:
-    """The same scan of a ``.bin``'s tensors, read by the restricted unpickler (no torch)."""
+def _scan_bin(ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str) -> dict[str, Scan]:
+    """The same scan of a ``.bin``'s tensors, read by the restricted unpickler (no torch); a legacy (pre-zip)
+    pickle by torch, and not scanned without it."""
     from adapterdoc.st.pickled import LegacyFormatError, read_pickled
     from adapterdoc.st.tensors import scan_bytes
 
+    path = ckpt.weights_path or ckpt.root
+    finite = mode != "nonzero"
+    legacy = None
     try:
-        state = read_pickled(ckpt.weights_path or ckpt.root)
+        pickled = read_pickled(path)
     except LegacyFormatError:
-        return _scan_legacy_bin(ckpt, b_keys, other, mode)
-    out: dict[str, tuple[bool, int | None, int]] = {}
+        pickled = None
+        try:
+            legacy = load_bin(path)
+        except MissingExtraError:
+            return {n: (False, None, 0) for n in [*b_keys, *other]}
+    out: dict[str, Scan] = {}
     for name in [*b_keys, *other]:
-        t = state[name]
-        scanned, first, bad = scan_bytes(t.data, t.dtype, finite=mode != "nonzero")
+        if pickled is not None:
+            t = pickled[name]
+            scanned, first, bad = scan_bytes(t.data, t.dtype, finite=finite)
+        else:
+            scanned, first, bad = _scan_torch(legacy[name], zeros=name in b_keys, finite=finite)
         out[name] = (scanned, first if name in b_keys else None, bad)
     return out
 
 
-def _scan_legacy_bin(
-    ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str
-) -> dict[str, tuple[bool, int | None, int]]:
-    try:
-        state = load_bin(ckpt.weights_path or ckpt.root)
-    except MissingExtraError:
-        return {n: (False, None, 0) for n in [*b_keys, *other]}
+def _scan_torch(tensor: Tensor, *, zeros: bool, finite: bool) -> Scan:
     import torch
 
-    out: dict[str, tuple[bool, int | None, int]] = {}
-    for name in [*b_keys, *other]:
-        t = state[name].detach().reshape(-1)
-        first = None
-        if name in b_keys:
-            nz = torch.nonzero(t.ne(0))
-            first = int(nz[0]) if len(nz) else None
-        bad = int((~torch.isfinite(t)).sum()) if t.is_floating_point() and mode != "nonzero" else 0
-        out[name] = (True, first, bad)
-    return out
+    t = tensor.detach().reshape(-1)
+    first = None
+    if zeros:
+        nz = torch.nonzero(t.ne(0))
+        first = int(nz[0]) if len(nz) else None
+    bad = int((~torch.isfinite(t)).sum()) if t.is_floating_point() and finite else 0
+    return True, first, bad

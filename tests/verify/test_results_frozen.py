@@ -1,0 +1,119 @@
+"""Issue 28: verify's checks return frozen results and the report is built once; one expected-model type serves
+the registry and the meta-device paths (and an engine's view of either)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import adapterdoc
+from adapterdoc import engines, verify
+from adapterdoc.report.base import Report
+
+ROOT = Path(adapterdoc.__file__).parent
+NOT_FROZEN = (
+    set()
+    if Report.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    else {
+        # frozen as soon as their base, report.base.Report, is: a frozen dataclass cannot subclass a non-frozen one
+        "adapterdoc.report.verify_report.VerifyReport",
+        "adapterdoc.report.verify_report.VerifyRun",
+    }
+)
+
+
+def _modules() -> list[str]:
+    names = ["adapterdoc.ml.meta", "adapterdoc.report.verify_report"]
+    for pkg in (verify, engines):
+        names += [f"{pkg.__name__}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__)]
+    return names
+
+
+@pytest.mark.parametrize("name", _modules())
+def test_every_result_dataclass_is_frozen(name: str) -> None:
+    module = importlib.import_module(name)
+    own = [
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == name
+    ]
+    thawed = [
+        f"{name}.{c.__name__}"
+        for c in own
+        if not c.__dataclass_params__.frozen and f"{name}.{c.__name__}" not in NOT_FROZEN  # type: ignore[attr-defined]
+    ]
+    assert thawed == []
+
+
+def _attribute_writes(path: Path) -> list[str]:
+    """``x.field = ...``, ``x.field[k] = ...``, ``x.field += ...`` and ``x.field.append/extend/update(...)`` where
+    ``x`` is named like a report (``report``, ``run``, ``rep``, ``r``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {"report", "run", "rep", "r"}
+    out = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("append", "extend", "update", "setdefault")
+        ):
+            targets = [node.func.value]
+        for t in targets:
+            for el in t.elts if isinstance(t, ast.Tuple) else [t]:
+                el = el.value if isinstance(el, ast.Subscript) else el  # report.field[key] = ...
+                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id in names:
+                    out.append(f"{path.relative_to(ROOT)}:{el.lineno}")
+    return out
+
+
+def test_no_report_is_changed_after_it_is_made() -> None:
+    files = sorted((ROOT / "verify").glob("*.py")) + sorted((ROOT / "engines").glob("*.py"))
+    files.append(ROOT / "report" / "verify_report.py")
+    assert [w for f in files for w in _attribute_writes(f)] == []
+
+
+def test_the_registry_and_the_meta_device_give_one_type() -> None:
+    """The registry's answer is the same class as the meta device's, and an engine's view of it too; each is
+    frozen (a changed copy is ``dataclasses.replace``)."""
+    from adapterdoc.adapter import AdapterConfig
+    from adapterdoc.layouts import LAYOUTS
+    from adapterdoc.layouts.trees import build_tree
+    from adapterdoc.ml.meta import ExpectedModel
+    from adapterdoc.verify.base import keys_view
+    from adapterdoc.verify.expected import registry_adapter
+
+    lay = LAYOUTS["qwen3_5_vl"]
+    assert lay.tiny is not None  # the registry's reference config, as config.json would hold it (no torch)
+    tree = build_tree({**lay.tiny.kwargs(), "model_type": lay.model_type, "architectures": [lay.model_class]})
+    acfg = AdapterConfig({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["q_proj"]}, None)
+    meta = registry_adapter(tree, acfg)
+    view = keys_view(meta, "text", "adapterdoc remap A --for tgi --out DIR")
+    assert type(meta) is ExpectedModel and type(view) is ExpectedModel and view is not meta
+    assert meta.source == "registry" and view.fix and view.keys_against is not None
+    assert all(".language_model." not in k for k in view.expected) and any(
+        ".language_model." in k for k in meta.expected
+    )
+    km = view.match(dict(view.expected))
+    assert (km.missing, km.unexpected, km.shape_mismatch) == ([], [], [])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        meta.layout = "x"  # type: ignore[misc]
+
+
+def test_the_reports_are_frozen_exactly_when_their_base_is() -> None:
+    from adapterdoc.report.verify_report import VerifyReport, VerifyRun
+
+    frozen = Report.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert VerifyReport.__dataclass_params__.frozen is frozen  # type: ignore[attr-defined]
+    assert VerifyRun.__dataclass_params__.frozen is frozen  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="cannot inherit"):  # why they follow it (Python's dataclasses rule)
+        dataclasses.dataclass(frozen=not frozen)(type("Probe", (Report,), {"__annotations__": {}}))
