@@ -6,10 +6,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.train.records import write_json
+
+if TYPE_CHECKING:
+    import torch
+    from accelerate import Accelerator
+    from torch import nn
 
 CHECKPOINTS = "checkpoints"
 _STATE = "trainer_state.json"
@@ -62,7 +67,13 @@ def last_checkpoint(out: str) -> str | None:
 
 
 def save_checkpoint(
-    acc: Any, model: Any, optimizer: Any, out: str, state: dict[str, Any], *, sharded: bool = False
+    acc: Accelerator,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    out: str,
+    state: dict[str, object],
+    *,
+    sharded: bool = False,
 ) -> str:
     """The trainable tensors, the optimizer and the trainer state, each file atomic, the state last (main only).
     ``sharded`` (FSDP): every process gathers the tensors and the optimizer state whole, keyed by name."""
@@ -91,11 +102,14 @@ def save_checkpoint(
 
 
 def read_checkpoint_state(folder: str) -> dict[str, Any]:
+    """The trainer state :func:`save_checkpoint` wrote (our own JSON: ``step``, ``history``, the evaluations)."""
     with open(os.path.join(folder, _STATE), encoding="utf-8") as f:
         return json.load(f)
 
 
-def load_checkpoint(folder: str, model: Any, optimizer: Any, *, sharded: bool = False) -> None:
+def load_checkpoint(
+    folder: str, model: nn.Module, optimizer: torch.optim.Optimizer, *, sharded: bool = False
+) -> None:
     """The checkpoint's trainable tensors and optimizer state into ``model`` (unwrapped) and ``optimizer``."""
     import torch
     from safetensors.torch import load_file
