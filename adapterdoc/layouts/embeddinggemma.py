@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from adapterdoc.layouts.common import ATTN, HIDDEN, MLP, PLAIN_ACTIVATIONS, VOCAB
 from adapterdoc.layouts.registry import STRIP_LANGUAGE_MODEL, Layout, Rule, Tiny
@@ -142,7 +141,7 @@ def _text_model(t: Tree, f: Fields, p: str) -> None:
     t.linear(p + "embedding_projection", h, f.int("embedding_dim"))
 
 
-def _embeddinggemma2_text(raw: Mapping[str, Any]) -> Tree:
+def _embeddinggemma2_text(raw: Mapping[str, object]) -> Tree:
     """``EmbeddingGemma2TextModel`` (transformers 5.24, ``models/embedding_gemma2/modeling_embedding_gemma2.py``):
     no output embedding, nothing tied."""
     t = Tree("embeddinggemma2_text", "EmbeddingGemma2TextModel", "embedding_gemma2_text")
@@ -150,7 +149,7 @@ def _embeddinggemma2_text(raw: Mapping[str, Any]) -> Tree:
     return t
 
 
-def _embeddinggemma2(raw: Mapping[str, Any]) -> Tree:
+def _embeddinggemma2(raw: Mapping[str, object]) -> Tree:
     """``EmbeddingGemma2Model``: the text model as ``language_model``; the Gemma 4 vision and audio towers (built
     through ``AutoModel`` when their configs are set) are not modelled."""
     top = Fields(raw, "embedding_gemma2", _TOP, _TOP_INERT)
@@ -167,7 +166,7 @@ def _embeddinggemma2(raw: Mapping[str, Any]) -> Tree:
 # ------------------------------------------------------------------------------------- tiny configs
 
 
-def _gemma2_text() -> dict[str, Any]:
+def _gemma2_text() -> dict[str, object]:
     return dict(
         hidden_size=HIDDEN,
         intermediate_size=128,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -80,7 +79,7 @@ def _ministral3_text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     return decoder_stack(t, p, n, h, v, nh, nkv, hd, inter)
 
 
-def _ministral3(raw: Mapping[str, Any]) -> Tree:
+def _ministral3(raw: Mapping[str, object]) -> Tree:
     f = Fields(raw, "ministral3", _MINISTRAL3, _MINISTRAL3_INERT)
     t = Tree("ministral3_text", "Ministral3ForCausalLM", "ministral3")
     t.add("model")
@@ -111,7 +110,7 @@ def _pixtral(t: Tree, f: Fields, p: str) -> int:
     return d
 
 
-def _mistral3(raw: Mapping[str, Any]) -> Tree:
+def _mistral3(raw: Mapping[str, object]) -> Tree:
     top = Fields(raw, "mistral3", _MISTRAL3, _MISTRAL3_INERT)
     tf = Fields(
         sub_config(raw, "text_config", "ministral3", "mistral3"), "ministral3", _MINISTRAL3, _MINISTRAL3_INERT
@@ -148,7 +147,7 @@ def _mistral3(raw: Mapping[str, Any]) -> Tree:
 # ------------------------------------------------------------------------------------- tiny configs
 
 
-def _ministral_text() -> dict[str, Any]:
+def _ministral_text() -> dict[str, object]:
     return {
         **DECODER,
         "tie_word_embeddings": True,
@@ -166,7 +165,7 @@ def _ministral_text() -> dict[str, Any]:
     }
 
 
-def _tiny_pixtral() -> dict[str, Any]:
+def _tiny_pixtral() -> dict[str, object]:
     return dict(
         hidden_size=32,
         intermediate_size=64,

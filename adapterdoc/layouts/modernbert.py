@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from adapterdoc.layouts.common import HIDDEN, PLAIN_ACTIVATIONS, VOCAB
 from adapterdoc.layouts.registry import Layout, Rule, Tiny
@@ -110,14 +109,14 @@ def _modernbert_model(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     return h, v
 
 
-def _modernbert_tree(layout: str, cls: str, mlm: bool) -> Callable[[Mapping[str, Any]], Tree]:
+def _modernbert_tree(layout: str, cls: str, mlm: bool) -> Callable[[Mapping[str, object]], Tree]:
     """``ModernBertModel`` / ``ModernBertForMaskedLM`` (transformers 5.24,
     ``models/modernbert/modeling_modernbert.py``). The MLM class adds ``head`` (dense, act, norm) and ``decoder``,
     its output embedding (``get_output_embeddings``, left out of ``all-linear``), tied to
     ``model.embeddings.tok_embeddings`` when ``tie_word_embeddings`` (``_tied_weights_keys``). The bare encoder has
     no output embedding and nothing tied."""
 
-    def build(raw: Mapping[str, Any]) -> Tree:
+    def build(raw: Mapping[str, object]) -> Tree:
         f = Fields(raw, "modernbert", _MODERNBERT, _MODERNBERT_INERT)
         tie = f.flag("tie_word_embeddings")
         t = Tree(layout, cls, "modernbert")
@@ -142,7 +141,7 @@ def _modernbert_tree(layout: str, cls: str, mlm: bool) -> Callable[[Mapping[str,
 # ------------------------------------------------------------------------------------- tiny configs
 
 
-def _modernbert() -> dict[str, Any]:
+def _modernbert() -> dict[str, object]:
     return dict(
         hidden_size=HIDDEN,
         intermediate_size=128,

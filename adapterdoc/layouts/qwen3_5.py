@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -183,8 +182,8 @@ def _qwen35_vision(t: Tree, f: Fields, p: str) -> None:
     t.linear(m + ".linear_fc2", d * s * s, out, True)
 
 
-def _qwen35_causal(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[str, Any]], Tree]:
-    def build(raw: Mapping[str, Any]) -> Tree:
+def _qwen35_causal(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[str, object]], Tree]:
+    def build(raw: Mapping[str, object]) -> Tree:
         f = Fields(
             raw,
             mt,
@@ -198,10 +197,10 @@ def _qwen35_causal(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mappi
     return build
 
 
-def _qwen35_vl(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[str, Any]], Tree]:
+def _qwen35_vl(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[str, object]], Tree]:
     text_mt, vision_mt = (f"{mt}_text", f"{mt}_vision")
 
-    def build(raw: Mapping[str, Any]) -> Tree:
+    def build(raw: Mapping[str, object]) -> Tree:
         top = Fields(raw, mt, _QWEN35_VL, _QWEN35_VL_INERT)
         tf = Fields(
             sub_config(raw, "text_config", text_mt, mt),
@@ -236,11 +235,11 @@ _QWEN35_MOE = dict(
 _QWEN_VISION = QWEN_VISION_TINY
 
 
-def _qwen3_5_text() -> dict[str, Any]:
+def _qwen3_5_text() -> dict[str, object]:
     return {**DECODER, **_QWEN35_LINEAR}
 
 
-def _qwen3_5_moe_text() -> dict[str, Any]:
+def _qwen3_5_moe_text() -> dict[str, object]:
     return {**DECODER, **_QWEN35_LINEAR, **_QWEN35_MOE}
 
 

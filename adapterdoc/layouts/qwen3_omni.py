@@ -4,7 +4,6 @@ thinker's text-only stand-in."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -200,7 +199,7 @@ def _moe_text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     return h, v
 
 
-def _moe_fields(raw: Mapping[str, Any], where: str, defaults: Mapping[str, Any]) -> Fields:
+def _moe_fields(raw: Mapping[str, object], where: str, defaults: Mapping[str, object]) -> Fields:
     if "num_local_experts" in raw:  # Qwen3MoeConfig maps num_experts to num_local_experts (what it saves)
         if "num_experts" in raw and raw["num_experts"] != raw["num_local_experts"]:
             raise Unmodeled(f"{where} `num_experts` and `num_local_experts` differ")
@@ -210,7 +209,7 @@ def _moe_fields(raw: Mapping[str, Any], where: str, defaults: Mapping[str, Any])
     return Fields(raw, where, defaults, _MOE_TEXT_INERT)
 
 
-def _qwen3_moe(raw: Mapping[str, Any]) -> Tree:
+def _qwen3_moe(raw: Mapping[str, object]) -> Tree:
     f = _moe_fields(raw, "qwen3_moe", _MOE_TEXT)
     t = Tree("qwen3_moe_text", "Qwen3MoeForCausalLM", "qwen3_moe", own={})
     t.add("model")
@@ -278,7 +277,7 @@ def _vision(t: Tree, f: Fields, p: str) -> None:
     _merger(t, p + ".merger", d, s, out)
 
 
-def _thinker(t: Tree, raw: Mapping[str, Any], p: str, where: str) -> bool:
+def _thinker(t: Tree, raw: Mapping[str, object], p: str, where: str) -> bool:
     """Qwen3OmniMoeThinkerForConditionalGeneration under ``p`` (``""`` or ``thinker.``); whether it ties."""
     top = Fields(raw, where, _THINKER, _THINKER_INERT)
     tf = _moe_fields(
@@ -305,7 +304,7 @@ def _thinker(t: Tree, raw: Mapping[str, Any], p: str, where: str) -> bool:
     return top.flag("tie_word_embeddings") or tf.flag("tie_word_embeddings")
 
 
-def _qwen3_omni_thinker(raw: Mapping[str, Any]) -> Tree:
+def _qwen3_omni_thinker(raw: Mapping[str, object]) -> Tree:
     t = Tree(
         "qwen3_omni_thinker", "Qwen3OmniMoeThinkerForConditionalGeneration", "qwen3_omni_moe_thinker", own={}
     )
@@ -314,7 +313,7 @@ def _qwen3_omni_thinker(raw: Mapping[str, Any]) -> Tree:
     return t
 
 
-def _qwen3_omni(raw: Mapping[str, Any]) -> Tree:
+def _qwen3_omni(raw: Mapping[str, object]) -> Tree:
     """The wrapper: its ``get_output_embeddings()`` is ``None``, so PEFT's ``all-linear`` keeps ``thinker.lm_head``."""
     f = Fields(raw, "qwen3_omni_moe", _OMNI, _OMNI_INERT)
     audio = f.flag("enable_audio_output")
@@ -333,7 +332,7 @@ def _qwen3_omni(raw: Mapping[str, Any]) -> Tree:
 # ------------------------------------------------------------------------------------- tiny configs
 
 
-def _omni_text() -> dict[str, Any]:
+def _omni_text() -> dict[str, object]:
     return {
         **DECODER,
         "num_experts": 4,
@@ -346,7 +345,7 @@ def _omni_text() -> dict[str, Any]:
     }
 
 
-def _omni_thinker() -> dict[str, Any]:
+def _omni_thinker() -> dict[str, object]:
     return dict(
         # Released Omni configs carry this; the thinker's 3-D position code reads it whenever an attention mask is given.
         vision_start_token_id=151652,

@@ -19,7 +19,6 @@ Not a family module of its own: :mod:`adapterdoc.layouts.qwen3_omni` calls :func
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
 
@@ -255,7 +254,7 @@ def _code_predictor(t: Tree, f: Fields, p: str) -> None:
         t.linear(f"{p}.lm_head.{j}", h, v)
 
 
-def talker(t: Tree, raw: Mapping[str, Any]) -> None:
+def talker(t: Tree, raw: Mapping[str, object]) -> None:
     """The wrapper's ``talker`` (Qwen3OmniMoeTalkerForConditionalGeneration)."""
     where = "qwen3_omni_moe talker_config"
     sub = sub_config(raw, "talker_config", "", "qwen3_omni_moe")
@@ -320,7 +319,7 @@ def _rates(f: Fields, key: str) -> list[int]:
     return v
 
 
-def code2wav(t: Tree, raw: Mapping[str, Any]) -> None:
+def code2wav(t: Tree, raw: Mapping[str, object]) -> None:
     """The wrapper's ``code2wav`` (Qwen3OmniMoeCode2Wav)."""
     f = Fields(
         sub_config(raw, "code2wav_config", "", "qwen3_omni_moe"),

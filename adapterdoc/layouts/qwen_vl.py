@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -117,7 +116,7 @@ top: ``tie_word_embeddings`` (a top-level field, which v5's tying reads) and ext
 _FLAT_INERT = frozenset({"vision_token_id", "head_dim"})
 
 
-def _split_flat(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _split_flat(raw: Mapping[str, object]) -> tuple[dict[str, object], dict[str, object]]:
     """A flat config's (top, text_config) as transformers 5.24 splits it."""
     top = {k: v for k, v in raw.items() if k not in _FLAT_TEXT and k != "text_config"}
     return top, {k: raw[k] for k in _FLAT_TEXT if k in raw}
@@ -184,7 +183,7 @@ def _text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     return decoder_stack(t, p, n, h, v, heads, nkv, hd, inter, qkv_bias=True)
 
 
-def _qwen2_5_vl_tree(raw: Mapping[str, Any]) -> Tree:
+def _qwen2_5_vl_tree(raw: Mapping[str, object]) -> Tree:
     """``Qwen2_5_VLForConditionalGeneration`` (transformers 5.24, ``models/qwen2_5_vl/modeling_qwen2_5_vl.py``),
     the class of both layouts: ``qwen_vl`` names its modules, ``qwen_vl_legacy`` is the pre-4.52 naming of adapter
     keys. transformers 5.24 registers no load-time conversion for ``qwen2_5_vl`` (``conversion_mapping``) and the
@@ -219,7 +218,7 @@ def _qwen2_5_vl_tree(raw: Mapping[str, Any]) -> Tree:
 # ------------------------------------------------------------------------------------- tiny configs
 
 
-def _qwen2_5_vl() -> dict[str, Any]:
+def _qwen2_5_vl() -> dict[str, object]:
     text = {**DECODER, "num_hidden_layers": 2}
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
     vision = dict(QWEN_VISION_TINY, fullatt_block_indexes=[0])

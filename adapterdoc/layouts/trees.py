@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.layouts.registry import LAYOUTS, LOAD_CONVERSIONS, PEFT_MOE, TREES, PeftMoeConversion
 
@@ -122,14 +121,14 @@ class Fields:
     """A config dict read against the fields the registry models: defaults filled in, unknown fields refused."""
 
     def __init__(
-        self, raw: Mapping[str, Any], where: str, defaults: Mapping[str, Any], inert: frozenset[str]
+        self, raw: Mapping[str, object], where: str, defaults: Mapping[str, object], inert: frozenset[str]
     ):
         unknown = sorted(k for k in raw if k not in defaults and k not in inert and k not in _GENERIC)
         if unknown:
             raise Unmodeled(f"{where} field(s) the registry does not model: {', '.join(unknown)}")
         self.raw, self.where, self.defaults = raw, where, defaults
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> object:
         v = self.raw.get(key, self.defaults.get(key))
         return self.defaults.get(key) if v is None and key in self.defaults else v
 
@@ -209,7 +208,7 @@ def vision_blocks(t: Tree, p: str, d: int, inter: int, depth: int, npos: int) ->
         t.add(b + ".mlp.act_fn")
 
 
-def sub_config(raw: Mapping[str, Any], key: str, model_type: str, where: str) -> Mapping[str, Any]:
+def sub_config(raw: Mapping[str, object], key: str, model_type: str, where: str) -> Mapping[str, object]:
     """The sub-config ``raw[key]`` (``text_config``, ...), which must be present and of ``model_type``."""
     sub = raw.get(key)
     if sub is None:
@@ -221,7 +220,7 @@ def sub_config(raw: Mapping[str, Any], key: str, model_type: str, where: str) ->
     return sub
 
 
-def model_class_name(raw: Mapping[str, Any]) -> str:
+def model_class_name(raw: Mapping[str, object]) -> str:
     """The class the meta-device path builds for this config: ``architectures[0]``, else the registry's class for
     the ``model_type`` (the first layout that names it, as :func:`adapterdoc.ml.meta.model_class_for` picks)."""
 
@@ -236,7 +235,7 @@ def model_class_name(raw: Mapping[str, Any]) -> str:
     raise Unmodeled(f"no registry layout has model_type {raw.get('model_type')!r}")
 
 
-def build_tree(raw: Mapping[str, Any]) -> Tree:
+def build_tree(raw: Mapping[str, object]) -> Tree:
     """The module tree of the model a ``config.json`` dict describes; :class:`Unmodeled` when the registry cannot
     describe it exactly."""
     mt = raw.get("model_type")
