@@ -110,13 +110,9 @@ def _text_model(t: Tree, f: Fields, p: str) -> None:
         raise Unmodeled(f"{f.where} `hidden_activation` {f['hidden_activation']!r} is not modelled")
     bias = f.flag("attention_bias")
     per_layer = _per_layer(f, n)
-    t.embedding(p + "embed_tokens", v, h)
-    t.input_embedding = p + "embed_tokens"
-    t.add(p + "layers")
-    for i, (hd, nkv) in enumerate(per_layer):
-        q = f"{p}layers.{i}"
+    t.embedding(p + "embed_tokens", v, h, inputs=True)
+    for q, (hd, nkv) in zip(t.layers(p + "layers", n), per_layer):
         a = q + ".self_attn"
-        t.add(q)
         t.add(a)
         t.linear(a + ".q_proj", h, heads * hd, bias)
         t.linear(a + ".k_proj", h, nkv * hd, bias)

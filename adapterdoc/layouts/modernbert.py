@@ -85,14 +85,10 @@ def _modernbert_model(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     abias, mbias = f.flag("attention_bias"), f.flag("mlp_bias")
     e = p + "embeddings"
     t.add(e)
-    t.embedding(e + ".tok_embeddings", v, h)
-    t.input_embedding = e + ".tok_embeddings"
+    t.embedding(e + ".tok_embeddings", v, h, inputs=True)
     t.add(e + ".norm")
     t.add(e + ".drop")
-    t.add(p + "layers")
-    for i in range(n):
-        q = f"{p}layers.{i}"
-        t.add(q)
+    for q in t.layers(p + "layers", n):
         t.add(q + ".attn_norm")
         t.add(q + ".attn")
         t.linear(q + ".attn.Wqkv", h, 3 * h, abias)

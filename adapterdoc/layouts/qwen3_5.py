@@ -20,7 +20,17 @@ from adapterdoc.layouts.common import (
     VL_LM,
 )
 from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Tiny
-from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config, vision_blocks
+from adapterdoc.layouts.trees import (
+    CONV,
+    EXPERTS,
+    Fields,
+    Tree,
+    Unmodeled,
+    mlp,
+    sub_config,
+    vision_blocks,
+    vision_sizes,
+)
 
 _DELTANET = ("in_proj_qkv", "in_proj_z", "out_proj")
 _EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
@@ -118,12 +128,8 @@ def _qwen35_text(t: Tree, f: Fields, p: str, moe: bool) -> tuple[int, int]:
     nv = f.int("linear_num_value_heads")
     vd = f.int("linear_value_head_dim") * nv
     types = _layer_types(f, n)
-    t.embedding(p + "embed_tokens", v, h)
-    t.input_embedding = p + "embed_tokens"
-    t.add(p + "layers")
-    for i, kind in enumerate(types):
-        q = f"{p}layers.{i}"
-        t.add(q)
+    t.embedding(p + "embed_tokens", v, h, inputs=True)
+    for q, kind in zip(t.layers(p + "layers", n), types):
         if kind == "linear_attention":
             a = q + ".linear_attn"
             t.add(a)
@@ -166,12 +172,7 @@ def _qwen35_text(t: Tree, f: Fields, p: str, moe: bool) -> tuple[int, int]:
 
 
 def _qwen35_vision(t: Tree, f: Fields, p: str) -> None:
-    d, inter, depth = f.int("hidden_size"), f.int("intermediate_size"), f.int("depth", 0)
-    f.int("num_heads")
-    f.int("in_channels")
-    f.int("patch_size")
-    f.int("temporal_patch_size")
-    s, out, npos = f.int("spatial_merge_size"), f.int("out_hidden_size"), f.int("num_position_embeddings")
+    d, inter, depth, s, out, npos = vision_sizes(f)
     t.add(p)
     vision_blocks(t, p, d, inter, depth, npos)
     m = p + ".merger"

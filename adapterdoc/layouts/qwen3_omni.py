@@ -28,7 +28,18 @@ from adapterdoc.layouts.registry import (
     Rule,
     Tiny,
 )
-from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config, vision_blocks
+from adapterdoc.layouts.trees import (
+    CONV,
+    EXPERTS,
+    Fields,
+    Tree,
+    Unmodeled,
+    mlp,
+    patch_merger,
+    sub_config,
+    vision_blocks,
+    vision_sizes,
+)
 
 # ------------------------------------------------------------------------------------- module trees
 # Read from transformers 5.24's qwen3_moe/modeling_qwen3_moe.py (Qwen3MoeForCausalLM: fused 3-D experts,
@@ -163,38 +174,28 @@ def _moe_text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     sparse = _moe_layers(f, n)
     if any(sparse):
         e, mi = f.int("num_experts"), f.int("moe_intermediate_size")
-    t.embedding(p + "embed_tokens", v, h)
-    t.input_embedding = p + "embed_tokens"
-    t.add(p + "layers")
-    for i in range(n):
-        q = f"{p}layers.{i}"
-        t.add(q)
+    t.embedding(p + "embed_tokens", v, h, inputs=True)
+    for q, is_sparse in zip(t.layers(p + "layers", n), sparse):
         a = q + ".self_attn"
         t.add(a)
         t.linear(a + ".q_proj", h, nh * hd, bias)
         t.linear(a + ".k_proj", h, nkv * hd, bias)
         t.linear(a + ".v_proj", h, nkv * hd, bias)
         t.linear(a + ".o_proj", nh * hd, h, bias)
-        t.add(a + ".q_norm")
-        t.own[a + ".q_norm"] = ("weight",)
-        t.add(a + ".k_norm")
-        t.own[a + ".k_norm"] = ("weight",)
+        t.norm(a + ".q_norm")
+        t.norm(a + ".k_norm")
         m = q + ".mlp"
-        if sparse[i]:
+        if is_sparse:
             t.add(m)
             t.add(m + ".experts", EXPERTS, (("gate_up_proj", (e, 2 * mi, h)), ("down_proj", (e, h, mi))))
             t.add(m + ".experts.act_fn")
-            t.add(m + ".gate")
+            t.norm(m + ".gate")
             t.other_params[m + ".gate"] = (("weight", (e, h)),)
-            t.own[m + ".gate"] = ("weight",)
         else:
             mlp(t, m, h, inter)
-        t.add(q + ".input_layernorm")
-        t.own[q + ".input_layernorm"] = ("weight",)
-        t.add(q + ".post_attention_layernorm")
-        t.own[q + ".post_attention_layernorm"] = ("weight",)
-    t.add(p + "norm")
-    t.own[p + "norm"] = ("weight",)
+        t.norm(q + ".input_layernorm")
+        t.norm(q + ".post_attention_layernorm")
+    t.norm(p + "norm")
     t.add(p + "rotary_emb")
     return h, v
 
@@ -224,57 +225,35 @@ def _audio(t: Tree, f: Fields, p: str) -> None:
     ds, mel, out = f.int("downsample_hidden_size"), f.int("num_mel_bins"), f.int("output_dim")
     t.add(p)
     t.add(p + ".positional_embedding")
-    t.add(p + ".layers")
-    for i in range(n):
-        b = f"{p}.layers.{i}"
-        t.add(b)
+    for b in t.layers(p + ".layers", n):
         t.add(b + ".self_attn")
         for leaf in ("k_proj", "v_proj", "q_proj", "out_proj"):
             t.linear(f"{b}.self_attn.{leaf}", d, d, True)
-        t.add(b + ".self_attn_layer_norm")
-        t.own[b + ".self_attn_layer_norm"] = ("weight", "bias")
+        t.norm(b + ".self_attn_layer_norm", ("weight", "bias"))
         t.add(b + ".activation_fn")
         t.linear(b + ".fc1", d, ffn, True)
         t.linear(b + ".fc2", ffn, d, True)
-        t.add(b + ".final_layer_norm")
-        t.own[b + ".final_layer_norm"] = ("weight", "bias")
-    t.add(p + ".ln_post")
-    t.own[p + ".ln_post"] = ("weight", "bias")
+        t.norm(b + ".final_layer_norm", ("weight", "bias"))
+    t.norm(p + ".ln_post", ("weight", "bias"))
     for c in ("conv2d1", "conv2d2", "conv2d3"):
-        t.add(f"{p}.{c}", CONV)
-        t.own[f"{p}.{c}"] = ("weight", "bias")
+        t.add(f"{p}.{c}", CONV, own=("weight", "bias"))
     t.linear(p + ".conv_out", ds * ((((mel + 1) // 2 + 1) // 2 + 1) // 2), d)
     t.linear(p + ".proj1", d, d, True)
     t.add(p + ".act")
     t.linear(p + ".proj2", d, out, True)
 
 
-def _merger(t: Tree, m: str, d: int, s: int, out: int) -> None:
-    t.add(m)
-    t.add(m + ".ln_q")
-    t.own[m + ".ln_q"] = ("weight", "bias")
-    t.add(m + ".mlp")
-    t.linear(m + ".mlp.0", d * s * s, d * s * s, True)
-    t.add(m + ".mlp.1")
-    t.linear(m + ".mlp.2", d * s * s, out, True)
-
-
 def _vision(t: Tree, f: Fields, p: str) -> None:
-    d, inter, depth = f.int("hidden_size"), f.int("intermediate_size"), f.int("depth", 0)
-    f.int("num_heads")
-    f.int("in_channels")
-    f.int("patch_size")
-    f.int("temporal_patch_size")
-    s, out, npos = f.int("spatial_merge_size"), f.int("out_hidden_size"), f.int("num_position_embeddings")
+    d, inter, depth, s, out, npos = vision_sizes(f)
     deep = f["deepstack_visual_indexes"]
     if not isinstance(deep, list):
         raise Unmodeled(f"{f.where} `deepstack_visual_indexes` is not a list")
     t.add(p)
     t.add(p + ".merger_list")
     for i in range(len(deep)):
-        _merger(t, f"{p}.merger_list.{i}", d, s, out)
+        patch_merger(t, f"{p}.merger_list.{i}", d * s * s, out)
     vision_blocks(t, p, d, inter, depth, npos)
-    _merger(t, p + ".merger", d, s, out)
+    patch_merger(t, p + ".merger", d * s * s, out)
 
 
 def _thinker(t: Tree, raw: Mapping[str, object], p: str, where: str) -> bool:

@@ -16,7 +16,15 @@ from adapterdoc.layouts.common import (
     VL_DECODER,
 )
 from adapterdoc.layouts.registry import Layout, Rule, Tiny
-from adapterdoc.layouts.trees import CONV, Fields, Tree, Unmodeled, decoder_stack, sub_config
+from adapterdoc.layouts.trees import (
+    Fields,
+    Tree,
+    Unmodeled,
+    decoder_stack,
+    patch_merger,
+    sub_config,
+    vision_blocks,
+)
 
 # ------------------------------------------------------------------------------------- module trees
 
@@ -138,30 +146,8 @@ def _vision(t: Tree, f: Fields, p: str) -> None:
         f.int(key)
     _act(f)
     t.add(p)
-    t.add(p + ".patch_embed")
-    t.add(p + ".patch_embed.proj", CONV)
-    t.add(p + ".rotary_pos_emb")
-    t.add(p + ".blocks")
-    for i in range(depth):
-        b = f"{p}.blocks.{i}"
-        t.add(b)
-        t.add(b + ".norm1")
-        t.add(b + ".norm2")
-        t.add(b + ".attn")
-        t.linear(b + ".attn.qkv", d, 3 * d, True)
-        t.linear(b + ".attn.proj", d, d, True)
-        t.add(b + ".mlp")
-        t.linear(b + ".mlp.gate_proj", d, inter, True)
-        t.linear(b + ".mlp.up_proj", d, inter, True)
-        t.linear(b + ".mlp.down_proj", inter, d, True)
-        t.add(b + ".mlp.act_fn")
-    m, wide = p + ".merger", d * s * s
-    t.add(m)
-    t.add(m + ".ln_q")
-    t.add(m + ".mlp")
-    t.linear(m + ".mlp.0", wide, wide, True)
-    t.add(m + ".mlp.1")
-    t.linear(m + ".mlp.2", wide, out, True)
+    vision_blocks(t, p, d, inter, depth, None, gated=True)
+    patch_merger(t, p + ".merger", d * s * s, out)
 
 
 def _text(t: Tree, f: Fields, p: str) -> tuple[int, int]:

@@ -14,7 +14,7 @@ expected LoRA keys built on them equal PEFT's, over generated configs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from adapterdoc.layouts.registry import LAYOUTS, LOAD_CONVERSIONS, PEFT_MOE, TREES, PeftMoeConversion
@@ -64,8 +64,30 @@ class Tree:
     """The names of every ``other`` / ``conv`` module's own Parameters (norms, routers, convs), where the builder
     lists them all (``None``: not listed); PEFT's regex resolution for MoE rewrites reads parameter names."""
 
-    def add(self, name: str, kind: str = OTHER, params: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> None:
+    def add(
+        self,
+        name: str,
+        kind: str = OTHER,
+        params: tuple[tuple[str, tuple[int, ...]], ...] = (),
+        own: tuple[str, ...] = (),
+    ) -> None:
+        """One module; ``own``: the names of its own Parameters, listed in :attr:`own` where the tree lists them."""
         self.nodes.append(Node(name, kind, params))
+        if own and self.own is not None:
+            self.own[name] = own
+
+    def norm(self, name: str, params: tuple[str, ...] = ("weight",)) -> None:
+        """A norm (or another parameter-only module) whose own Parameters are ``params``."""
+        self.add(name, own=params)
+
+    def layers(self, path: str, n: int) -> Iterator[str]:
+        """The ``ModuleList`` at ``path`` and, one at a time, its ``n`` layers: each layer is added just before the
+        caller fills it in (``for q in t.layers(p + "layers", n): ...``)."""
+        self.add(path)
+        for i in range(n):
+            q = f"{path}.{i}"
+            self.add(q)
+            yield q
 
     def linear(self, name: str, fan_in: int, fan_out: int, bias: bool = False) -> None:
         params: tuple[tuple[str, tuple[int, ...]], ...] = (("weight", (fan_out, fan_in)),)
@@ -73,8 +95,11 @@ class Tree:
             params += (("bias", (fan_out,)),)
         self.add(name, LINEAR, params)
 
-    def embedding(self, name: str, num: int, dim: int) -> None:
+    def embedding(self, name: str, num: int, dim: int, *, inputs: bool = False) -> None:
+        """An ``nn.Embedding``; ``inputs``: the one ``get_input_embeddings()`` returns."""
         self.add(name, EMBEDDING, (("weight", (num, dim)),))
+        if inputs:
+            self.input_embedding = name
 
     def lm_head(self, hidden: int, vocab: int, *configs: Fields) -> Tree:
         """The causal-LM tail every decoder family ends with: ``lm_head`` (the output embedding, left out of
@@ -161,12 +186,8 @@ def decoder_stack(
     """The plain attention decoder most text models share, under the prefix ``p``: ``embed_tokens``, ``n`` layers of
     ``self_attn.{q,k,v,o}_proj`` (q/k/v with a bias where ``qkv_bias``), a gated MLP and two norms, then ``norm`` and
     ``rotary_emb``; returns ``(hidden, vocab)`` for :meth:`Tree.lm_head`."""
-    t.embedding(p + "embed_tokens", v, h)
-    t.input_embedding = p + "embed_tokens"
-    t.add(p + "layers")
-    for i in range(n):
-        q = f"{p}layers.{i}"
-        t.add(q)
+    t.embedding(p + "embed_tokens", v, h, inputs=True)
+    for q in t.layers(p + "layers", n):
         t.add(q + ".self_attn")
         t.linear(q + ".self_attn.q_proj", h, heads * hd, qkv_bias)
         t.linear(q + ".self_attn.k_proj", h, kv * hd, qkv_bias)
@@ -180,32 +201,60 @@ def decoder_stack(
     return h, v
 
 
-def vision_blocks(t: Tree, p: str, d: int, inter: int, depth: int, npos: int) -> None:
-    """The patch and position embeddings, rotary and ``blocks`` of a Qwen-VL-style vision tower under ``p``
-    (``attn.qkv`` / ``attn.proj``, ``mlp.linear_fc1`` / ``linear_fc2``: hidden ``d``, MLP ``inter``). Where the
-    tree lists other modules' own Parameters (:attr:`Tree.own`), the convolution's and the norms' are listed."""
-    own = t.own
+def vision_sizes(f: Fields) -> tuple[int, int, int, int, int, int]:
+    """A Qwen3.5-style vision config's sizes: (hidden, MLP, depth, spatial merge, output width, position
+    embeddings); the head count, channels and patch sizes are checked (no module's weight shape reads them)."""
+    d, inter, depth = f.int("hidden_size"), f.int("intermediate_size"), f.int("depth", 0)
+    for key in ("num_heads", "in_channels", "patch_size", "temporal_patch_size"):
+        f.int(key)
+    return (
+        d,
+        inter,
+        depth,
+        f.int("spatial_merge_size"),
+        f.int("out_hidden_size"),
+        f.int("num_position_embeddings"),
+    )
+
+
+def vision_blocks(
+    t: Tree, p: str, d: int, inter: int, depth: int, npos: int | None, *, gated: bool = False
+) -> None:
+    """The patch embedding (and, with ``npos``, the position embedding), rotary and ``blocks`` of a Qwen-VL-style
+    vision tower under ``p`` (``attn.qkv`` / ``attn.proj``; ``mlp.linear_fc1`` / ``linear_fc2``, or with ``gated``
+    ``mlp.{gate,up,down}_proj``, all with a bias: hidden ``d``, MLP ``inter``). Where the tree lists other modules'
+    own Parameters (:attr:`Tree.own`), the convolution's and the norms' are listed."""
     t.add(p + ".patch_embed")
-    t.add(p + ".patch_embed.proj", CONV)
-    if own is not None:
-        own[p + ".patch_embed.proj"] = ("weight", "bias")
-    t.embedding(p + ".pos_embed", npos, d)
+    t.add(p + ".patch_embed.proj", CONV, own=("weight", "bias"))
+    if npos is not None:
+        t.embedding(p + ".pos_embed", npos, d)
     t.add(p + ".rotary_pos_emb")
-    t.add(p + ".blocks")
-    for i in range(depth):
-        b = f"{p}.blocks.{i}"
-        t.add(b)
-        for norm in (b + ".norm1", b + ".norm2"):
-            t.add(norm)
-            if own is not None:
-                own[norm] = ("weight", "bias")
+    for b in t.layers(p + ".blocks", depth):
+        t.norm(b + ".norm1", ("weight", "bias"))
+        t.norm(b + ".norm2", ("weight", "bias"))
         t.add(b + ".attn")
         t.linear(b + ".attn.qkv", d, 3 * d, True)
         t.linear(b + ".attn.proj", d, d, True)
         t.add(b + ".mlp")
-        t.linear(b + ".mlp.linear_fc1", d, inter, True)
-        t.linear(b + ".mlp.linear_fc2", inter, d, True)
+        if gated:
+            t.linear(b + ".mlp.gate_proj", d, inter, True)
+            t.linear(b + ".mlp.up_proj", d, inter, True)
+            t.linear(b + ".mlp.down_proj", inter, d, True)
+        else:
+            t.linear(b + ".mlp.linear_fc1", d, inter, True)
+            t.linear(b + ".mlp.linear_fc2", inter, d, True)
         t.add(b + ".mlp.act_fn")
+
+
+def patch_merger(t: Tree, m: str, wide: int, out: int) -> None:
+    """A Qwen2.5-VL-style patch merger under ``m``: ``ln_q`` and ``mlp.0`` / ``mlp.2`` (``wide`` -> ``wide`` ->
+    ``out``, with a bias) around the activation ``mlp.1``."""
+    t.add(m)
+    t.norm(m + ".ln_q", ("weight", "bias"))
+    t.add(m + ".mlp")
+    t.linear(m + ".mlp.0", wide, wide, True)
+    t.add(m + ".mlp.1")
+    t.linear(m + ".mlp.2", wide, out, True)
 
 
 def sub_config(raw: Mapping[str, object], key: str, model_type: str, where: str) -> Mapping[str, object]:
@@ -263,7 +312,11 @@ __all__ = [
     "Tree",
     "Unmodeled",
     "build_tree",
+    "decoder_stack",
     "mlp",
     "model_class_name",
+    "patch_merger",
     "sub_config",
+    "vision_blocks",
+    "vision_sizes",
 ]
