@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -177,10 +178,11 @@ def _tiny_pixtral() -> dict[str, object]:
     )
 
 
+_MISTRAL3_LAYOUT = partial(Layout, family="mistral3", lora_leaves=ATTN + MLP, hint=r"(mi|mini)stral")
+
 ENTRIES: tuple[Layout, ...] = (
-    Layout(
+    _MISTRAL3_LAYOUT(
         name="mistral3_vl",
-        family="mistral3",
         model_class="Mistral3ForConditionalGeneration",
         model_module="transformers.models.mistral3.modeling_mistral3",
         counterpart_config="text_config",
@@ -192,11 +194,9 @@ ENTRIES: tuple[Layout, ...] = (
             (r"^model\.vision_tower\.", "Pixtral vision_tower modules"),
             (r"^model\.multi_modal_projector\.", "multi_modal_projector modules"),
         ),
-        lora_leaves=ATTN + MLP,
         towers=("vision_tower", "multi_modal_projector"),
         remaps={"ministral3_text": (STRIP_LANGUAGE_MODEL,)},
         text_counterpart="ministral3_text",
-        hint=r"(mi|mini)stral",
         tiny=Tiny(
             "Mistral3Config",
             lambda: dict(
@@ -207,18 +207,15 @@ ENTRIES: tuple[Layout, ...] = (
         tree=_mistral3,
         load_conversion=True,
     ),
-    Layout(
+    _MISTRAL3_LAYOUT(
         name="ministral3_text",
-        family="mistral3",
         model_class="Ministral3ForCausalLM",
         model_module="transformers.models.ministral3.modeling_ministral3",
         model_type="ministral3",
         description="Ministral 3 text-only class (model.layers.*); a generic decoder layout",
         requires=(TEXT_DECODER,),
         forbids=(LINEAR_ATTN, MOE, r"^visual\.", BERT_LEAF),
-        lora_leaves=ATTN + MLP,
         remaps={"mistral3_vl": (ADD_LANGUAGE_MODEL,)},
-        hint=r"(mi|mini)stral",
         tiny=Tiny("Ministral3Config", _ministral_text),
         tree=_ministral3,
     ),

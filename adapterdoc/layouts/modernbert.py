@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 
-from adapterdoc.layouts.common import HIDDEN, PLAIN_ACTIVATIONS, VOCAB
+from adapterdoc.layouts.common import PLAIN_ACTIVATIONS, tiny_decoder
 from adapterdoc.layouts.registry import Layout, Rule, Tiny
 from adapterdoc.layouts.trees import Fields, Tree, Unmodeled
 
@@ -137,57 +138,52 @@ def _modernbert_tree(layout: str, cls: str, mlm: bool) -> Callable[[Mapping[str,
 # ------------------------------------------------------------------------------------- tiny configs
 
 
+_TINY_TOKEN_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+"""The special tokens at their ids in the tiny tokenizer (:data:`adapterdoc.train.data.SPECIALS`: pad, bos, eos):
+``[CLS]`` is its ``<bos>``, ``[SEP]`` its ``<eos>``."""
+
+
 def _modernbert() -> dict[str, object]:
-    return dict(
-        hidden_size=HIDDEN,
-        intermediate_size=128,
+    return tiny_decoder(
+        drop=("num_key_value_heads", "head_dim", "tie_word_embeddings"),
         num_hidden_layers=2,
-        num_attention_heads=4,
-        vocab_size=VOCAB,
-        max_position_embeddings=512,
         global_attn_every_n_layers=2,
         local_attention=32,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        cls_token_id=1,
-        sep_token_id=2,
+        **_TINY_TOKEN_IDS,
     )
 
 
+_MODERNBERT_LAYOUT = partial(
+    Layout,
+    family="modernbert",
+    model_module="transformers.models.modernbert.modeling_modernbert",
+    model_type="modernbert",
+    lora_leaves=("Wqkv", "Wo", "Wi"),
+    is_encoder=True,
+    hint=r"modernbert",
+    tiny=Tiny("ModernBertConfig", _modernbert),
+)
+"""Both classes read one config and share the encoder's LoRA leaves."""
+
 ENTRIES: tuple[Layout, ...] = (
-    Layout(
+    _MODERNBERT_LAYOUT(
         name="modernbert_mlm",
-        family="modernbert",
         model_class="ModernBertForMaskedLM",
-        model_module="transformers.models.modernbert.modeling_modernbert",
-        model_type="modernbert",
         description="ModernBERT with the masked-LM head (model.layers.*.attn.Wqkv)",
         requires=(r"^model\.layers\.\d+\.(attn\.(Wqkv|Wo)|mlp\.(Wi|Wo))$",),
         signals=((r"^(head\.dense|decoder)$", "masked-LM head modules"),),
-        lora_leaves=("Wqkv", "Wo", "Wi"),
         remaps={"modernbert": (Rule(r"^model\.", ""),)},
         text_counterpart="modernbert",
-        is_encoder=True,
-        hint=r"modernbert",
-        tiny=Tiny("ModernBertConfig", _modernbert),
         counterpart_module="model",
         move_words={"modernbert": "MLM adapter on the bare encoder"},
         tree=_modernbert_tree("modernbert_mlm", "ModernBertForMaskedLM", mlm=True),
     ),
-    Layout(
+    _MODERNBERT_LAYOUT(
         name="modernbert",
-        family="modernbert",
         model_class="ModernBertModel",
-        model_module="transformers.models.modernbert.modeling_modernbert",
-        model_type="modernbert",
         description="ModernBERT encoder without a head (layers.*.attn.Wqkv)",
         requires=(r"^layers\.\d+\.(attn\.(Wqkv|Wo)|mlp\.(Wi|Wo))$",),
-        lora_leaves=("Wqkv", "Wo", "Wi"),
         remaps={"modernbert_mlm": (Rule(r"^(?=(?:layers|embeddings|final_norm)\.)", "model."),)},
-        is_encoder=True,
-        hint=r"modernbert",
-        tiny=Tiny("ModernBertConfig", _modernbert),
         move_words={"modernbert_mlm": "bare-encoder adapter on the MLM model"},
         tree=_modernbert_tree("modernbert", "ModernBertModel", mlm=False),
     ),

@@ -20,17 +20,8 @@ from adapterdoc.layouts.common import (
     VL_LM,
 )
 from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Tiny
-from adapterdoc.layouts.trees import (
-    CONV,
-    EXPERTS,
-    Fields,
-    Tree,
-    Unmodeled,
-    mlp,
-    sub_config,
-    vision_blocks,
-    vision_sizes,
-)
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.vision import vision_blocks, vision_sizes
 
 _DELTANET = ("in_proj_qkv", "in_proj_z", "out_proj")
 _EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
@@ -244,97 +235,79 @@ def _qwen3_5_moe_text() -> dict[str, object]:
     return {**DECODER, **_QWEN35_LINEAR, **_QWEN35_MOE}
 
 
-ENTRIES: tuple[Layout, ...] = (
-    Layout(
-        name="qwen3_5_vl",
-        family="qwen3_5",
-        model_class="Qwen3_5ForConditionalGeneration",
-        model_module="transformers.models.qwen3_5.modeling_qwen3_5",
-        counterpart_config="text_config",
-        model_type="qwen3_5",
-        description="Qwen3.5 / Qwen3.6 dense vision-language (model.language_model.*, model.visual)",
-        requires=(_VL_DECODER_OR_DELTANET,),
-        forbids=(MOE, r"^thinker\."),
-        signals=((r"\.linear_attn\.in_proj_qkv$", "Gated-DeltaNet in_proj_qkv (Qwen3.5 linear attention)"),),
+def _pair(moe: bool) -> tuple[Layout, Layout]:
+    """The VL class and the text-only class of Qwen3.5 dense (``moe`` false) or MoE: one family each, the same
+    LoRA leaves and the same moves between the two; the MoE pair adds the fused experts and the shared expert."""
+    fam = "qwen3_5_moe" if moe else "qwen3_5"
+    cls = "Qwen3_5Moe" if moe else "Qwen3_5"
+    vl, text = f"{fam}_vl", f"{fam}_text"
+    kind = "MoE" if moe else "dense"
+    shared = dict(
+        family=fam,
+        model_module=f"transformers.models.{fam}.modeling_{fam}",
         lora_leaves=ATTN + MLP + _DELTANET,
-        towers=("visual", "mtp"),
-        remaps={"qwen3_5_text": (STRIP_LANGUAGE_MODEL,)},
-        text_counterpart="qwen3_5_text",
-        hint=r"qwen3[._-]?[56]",
-        tiny=Tiny(
-            "Qwen3_5Config", lambda: dict(text_config=_qwen3_5_text(), vision_config=dict(_QWEN_VISION))
+        target_parameters=_EXPERTS if moe else (),
+        hint=r"qwen3[._-]?[56].*(a\d+b|moe)" if moe else r"qwen3[._-]?[56]",
+    )
+    tiny_text = _qwen3_5_moe_text if moe else _qwen3_5_text
+    deltanet = "Gated-DeltaNet linear-attention modules"
+    shared_expert = (r"\.mlp\.shared_expert\.", "shared-expert MLP (Qwen3.5-MoE)")
+    return (
+        Layout(
+            name=vl,
+            model_class=f"{cls}ForConditionalGeneration",
+            counterpart_config="text_config",
+            model_type=fam,
+            description=(
+                "Qwen3.5 / Qwen3.6 MoE vision-language, fused experts (model.language_model.*)"
+                if moe
+                else "Qwen3.5 / Qwen3.6 dense vision-language (model.language_model.*, model.visual)"
+            ),
+            requires=(VL_LM, MOE, _QWEN35_MARK) if moe else (_VL_DECODER_OR_DELTANET,),
+            forbids=(r"^thinker\.",) if moe else (MOE, r"^thinker\."),
+            signals=(
+                (
+                    (LINEAR_ATTN, deltanet),
+                    shared_expert,
+                    (FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),
+                )
+                if moe
+                else (
+                    (r"\.linear_attn\.in_proj_qkv$", "Gated-DeltaNet in_proj_qkv (Qwen3.5 linear attention)"),
+                )
+            ),
+            experts=QWEN35_MOE_EXPERTS if moe else None,
+            towers=("visual", "mtp"),
+            remaps={text: (STRIP_LANGUAGE_MODEL,)},
+            text_counterpart=text,
+            tiny=Tiny(
+                f"{cls}Config", lambda: dict(text_config=tiny_text(), vision_config=dict(_QWEN_VISION))
+            ),
+            tree=_qwen35_vl(vl, f"{cls}ForConditionalGeneration", fam, moe=moe),
+            **shared,
         ),
-        tree=_qwen35_vl("qwen3_5_vl", "Qwen3_5ForConditionalGeneration", "qwen3_5", moe=False),
-    ),
-    Layout(
-        name="qwen3_5_text",
-        family="qwen3_5",
-        model_class="Qwen3_5ForCausalLM",
-        model_module="transformers.models.qwen3_5.modeling_qwen3_5",
-        model_type="qwen3_5_text",
-        description="Qwen3.5 dense, text-only class (model.layers.*)",
-        requires=(_TEXT_DECODER_OR_DELTANET,),
-        forbids=(MOE, BERT_LEAF),
-        signals=((LINEAR_ATTN, "Gated-DeltaNet linear-attention modules (Qwen3.5)"),),
-        lora_leaves=ATTN + MLP + _DELTANET,
-        towers=("mtp",),
-        remaps={"qwen3_5_vl": (ADD_LANGUAGE_MODEL,)},
-        hint=r"qwen3[._-]?[56]",
-        tiny=Tiny("Qwen3_5TextConfig", _qwen3_5_text),
-        tree=_qwen35_causal("qwen3_5_text", "Qwen3_5ForCausalLM", "qwen3_5_text", moe=False),
-        load_conversion=True,
-    ),
-    Layout(
-        name="qwen3_5_moe_vl",
-        family="qwen3_5_moe",
-        model_class="Qwen3_5MoeForConditionalGeneration",
-        model_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
-        counterpart_config="text_config",
-        model_type="qwen3_5_moe",
-        description="Qwen3.5 / Qwen3.6 MoE vision-language, fused experts (model.language_model.*)",
-        requires=(VL_LM, MOE, _QWEN35_MARK),
-        forbids=(r"^thinker\.",),
-        signals=(
-            (LINEAR_ATTN, "Gated-DeltaNet linear-attention modules"),
-            (r"\.mlp\.shared_expert\.", "shared-expert MLP (Qwen3.5-MoE)"),
-            (FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),
+        Layout(
+            name=text,
+            model_class=f"{cls}ForCausalLM",
+            model_type=text,
+            description=f"Qwen3.5 {kind}, text-only class (model.layers.*)",
+            requires=(TEXT_LM, MOE, _QWEN35_MARK) if moe else (_TEXT_DECODER_OR_DELTANET,),
+            forbids=() if moe else (MOE, BERT_LEAF),
+            signals=((LINEAR_ATTN, deltanet), shared_expert)
+            if moe
+            else ((LINEAR_ATTN, f"{deltanet} (Qwen3.5)"),),
+            experts=QWEN35_MOE_TEXT_EXPERTS if moe else None,
+            towers=("mtp",),
+            remaps={vl: (ADD_LANGUAGE_MODEL,)},
+            tiny=Tiny(f"{cls}TextConfig", tiny_text),
+            tree=_qwen35_causal(text, f"{cls}ForCausalLM", text, moe=moe),
+            load_conversion=True,
+            **shared,
         ),
-        lora_leaves=ATTN + MLP + _DELTANET,
-        target_parameters=_EXPERTS,
-        experts=QWEN35_MOE_EXPERTS,
-        towers=("visual", "mtp"),
-        remaps={"qwen3_5_moe_text": (STRIP_LANGUAGE_MODEL,)},
-        text_counterpart="qwen3_5_moe_text",
-        hint=r"qwen3[._-]?[56].*(a\d+b|moe)",
-        tiny=Tiny(
-            "Qwen3_5MoeConfig",
-            lambda: dict(text_config=_qwen3_5_moe_text(), vision_config=dict(_QWEN_VISION)),
-        ),
-        tree=_qwen35_vl("qwen3_5_moe_vl", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", moe=True),
-    ),
-    Layout(
-        name="qwen3_5_moe_text",
-        family="qwen3_5_moe",
-        model_class="Qwen3_5MoeForCausalLM",
-        model_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
-        model_type="qwen3_5_moe_text",
-        description="Qwen3.5 MoE, text-only class (model.layers.*)",
-        requires=(TEXT_LM, MOE, _QWEN35_MARK),
-        signals=(
-            (LINEAR_ATTN, "Gated-DeltaNet linear-attention modules"),
-            (r"\.mlp\.shared_expert\.", "shared-expert MLP (Qwen3.5-MoE)"),
-        ),
-        lora_leaves=ATTN + MLP + _DELTANET,
-        target_parameters=_EXPERTS,
-        experts=QWEN35_MOE_TEXT_EXPERTS,
-        towers=("mtp",),
-        remaps={"qwen3_5_moe_vl": (ADD_LANGUAGE_MODEL,)},
-        hint=r"qwen3[._-]?[56].*(a\d+b|moe)",
-        tiny=Tiny("Qwen3_5MoeTextConfig", _qwen3_5_moe_text),
-        tree=_qwen35_causal("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", moe=True),
-        load_conversion=True,
-    ),
-)
+    )
+
+
+ENTRIES: tuple[Layout, ...] = (*_pair(moe=False), *_pair(moe=True))
 
 SMOKE: tuple[str, ...] = ("qwen3_5_vl", "qwen3_5_moe_vl")
 """This family's layouts in ``train-smoke --layout all``, in run order."""

@@ -4,6 +4,7 @@ thinker's text-only stand-in."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -28,18 +29,8 @@ from adapterdoc.layouts.registry import (
     Rule,
     Tiny,
 )
-from adapterdoc.layouts.trees import (
-    CONV,
-    EXPERTS,
-    Fields,
-    Tree,
-    Unmodeled,
-    mlp,
-    patch_merger,
-    sub_config,
-    vision_blocks,
-    vision_sizes,
-)
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.vision import patch_merger, vision_blocks, vision_sizes
 
 # ------------------------------------------------------------------------------------- module trees
 # Read from transformers 5.24's qwen3_moe/modeling_qwen3_moe.py (Qwen3MoeForCausalLM: fused 3-D experts,
@@ -343,38 +334,44 @@ def _omni_thinker() -> dict[str, object]:
     )
 
 
+_OMNI_LAYOUT = partial(
+    Layout,
+    family="qwen3_omni",
+    lora_leaves=ATTN,
+    target_parameters=("gate_up_proj", "down_proj"),
+    hint=r"omni",
+    load_conversion=True,
+    peft_moe=QWEN2_MOE_CONVERSION,
+)
+"""What the family's three layouts share: attention LoRA leaves, the fused experts, PEFT's Qwen2-MoE rewrite and
+transformers' load-time renames."""
+_OMNI_MODULE = "transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe"
+
 ENTRIES: tuple[Layout, ...] = (
-    Layout(
+    _OMNI_LAYOUT(
         name="qwen3_omni",
-        family="qwen3_omni",
         model_class="Qwen3OmniMoeForConditionalGeneration",
-        model_module="transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe",
+        model_module=_OMNI_MODULE,
         counterpart_config="thinker_config",
         model_type="qwen3_omni_moe",
         description="Qwen3-Omni full wrapper (thinker.model.language_model.*; talker must never get LoRA)",
         requires=(r"^thinker\.model\.language_model\.layers\.\d+\.",),
         signals=((FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),),
-        lora_leaves=ATTN,
-        target_parameters=("gate_up_proj", "down_proj"),
         experts=OMNI_EXPERTS,
         towers=("audio_tower", "visual", "talker", "code2wav"),
         remaps={"qwen3_omni_thinker": (Rule(r"^thinker\.", ""),)},
         text_counterpart="qwen3_omni_thinker",
-        hint=r"omni",
         tiny=Tiny(
             "Qwen3OmniMoeConfig", lambda: dict(thinker_config=_omni_thinker(), enable_audio_output=False)
         ),
         forward_via="thinker",
         move_words={"qwen3_omni_thinker": "Omni full-wrapper adapter on the thinker"},
         tree=_qwen3_omni,
-        load_conversion=True,
-        peft_moe=QWEN2_MOE_CONVERSION,
     ),
-    Layout(
+    _OMNI_LAYOUT(
         name="qwen3_omni_thinker",
-        family="qwen3_omni",
         model_class="Qwen3OmniMoeThinkerForConditionalGeneration",
-        model_module="transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe",
+        model_module=_OMNI_MODULE,
         counterpart_config="text_config",
         model_type="qwen3_omni_moe_thinker",
         description="Qwen3-Omni thinker alone (model.language_model.*, audio and vision towers)",
@@ -383,8 +380,6 @@ ENTRIES: tuple[Layout, ...] = (
         signals=(
             (r"^model\.language_model\.layers\.\d+\.self_attn\.", "full attention only (no Gated DeltaNet)"),
         ),
-        lora_leaves=ATTN,
-        target_parameters=("gate_up_proj", "down_proj"),
         experts=OMNI_EXPERTS,
         towers=("audio_tower", "visual"),
         remaps={
@@ -392,31 +387,22 @@ ENTRIES: tuple[Layout, ...] = (
             "qwen3_moe_text": (STRIP_LANGUAGE_MODEL,),
         },
         text_counterpart="qwen3_moe_text",
-        hint=r"omni",
         tiny=Tiny("Qwen3OmniMoeThinkerConfig", _omni_thinker),
         move_words={"qwen3_omni": "thinker adapter on the Omni full wrapper"},
         tree=_qwen3_omni_thinker,
-        load_conversion=True,
-        peft_moe=QWEN2_MOE_CONVERSION,
     ),
-    Layout(
+    _OMNI_LAYOUT(
         name="qwen3_moe_text",
-        family="qwen3_omni",
         model_class="Qwen3MoeForCausalLM",
         model_module="transformers.models.qwen3_moe.modeling_qwen3_moe",
         model_type="qwen3_moe",
         description="Qwen3-MoE text class, the text stand-in for the Omni thinker (model.layers.*)",
         requires=(TEXT_LM, EXPERT_LORA),
         forbids=(LINEAR_ATTN, r"\.shared_expert\."),
-        lora_leaves=ATTN,
-        target_parameters=("gate_up_proj", "down_proj"),
         experts=QWEN_MOE_EXPERTS,
         remaps={"qwen3_omni_thinker": (ADD_LANGUAGE_MODEL,)},
-        hint=r"omni",
         tiny=Tiny("Qwen3MoeConfig", lambda: {**_omni_text(), "num_local_experts": 4}),
         tree=_qwen3_moe,
-        load_conversion=True,
-        peft_moe=QWEN2_MOE_CONVERSION,
     ),
 )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -16,15 +17,8 @@ from adapterdoc.layouts.common import (
     VL_DECODER,
 )
 from adapterdoc.layouts.registry import Layout, Rule, Tiny
-from adapterdoc.layouts.trees import (
-    Fields,
-    Tree,
-    Unmodeled,
-    decoder_stack,
-    patch_merger,
-    sub_config,
-    vision_blocks,
-)
+from adapterdoc.layouts.trees import Fields, Tree, Unmodeled, decoder_stack, sub_config
+from adapterdoc.layouts.vision import patch_merger, vision_blocks
 
 # ------------------------------------------------------------------------------------- module trees
 
@@ -211,53 +205,50 @@ def _qwen2_5_vl() -> dict[str, object]:
     return dict(text_config=text, vision_config=vision)
 
 
+_QWEN_VL_LAYOUT = partial(
+    Layout,
+    family="qwen_vl",
+    model_class="Qwen2_5_VLForConditionalGeneration",
+    model_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+    model_type="qwen2_5_vl",
+    lora_leaves=ATTN + MLP,
+    towers=("visual",),
+    hint=r"qwen[23](\.5)?-?vl",
+    tree=_qwen2_5_vl_tree,
+)
+"""Both namings are one class, one module tree and one family: only the module paths differ."""
+
 ENTRIES: tuple[Layout, ...] = (
-    Layout(
+    _QWEN_VL_LAYOUT(
         name="qwen_vl_legacy",
-        family="qwen_vl",
-        model_class="Qwen2_5_VLForConditionalGeneration",
-        model_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
-        model_type="qwen2_5_vl",
         description="Qwen2.5-VL / Qwen3-VL adapters from transformers < 4.52 (model.layers.*, top-level visual)",
         requires=(TEXT_LM, r"^visual\."),
-        lora_leaves=ATTN + MLP,
-        towers=("visual",),
         remaps={
             "qwen_vl": (
                 Rule(r"^model\.(?!language_model\.)", "model.language_model."),
                 Rule(r"^visual\.", "model.visual."),
             )
         },
-        hint=r"qwen[23](\.5)?-?vl",
         move_words={"qwen_vl": "pre-4.52 VL naming on a current VL base"},
-        tree=_qwen2_5_vl_tree,
         no_tiny=(
             "no model class: this layout exists only as adapter keys written with transformers < 4.52, which "
             "transformers 5 cannot build; the qwen_vl row's remap and roundtrip cells move adapters to it and back"
         ),
     ),
-    Layout(
+    _QWEN_VL_LAYOUT(
         name="qwen_vl",
-        family="qwen_vl",
-        model_class="Qwen2_5_VLForConditionalGeneration",
-        model_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
-        model_type="qwen2_5_vl",
         description="Qwen2.5-VL / Qwen3-VL adapters from transformers >= 4.52 (model.language_model.*, model.visual)",
         requires=(VL_DECODER,),
         forbids=(LINEAR_ATTN, MOE, r"^thinker\.", r"^model\.(vision_tower|multi_modal_projector)\."),
         signals=((r"^model\.visual\.", "Qwen-VL vision tower `model.visual` modules"),),
-        lora_leaves=ATTN + MLP,
-        towers=("visual",),
         remaps={
             "qwen_vl_legacy": (
                 Rule(r"^model\.language_model\.", "model."),
                 Rule(r"^model\.visual\.", "visual."),
             )
         },
-        hint=r"qwen[23](\.5)?-?vl",
         tiny=Tiny("Qwen2_5_VLConfig", _qwen2_5_vl),
         move_words={"qwen_vl_legacy": "current VL naming on a pre-4.52 VL base"},
-        tree=_qwen2_5_vl_tree,
     ),
 )
 
