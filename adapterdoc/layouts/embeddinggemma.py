@@ -7,7 +7,7 @@ from functools import partial
 
 from adapterdoc.layouts.common import ATTN, MLP, PLAIN_ACTIVATIONS, tiny_decoder
 from adapterdoc.layouts.registry import STRIP_LANGUAGE_MODEL, Layout, Rule, Tiny
-from adapterdoc.layouts.trees import Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.trees import Fields, Tree, Unmodeled, attention, mlp, sub_config
 
 # ------------------------------------------------------------------------------------- module trees
 
@@ -113,14 +113,7 @@ def _text_model(t: Tree, f: Fields, p: str) -> None:
     per_layer = _per_layer(f, n)
     t.embedding(p + "embed_tokens", v, h, inputs=True)
     for q, (hd, nkv) in zip(t.layers(p + "layers", n), per_layer):
-        a = q + ".self_attn"
-        t.add(a)
-        t.linear(a + ".q_proj", h, heads * hd, bias)
-        t.linear(a + ".k_proj", h, nkv * hd, bias)
-        t.linear(a + ".v_proj", h, nkv * hd, bias)
-        t.linear(a + ".o_proj", heads * hd, h, bias)
-        for norm in ("q_norm", "k_norm", "v_norm"):
-            t.add(f"{a}.{norm}")
+        attention(t, q + ".self_attn", h, heads, nkv, hd, bias, norms=("q_norm", "k_norm", "v_norm"))
         mlp(t, q + ".mlp", h, inter)
         for norm in ("input", "post_attention", "pre_feedforward", "post_feedforward"):
             t.add(f"{q}.{norm}_layernorm")

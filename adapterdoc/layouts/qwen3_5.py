@@ -20,7 +20,7 @@ from adapterdoc.layouts.common import (
     VL_LM,
 )
 from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Tiny
-from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, attention, mlp, sub_config
 from adapterdoc.layouts.vision import vision_blocks, vision_sizes
 
 _DELTANET = ("in_proj_qkv", "in_proj_z", "out_proj")
@@ -132,14 +132,7 @@ def _qwen35_text(t: Tree, f: Fields, p: str, moe: bool) -> tuple[int, int]:
             t.linear(a + ".in_proj_b", h, nv)
             t.linear(a + ".in_proj_a", h, nv)
         else:
-            a = q + ".self_attn"
-            t.add(a)
-            t.linear(a + ".q_proj", h, nh * hd * 2, bias)
-            t.linear(a + ".k_proj", h, nkv * hd, bias)
-            t.linear(a + ".v_proj", h, nkv * hd, bias)
-            t.linear(a + ".o_proj", nh * hd, h, bias)
-            t.add(a + ".q_norm")
-            t.add(a + ".k_norm")
+            attention(t, q + ".self_attn", h, nh, nkv, hd, bias, q_factor=2, norms=("q_norm", "k_norm"))
         m = q + ".mlp"
         t.add(m)
         if moe:

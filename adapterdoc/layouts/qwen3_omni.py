@@ -29,7 +29,7 @@ from adapterdoc.layouts.registry import (
     Rule,
     Tiny,
 )
-from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, attention, mlp, sub_config
 from adapterdoc.layouts.vision import patch_merger, vision_blocks, vision_sizes
 
 # ------------------------------------------------------------------------------------- module trees
@@ -167,14 +167,7 @@ def _moe_text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
         e, mi = f.int("num_experts"), f.int("moe_intermediate_size")
     t.embedding(p + "embed_tokens", v, h, inputs=True)
     for q, is_sparse in zip(t.layers(p + "layers", n), sparse):
-        a = q + ".self_attn"
-        t.add(a)
-        t.linear(a + ".q_proj", h, nh * hd, bias)
-        t.linear(a + ".k_proj", h, nkv * hd, bias)
-        t.linear(a + ".v_proj", h, nkv * hd, bias)
-        t.linear(a + ".o_proj", nh * hd, h, bias)
-        t.norm(a + ".q_norm")
-        t.norm(a + ".k_norm")
+        attention(t, q + ".self_attn", h, nh, nkv, hd, bias, norms=("q_norm", "k_norm"))
         m = q + ".mlp"
         if is_sparse:
             t.add(m)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, attention, mlp, sub_config
 
 _TALKER_TEXT = {
     "vocab_size": 3072,
@@ -146,15 +146,8 @@ def _head_dim(f: Fields, h: int, nh: int) -> int:
 
 
 def _attention(t: Tree, a: str, h: int, nh: int, nkv: int, hd: int, bias: bool, norms: bool) -> None:
-    t.add(a)
-    t.linear(a + ".q_proj", h, nh * hd, bias)
-    t.linear(a + ".k_proj", h, nkv * hd, bias)
-    t.linear(a + ".v_proj", h, nkv * hd, bias)
-    t.linear(a + ".o_proj", nh * hd, h, bias)
-    if norms:
-        t.norm(a + ".q_norm")
-        t.norm(a + ".k_norm")
-    else:  # nn.Identity
+    attention(t, a, h, nh, nkv, hd, bias, norms=("q_norm", "k_norm") if norms else ())
+    if not norms:  # nn.Identity
         t.add(a + ".q_norm")
         t.add(a + ".k_norm")
 

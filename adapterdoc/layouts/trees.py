@@ -180,6 +180,31 @@ def mlp(t: Tree, m: str, h: int, inter: int, own: bool = True, act: str = "act_f
     t.add(f"{m}.{act}")
 
 
+def attention(
+    t: Tree,
+    a: str,
+    h: int,
+    heads: int,
+    kv: int,
+    hd: int,
+    bias: bool = False,
+    *,
+    o_bias: bool | None = None,
+    q_factor: int = 1,
+    norms: tuple[str, ...] = (),
+) -> None:
+    """The attention module ``a`` with ``q_proj`` (``heads * hd * q_factor`` wide: 2 for a gated query),
+    ``k_proj`` / ``v_proj`` (``kv * hd``) and ``o_proj``, a bias where ``bias`` (on ``o_proj`` where ``o_bias``,
+    by default as the others), then the norms named in ``norms`` (``q_norm``, ...)."""
+    t.add(a)
+    t.linear(a + ".q_proj", h, heads * hd * q_factor, bias)
+    t.linear(a + ".k_proj", h, kv * hd, bias)
+    t.linear(a + ".v_proj", h, kv * hd, bias)
+    t.linear(a + ".o_proj", heads * hd, h, bias if o_bias is None else o_bias)
+    for norm in norms:
+        t.norm(f"{a}.{norm}")
+
+
 def decoder_stack(
     t: Tree, p: str, n: int, h: int, v: int, heads: int, kv: int, hd: int, inter: int, qkv_bias: bool = False
 ) -> tuple[int, int]:
@@ -188,11 +213,7 @@ def decoder_stack(
     ``rotary_emb``; returns ``(hidden, vocab)`` for :meth:`Tree.lm_head`."""
     t.embedding(p + "embed_tokens", v, h, inputs=True)
     for q in t.layers(p + "layers", n):
-        t.add(q + ".self_attn")
-        t.linear(q + ".self_attn.q_proj", h, heads * hd, qkv_bias)
-        t.linear(q + ".self_attn.k_proj", h, kv * hd, qkv_bias)
-        t.linear(q + ".self_attn.v_proj", h, kv * hd, qkv_bias)
-        t.linear(q + ".self_attn.o_proj", heads * hd, h)
+        attention(t, q + ".self_attn", h, heads, kv, hd, qkv_bias, o_bias=False)
         mlp(t, q + ".mlp", h, inter)
         t.add(q + ".input_layernorm")
         t.add(q + ".post_attention_layernorm")
@@ -255,6 +276,7 @@ __all__ = [
     "Node",
     "Tree",
     "Unmodeled",
+    "attention",
     "build_tree",
     "decoder_stack",
     "mlp",

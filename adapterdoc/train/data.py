@@ -115,13 +115,20 @@ def load_rows(path: DataSource = DEFAULT_DATA) -> list[Row]:
     return rows
 
 
-def _parse_row(path: str, n: int, line: str) -> Row:
+def json_object(path: str, where: str, line: str) -> dict[str, object]:
+    """One JSONL line (``where``: ``line N``) as a JSON object; a :class:`ConfigError` naming the file and line
+    when it is not JSON or not an object."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
-        raise ConfigError(path, f"line {n} is not JSON: {e.msg}") from e
+        raise ConfigError(path, f"{where} is not JSON: {e.msg}") from None
     if not isinstance(obj, dict):
-        raise ConfigError(path, f"line {n} is not a JSON object")
+        raise ConfigError(path, f"{where} is not a JSON object")
+    return obj
+
+
+def _parse_row(path: str, n: int, line: str) -> Row:
+    obj = json_object(path, f"line {n}", line)
     prompt, answer, split = obj.get("prompt"), obj.get("answer"), obj.get("split")
     if not isinstance(prompt, str) or not prompt:
         raise ConfigError(path, f"line {n}: `prompt` must be a non-empty string")

@@ -17,7 +17,6 @@ malformed line raises :class:`~adapterdoc.errors.ConfigError` naming the file an
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError, InputNotFoundError
-from adapterdoc.train.data import IGNORE, MASK_FRACTION, Example
+from adapterdoc.train.data import IGNORE, MASK_FRACTION, Example, json_object
 from adapterdoc.train.objectives import CAUSAL, MASKED, POOLED
 
 if TYPE_CHECKING:
@@ -72,12 +71,7 @@ def read_rows(path: str | os.PathLike[str]) -> list[UserRow]:
 
 def parse_row(path: str, n: int, line: str) -> UserRow:
     where = f"line {n}"
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ConfigError(path, f"{where} is not JSON: {e.msg}") from None
-    if not isinstance(obj, dict):
-        raise ConfigError(path, f"{where} is not a JSON object")
+    obj = json_object(path, where, line)
     if "messages" in obj:
         msgs = obj["messages"]
         if not isinstance(msgs, list) or not msgs:
