@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.train.records import write_json
@@ -15,6 +15,19 @@ if TYPE_CHECKING:
     import torch
     from accelerate import Accelerator
     from torch import nn
+
+
+class CheckpointState(TypedDict):
+    """``trainer_state.json``: where a run stood at a checkpoint (written by the loop, read back by ``--resume``)."""
+
+    step: int
+    history: list[dict[str, object]]
+    train_before: dict[str, float]
+    """The first evaluation (:class:`~adapterdoc.train.objectives.Metrics` as a dict)."""
+    val_before: dict[str, float] | None
+    settings: dict[str, object]
+    base: str
+
 
 CHECKPOINTS = "checkpoints"
 _STATE = "trainer_state.json"
@@ -71,7 +84,7 @@ def save_checkpoint(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     out: str,
-    state: dict[str, object],
+    state: CheckpointState,
     *,
     sharded: bool = False,
 ) -> str:
@@ -101,7 +114,7 @@ def save_checkpoint(
     return folder
 
 
-def read_checkpoint_state(folder: str) -> dict[str, Any]:
+def read_checkpoint_state(folder: str) -> CheckpointState:
     """The trainer state :func:`save_checkpoint` wrote (our own JSON: ``step``, ``history``, the evaluations)."""
     with open(os.path.join(folder, _STATE), encoding="utf-8") as f:
         return json.load(f)

@@ -108,7 +108,7 @@ class _Run:
     acc: Accelerator
     log: RunLog
     ckpt: str | None
-    resumed: dict[str, Any] | None
+    resumed: C.CheckpointState | None
     my_train_eval: list[D.Example]
     my_val: list[D.Example]
     t0: float
@@ -342,7 +342,7 @@ def _optimizer_step(
 
 def _save_checkpoint(r: _Run, optimizer: torch.optim.Optimizer, step: int) -> None:
     assert r.train_before is not None
-    state = {
+    state: C.CheckpointState = {
         "step": step,
         "history": r.history,
         "train_before": asdict(r.train_before),
@@ -372,7 +372,7 @@ def _finish(r: _Run) -> TrainResult:
     full_state = SH.full_trainable_state(unwrapped) if r.sharding else acc.get_state_dict(r.model)
     adapter_dir = os.path.join(r.out, "adapter")
     head_dir = os.path.join(r.out, "head") if objective == POOLED else None
-    saved: dict[str, Any] = {}
+    saved: dict[str, torch.Tensor] = {}
     if r.main:
         saved = save_outputs(plan, s, r.log, unwrapped, full_state, adapter_dir, head_dir)
         r.log("save_done", adapter_tensors=len(saved), replica_checksums=sums)
