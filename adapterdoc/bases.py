@@ -11,9 +11,12 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError, InputNotFoundError, UnsupportedInputError
+
+if TYPE_CHECKING:
+    from adapterdoc.layouts.trees import Tree
 
 REPO_PATTERN = r"[A-Za-z0-9][\w.-]*/[\w.-]+"
 """A Hub repo id, ``org/name``."""
@@ -125,7 +128,7 @@ def has_weights(folder: str) -> bool:
         return False
 
 
-def read_config_json(base: BaseSpec) -> dict[str, Any]:
+def read_config_json(base: BaseSpec) -> dict[str, object]:
     """The base's ``config.json`` as a dict, torch-free; refuses what no path can use (remote code, no type)."""
     assert base.config_path is not None
     try:
@@ -145,7 +148,7 @@ def read_config_json(base: BaseSpec) -> dict[str, Any]:
     return raw
 
 
-def registry_view(base: BaseSpec) -> tuple[Any, str | None, dict[str, Any] | None]:
+def registry_view(base: BaseSpec) -> tuple[Tree | None, str | None, dict[str, object] | None]:
     """(the registry's module tree or ``None``, why not, the raw config) for a resolved base, torch-free.
 
     Tiny bases are built by transformers, so they have no tree and no raw config."""

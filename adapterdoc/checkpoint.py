@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import ADAPTER_CONFIG, AdapterConfig
 from adapterdoc.bases import match_repo_id, resolve_cached_repo
@@ -20,6 +20,9 @@ from adapterdoc.errors import (
 )
 from adapterdoc.opened import ADAPTER_BIN, ADAPTER_WEIGHTS, Checkpoint, safe_shard_name
 from adapterdoc.st.header import Header, TensorInfo, read_header
+
+if TYPE_CHECKING:
+    import torch
 
 TORCH_TO_ST = {
     "torch.bool": "BOOL",
@@ -178,7 +181,7 @@ def _open_bin_file(path: str, spec: str, *, read: bool = True) -> Checkpoint:
     return ckpt
 
 
-def load_bin(path: str) -> dict[str, Any]:
+def load_bin(path: str) -> dict[str, torch.Tensor]:
     """Load a pickled state dict with ``torch.load(weights_only=True)``; nothing else is ever unpickled."""
     try:
         import torch

@@ -33,7 +33,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, parse_key
 from adapterdoc.layouts import EXPERT_SPELLINGS, Experts
@@ -162,7 +161,7 @@ class ExpertPicture:
             }
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "layout": self.layout,
             "experts": self.experts,
@@ -304,7 +303,7 @@ def _shared_parent(module: str) -> str:
     return module.rpartition(".")[0]
 
 
-def _natural(path: str) -> list[Any]:
+def _natural(path: str) -> list[int | str]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
 
 

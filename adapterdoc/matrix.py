@@ -15,9 +15,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import LAYOUTS
+
+if TYPE_CHECKING:
+    from adapterdoc.report.roundtrip_report import RoundtripReport
 
 OPERATIONS = ("train-smoke", "inspect", "remap", "verify", "merge", "roundtrip", "experts")
 SMOKE_STEPS = 4
@@ -60,7 +63,7 @@ class LayoutBench:
         self.work = work
         self.adapter: str | None = None
         self.smoke_error: str | None = None
-        self._rt: Any = None
+        self._rt: RoundtripReport | None = None
 
     def run(self, operation: str) -> Cell:
         reason = NOT_APPLICABLE.get((self.layout, operation))
@@ -149,7 +152,7 @@ class LayoutBench:
             result.ok and not result.unused
         ), f"{len(result.applied)} modules applied, {len(result.unused)} unused"
 
-    def _roundtrip_report(self) -> Any:
+    def _roundtrip_report(self) -> RoundtripReport:
         """``roundtrip`` on the adapter with ``tiny:LAYOUT``, run once for the roundtrip and experts cells."""
         from adapterdoc.roundtrip import roundtrip
 
@@ -236,4 +239,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__: list[Any] = ["OPERATIONS", "Cell", "cells_for", "render_markdown", "run_matrix"]
+__all__: list[str] = ["OPERATIONS", "Cell", "cells_for", "render_markdown", "run_matrix"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import ADAPTER_CONFIG, AdapterConfig
 from adapterdoc.bases import REPO_PATTERN
@@ -23,6 +23,9 @@ from adapterdoc.errors import (
 )
 from adapterdoc.opened import ADAPTER_WEIGHTS, Checkpoint, safe_shard_name
 from adapterdoc.st.header import MAX_HEADER_SIZE, Header, parse_header
+
+if TYPE_CHECKING:
+    import httpx2  # huggingface_hub's HTTP client (``get_session()``)
 
 SCHEME = "hf://"
 _SPEC = re.compile(rf"^hf://(?P<repo>{REPO_PATTERN})(?:@(?P<rev>[\w.-]+))?(?:/(?P<file>.+))?$")
@@ -47,7 +50,7 @@ class _Repo:
         rev = f"@{self.revision}" if self.revision else ""
         return f"hf://{self.repo}{rev}/{filename}"
 
-    def _get(self, filename: str, byte_range: str | None = None) -> Any:
+    def _get(self, filename: str, byte_range: str | None = None) -> httpx2.Response:
         from huggingface_hub import constants, get_session, hf_hub_url
         from huggingface_hub.utils import build_hf_headers
 
@@ -105,7 +108,7 @@ class _Repo:
         return parse_header(label, raw, size)
 
 
-def _total_size(response: Any, got: int, label: str) -> int:
+def _total_size(response: httpx2.Response, got: int, label: str) -> int:
     cr = response.headers.get("content-range")
     if cr and "/" in cr and cr.rsplit("/", 1)[1].strip().isdigit():
         return int(cr.rsplit("/", 1)[1])

@@ -3,8 +3,9 @@ their checks, and :class:`ConfigProblem` (a field PEFT would drop or misread).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import NoReturn
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -100,15 +101,15 @@ class ConfigProblem:
     hint: str | None = None
 
 
-def _is_rank(v: Any) -> bool:
+def _is_rank(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _json_type(v: Any) -> str:
+def _json_type(v: object) -> str:
     if isinstance(v, bool):
         return "a boolean"
     if isinstance(v, str):
@@ -122,11 +123,11 @@ def _json_type(v: Any) -> str:
     return "null"
 
 
-def _str_list(v: Any) -> bool:
+def _str_list(v: object) -> bool:
     return isinstance(v, list) and all(isinstance(e, str) for e in v)
 
 
-def _int_or_ints(v: Any) -> bool:
+def _int_or_ints(v: object) -> bool:
     return (type(v) is int and v >= 0) or (isinstance(v, list) and all(type(e) is int for e in v))
 
 
@@ -137,7 +138,7 @@ _FLAG_EFFECT = {
     "use_rslora": "scales by lora_alpha / sqrt(r) instead of lora_alpha / r",
     "lora_bias": "adds a bias to lora_B",
 }
-_TYPED_FIELDS: tuple[tuple[str, Any, str, str], ...] = (
+_TYPED_FIELDS: tuple[tuple[str, Callable[[object], bool], str, str], ...] = (
     (
         "bias",
         lambda v: v in ("none", "all", "lora_only"),
@@ -162,5 +163,5 @@ _TYPED_FIELDS: tuple[tuple[str, Any, str, str], ...] = (
 )
 
 
-def _no_constants(name: str) -> Any:
+def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"non-standard JSON constant {name}")

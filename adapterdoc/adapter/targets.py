@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Collection, Iterable
 
 
 def module_name_matches(pattern_key: str, module: str) -> bool:
@@ -18,11 +17,11 @@ def module_name_matches(pattern_key: str, module: str) -> bool:
 
 def peft_selects(
     module: str,
-    target_modules: Any,
-    exclude_modules: Any = None,
-    modules_to_save: Any = None,
-    layers_to_transform: Any = None,
-    layers_pattern: Any = None,
+    target_modules: str | Collection[str] | None,
+    exclude_modules: str | Collection[str] | None = None,
+    modules_to_save: Iterable[str] | None = None,
+    layers_to_transform: int | Collection[int] | None = None,
+    layers_pattern: str | Iterable[str] | None = None,
 ) -> bool:
     """PEFT's ``check_target_module_exists`` (peft.tuners.tuners_utils, 0.21) on one module name, torch-free.
 

@@ -59,6 +59,14 @@ DECODER = dict(
     max_position_embeddings=512,
     tie_word_embeddings=False,
 )
+
+
+def tiny_decoder(*, drop: tuple[str, ...] = (), **over: object) -> dict[str, object]:
+    """The tiny decoder's sizes (:data:`DECODER`) without the fields in ``drop``, with ``over`` changed or added
+    (in :data:`DECODER`'s order, then ``over``'s)."""
+    return {k: v for k, v in DECODER.items() if k not in drop} | over
+
+
 QWEN_VISION_DEFAULTS = {
     "depth": 27,
     "hidden_size": 1152,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from functools import partial
 
-from adapterdoc.layouts.common import ATTN, HIDDEN, MLP, PLAIN_ACTIVATIONS, VOCAB
+from adapterdoc.layouts.common import ATTN, MLP, PLAIN_ACTIVATIONS, tiny_decoder
 from adapterdoc.layouts.registry import STRIP_LANGUAGE_MODEL, Layout, Rule, Tiny
-from adapterdoc.layouts.trees import Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.trees import Fields, Tree, Unmodeled, attention, mlp, sub_config
 
 # ------------------------------------------------------------------------------------- module trees
 
@@ -111,20 +111,9 @@ def _text_model(t: Tree, f: Fields, p: str) -> None:
         raise Unmodeled(f"{f.where} `hidden_activation` {f['hidden_activation']!r} is not modelled")
     bias = f.flag("attention_bias")
     per_layer = _per_layer(f, n)
-    t.embedding(p + "embed_tokens", v, h)
-    t.input_embedding = p + "embed_tokens"
-    t.add(p + "layers")
-    for i, (hd, nkv) in enumerate(per_layer):
-        q = f"{p}layers.{i}"
-        a = q + ".self_attn"
-        t.add(q)
-        t.add(a)
-        t.linear(a + ".q_proj", h, heads * hd, bias)
-        t.linear(a + ".k_proj", h, nkv * hd, bias)
-        t.linear(a + ".v_proj", h, nkv * hd, bias)
-        t.linear(a + ".o_proj", heads * hd, h, bias)
-        for norm in ("q_norm", "k_norm", "v_norm"):
-            t.add(f"{a}.{norm}")
+    t.embedding(p + "embed_tokens", v, h, inputs=True)
+    for q, (hd, nkv) in zip(t.layers(p + "layers", n), per_layer):
+        attention(t, q + ".self_attn", h, heads, nkv, hd, bias, norms=("q_norm", "k_norm", "v_norm"))
         mlp(t, q + ".mlp", h, inter)
         for norm in ("input", "post_attention", "pre_feedforward", "post_feedforward"):
             t.add(f"{q}.{norm}_layernorm")
@@ -142,7 +131,7 @@ def _text_model(t: Tree, f: Fields, p: str) -> None:
     t.linear(p + "embedding_projection", h, f.int("embedding_dim"))
 
 
-def _embeddinggemma2_text(raw: Mapping[str, Any]) -> Tree:
+def _embeddinggemma2_text(raw: Mapping[str, object]) -> Tree:
     """``EmbeddingGemma2TextModel`` (transformers 5.24, ``models/embedding_gemma2/modeling_embedding_gemma2.py``):
     no output embedding, nothing tied."""
     t = Tree("embeddinggemma2_text", "EmbeddingGemma2TextModel", "embedding_gemma2_text")
@@ -150,7 +139,7 @@ def _embeddinggemma2_text(raw: Mapping[str, Any]) -> Tree:
     return t
 
 
-def _embeddinggemma2(raw: Mapping[str, Any]) -> Tree:
+def _embeddinggemma2(raw: Mapping[str, object]) -> Tree:
     """``EmbeddingGemma2Model``: the text model as ``language_model``; the Gemma 4 vision and audio towers (built
     through ``AutoModel`` when their configs are set) are not modelled."""
     top = Fields(raw, "embedding_gemma2", _TOP, _TOP_INERT)
@@ -167,59 +156,53 @@ def _embeddinggemma2(raw: Mapping[str, Any]) -> Tree:
 # ------------------------------------------------------------------------------------- tiny configs
 
 
-def _gemma2_text() -> dict[str, Any]:
-    return dict(
-        hidden_size=HIDDEN,
-        intermediate_size=128,
+_TINY_ATTENTION = dict(sliding_window=16, global_head_dim=16, num_global_key_value_heads=2)
+"""The sliding window, and the full-attention layer's own head size and key/value heads."""
+
+
+def _gemma2_text() -> dict[str, object]:
+    return tiny_decoder(
+        drop=("tie_word_embeddings",),
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        vocab_size=VOCAB,
-        max_position_embeddings=512,
         hidden_size_per_layer_input=16,
         embedding_dim=32,
-        sliding_window=16,
-        global_head_dim=16,
-        num_global_key_value_heads=2,
+        **_TINY_ATTENTION,
         layer_types=["sliding_attention", "full_attention"],
     )
 
 
+_GEMMA_LAYOUT = partial(
+    Layout,
+    family="embeddinggemma2",
+    model_module="transformers.models.embedding_gemma2.modeling_embedding_gemma2",
+    signals=((r"\.ple_block\.", "per-layer-embedding blocks"),),
+    lora_leaves=ATTN + MLP,
+    is_encoder=True,
+    hint=r"embedding-?gemma",
+)
+
 ENTRIES: tuple[Layout, ...] = (
-    Layout(
+    _GEMMA_LAYOUT(
         name="embeddinggemma2",
-        family="embeddinggemma2",
         model_class="EmbeddingGemma2Model",
-        model_module="transformers.models.embedding_gemma2.modeling_embedding_gemma2",
         counterpart_config="text_config",
         model_type="embedding_gemma2",
         description="EmbeddingGemma 2 multimodal embedding model (language_model.layers.*, no model. prefix)",
         requires=(r"^language_model\.layers\.\d+\.",),
-        signals=((r"\.ple_block\.", "per-layer-embedding blocks"),),
-        lora_leaves=ATTN + MLP,
         towers=("vision_tower", "audio_tower", "embed_vision", "embed_audio"),
         remaps={"embeddinggemma2_text": (STRIP_LANGUAGE_MODEL,)},
         text_counterpart="embeddinggemma2_text",
-        is_encoder=True,
-        hint=r"embedding-?gemma",
         tiny=Tiny("EmbeddingGemma2Config", lambda: dict(text_config=_gemma2_text())),
         tree=_embeddinggemma2,
     ),
-    Layout(
+    _GEMMA_LAYOUT(
         name="embeddinggemma2_text",
-        family="embeddinggemma2",
         model_class="EmbeddingGemma2TextModel",
-        model_module="transformers.models.embedding_gemma2.modeling_embedding_gemma2",
         model_type="embedding_gemma2_text",
         description="EmbeddingGemma 2 text tower alone (layers.*)",
         requires=(r"^layers\.\d+\.(self_attn|mlp)\.",),
         forbids=(r"\.(attn\.(Wqkv|Wo)|mlp\.(Wi|Wo))$",),
-        signals=((r"\.ple_block\.", "per-layer-embedding blocks"),),
-        lora_leaves=ATTN + MLP,
         remaps={"embeddinggemma2": (Rule(r"^(?!language_model\.)", "language_model."),)},
-        is_encoder=True,
-        hint=r"embedding-?gemma",
         tiny=Tiny("EmbeddingGemma2TextConfig", _gemma2_text),
         tree=_embeddinggemma2_text,
     ),

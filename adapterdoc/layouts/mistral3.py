@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from functools import partial
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -80,7 +80,7 @@ def _ministral3_text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     return decoder_stack(t, p, n, h, v, nh, nkv, hd, inter)
 
 
-def _ministral3(raw: Mapping[str, Any]) -> Tree:
+def _ministral3(raw: Mapping[str, object]) -> Tree:
     f = Fields(raw, "ministral3", _MINISTRAL3, _MINISTRAL3_INERT)
     t = Tree("ministral3_text", "Ministral3ForCausalLM", "ministral3")
     t.add("model")
@@ -111,7 +111,7 @@ def _pixtral(t: Tree, f: Fields, p: str) -> int:
     return d
 
 
-def _mistral3(raw: Mapping[str, Any]) -> Tree:
+def _mistral3(raw: Mapping[str, object]) -> Tree:
     top = Fields(raw, "mistral3", _MISTRAL3, _MISTRAL3_INERT)
     tf = Fields(
         sub_config(raw, "text_config", "ministral3", "mistral3"), "ministral3", _MINISTRAL3, _MINISTRAL3_INERT
@@ -148,7 +148,7 @@ def _mistral3(raw: Mapping[str, Any]) -> Tree:
 # ------------------------------------------------------------------------------------- tiny configs
 
 
-def _ministral_text() -> dict[str, Any]:
+def _ministral_text() -> dict[str, object]:
     return {
         **DECODER,
         "tie_word_embeddings": True,
@@ -166,7 +166,7 @@ def _ministral_text() -> dict[str, Any]:
     }
 
 
-def _tiny_pixtral() -> dict[str, Any]:
+def _tiny_pixtral() -> dict[str, object]:
     return dict(
         hidden_size=32,
         intermediate_size=64,
@@ -178,10 +178,11 @@ def _tiny_pixtral() -> dict[str, Any]:
     )
 
 
+_MISTRAL3_LAYOUT = partial(Layout, family="mistral3", lora_leaves=ATTN + MLP, hint=r"(mi|mini)stral")
+
 ENTRIES: tuple[Layout, ...] = (
-    Layout(
+    _MISTRAL3_LAYOUT(
         name="mistral3_vl",
-        family="mistral3",
         model_class="Mistral3ForConditionalGeneration",
         model_module="transformers.models.mistral3.modeling_mistral3",
         counterpart_config="text_config",
@@ -193,11 +194,9 @@ ENTRIES: tuple[Layout, ...] = (
             (r"^model\.vision_tower\.", "Pixtral vision_tower modules"),
             (r"^model\.multi_modal_projector\.", "multi_modal_projector modules"),
         ),
-        lora_leaves=ATTN + MLP,
         towers=("vision_tower", "multi_modal_projector"),
         remaps={"ministral3_text": (STRIP_LANGUAGE_MODEL,)},
         text_counterpart="ministral3_text",
-        hint=r"(mi|mini)stral",
         tiny=Tiny(
             "Mistral3Config",
             lambda: dict(
@@ -208,18 +207,15 @@ ENTRIES: tuple[Layout, ...] = (
         tree=_mistral3,
         load_conversion=True,
     ),
-    Layout(
+    _MISTRAL3_LAYOUT(
         name="ministral3_text",
-        family="mistral3",
         model_class="Ministral3ForCausalLM",
         model_module="transformers.models.ministral3.modeling_ministral3",
         model_type="ministral3",
         description="Ministral 3 text-only class (model.layers.*); a generic decoder layout",
         requires=(TEXT_DECODER,),
         forbids=(LINEAR_ATTN, MOE, r"^visual\.", BERT_LEAF),
-        lora_leaves=ATTN + MLP,
         remaps={"mistral3_vl": (ADD_LANGUAGE_MODEL,)},
-        hint=r"(mi|mini)stral",
         tiny=Tiny("Ministral3Config", _ministral_text),
         tree=_ministral3,
     ),

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from functools import partial
 
-from adapterdoc.layouts.common import HIDDEN, PLAIN_ACTIVATIONS, VOCAB
+from adapterdoc.layouts.common import PLAIN_ACTIVATIONS, tiny_decoder
 from adapterdoc.layouts.registry import Layout, Rule, Tiny
 from adapterdoc.layouts.trees import Fields, Tree, Unmodeled
 
@@ -86,14 +86,10 @@ def _modernbert_model(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     abias, mbias = f.flag("attention_bias"), f.flag("mlp_bias")
     e = p + "embeddings"
     t.add(e)
-    t.embedding(e + ".tok_embeddings", v, h)
-    t.input_embedding = e + ".tok_embeddings"
+    t.embedding(e + ".tok_embeddings", v, h, inputs=True)
     t.add(e + ".norm")
     t.add(e + ".drop")
-    t.add(p + "layers")
-    for i in range(n):
-        q = f"{p}layers.{i}"
-        t.add(q)
+    for q in t.layers(p + "layers", n):
         t.add(q + ".attn_norm")
         t.add(q + ".attn")
         t.linear(q + ".attn.Wqkv", h, 3 * h, abias)
@@ -110,14 +106,14 @@ def _modernbert_model(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     return h, v
 
 
-def _modernbert_tree(layout: str, cls: str, mlm: bool) -> Callable[[Mapping[str, Any]], Tree]:
+def _modernbert_tree(layout: str, cls: str, mlm: bool) -> Callable[[Mapping[str, object]], Tree]:
     """``ModernBertModel`` / ``ModernBertForMaskedLM`` (transformers 5.24,
     ``models/modernbert/modeling_modernbert.py``). The MLM class adds ``head`` (dense, act, norm) and ``decoder``,
     its output embedding (``get_output_embeddings``, left out of ``all-linear``), tied to
     ``model.embeddings.tok_embeddings`` when ``tie_word_embeddings`` (``_tied_weights_keys``). The bare encoder has
     no output embedding and nothing tied."""
 
-    def build(raw: Mapping[str, Any]) -> Tree:
+    def build(raw: Mapping[str, object]) -> Tree:
         f = Fields(raw, "modernbert", _MODERNBERT, _MODERNBERT_INERT)
         tie = f.flag("tie_word_embeddings")
         t = Tree(layout, cls, "modernbert")
@@ -142,57 +138,52 @@ def _modernbert_tree(layout: str, cls: str, mlm: bool) -> Callable[[Mapping[str,
 # ------------------------------------------------------------------------------------- tiny configs
 
 
-def _modernbert() -> dict[str, Any]:
-    return dict(
-        hidden_size=HIDDEN,
-        intermediate_size=128,
+_TINY_TOKEN_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+"""The special tokens at their ids in the tiny tokenizer (:data:`adapterdoc.train.data.SPECIALS`: pad, bos, eos):
+``[CLS]`` is its ``<bos>``, ``[SEP]`` its ``<eos>``."""
+
+
+def _modernbert() -> dict[str, object]:
+    return tiny_decoder(
+        drop=("num_key_value_heads", "head_dim", "tie_word_embeddings"),
         num_hidden_layers=2,
-        num_attention_heads=4,
-        vocab_size=VOCAB,
-        max_position_embeddings=512,
         global_attn_every_n_layers=2,
         local_attention=32,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        cls_token_id=1,
-        sep_token_id=2,
+        **_TINY_TOKEN_IDS,
     )
 
 
+_MODERNBERT_LAYOUT = partial(
+    Layout,
+    family="modernbert",
+    model_module="transformers.models.modernbert.modeling_modernbert",
+    model_type="modernbert",
+    lora_leaves=("Wqkv", "Wo", "Wi"),
+    is_encoder=True,
+    hint=r"modernbert",
+    tiny=Tiny("ModernBertConfig", _modernbert),
+)
+"""Both classes read one config and share the encoder's LoRA leaves."""
+
 ENTRIES: tuple[Layout, ...] = (
-    Layout(
+    _MODERNBERT_LAYOUT(
         name="modernbert_mlm",
-        family="modernbert",
         model_class="ModernBertForMaskedLM",
-        model_module="transformers.models.modernbert.modeling_modernbert",
-        model_type="modernbert",
         description="ModernBERT with the masked-LM head (model.layers.*.attn.Wqkv)",
         requires=(r"^model\.layers\.\d+\.(attn\.(Wqkv|Wo)|mlp\.(Wi|Wo))$",),
         signals=((r"^(head\.dense|decoder)$", "masked-LM head modules"),),
-        lora_leaves=("Wqkv", "Wo", "Wi"),
         remaps={"modernbert": (Rule(r"^model\.", ""),)},
         text_counterpart="modernbert",
-        is_encoder=True,
-        hint=r"modernbert",
-        tiny=Tiny("ModernBertConfig", _modernbert),
         counterpart_module="model",
         move_words={"modernbert": "MLM adapter on the bare encoder"},
         tree=_modernbert_tree("modernbert_mlm", "ModernBertForMaskedLM", mlm=True),
     ),
-    Layout(
+    _MODERNBERT_LAYOUT(
         name="modernbert",
-        family="modernbert",
         model_class="ModernBertModel",
-        model_module="transformers.models.modernbert.modeling_modernbert",
-        model_type="modernbert",
         description="ModernBERT encoder without a head (layers.*.attn.Wqkv)",
         requires=(r"^layers\.\d+\.(attn\.(Wqkv|Wo)|mlp\.(Wi|Wo))$",),
-        lora_leaves=("Wqkv", "Wo", "Wi"),
         remaps={"modernbert_mlm": (Rule(r"^(?=(?:layers|embeddings|final_norm)\.)", "model."),)},
-        is_encoder=True,
-        hint=r"modernbert",
-        tiny=Tiny("ModernBertConfig", _modernbert),
         move_words={"modernbert_mlm": "bare-encoder adapter on the MLM model"},
         tree=_modernbert_tree("modernbert", "ModernBertModel", mlm=False),
     ),

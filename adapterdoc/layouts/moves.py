@@ -9,7 +9,6 @@ import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from adapterdoc.adapter import WRAPPER, LoraKey, parse_key
 from adapterdoc.layouts.registry import LAYOUTS, STRIP_LANGUAGE_MODEL, Rule, remap_path, tower_segment
@@ -104,7 +103,7 @@ class Move:
         what = move_words(self.source or "", self.target or "")
         return f"{what} (adapter keys use {self.source} names, the base {self.target} names)"
 
-    def to_dict(self, spec: str, detected: str | None = None) -> dict[str, Any]:
+    def to_dict(self, spec: str, detected: str | None = None) -> dict[str, object]:
         return {
             "kind": self.kind,
             "from": self.source,

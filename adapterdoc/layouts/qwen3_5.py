@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -21,7 +20,8 @@ from adapterdoc.layouts.common import (
     VL_LM,
 )
 from adapterdoc.layouts.registry import ADD_LANGUAGE_MODEL, STRIP_LANGUAGE_MODEL, Layout, Tiny
-from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config, vision_blocks
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, attention, mlp, sub_config
+from adapterdoc.layouts.vision import vision_blocks, vision_sizes
 
 _DELTANET = ("in_proj_qkv", "in_proj_z", "out_proj")
 _EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
@@ -119,12 +119,8 @@ def _qwen35_text(t: Tree, f: Fields, p: str, moe: bool) -> tuple[int, int]:
     nv = f.int("linear_num_value_heads")
     vd = f.int("linear_value_head_dim") * nv
     types = _layer_types(f, n)
-    t.embedding(p + "embed_tokens", v, h)
-    t.input_embedding = p + "embed_tokens"
-    t.add(p + "layers")
-    for i, kind in enumerate(types):
-        q = f"{p}layers.{i}"
-        t.add(q)
+    t.embedding(p + "embed_tokens", v, h, inputs=True)
+    for q, kind in zip(t.layers(p + "layers", n), types):
         if kind == "linear_attention":
             a = q + ".linear_attn"
             t.add(a)
@@ -136,14 +132,7 @@ def _qwen35_text(t: Tree, f: Fields, p: str, moe: bool) -> tuple[int, int]:
             t.linear(a + ".in_proj_b", h, nv)
             t.linear(a + ".in_proj_a", h, nv)
         else:
-            a = q + ".self_attn"
-            t.add(a)
-            t.linear(a + ".q_proj", h, nh * hd * 2, bias)
-            t.linear(a + ".k_proj", h, nkv * hd, bias)
-            t.linear(a + ".v_proj", h, nkv * hd, bias)
-            t.linear(a + ".o_proj", nh * hd, h, bias)
-            t.add(a + ".q_norm")
-            t.add(a + ".k_norm")
+            attention(t, q + ".self_attn", h, nh, nkv, hd, bias, q_factor=2, norms=("q_norm", "k_norm"))
         m = q + ".mlp"
         t.add(m)
         if moe:
@@ -167,12 +156,7 @@ def _qwen35_text(t: Tree, f: Fields, p: str, moe: bool) -> tuple[int, int]:
 
 
 def _qwen35_vision(t: Tree, f: Fields, p: str) -> None:
-    d, inter, depth = f.int("hidden_size"), f.int("intermediate_size"), f.int("depth", 0)
-    f.int("num_heads")
-    f.int("in_channels")
-    f.int("patch_size")
-    f.int("temporal_patch_size")
-    s, out, npos = f.int("spatial_merge_size"), f.int("out_hidden_size"), f.int("num_position_embeddings")
+    d, inter, depth, s, out, npos = vision_sizes(f)
     t.add(p)
     vision_blocks(t, p, d, inter, depth, npos)
     m = p + ".merger"
@@ -183,8 +167,8 @@ def _qwen35_vision(t: Tree, f: Fields, p: str) -> None:
     t.linear(m + ".linear_fc2", d * s * s, out, True)
 
 
-def _qwen35_causal(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[str, Any]], Tree]:
-    def build(raw: Mapping[str, Any]) -> Tree:
+def _qwen35_causal(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[str, object]], Tree]:
+    def build(raw: Mapping[str, object]) -> Tree:
         f = Fields(
             raw,
             mt,
@@ -198,10 +182,10 @@ def _qwen35_causal(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mappi
     return build
 
 
-def _qwen35_vl(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[str, Any]], Tree]:
+def _qwen35_vl(layout: str, cls: str, mt: str, moe: bool) -> Callable[[Mapping[str, object]], Tree]:
     text_mt, vision_mt = (f"{mt}_text", f"{mt}_vision")
 
-    def build(raw: Mapping[str, Any]) -> Tree:
+    def build(raw: Mapping[str, object]) -> Tree:
         top = Fields(raw, mt, _QWEN35_VL, _QWEN35_VL_INERT)
         tf = Fields(
             sub_config(raw, "text_config", text_mt, mt),
@@ -236,105 +220,87 @@ _QWEN35_MOE = dict(
 _QWEN_VISION = QWEN_VISION_TINY
 
 
-def _qwen3_5_text() -> dict[str, Any]:
+def _qwen3_5_text() -> dict[str, object]:
     return {**DECODER, **_QWEN35_LINEAR}
 
 
-def _qwen3_5_moe_text() -> dict[str, Any]:
+def _qwen3_5_moe_text() -> dict[str, object]:
     return {**DECODER, **_QWEN35_LINEAR, **_QWEN35_MOE}
 
 
-ENTRIES: tuple[Layout, ...] = (
-    Layout(
-        name="qwen3_5_vl",
-        family="qwen3_5",
-        model_class="Qwen3_5ForConditionalGeneration",
-        model_module="transformers.models.qwen3_5.modeling_qwen3_5",
-        counterpart_config="text_config",
-        model_type="qwen3_5",
-        description="Qwen3.5 / Qwen3.6 dense vision-language (model.language_model.*, model.visual)",
-        requires=(_VL_DECODER_OR_DELTANET,),
-        forbids=(MOE, r"^thinker\."),
-        signals=((r"\.linear_attn\.in_proj_qkv$", "Gated-DeltaNet in_proj_qkv (Qwen3.5 linear attention)"),),
+def _pair(moe: bool) -> tuple[Layout, Layout]:
+    """The VL class and the text-only class of Qwen3.5 dense (``moe`` false) or MoE: one family each, the same
+    LoRA leaves and the same moves between the two; the MoE pair adds the fused experts and the shared expert."""
+    fam = "qwen3_5_moe" if moe else "qwen3_5"
+    cls = "Qwen3_5Moe" if moe else "Qwen3_5"
+    vl, text = f"{fam}_vl", f"{fam}_text"
+    kind = "MoE" if moe else "dense"
+    shared = dict(
+        family=fam,
+        model_module=f"transformers.models.{fam}.modeling_{fam}",
         lora_leaves=ATTN + MLP + _DELTANET,
-        towers=("visual", "mtp"),
-        remaps={"qwen3_5_text": (STRIP_LANGUAGE_MODEL,)},
-        text_counterpart="qwen3_5_text",
-        hint=r"qwen3[._-]?[56]",
-        tiny=Tiny(
-            "Qwen3_5Config", lambda: dict(text_config=_qwen3_5_text(), vision_config=dict(_QWEN_VISION))
+        target_parameters=_EXPERTS if moe else (),
+        hint=r"qwen3[._-]?[56].*(a\d+b|moe)" if moe else r"qwen3[._-]?[56]",
+    )
+    tiny_text = _qwen3_5_moe_text if moe else _qwen3_5_text
+    deltanet = "Gated-DeltaNet linear-attention modules"
+    shared_expert = (r"\.mlp\.shared_expert\.", "shared-expert MLP (Qwen3.5-MoE)")
+    return (
+        Layout(
+            name=vl,
+            model_class=f"{cls}ForConditionalGeneration",
+            counterpart_config="text_config",
+            model_type=fam,
+            description=(
+                "Qwen3.5 / Qwen3.6 MoE vision-language, fused experts (model.language_model.*)"
+                if moe
+                else "Qwen3.5 / Qwen3.6 dense vision-language (model.language_model.*, model.visual)"
+            ),
+            requires=(VL_LM, MOE, _QWEN35_MARK) if moe else (_VL_DECODER_OR_DELTANET,),
+            forbids=(r"^thinker\.",) if moe else (MOE, r"^thinker\."),
+            signals=(
+                (
+                    (LINEAR_ATTN, deltanet),
+                    shared_expert,
+                    (FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),
+                )
+                if moe
+                else (
+                    (r"\.linear_attn\.in_proj_qkv$", "Gated-DeltaNet in_proj_qkv (Qwen3.5 linear attention)"),
+                )
+            ),
+            experts=QWEN35_MOE_EXPERTS if moe else None,
+            towers=("visual", "mtp"),
+            remaps={text: (STRIP_LANGUAGE_MODEL,)},
+            text_counterpart=text,
+            tiny=Tiny(
+                f"{cls}Config", lambda: dict(text_config=tiny_text(), vision_config=dict(_QWEN_VISION))
+            ),
+            tree=_qwen35_vl(vl, f"{cls}ForConditionalGeneration", fam, moe=moe),
+            **shared,
         ),
-        tree=_qwen35_vl("qwen3_5_vl", "Qwen3_5ForConditionalGeneration", "qwen3_5", moe=False),
-    ),
-    Layout(
-        name="qwen3_5_text",
-        family="qwen3_5",
-        model_class="Qwen3_5ForCausalLM",
-        model_module="transformers.models.qwen3_5.modeling_qwen3_5",
-        model_type="qwen3_5_text",
-        description="Qwen3.5 dense, text-only class (model.layers.*)",
-        requires=(_TEXT_DECODER_OR_DELTANET,),
-        forbids=(MOE, BERT_LEAF),
-        signals=((LINEAR_ATTN, "Gated-DeltaNet linear-attention modules (Qwen3.5)"),),
-        lora_leaves=ATTN + MLP + _DELTANET,
-        towers=("mtp",),
-        remaps={"qwen3_5_vl": (ADD_LANGUAGE_MODEL,)},
-        hint=r"qwen3[._-]?[56]",
-        tiny=Tiny("Qwen3_5TextConfig", _qwen3_5_text),
-        tree=_qwen35_causal("qwen3_5_text", "Qwen3_5ForCausalLM", "qwen3_5_text", moe=False),
-        load_conversion=True,
-    ),
-    Layout(
-        name="qwen3_5_moe_vl",
-        family="qwen3_5_moe",
-        model_class="Qwen3_5MoeForConditionalGeneration",
-        model_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
-        counterpart_config="text_config",
-        model_type="qwen3_5_moe",
-        description="Qwen3.5 / Qwen3.6 MoE vision-language, fused experts (model.language_model.*)",
-        requires=(VL_LM, MOE, _QWEN35_MARK),
-        forbids=(r"^thinker\.",),
-        signals=(
-            (LINEAR_ATTN, "Gated-DeltaNet linear-attention modules"),
-            (r"\.mlp\.shared_expert\.", "shared-expert MLP (Qwen3.5-MoE)"),
-            (FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),
+        Layout(
+            name=text,
+            model_class=f"{cls}ForCausalLM",
+            model_type=text,
+            description=f"Qwen3.5 {kind}, text-only class (model.layers.*)",
+            requires=(TEXT_LM, MOE, _QWEN35_MARK) if moe else (_TEXT_DECODER_OR_DELTANET,),
+            forbids=() if moe else (MOE, BERT_LEAF),
+            signals=((LINEAR_ATTN, deltanet), shared_expert)
+            if moe
+            else ((LINEAR_ATTN, f"{deltanet} (Qwen3.5)"),),
+            experts=QWEN35_MOE_TEXT_EXPERTS if moe else None,
+            towers=("mtp",),
+            remaps={vl: (ADD_LANGUAGE_MODEL,)},
+            tiny=Tiny(f"{cls}TextConfig", tiny_text),
+            tree=_qwen35_causal(text, f"{cls}ForCausalLM", text, moe=moe),
+            load_conversion=True,
+            **shared,
         ),
-        lora_leaves=ATTN + MLP + _DELTANET,
-        target_parameters=_EXPERTS,
-        experts=QWEN35_MOE_EXPERTS,
-        towers=("visual", "mtp"),
-        remaps={"qwen3_5_moe_text": (STRIP_LANGUAGE_MODEL,)},
-        text_counterpart="qwen3_5_moe_text",
-        hint=r"qwen3[._-]?[56].*(a\d+b|moe)",
-        tiny=Tiny(
-            "Qwen3_5MoeConfig",
-            lambda: dict(text_config=_qwen3_5_moe_text(), vision_config=dict(_QWEN_VISION)),
-        ),
-        tree=_qwen35_vl("qwen3_5_moe_vl", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", moe=True),
-    ),
-    Layout(
-        name="qwen3_5_moe_text",
-        family="qwen3_5_moe",
-        model_class="Qwen3_5MoeForCausalLM",
-        model_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
-        model_type="qwen3_5_moe_text",
-        description="Qwen3.5 MoE, text-only class (model.layers.*)",
-        requires=(TEXT_LM, MOE, _QWEN35_MARK),
-        signals=(
-            (LINEAR_ATTN, "Gated-DeltaNet linear-attention modules"),
-            (r"\.mlp\.shared_expert\.", "shared-expert MLP (Qwen3.5-MoE)"),
-        ),
-        lora_leaves=ATTN + MLP + _DELTANET,
-        target_parameters=_EXPERTS,
-        experts=QWEN35_MOE_TEXT_EXPERTS,
-        towers=("mtp",),
-        remaps={"qwen3_5_moe_vl": (ADD_LANGUAGE_MODEL,)},
-        hint=r"qwen3[._-]?[56].*(a\d+b|moe)",
-        tiny=Tiny("Qwen3_5MoeTextConfig", _qwen3_5_moe_text),
-        tree=_qwen35_causal("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", moe=True),
-        load_conversion=True,
-    ),
-)
+    )
+
+
+ENTRIES: tuple[Layout, ...] = (*_pair(moe=False), *_pair(moe=True))
 
 SMOKE: tuple[str, ...] = ("qwen3_5_vl", "qwen3_5_moe_vl")
 """This family's layouts in ``train-smoke --layout all``, in run order."""

@@ -4,7 +4,7 @@ thinker's text-only stand-in."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from functools import partial
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -29,7 +29,8 @@ from adapterdoc.layouts.registry import (
     Rule,
     Tiny,
 )
-from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config, vision_blocks
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, attention, mlp, sub_config
+from adapterdoc.layouts.vision import patch_merger, vision_blocks, vision_sizes
 
 # ------------------------------------------------------------------------------------- module trees
 # Read from transformers 5.24's qwen3_moe/modeling_qwen3_moe.py (Qwen3MoeForCausalLM: fused 3-D experts,
@@ -164,43 +165,26 @@ def _moe_text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     sparse = _moe_layers(f, n)
     if any(sparse):
         e, mi = f.int("num_experts"), f.int("moe_intermediate_size")
-    t.embedding(p + "embed_tokens", v, h)
-    t.input_embedding = p + "embed_tokens"
-    t.add(p + "layers")
-    for i in range(n):
-        q = f"{p}layers.{i}"
-        t.add(q)
-        a = q + ".self_attn"
-        t.add(a)
-        t.linear(a + ".q_proj", h, nh * hd, bias)
-        t.linear(a + ".k_proj", h, nkv * hd, bias)
-        t.linear(a + ".v_proj", h, nkv * hd, bias)
-        t.linear(a + ".o_proj", nh * hd, h, bias)
-        t.add(a + ".q_norm")
-        t.own[a + ".q_norm"] = ("weight",)
-        t.add(a + ".k_norm")
-        t.own[a + ".k_norm"] = ("weight",)
+    t.embedding(p + "embed_tokens", v, h, inputs=True)
+    for q, is_sparse in zip(t.layers(p + "layers", n), sparse):
+        attention(t, q + ".self_attn", h, nh, nkv, hd, bias, norms=("q_norm", "k_norm"))
         m = q + ".mlp"
-        if sparse[i]:
+        if is_sparse:
             t.add(m)
             t.add(m + ".experts", EXPERTS, (("gate_up_proj", (e, 2 * mi, h)), ("down_proj", (e, h, mi))))
             t.add(m + ".experts.act_fn")
-            t.add(m + ".gate")
+            t.norm(m + ".gate")
             t.other_params[m + ".gate"] = (("weight", (e, h)),)
-            t.own[m + ".gate"] = ("weight",)
         else:
             mlp(t, m, h, inter)
-        t.add(q + ".input_layernorm")
-        t.own[q + ".input_layernorm"] = ("weight",)
-        t.add(q + ".post_attention_layernorm")
-        t.own[q + ".post_attention_layernorm"] = ("weight",)
-    t.add(p + "norm")
-    t.own[p + "norm"] = ("weight",)
+        t.norm(q + ".input_layernorm")
+        t.norm(q + ".post_attention_layernorm")
+    t.norm(p + "norm")
     t.add(p + "rotary_emb")
     return h, v
 
 
-def _moe_fields(raw: Mapping[str, Any], where: str, defaults: Mapping[str, Any]) -> Fields:
+def _moe_fields(raw: Mapping[str, object], where: str, defaults: Mapping[str, object]) -> Fields:
     if "num_local_experts" in raw:  # Qwen3MoeConfig maps num_experts to num_local_experts (what it saves)
         if "num_experts" in raw and raw["num_experts"] != raw["num_local_experts"]:
             raise Unmodeled(f"{where} `num_experts` and `num_local_experts` differ")
@@ -210,7 +194,7 @@ def _moe_fields(raw: Mapping[str, Any], where: str, defaults: Mapping[str, Any])
     return Fields(raw, where, defaults, _MOE_TEXT_INERT)
 
 
-def _qwen3_moe(raw: Mapping[str, Any]) -> Tree:
+def _qwen3_moe(raw: Mapping[str, object]) -> Tree:
     f = _moe_fields(raw, "qwen3_moe", _MOE_TEXT)
     t = Tree("qwen3_moe_text", "Qwen3MoeForCausalLM", "qwen3_moe", own={})
     t.add("model")
@@ -225,60 +209,38 @@ def _audio(t: Tree, f: Fields, p: str) -> None:
     ds, mel, out = f.int("downsample_hidden_size"), f.int("num_mel_bins"), f.int("output_dim")
     t.add(p)
     t.add(p + ".positional_embedding")
-    t.add(p + ".layers")
-    for i in range(n):
-        b = f"{p}.layers.{i}"
-        t.add(b)
+    for b in t.layers(p + ".layers", n):
         t.add(b + ".self_attn")
         for leaf in ("k_proj", "v_proj", "q_proj", "out_proj"):
             t.linear(f"{b}.self_attn.{leaf}", d, d, True)
-        t.add(b + ".self_attn_layer_norm")
-        t.own[b + ".self_attn_layer_norm"] = ("weight", "bias")
+        t.norm(b + ".self_attn_layer_norm", ("weight", "bias"))
         t.add(b + ".activation_fn")
         t.linear(b + ".fc1", d, ffn, True)
         t.linear(b + ".fc2", ffn, d, True)
-        t.add(b + ".final_layer_norm")
-        t.own[b + ".final_layer_norm"] = ("weight", "bias")
-    t.add(p + ".ln_post")
-    t.own[p + ".ln_post"] = ("weight", "bias")
+        t.norm(b + ".final_layer_norm", ("weight", "bias"))
+    t.norm(p + ".ln_post", ("weight", "bias"))
     for c in ("conv2d1", "conv2d2", "conv2d3"):
-        t.add(f"{p}.{c}", CONV)
-        t.own[f"{p}.{c}"] = ("weight", "bias")
+        t.add(f"{p}.{c}", CONV, own=("weight", "bias"))
     t.linear(p + ".conv_out", ds * ((((mel + 1) // 2 + 1) // 2 + 1) // 2), d)
     t.linear(p + ".proj1", d, d, True)
     t.add(p + ".act")
     t.linear(p + ".proj2", d, out, True)
 
 
-def _merger(t: Tree, m: str, d: int, s: int, out: int) -> None:
-    t.add(m)
-    t.add(m + ".ln_q")
-    t.own[m + ".ln_q"] = ("weight", "bias")
-    t.add(m + ".mlp")
-    t.linear(m + ".mlp.0", d * s * s, d * s * s, True)
-    t.add(m + ".mlp.1")
-    t.linear(m + ".mlp.2", d * s * s, out, True)
-
-
 def _vision(t: Tree, f: Fields, p: str) -> None:
-    d, inter, depth = f.int("hidden_size"), f.int("intermediate_size"), f.int("depth", 0)
-    f.int("num_heads")
-    f.int("in_channels")
-    f.int("patch_size")
-    f.int("temporal_patch_size")
-    s, out, npos = f.int("spatial_merge_size"), f.int("out_hidden_size"), f.int("num_position_embeddings")
+    d, inter, depth, s, out, npos = vision_sizes(f)
     deep = f["deepstack_visual_indexes"]
     if not isinstance(deep, list):
         raise Unmodeled(f"{f.where} `deepstack_visual_indexes` is not a list")
     t.add(p)
     t.add(p + ".merger_list")
     for i in range(len(deep)):
-        _merger(t, f"{p}.merger_list.{i}", d, s, out)
+        patch_merger(t, f"{p}.merger_list.{i}", d * s * s, out)
     vision_blocks(t, p, d, inter, depth, npos)
-    _merger(t, p + ".merger", d, s, out)
+    patch_merger(t, p + ".merger", d * s * s, out)
 
 
-def _thinker(t: Tree, raw: Mapping[str, Any], p: str, where: str) -> bool:
+def _thinker(t: Tree, raw: Mapping[str, object], p: str, where: str) -> bool:
     """Qwen3OmniMoeThinkerForConditionalGeneration under ``p`` (``""`` or ``thinker.``); whether it ties."""
     top = Fields(raw, where, _THINKER, _THINKER_INERT)
     tf = _moe_fields(
@@ -305,7 +267,7 @@ def _thinker(t: Tree, raw: Mapping[str, Any], p: str, where: str) -> bool:
     return top.flag("tie_word_embeddings") or tf.flag("tie_word_embeddings")
 
 
-def _qwen3_omni_thinker(raw: Mapping[str, Any]) -> Tree:
+def _qwen3_omni_thinker(raw: Mapping[str, object]) -> Tree:
     t = Tree(
         "qwen3_omni_thinker", "Qwen3OmniMoeThinkerForConditionalGeneration", "qwen3_omni_moe_thinker", own={}
     )
@@ -314,7 +276,7 @@ def _qwen3_omni_thinker(raw: Mapping[str, Any]) -> Tree:
     return t
 
 
-def _qwen3_omni(raw: Mapping[str, Any]) -> Tree:
+def _qwen3_omni(raw: Mapping[str, object]) -> Tree:
     """The wrapper: its ``get_output_embeddings()`` is ``None``, so PEFT's ``all-linear`` keeps ``thinker.lm_head``."""
     f = Fields(raw, "qwen3_omni_moe", _OMNI, _OMNI_INERT)
     audio = f.flag("enable_audio_output")
@@ -333,7 +295,7 @@ def _qwen3_omni(raw: Mapping[str, Any]) -> Tree:
 # ------------------------------------------------------------------------------------- tiny configs
 
 
-def _omni_text() -> dict[str, Any]:
+def _omni_text() -> dict[str, object]:
     return {
         **DECODER,
         "num_experts": 4,
@@ -346,7 +308,7 @@ def _omni_text() -> dict[str, Any]:
     }
 
 
-def _omni_thinker() -> dict[str, Any]:
+def _omni_thinker() -> dict[str, object]:
     return dict(
         # Released Omni configs carry this; the thinker's 3-D position code reads it whenever an attention mask is given.
         vision_start_token_id=151652,
@@ -365,38 +327,44 @@ def _omni_thinker() -> dict[str, Any]:
     )
 
 
+_OMNI_LAYOUT = partial(
+    Layout,
+    family="qwen3_omni",
+    lora_leaves=ATTN,
+    target_parameters=("gate_up_proj", "down_proj"),
+    hint=r"omni",
+    load_conversion=True,
+    peft_moe=QWEN2_MOE_CONVERSION,
+)
+"""What the family's three layouts share: attention LoRA leaves, the fused experts, PEFT's Qwen2-MoE rewrite and
+transformers' load-time renames."""
+_OMNI_MODULE = "transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe"
+
 ENTRIES: tuple[Layout, ...] = (
-    Layout(
+    _OMNI_LAYOUT(
         name="qwen3_omni",
-        family="qwen3_omni",
         model_class="Qwen3OmniMoeForConditionalGeneration",
-        model_module="transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe",
+        model_module=_OMNI_MODULE,
         counterpart_config="thinker_config",
         model_type="qwen3_omni_moe",
         description="Qwen3-Omni full wrapper (thinker.model.language_model.*; talker must never get LoRA)",
         requires=(r"^thinker\.model\.language_model\.layers\.\d+\.",),
         signals=((FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),),
-        lora_leaves=ATTN,
-        target_parameters=("gate_up_proj", "down_proj"),
         experts=OMNI_EXPERTS,
         towers=("audio_tower", "visual", "talker", "code2wav"),
         remaps={"qwen3_omni_thinker": (Rule(r"^thinker\.", ""),)},
         text_counterpart="qwen3_omni_thinker",
-        hint=r"omni",
         tiny=Tiny(
             "Qwen3OmniMoeConfig", lambda: dict(thinker_config=_omni_thinker(), enable_audio_output=False)
         ),
         forward_via="thinker",
         move_words={"qwen3_omni_thinker": "Omni full-wrapper adapter on the thinker"},
         tree=_qwen3_omni,
-        load_conversion=True,
-        peft_moe=QWEN2_MOE_CONVERSION,
     ),
-    Layout(
+    _OMNI_LAYOUT(
         name="qwen3_omni_thinker",
-        family="qwen3_omni",
         model_class="Qwen3OmniMoeThinkerForConditionalGeneration",
-        model_module="transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe",
+        model_module=_OMNI_MODULE,
         counterpart_config="text_config",
         model_type="qwen3_omni_moe_thinker",
         description="Qwen3-Omni thinker alone (model.language_model.*, audio and vision towers)",
@@ -405,8 +373,6 @@ ENTRIES: tuple[Layout, ...] = (
         signals=(
             (r"^model\.language_model\.layers\.\d+\.self_attn\.", "full attention only (no Gated DeltaNet)"),
         ),
-        lora_leaves=ATTN,
-        target_parameters=("gate_up_proj", "down_proj"),
         experts=OMNI_EXPERTS,
         towers=("audio_tower", "visual"),
         remaps={
@@ -414,31 +380,22 @@ ENTRIES: tuple[Layout, ...] = (
             "qwen3_moe_text": (STRIP_LANGUAGE_MODEL,),
         },
         text_counterpart="qwen3_moe_text",
-        hint=r"omni",
         tiny=Tiny("Qwen3OmniMoeThinkerConfig", _omni_thinker),
         move_words={"qwen3_omni": "thinker adapter on the Omni full wrapper"},
         tree=_qwen3_omni_thinker,
-        load_conversion=True,
-        peft_moe=QWEN2_MOE_CONVERSION,
     ),
-    Layout(
+    _OMNI_LAYOUT(
         name="qwen3_moe_text",
-        family="qwen3_omni",
         model_class="Qwen3MoeForCausalLM",
         model_module="transformers.models.qwen3_moe.modeling_qwen3_moe",
         model_type="qwen3_moe",
         description="Qwen3-MoE text class, the text stand-in for the Omni thinker (model.layers.*)",
         requires=(TEXT_LM, EXPERT_LORA),
         forbids=(LINEAR_ATTN, r"\.shared_expert\."),
-        lora_leaves=ATTN,
-        target_parameters=("gate_up_proj", "down_proj"),
         experts=QWEN_MOE_EXPERTS,
         remaps={"qwen3_omni_thinker": (ADD_LANGUAGE_MODEL,)},
-        hint=r"omni",
         tiny=Tiny("Qwen3MoeConfig", lambda: {**_omni_text(), "num_local_experts": 4}),
         tree=_qwen3_moe,
-        load_conversion=True,
-        peft_moe=QWEN2_MOE_CONVERSION,
     ),
 )
 

@@ -19,9 +19,8 @@ Not a family module of its own: :mod:`adapterdoc.layouts.qwen3_omni` calls :func
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, mlp, sub_config
+from adapterdoc.layouts.trees import CONV, EXPERTS, Fields, Tree, Unmodeled, attention, mlp, sub_config
 
 _TALKER_TEXT = {
     "vocab_size": 3072,
@@ -139,11 +138,6 @@ _CODE2WAV_INERT = frozenset(
 """``codebook_dim`` ... ``vector_quantization_hidden_dimension``: in the released Instruct config, read by no module."""
 
 
-def _norm(t: Tree, name: str, params: tuple[str, ...] = ("weight",)) -> None:
-    t.add(name)
-    t.own[name] = params
-
-
 def _head_dim(f: Fields, h: int, nh: int) -> int:
     """``getattr(config, "head_dim", hidden_size // num_attention_heads)``: an explicit ``null`` is read as is."""
     if "head_dim" in f.raw and f.raw["head_dim"] is None:
@@ -152,17 +146,21 @@ def _head_dim(f: Fields, h: int, nh: int) -> int:
 
 
 def _attention(t: Tree, a: str, h: int, nh: int, nkv: int, hd: int, bias: bool, norms: bool) -> None:
-    t.add(a)
-    t.linear(a + ".q_proj", h, nh * hd, bias)
-    t.linear(a + ".k_proj", h, nkv * hd, bias)
-    t.linear(a + ".v_proj", h, nkv * hd, bias)
-    t.linear(a + ".o_proj", nh * hd, h, bias)
-    if norms:
-        _norm(t, a + ".q_norm")
-        _norm(t, a + ".k_norm")
-    else:  # nn.Identity
+    attention(t, a, h, nh, nkv, hd, bias, norms=("q_norm", "k_norm") if norms else ())
+    if not norms:  # nn.Identity
         t.add(a + ".q_norm")
         t.add(a + ".k_norm")
+
+
+def _dense_layer(
+    t: Tree, q: str, h: int, nh: int, nkv: int, hd: int, bias: bool, inter: int, norms: bool
+) -> None:
+    """A dense decoder layer under ``q`` (the code predictor's, code2wav's pre-transformer's): attention, a gated
+    MLP, the input and post-attention norms."""
+    _attention(t, q + ".self_attn", h, nh, nkv, hd, bias, norms)
+    mlp(t, q + ".mlp", h, inter)
+    t.norm(q + ".input_layernorm")
+    t.norm(q + ".post_attention_layernorm")
 
 
 def _sizes(f: Fields) -> tuple[int, int, int, int, bool]:
@@ -196,23 +194,19 @@ def _talker_text(t: Tree, f: Fields, p: str) -> tuple[int, int, int]:
     si = f.int("shared_expert_intermediate_size")
     _untied(f)
     t.add(p)
-    t.add(p + ".layers")
-    for i in range(n):
-        q = f"{p}.layers.{i}"
-        t.add(q)
+    for q in t.layers(p + ".layers", n):
         _attention(t, q + ".self_attn", h, nh, nkv, hd, bias, norms=True)
         m = q + ".mlp"
         t.add(m)
-        t.add(m + ".gate")
+        t.norm(m + ".gate")
         t.other_params[m + ".gate"] = (("weight", (e, h)),)
-        t.own[m + ".gate"] = ("weight",)
         t.add(m + ".experts", EXPERTS, (("gate_up_proj", (e, 2 * mi, h)), ("down_proj", (e, h, mi))))
         t.add(m + ".experts.act_fn")
         mlp(t, m + ".shared_expert", h, si)
         t.linear(m + ".shared_expert_gate", h, 1)
-        _norm(t, q + ".input_layernorm")
-        _norm(t, q + ".post_attention_layernorm")
-    _norm(t, p + ".norm")
+        t.norm(q + ".input_layernorm")
+        t.norm(q + ".post_attention_layernorm")
+    t.norm(p + ".norm")
     t.add(p + ".rotary_emb")
     t.embedding(p + ".codec_embedding", v, h)
     return h, v, inter
@@ -237,15 +231,9 @@ def _code_predictor(t: Tree, f: Fields, p: str) -> None:
     _untied(f)
     t.add(p)
     t.add(p + ".model")
-    t.add(p + ".model.layers")
-    for i in range(n):
-        q = f"{p}.model.layers.{i}"
-        t.add(q)
-        _attention(t, q + ".self_attn", h, nh, nkv, hd, bias, norms=True)
-        mlp(t, q + ".mlp", h, inter)
-        _norm(t, q + ".input_layernorm")
-        _norm(t, q + ".post_attention_layernorm")
-    _norm(t, p + ".model.norm")
+    for q in t.layers(p + ".model.layers", n):
+        _dense_layer(t, q, h, nh, nkv, hd, bias, inter, norms=True)
+    t.norm(p + ".model.norm")
     t.add(p + ".model.rotary_emb")
     t.add(p + ".model.codec_embedding")
     for j in range(groups - 1):
@@ -255,7 +243,7 @@ def _code_predictor(t: Tree, f: Fields, p: str) -> None:
         t.linear(f"{p}.lm_head.{j}", h, v)
 
 
-def talker(t: Tree, raw: Mapping[str, Any]) -> None:
+def talker(t: Tree, raw: Mapping[str, object]) -> None:
     """The wrapper's ``talker`` (Qwen3OmniMoeTalkerForConditionalGeneration)."""
     where = "qwen3_omni_moe talker_config"
     sub = sub_config(raw, "talker_config", "", "qwen3_omni_moe")
@@ -296,19 +284,17 @@ def _conv(t: Tree, name: str, cin: int, cout: int, k: int, groups: int = 1) -> N
     """Qwen3OmniMoeCausalConvNet: a Conv1d under ``name.conv`` (its 3-D weight is listed, as the meta census
     reads it)."""
     t.add(name)
-    t.add(name + ".conv", CONV, (("weight", (cout, cin // groups, k)), ("bias", (cout,))))
-    t.own[name + ".conv"] = ("weight", "bias")
+    t.add(name + ".conv", CONV, (("weight", (cout, cin // groups, k)), ("bias", (cout,))), ("weight", "bias"))
 
 
 def _trans_conv(t: Tree, name: str, cin: int, cout: int, k: int) -> None:
     """Qwen3OmniMoeCausalTransConvNet: a ConvTranspose1d (weight ``[in, out, k]``) under ``name.conv``."""
     t.add(name)
-    t.add(name + ".conv", CONV, (("weight", (cin, cout, k)), ("bias", (cout,))))
-    t.own[name + ".conv"] = ("weight", "bias")
+    t.add(name + ".conv", CONV, (("weight", (cin, cout, k)), ("bias", (cout,))), ("weight", "bias"))
 
 
 def _snake(t: Tree, name: str) -> None:
-    _norm(t, name, ("alpha", "beta"))
+    t.norm(name, ("alpha", "beta"))
 
 
 def _rates(f: Fields, key: str) -> list[int]:
@@ -320,7 +306,7 @@ def _rates(f: Fields, key: str) -> list[int]:
     return v
 
 
-def code2wav(t: Tree, raw: Mapping[str, Any]) -> None:
+def code2wav(t: Tree, raw: Mapping[str, object]) -> None:
     """The wrapper's ``code2wav`` (Qwen3OmniMoeCode2Wav)."""
     f = Fields(
         sub_config(raw, "code2wav_config", "", "qwen3_omni_moe"),
@@ -337,17 +323,11 @@ def code2wav(t: Tree, raw: Mapping[str, Any]) -> None:
     p = "code2wav"
     t.add(p)
     t.add(p + ".pre_transformer")
-    t.add(p + ".pre_transformer.layers")
-    for i in range(n):
-        q = f"{p}.pre_transformer.layers.{i}"
-        t.add(q)
-        _attention(t, q + ".self_attn", h, nh, nkv, hd, bias, norms=False)
-        mlp(t, q + ".mlp", h, inter)
-        _norm(t, q + ".input_layernorm")
-        _norm(t, q + ".post_attention_layernorm")
-        _norm(t, q + ".self_attn_layer_scale", ("scale",))
-        _norm(t, q + ".mlp_layer_scale", ("scale",))
-    _norm(t, p + ".pre_transformer.norm")
+    for q in t.layers(p + ".pre_transformer.layers", n):
+        _dense_layer(t, q, h, nh, nkv, hd, bias, inter, norms=False)
+        t.norm(q + ".self_attn_layer_scale", ("scale",))
+        t.norm(q + ".mlp_layer_scale", ("scale",))
+    t.norm(p + ".pre_transformer.norm")
     t.add(p + ".pre_transformer.rotary_emb")
     t.embedding(p + ".code_embedding", books * quant, h)
     t.add(p + ".upsample")
@@ -355,9 +335,9 @@ def code2wav(t: Tree, raw: Mapping[str, Any]) -> None:
         u = f"{p}.upsample.{i}"
         t.add(u)
         _trans_conv(t, u + ".0", h, h, factor)
-        _norm(t, u + ".1", ("gamma",))  # Qwen3OmniMoeConvNeXtBlock
+        t.norm(u + ".1", ("gamma",))  # Qwen3OmniMoeConvNeXtBlock
         _conv(t, u + ".1.dwconv", h, h, 7, groups=h)
-        _norm(t, u + ".1.norm", ("weight", "bias"))
+        t.norm(u + ".1.norm", ("weight", "bias"))
         t.linear(u + ".1.pwconv1", h, 4 * h, True)
         t.add(u + ".1.act")
         t.linear(u + ".1.pwconv2", 4 * h, h, True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from functools import partial
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -17,7 +17,8 @@ from adapterdoc.layouts.common import (
     VL_DECODER,
 )
 from adapterdoc.layouts.registry import Layout, Rule, Tiny
-from adapterdoc.layouts.trees import CONV, Fields, Tree, Unmodeled, decoder_stack, sub_config
+from adapterdoc.layouts.trees import Fields, Tree, Unmodeled, decoder_stack, sub_config
+from adapterdoc.layouts.vision import patch_merger, vision_blocks
 
 # ------------------------------------------------------------------------------------- module trees
 
@@ -117,7 +118,7 @@ top: ``tie_word_embeddings`` (a top-level field, which v5's tying reads) and ext
 _FLAT_INERT = frozenset({"vision_token_id", "head_dim"})
 
 
-def _split_flat(raw: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _split_flat(raw: Mapping[str, object]) -> tuple[dict[str, object], dict[str, object]]:
     """A flat config's (top, text_config) as transformers 5.24 splits it."""
     top = {k: v for k, v in raw.items() if k not in _FLAT_TEXT and k != "text_config"}
     return top, {k: raw[k] for k in _FLAT_TEXT if k in raw}
@@ -139,30 +140,8 @@ def _vision(t: Tree, f: Fields, p: str) -> None:
         f.int(key)
     _act(f)
     t.add(p)
-    t.add(p + ".patch_embed")
-    t.add(p + ".patch_embed.proj", CONV)
-    t.add(p + ".rotary_pos_emb")
-    t.add(p + ".blocks")
-    for i in range(depth):
-        b = f"{p}.blocks.{i}"
-        t.add(b)
-        t.add(b + ".norm1")
-        t.add(b + ".norm2")
-        t.add(b + ".attn")
-        t.linear(b + ".attn.qkv", d, 3 * d, True)
-        t.linear(b + ".attn.proj", d, d, True)
-        t.add(b + ".mlp")
-        t.linear(b + ".mlp.gate_proj", d, inter, True)
-        t.linear(b + ".mlp.up_proj", d, inter, True)
-        t.linear(b + ".mlp.down_proj", inter, d, True)
-        t.add(b + ".mlp.act_fn")
-    m, wide = p + ".merger", d * s * s
-    t.add(m)
-    t.add(m + ".ln_q")
-    t.add(m + ".mlp")
-    t.linear(m + ".mlp.0", wide, wide, True)
-    t.add(m + ".mlp.1")
-    t.linear(m + ".mlp.2", wide, out, True)
+    vision_blocks(t, p, d, inter, depth, None, gated=True)
+    patch_merger(t, p + ".merger", d * s * s, out)
 
 
 def _text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
@@ -184,7 +163,7 @@ def _text(t: Tree, f: Fields, p: str) -> tuple[int, int]:
     return decoder_stack(t, p, n, h, v, heads, nkv, hd, inter, qkv_bias=True)
 
 
-def _qwen2_5_vl_tree(raw: Mapping[str, Any]) -> Tree:
+def _qwen2_5_vl_tree(raw: Mapping[str, object]) -> Tree:
     """``Qwen2_5_VLForConditionalGeneration`` (transformers 5.24, ``models/qwen2_5_vl/modeling_qwen2_5_vl.py``),
     the class of both layouts: ``qwen_vl`` names its modules, ``qwen_vl_legacy`` is the pre-4.52 naming of adapter
     keys. transformers 5.24 registers no load-time conversion for ``qwen2_5_vl`` (``conversion_mapping``) and the
@@ -219,60 +198,57 @@ def _qwen2_5_vl_tree(raw: Mapping[str, Any]) -> Tree:
 # ------------------------------------------------------------------------------------- tiny configs
 
 
-def _qwen2_5_vl() -> dict[str, Any]:
+def _qwen2_5_vl() -> dict[str, object]:
     text = {**DECODER, "num_hidden_layers": 2}
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
     vision = dict(QWEN_VISION_TINY, fullatt_block_indexes=[0])
     return dict(text_config=text, vision_config=vision)
 
 
+_QWEN_VL_LAYOUT = partial(
+    Layout,
+    family="qwen_vl",
+    model_class="Qwen2_5_VLForConditionalGeneration",
+    model_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
+    model_type="qwen2_5_vl",
+    lora_leaves=ATTN + MLP,
+    towers=("visual",),
+    hint=r"qwen[23](\.5)?-?vl",
+    tree=_qwen2_5_vl_tree,
+)
+"""Both namings are one class, one module tree and one family: only the module paths differ."""
+
 ENTRIES: tuple[Layout, ...] = (
-    Layout(
+    _QWEN_VL_LAYOUT(
         name="qwen_vl_legacy",
-        family="qwen_vl",
-        model_class="Qwen2_5_VLForConditionalGeneration",
-        model_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
-        model_type="qwen2_5_vl",
         description="Qwen2.5-VL / Qwen3-VL adapters from transformers < 4.52 (model.layers.*, top-level visual)",
         requires=(TEXT_LM, r"^visual\."),
-        lora_leaves=ATTN + MLP,
-        towers=("visual",),
         remaps={
             "qwen_vl": (
                 Rule(r"^model\.(?!language_model\.)", "model.language_model."),
                 Rule(r"^visual\.", "model.visual."),
             )
         },
-        hint=r"qwen[23](\.5)?-?vl",
         move_words={"qwen_vl": "pre-4.52 VL naming on a current VL base"},
-        tree=_qwen2_5_vl_tree,
         no_tiny=(
             "no model class: this layout exists only as adapter keys written with transformers < 4.52, which "
             "transformers 5 cannot build; the qwen_vl row's remap and roundtrip cells move adapters to it and back"
         ),
     ),
-    Layout(
+    _QWEN_VL_LAYOUT(
         name="qwen_vl",
-        family="qwen_vl",
-        model_class="Qwen2_5_VLForConditionalGeneration",
-        model_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
-        model_type="qwen2_5_vl",
         description="Qwen2.5-VL / Qwen3-VL adapters from transformers >= 4.52 (model.language_model.*, model.visual)",
         requires=(VL_DECODER,),
         forbids=(LINEAR_ATTN, MOE, r"^thinker\.", r"^model\.(vision_tower|multi_modal_projector)\."),
         signals=((r"^model\.visual\.", "Qwen-VL vision tower `model.visual` modules"),),
-        lora_leaves=ATTN + MLP,
-        towers=("visual",),
         remaps={
             "qwen_vl_legacy": (
                 Rule(r"^model\.language_model\.", "model."),
                 Rule(r"^model\.visual\.", "visual."),
             )
         },
-        hint=r"qwen[23](\.5)?-?vl",
         tiny=Tiny("Qwen2_5_VLConfig", _qwen2_5_vl),
         move_words={"qwen_vl_legacy": "current VL naming on a pre-4.52 VL base"},
-        tree=_qwen2_5_vl_tree,
     ),
 )
 

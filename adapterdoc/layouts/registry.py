@@ -8,7 +8,10 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
 
 TOWER_SEGMENTS = (
     "visual",
@@ -167,7 +170,7 @@ class Layout:
     """The tiny reference config (``None``: no tiny model, e.g. a layout that exists only as adapter keys)."""
     no_tiny: str = ""
     """Why a layout without ``tiny`` has none (the layout × operation matrix prints it for its n/a cells)."""
-    tree: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False, repr=False)
+    tree: Callable[[Mapping[str, object]], Any] | None = field(default=None, compare=False, repr=False)
     """The torch-free module-tree builder (``config.json`` dict → :class:`adapterdoc.layouts.trees.Tree`) for
     ``(model_type, model_class)``; ``None``: the meta device builds the model instead."""
     experts: Experts | None = None
@@ -193,13 +196,13 @@ class Tiny:
     """A tiny reference config: the transformers config class and its keyword arguments, as plain data."""
 
     config_class: str
-    kwargs: Callable[[], dict[str, Any]]
+    kwargs: Callable[[], dict[str, object]]
     """Returns fresh keyword arguments for ``transformers.<config_class>(**kwargs)``."""
 
 
 LAYOUTS: dict[str, Layout] = {}
 """Every layout by name, in the order the family modules register them (detection and listings follow it)."""
-TREES: dict[tuple[str, str], Callable[[Mapping[str, Any]], Any]] = {}
+TREES: dict[tuple[str, str], Callable[[Mapping[str, object]], Any]] = {}
 """(``config.model_type``, model class) → module-tree builder, for every layout that has one."""
 PEFT_MOE: dict[str, PeftMoeConversion] = {}
 """Model types among :data:`TREES` whose per-expert LoRA configs and keys PEFT rewrites to fused experts."""
@@ -420,7 +423,7 @@ def forward_layout(name: str) -> str:
     return lay.text_counterpart if lay.forward_via and lay.text_counterpart else name
 
 
-def forward_module(model: Any) -> Any:
+def forward_module(model: nn.Module) -> nn.Module:
     """The module whose forward runs ``model`` (its ``thinker`` for the Omni wrapper), else ``model`` itself."""
     for attr in dict.fromkeys(lay.forward_via for lay in LAYOUTS.values() if lay.forward_via):
         inner = getattr(model, attr, None)

@@ -14,9 +14,8 @@ expected LoRA keys built on them equal PEFT's, over generated configs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.layouts.registry import LAYOUTS, LOAD_CONVERSIONS, PEFT_MOE, TREES, PeftMoeConversion
 
@@ -65,8 +64,30 @@ class Tree:
     """The names of every ``other`` / ``conv`` module's own Parameters (norms, routers, convs), where the builder
     lists them all (``None``: not listed); PEFT's regex resolution for MoE rewrites reads parameter names."""
 
-    def add(self, name: str, kind: str = OTHER, params: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> None:
+    def add(
+        self,
+        name: str,
+        kind: str = OTHER,
+        params: tuple[tuple[str, tuple[int, ...]], ...] = (),
+        own: tuple[str, ...] = (),
+    ) -> None:
+        """One module; ``own``: the names of its own Parameters, listed in :attr:`own` where the tree lists them."""
         self.nodes.append(Node(name, kind, params))
+        if own and self.own is not None:
+            self.own[name] = own
+
+    def norm(self, name: str, params: tuple[str, ...] = ("weight",)) -> None:
+        """A norm (or another parameter-only module) whose own Parameters are ``params``."""
+        self.add(name, own=params)
+
+    def layers(self, path: str, n: int) -> Iterator[str]:
+        """The ``ModuleList`` at ``path`` and, one at a time, its ``n`` layers: each layer is added just before the
+        caller fills it in (``for q in t.layers(p + "layers", n): ...``)."""
+        self.add(path)
+        for i in range(n):
+            q = f"{path}.{i}"
+            self.add(q)
+            yield q
 
     def linear(self, name: str, fan_in: int, fan_out: int, bias: bool = False) -> None:
         params: tuple[tuple[str, tuple[int, ...]], ...] = (("weight", (fan_out, fan_in)),)
@@ -74,8 +95,11 @@ class Tree:
             params += (("bias", (fan_out,)),)
         self.add(name, LINEAR, params)
 
-    def embedding(self, name: str, num: int, dim: int) -> None:
+    def embedding(self, name: str, num: int, dim: int, *, inputs: bool = False) -> None:
+        """An ``nn.Embedding``; ``inputs``: the one ``get_input_embeddings()`` returns."""
         self.add(name, EMBEDDING, (("weight", (num, dim)),))
+        if inputs:
+            self.input_embedding = name
 
     def lm_head(self, hidden: int, vocab: int, *configs: Fields) -> Tree:
         """The causal-LM tail every decoder family ends with: ``lm_head`` (the output embedding, left out of
@@ -122,14 +146,14 @@ class Fields:
     """A config dict read against the fields the registry models: defaults filled in, unknown fields refused."""
 
     def __init__(
-        self, raw: Mapping[str, Any], where: str, defaults: Mapping[str, Any], inert: frozenset[str]
+        self, raw: Mapping[str, object], where: str, defaults: Mapping[str, object], inert: frozenset[str]
     ):
         unknown = sorted(k for k in raw if k not in defaults and k not in inert and k not in _GENERIC)
         if unknown:
             raise Unmodeled(f"{where} field(s) the registry does not model: {', '.join(unknown)}")
         self.raw, self.where, self.defaults = raw, where, defaults
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> object:
         v = self.raw.get(key, self.defaults.get(key))
         return self.defaults.get(key) if v is None and key in self.defaults else v
 
@@ -156,23 +180,40 @@ def mlp(t: Tree, m: str, h: int, inter: int, own: bool = True, act: str = "act_f
     t.add(f"{m}.{act}")
 
 
+def attention(
+    t: Tree,
+    a: str,
+    h: int,
+    heads: int,
+    kv: int,
+    hd: int,
+    bias: bool = False,
+    *,
+    o_bias: bool | None = None,
+    q_factor: int = 1,
+    norms: tuple[str, ...] = (),
+) -> None:
+    """The attention module ``a`` with ``q_proj`` (``heads * hd * q_factor`` wide: 2 for a gated query),
+    ``k_proj`` / ``v_proj`` (``kv * hd``) and ``o_proj``, a bias where ``bias`` (on ``o_proj`` where ``o_bias``,
+    by default as the others), then the norms named in ``norms`` (``q_norm``, ...)."""
+    t.add(a)
+    t.linear(a + ".q_proj", h, heads * hd * q_factor, bias)
+    t.linear(a + ".k_proj", h, kv * hd, bias)
+    t.linear(a + ".v_proj", h, kv * hd, bias)
+    t.linear(a + ".o_proj", heads * hd, h, bias if o_bias is None else o_bias)
+    for norm in norms:
+        t.norm(f"{a}.{norm}")
+
+
 def decoder_stack(
     t: Tree, p: str, n: int, h: int, v: int, heads: int, kv: int, hd: int, inter: int, qkv_bias: bool = False
 ) -> tuple[int, int]:
     """The plain attention decoder most text models share, under the prefix ``p``: ``embed_tokens``, ``n`` layers of
     ``self_attn.{q,k,v,o}_proj`` (q/k/v with a bias where ``qkv_bias``), a gated MLP and two norms, then ``norm`` and
     ``rotary_emb``; returns ``(hidden, vocab)`` for :meth:`Tree.lm_head`."""
-    t.embedding(p + "embed_tokens", v, h)
-    t.input_embedding = p + "embed_tokens"
-    t.add(p + "layers")
-    for i in range(n):
-        q = f"{p}layers.{i}"
-        t.add(q)
-        t.add(q + ".self_attn")
-        t.linear(q + ".self_attn.q_proj", h, heads * hd, qkv_bias)
-        t.linear(q + ".self_attn.k_proj", h, kv * hd, qkv_bias)
-        t.linear(q + ".self_attn.v_proj", h, kv * hd, qkv_bias)
-        t.linear(q + ".self_attn.o_proj", heads * hd, h)
+    t.embedding(p + "embed_tokens", v, h, inputs=True)
+    for q in t.layers(p + "layers", n):
+        attention(t, q + ".self_attn", h, heads, kv, hd, qkv_bias, o_bias=False)
         mlp(t, q + ".mlp", h, inter)
         t.add(q + ".input_layernorm")
         t.add(q + ".post_attention_layernorm")
@@ -181,35 +222,7 @@ def decoder_stack(
     return h, v
 
 
-def vision_blocks(t: Tree, p: str, d: int, inter: int, depth: int, npos: int) -> None:
-    """The patch and position embeddings, rotary and ``blocks`` of a Qwen-VL-style vision tower under ``p``
-    (``attn.qkv`` / ``attn.proj``, ``mlp.linear_fc1`` / ``linear_fc2``: hidden ``d``, MLP ``inter``). Where the
-    tree lists other modules' own Parameters (:attr:`Tree.own`), the convolution's and the norms' are listed."""
-    own = t.own
-    t.add(p + ".patch_embed")
-    t.add(p + ".patch_embed.proj", CONV)
-    if own is not None:
-        own[p + ".patch_embed.proj"] = ("weight", "bias")
-    t.embedding(p + ".pos_embed", npos, d)
-    t.add(p + ".rotary_pos_emb")
-    t.add(p + ".blocks")
-    for i in range(depth):
-        b = f"{p}.blocks.{i}"
-        t.add(b)
-        for norm in (b + ".norm1", b + ".norm2"):
-            t.add(norm)
-            if own is not None:
-                own[norm] = ("weight", "bias")
-        t.add(b + ".attn")
-        t.linear(b + ".attn.qkv", d, 3 * d, True)
-        t.linear(b + ".attn.proj", d, d, True)
-        t.add(b + ".mlp")
-        t.linear(b + ".mlp.linear_fc1", d, inter, True)
-        t.linear(b + ".mlp.linear_fc2", inter, d, True)
-        t.add(b + ".mlp.act_fn")
-
-
-def sub_config(raw: Mapping[str, Any], key: str, model_type: str, where: str) -> Mapping[str, Any]:
+def sub_config(raw: Mapping[str, object], key: str, model_type: str, where: str) -> Mapping[str, object]:
     """The sub-config ``raw[key]`` (``text_config``, ...), which must be present and of ``model_type``."""
     sub = raw.get(key)
     if sub is None:
@@ -221,7 +234,7 @@ def sub_config(raw: Mapping[str, Any], key: str, model_type: str, where: str) ->
     return sub
 
 
-def model_class_name(raw: Mapping[str, Any]) -> str:
+def model_class_name(raw: Mapping[str, object]) -> str:
     """The class the meta-device path builds for this config: ``architectures[0]``, else the registry's class for
     the ``model_type`` (the first layout that names it, as :func:`adapterdoc.ml.meta.model_class_for` picks)."""
 
@@ -236,7 +249,7 @@ def model_class_name(raw: Mapping[str, Any]) -> str:
     raise Unmodeled(f"no registry layout has model_type {raw.get('model_type')!r}")
 
 
-def build_tree(raw: Mapping[str, Any]) -> Tree:
+def build_tree(raw: Mapping[str, object]) -> Tree:
     """The module tree of the model a ``config.json`` dict describes; :class:`Unmodeled` when the registry cannot
     describe it exactly."""
     mt = raw.get("model_type")
@@ -263,7 +276,9 @@ __all__ = [
     "Node",
     "Tree",
     "Unmodeled",
+    "attention",
     "build_tree",
+    "decoder_stack",
     "mlp",
     "model_class_name",
     "sub_config",

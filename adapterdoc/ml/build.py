@@ -9,12 +9,17 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.bases import BaseSpec, folder_base, read_config_json
 from adapterdoc.errors import MissingExtraError, UnsupportedInputError
 from adapterdoc.layouts import LAYOUTS, detect_layout, loadable_as
 from adapterdoc.ml.quiet import no_warnings
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
+
+    ModelClass = type[PreTrainedModel]
 
 
 def first_line(e: BaseException | None) -> str:
@@ -32,7 +37,7 @@ def require_ml(what: str | None = None) -> None:
             raise MissingExtraError(what, pkg) from e
 
 
-def load_config(base: BaseSpec, what: str | None = None) -> Any:
+def load_config(base: BaseSpec, what: str | None = None) -> PretrainedConfig:
     """The transformers config of ``base``; never runs repository code, never touches the network."""
     if base.kind != "tiny":
         read_config_json(base)
@@ -53,14 +58,14 @@ def load_config(base: BaseSpec, what: str | None = None) -> Any:
         ) from e
 
 
-def folder_config(folder: str, missing: str) -> Any:
+def folder_config(folder: str, missing: str) -> PretrainedConfig:
     """The transformers config of an opened checkpoint folder (merge's base), as :func:`load_config` reads it;
     ``missing`` says what needs its config.json when there is none."""
     require_ml(folder)
     return load_config(folder_base(folder, missing))
 
 
-def model_class_for(config: Any, base: BaseSpec) -> Any:
+def model_class_for(config: PretrainedConfig, base: BaseSpec) -> ModelClass:
     """The transformers model class to build: ``architectures[0]``, else the registry, else the Auto mappings."""
     import transformers as tf
 
@@ -98,7 +103,9 @@ class BuiltAs:
     """Attributes leading from the base's config to the one the class is built from (``("text_config",)``)."""
 
 
-def counterpart_class(config: Any, base: BaseSpec, class_name: str | None) -> tuple[Any, Any, BuiltAs] | None:
+def counterpart_class(
+    config: PretrainedConfig, base: BaseSpec, class_name: str | None
+) -> tuple[ModelClass, PretrainedConfig, BuiltAs] | None:
     """When the base can be built as more than one class and ``class_name`` (an adapter's
     ``auto_mapping.base_model_class``) is one of the others: (class, the config to build it from, what was
     chosen). ``None`` when the class is the base's own, or not one the registry can build from this config."""
@@ -127,7 +134,12 @@ def counterpart_class(config: Any, base: BaseSpec, class_name: str | None) -> tu
     return None
 
 
-def build_meta_model(base: BaseSpec, config: Any = None, *, as_class: tuple[Any, Any] | None = None) -> Any:
+def build_meta_model(
+    base: BaseSpec,
+    config: PretrainedConfig | None = None,
+    *,
+    as_class: tuple[ModelClass, PretrainedConfig] | None = None,
+) -> PreTrainedModel:
     """The base model's module tree on the meta device (no memory for weights); ``as_class`` = (class,
     config) from :func:`counterpart_class` builds that class instead of the config's own."""
     import torch
@@ -145,7 +157,7 @@ def build_meta_model(base: BaseSpec, config: Any = None, *, as_class: tuple[Any,
         ) from e
 
 
-def base_layout(model: Any, injected: list[str] | None = None) -> str | None:
+def base_layout(model: PreTrainedModel, injected: list[str] | None = None) -> str | None:
     """The registry layout of a built base: by class and model_type, then by its module names."""
     cls = type(model).__name__
     mt = getattr(model.config, "model_type", None)

@@ -12,20 +12,27 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.adapter import WRAPPER, AdapterConfig, fused_expert_owner
 from adapterdoc.errors import ConfigError, UnsupportedInputError
 from adapterdoc.ml.build import first_line
 from adapterdoc.ml.quiet import no_warnings
 
+if TYPE_CHECKING:
+    import torch
+    from peft import LoraConfig, PeftModel
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.trainable_tokens import TrainableTokensLayer
+    from torch import nn
+
 ADAPTER = "default"
 """The adapter name used on the meta model: the one ``PeftModel.from_pretrained`` uses."""
 
 
 def lora_config_from_raw(
-    raw: Mapping[str, Any], path: str | None = None, *, not_lora: str | None = None
-) -> Any:
+    raw: Mapping[str, object], path: str | None = None, *, not_lora: str | None = None
+) -> LoraConfig:
     """PEFT's ``LoraConfig`` from an adapter_config.json dict, the way ``LoraConfig.from_pretrained`` builds it.
 
     ``not_lora`` is the refusal for another ``peft_type`` (after ``peft_type X``); verify's wording by default."""
@@ -45,7 +52,7 @@ def lora_config_from_raw(
         raise ConfigError(path, f"PEFT refuses this LoRA config: {first_line(e)}") from e
 
 
-def for_meta(config: Any) -> Any:
+def for_meta(config: LoraConfig) -> LoraConfig:
     """A copy whose initialisation needs no base weights: shapes do not depend on the init method."""
     cfg = copy.deepcopy(config)
     if not isinstance(cfg.init_lora_weights, bool):
@@ -59,9 +66,9 @@ def for_meta(config: Any) -> Any:
 _REWRITE_FIELDS = ("target_modules", "target_parameters", "rank_pattern", "alpha_pattern", "modules_to_save")
 
 
-def snapshot(cfg: Any) -> dict[str, Any]:
+def snapshot(cfg: LoraConfig) -> dict[str, object]:
     """The config fields PEFT may rewrite on injection, in a normal form (sorted, empty → ``None``)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for f in _REWRITE_FIELDS:
         v = getattr(cfg, f, None)
         if isinstance(v, (set, frozenset, list, tuple)):
@@ -102,9 +109,9 @@ class LoraTarget:
 class Injection:
     """One LoRA config injected by PEFT on a meta model (which it mutates)."""
 
-    config_before: dict[str, Any]
+    config_before: dict[str, object]
     """The config fields PEFT may rewrite, before injection (see :func:`snapshot`)."""
-    config_after: dict[str, Any]
+    config_after: dict[str, object]
     modules_to_save: tuple[str, ...] = ()
     """The config's ``modules_to_save`` as written."""
     error: str | None = None
@@ -113,7 +120,7 @@ class Injection:
     """PEFT's warnings during the injection (first lines, deduplicated, at most 20)."""
     expected: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Saved-naming key → shape, as ``get_peft_model_state_dict`` would write them."""
-    pm: Any = None
+    pm: PeftModel | None = None
     """The ``PeftModel`` (``None`` when PEFT refused)."""
 
     @property
@@ -135,7 +142,7 @@ class Injection:
         return self._layers[1]
 
 
-def inject(model: Any, lora_config: Any) -> Injection:
+def inject(model: nn.Module, lora_config: LoraConfig) -> Injection:
     """Inject ``lora_config`` into the meta ``model`` with PEFT (no weights; ``model`` is mutated)."""
     from peft import get_peft_model, get_peft_model_state_dict
 
@@ -159,7 +166,7 @@ def inject(model: Any, lora_config: Any) -> Injection:
     return out
 
 
-def describe_layers(pm: Any) -> tuple[dict[str, LoraTarget], dict[str, LoraTarget]]:
+def describe_layers(pm: PeftModel) -> tuple[dict[str, LoraTarget], dict[str, LoraTarget]]:
     """(LoRA layers by saved module path, trainable-token layers by embedding path) of a ``PeftModel``."""
     from peft.tuners.lora import LoraLayer
 
@@ -177,17 +184,17 @@ def describe_layers(pm: Any) -> tuple[dict[str, LoraTarget], dict[str, LoraTarge
     return targets, tokens
 
 
-def inventory(model: Any, adapter_config: AdapterConfig, where: str | None = None) -> Injection:
+def inventory(model: nn.Module, adapter_config: AdapterConfig, where: str | None = None) -> Injection:
     """Merge's view: the adapter's config injected into the meta ``model`` (build the name map first)."""
     lora = lora_config_from_raw(adapter_config.raw, where, not_lora="cannot be merged (only LORA)")
     return inject(model, lora)
 
 
-def _shape(t: Any) -> tuple[int, ...]:
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(int(d) for d in t.shape)
 
 
-def _describe(path: str, mod: Any) -> LoraTarget:
+def _describe(path: str, mod: LoraLayer) -> LoraTarget:
     cls = type(mod).__name__
     owner = fused_expert_owner(path)
     common: dict[str, Any] = dict(
@@ -231,7 +238,7 @@ def _describe(path: str, mod: Any) -> LoraTarget:
     )
 
 
-def _describe_tokens(path: str, mod: Any) -> LoraTarget:
+def _describe_tokens(path: str, mod: TrainableTokensLayer) -> LoraTarget:
     owner = path.rsplit(".token_adapter", 1)[0]
     delta = mod.trainable_tokens_delta[ADAPTER]
     return LoraTarget(

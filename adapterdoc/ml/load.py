@@ -10,11 +10,27 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.layouts import forward_module
 from adapterdoc.ml.quiet import quiet_transformers
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+
+    from adapterdoc.adapter import AdapterConfig
+    from adapterdoc.bases import BaseSpec
+    from adapterdoc.ml.build import BuiltAs
+
+
+class OpenedAdapter(Protocol):
+    """What the load check reads of an opened adapter (``adapterdoc.opened.Checkpoint``, a layer above)."""
+
+    root: str
+    adapter_config: AdapterConfig | None
+
 
 ADAPTER_NAME = "default"
 """The name PeftModel.from_pretrained uses, so keys saved with it (`lora_A.default.weight`) load as they do there."""
@@ -33,11 +49,11 @@ class LoadResult:
     probe: str = ""
     skipped: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def load_check(base: Any, ckpt: Any, built_as: Any = None) -> LoadResult:
+def load_check(base: BaseSpec, ckpt: OpenedAdapter, built_as: BuiltAs | None = None) -> LoadResult:
     """Load the base (``BaseSpec`` with weights) and the adapter ``ckpt`` and check the three facts; ``built_as``
     (:class:`~adapterdoc.ml.meta.BuiltAs`) loads the base as that counterpart class, as verify's key check did."""
     if ckpt.adapter_config is None:
@@ -80,7 +96,7 @@ def _saved(key: str) -> str:
     return key.replace(f".{ADAPTER_NAME}.", ".").removesuffix(f".{ADAPTER_NAME}")
 
 
-def load_base(base: Any, built_as: Any = None) -> Any:
+def load_base(base: BaseSpec, built_as: BuiltAs | None = None) -> PreTrainedModel:
     """The base with its real weights, in eval mode, on the CPU; with ``built_as``, as that counterpart class
     (built from the sub-config, holding the base's weights renamed along the registry's move)."""
     model = _load_own(base)
@@ -104,13 +120,13 @@ def load_base(base: Any, built_as: Any = None) -> Any:
         ) from None
 
 
-def _load_own(base: Any) -> Any:
+def _load_own(base: BaseSpec) -> PreTrainedModel:
     import torch
 
     if base.kind == "tiny":
         from adapterdoc.ml.tiny import build_tiny
 
-        return build_tiny(base.tiny_layout, 0)
+        return build_tiny(base.tiny_layout, 0)  # type: ignore[arg-type]  # a tiny spec always names its layout
     from adapterdoc.ml.build import load_config, model_class_for
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -127,7 +143,7 @@ def _load_own(base: Any) -> Any:
     return model.eval()
 
 
-def probe_inputs(model: Any) -> dict[str, Any]:
+def probe_inputs(model: PreTrainedModel) -> dict[str, torch.Tensor]:
     import torch
 
     cfg = model.config
@@ -137,7 +153,7 @@ def probe_inputs(model: Any) -> dict[str, Any]:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def forward(model: Any, inputs: dict[str, Any]) -> Any:
+def forward(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     target = forward_module(model)  # a wrapper without a forward of its own runs through its inner model
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

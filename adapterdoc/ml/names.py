@@ -13,10 +13,19 @@ transformers is imported inside the functions that need it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.ml.inject import LoraTarget
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers.core_model_loading import WeightConverter, WeightRenaming
+
+    _Entry = tuple[str, WeightConverter, int | None, int]
+    """(on-disk name, the converter that takes it, its expert index, its source pattern's slot)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,7 @@ class Piece:
     def whole(self) -> bool:
         return self.expert is None and self.narrow is None and not self.transpose
 
-    def take(self, value: Any, *, expert_selected: bool = False) -> Any:
+    def take(self, value: torch.Tensor, *, expert_selected: bool = False) -> torch.Tensor:
         """This piece out of a parameter-shaped tensor (or out of ``value[expert]`` if ``expert_selected``)."""
         t = value
         if self.expert is not None and not expert_selected:
@@ -68,7 +77,7 @@ class NameMap:
     """On-disk tensors the model does not load (transformers would call them unexpected)."""
     conversions: dict[str, tuple[str, str | None]] = field(default_factory=dict, repr=False)
     """Checkpoint-style name → (in-memory name, converter pattern), for every name :meth:`memory_name` was asked."""
-    _rename: Any = field(default=None, repr=False)
+    _rename: Callable[[str], tuple[str, str | None]] | None = field(default=None, repr=False)
 
     def memory_name(self, disk: str) -> tuple[str, str | None]:
         """transformers' load-time rename of a checkpoint-style name (on disk or not): (in-memory parameter,
@@ -88,7 +97,7 @@ class NameMap:
         return None
 
 
-def _split_transforms(model: Any) -> tuple[list[Any], list[Any]]:
+def _split_transforms(model: nn.Module) -> tuple[list[WeightRenaming], list[WeightConverter]]:
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import WeightConverter, WeightRenaming
 
@@ -99,8 +108,12 @@ def _split_transforms(model: Any) -> tuple[list[Any], list[Any]]:
 
 
 def to_memory_name(
-    model: Any, disk: str, renamings: list[Any], converters: list[Any], names: Any
-) -> tuple[str, Any]:
+    model: nn.Module,
+    disk: str,
+    renamings: list[WeightRenaming],
+    converters: list[WeightConverter],
+    names: Mapping[str, tuple[int, ...]],
+) -> tuple[str, str | None]:
     """transformers' own load-time rename of one checkpoint key: (in-memory name, matched converter pattern)."""
     from transformers.core_model_loading import rename_source_key
 
@@ -111,7 +124,7 @@ def to_memory_name(
     return renamed, pattern
 
 
-def build_name_map(model: Any, disk_shapes: dict[str, tuple[int, ...]]) -> NameMap:
+def build_name_map(model: nn.Module, disk_shapes: dict[str, tuple[int, ...]]) -> NameMap:
     """Place every on-disk tensor (name → shape) inside the meta ``model``'s parameters."""
     state = {k: tuple(v.shape) for k, v in model.state_dict(keep_vars=True).items()}
     nm = NameMap(model_class=type(model).__name__, param_shapes=state)
@@ -126,7 +139,7 @@ def build_name_map(model: Any, disk_shapes: dict[str, tuple[int, ...]]) -> NameM
     renamings, converters = _split_transforms(model)
     nm._rename = lambda disk: to_memory_name(model, disk, renamings, converters, state)
     by_pattern = {p: c for c in converters for p in c.source_patterns}
-    fused: dict[str, list[tuple[str, Any, int | None, int]]] = {}
+    fused: dict[str, list[_Entry]] = {}
     for disk in sorted(disk_shapes):
         mem, pattern = to_memory_name(model, disk, renamings, converters, state)
         if mem not in state:
@@ -167,13 +180,13 @@ def _expert_index(disk: str, pattern: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _op_signature(conv: Any) -> list[tuple[str, dict[str, Any]]]:
+def _op_signature(conv: WeightConverter) -> list[tuple[str, dict[str, object]]]:
     return [(type(op).__name__, dict(vars(op))) for op in conv.operations]
 
 
 def _slice_plan(
     mem: str,
-    entries: list[tuple[str, Any, int | None, int]],
+    entries: list[_Entry],
     disk_shapes: dict[str, tuple[int, ...]],
     param_shape: tuple[int, ...],
 ) -> list[Piece]:

@@ -9,12 +9,16 @@ is identical to the one an adapter was trained on. Each builds in well under a s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import LAYOUTS, get_layout, move_rules, rename, tiny_layouts
 
+if TYPE_CHECKING:
+    import torch
+    from transformers import PretrainedConfig, PreTrainedModel
 
-def tiny_config(layout: str) -> Any:
+
+def tiny_config(layout: str) -> PretrainedConfig:
     """The tiny transformers config of ``layout`` (a name from :data:`adapterdoc.layouts.LAYOUTS`), built from the
     registry's plain-data reference config."""
     import transformers as tf
@@ -29,13 +33,13 @@ TINY_LAYOUTS = tiny_layouts()
 """Layouts with a tiny reference model (:func:`adapterdoc.layouts.tiny_layouts`)."""
 
 
-def model_class(layout: str) -> Any:
+def model_class(layout: str) -> type[PreTrainedModel]:
     import transformers as tf
 
     return getattr(tf, get_layout(layout).model_class)
 
 
-def build_tiny(layout: str, seed: int = 0, *, dtype: Any = None) -> Any:
+def build_tiny(layout: str, seed: int = 0, *, dtype: torch.dtype | None = None) -> PreTrainedModel:
     """A tiny random model of ``layout`` in eval mode; identical weights for identical (layout, seed)."""
     import torch
 
@@ -47,7 +51,9 @@ def build_tiny(layout: str, seed: int = 0, *, dtype: Any = None) -> Any:
     return model.eval()
 
 
-def counterpart_state(src_model: Any, src_layout: str, dst_layout: str) -> dict[str, Any]:
+def counterpart_state(
+    src_model: torch.nn.Module, src_layout: str, dst_layout: str
+) -> dict[str, torch.Tensor]:
     """``src_model``'s weights renamed into ``dst_layout``'s module names with the registry's remap rules."""
     rules = move_rules(src_layout, dst_layout)
     if rules is None:
@@ -55,7 +61,9 @@ def counterpart_state(src_model: Any, src_layout: str, dst_layout: str) -> dict[
     return {rename(rules, name): tensor for name, tensor in src_model.state_dict().items()}
 
 
-def build_counterpart(src_model: Any, src_layout: str, dst_layout: str, dst: Any = None) -> Any:
+def build_counterpart(
+    src_model: torch.nn.Module, src_layout: str, dst_layout: str, dst: PreTrainedModel | None = None
+) -> PreTrainedModel:
     """A ``dst_layout`` model holding ``src_model``'s base weights (towers dropped); every dst weight is filled.
     ``dst``: the (empty) model to fill, for a base that is not a tiny one; default the tiny ``dst_layout``."""
     dst = dst if dst is not None else build_tiny(dst_layout, seed=12345)

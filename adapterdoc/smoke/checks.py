@@ -8,7 +8,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import get_layout
 from adapterdoc.report.smoke_report import CheckResult
@@ -24,6 +24,12 @@ from adapterdoc.smoke.compare import (
 from adapterdoc.train import lora
 from adapterdoc.train import models as M
 from adapterdoc.train.objectives import CAUSAL, MASKED
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from adapterdoc.adapter import AdapterConfig
 
 
 def check_loss(ctx: Ctx) -> CheckResult:
@@ -199,7 +205,7 @@ def check_merge(ctx: Ctx) -> CheckResult:
     return _compare_merged(ctx, merged, impl, f"{len(report.applied)} module(s) merged on disk; ")
 
 
-def _float32() -> Any:
+def _float32() -> torch.dtype:
     import torch
 
     return torch.float32
@@ -211,7 +217,7 @@ def _merge_in_memory(ctx: Ctx) -> CheckResult:
     return _compare_merged(ctx, merged, "peft merge_and_unload (in memory)", "")
 
 
-def _compare_merged(ctx: Ctx, merged: Any, impl: str, prefix: str) -> CheckResult:
+def _compare_merged(ctx: Ctx, merged: nn.Module, impl: str, prefix: str) -> CheckResult:
     head = M.load_head(ctx.result.head_dir) if ctx.result.head_dir else None
     if ctx.objective == MASKED:
         got = outputs(merged, ctx.batch, ctx.objective)
@@ -257,13 +263,13 @@ def check_experts(ctx: Ctx) -> CheckResult:
     return CheckResult("experts", ok, detail, impl, value=len(pic.routed), code="AD611")
 
 
-def _model_experts(model: Any) -> tuple[int, int | None]:
+def _model_experts(model: nn.Module) -> tuple[int, int | None]:
     """(MoE blocks of the trained model, routed experts per block): its transformers ``*Experts`` modules."""
     found = [m for _, m in model.named_modules() if type(m).__name__.endswith("Experts")]
     return len(found), max((getattr(m, "num_experts", 0) for m in found), default=None) or None
 
 
-def _targeted_expert_projections(config: Any) -> list[str]:
+def _targeted_expert_projections(config: AdapterConfig | None) -> list[str]:
     from adapterdoc.experts import FUSED_PROJECTIONS, PROJECTIONS
 
     params = {p.rpartition(".")[2] for p in getattr(config, "target_parameters", None) or ()}

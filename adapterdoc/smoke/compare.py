@@ -4,12 +4,23 @@ reloaded, remapped or merged model on the same validation batch, and their large
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import forward_module
 from adapterdoc.train import models
 from adapterdoc.train.objectives import CAUSAL, MASKED, POOLED
 from adapterdoc.train.records import TrainResult
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PreTrainedModel
+
+    from adapterdoc.report.verify_report import VerifyReport
+    from adapterdoc.train.data import Batch
+
+    Outputs = dict[str, torch.Tensor]
+    """Comparable outputs by name: ``logits``, ``hidden``."""
 
 IDENTICAL = 1e-6
 """Max |Δ| for "identical" outputs (same weights, same ops: 0.0 is expected)."""
@@ -27,8 +38,8 @@ class Ctx:
     saved_layout: str
     """The layout of the saved adapter's keys (a forward-routing wrapper saved in its inner module's naming:
     that module's layout, :func:`~adapterdoc.layouts.forward_layout`)."""
-    reference: dict[str, Any] = field(default_factory=dict)
-    verify_report: Any = None
+    reference: Outputs = field(default_factory=dict)
+    verify_report: VerifyReport | None = None
     """``adapterdoc.verify``'s report on the saved adapter, once the verify check ran."""
 
     @property
@@ -36,11 +47,11 @@ class Ctx:
         return self.result.objective
 
     @property
-    def batch(self) -> dict[str, Any]:
-        return self.result.val_batch
+    def batch(self) -> Batch:
+        return self.result.val_batch  # type: ignore[return-value]  # every run keeps its validation batch
 
 
-def outputs(module: Any, batch: dict[str, Any], objective: str, head: Any = None) -> dict[str, Any]:
+def outputs(module: nn.Module, batch: Batch, objective: str, head: nn.Module | None = None) -> Outputs:
     """Comparable outputs of a trained/reloaded/merged module: logits, and the encoder's hidden states."""
     import torch
 
@@ -58,7 +69,7 @@ def outputs(module: Any, batch: dict[str, Any], objective: str, head: Any = None
         return out
 
 
-def counterpart_outputs(module: Any, batch: dict[str, Any], objective: str, head: Any) -> dict[str, Any]:
+def counterpart_outputs(module: nn.Module, batch: Batch, objective: str, head: nn.Module | None) -> Outputs:
     import torch
 
     ids, mask = batch["input_ids"], batch["attention_mask"]
@@ -72,7 +83,7 @@ def counterpart_outputs(module: Any, batch: dict[str, Any], objective: str, head
         return res
 
 
-def max_diff(a: dict[str, Any], b: dict[str, Any], mask: Any) -> tuple[float, float, list[str]]:
+def max_diff(a: Outputs, b: Outputs, mask: torch.Tensor) -> tuple[float, float, list[str]]:
     """(max |Δ| over real tokens of the shared outputs, max |reference|, names compared)."""
     names = [k for k in a if k in b]
     worst, scale = 0.0, 0.0
@@ -88,7 +99,7 @@ def max_diff(a: dict[str, Any], b: dict[str, Any], mask: Any) -> tuple[float, fl
     return worst, scale, names
 
 
-def fresh_saved_base(ctx: Ctx) -> Any:
+def fresh_saved_base(ctx: Ctx) -> PreTrainedModel:
     """A fresh base of the saved adapter's layout, from the run's base seed."""
     seed = ctx.result.settings.base_seed
     if ctx.saved_layout == ctx.layout:

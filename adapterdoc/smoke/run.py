@@ -9,7 +9,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError, RefusedError
 from adapterdoc.layouts import forward_layout, smoke_layouts, tiny_layouts
@@ -18,12 +18,16 @@ from adapterdoc.report.smoke_report import LayoutRun, SmokeReport
 from adapterdoc.smoke.checks import CHECKS, one_line, run_check
 from adapterdoc.smoke.compare import Ctx, outputs
 
+if TYPE_CHECKING:
+    from adapterdoc.train.data import DataSource
+    from adapterdoc.train.settings import TrainSettings
+
 SMOKE_LAYOUTS = smoke_layouts()
 """``--layout all``: every VL/wrapper layout and both encoders of the registry."""
 
 _MARKER = "progress.jsonl"
 
-OnEvent = Callable[[dict[str, Any]], None]
+OnEvent = Callable[[dict[str, object]], None]
 
 
 def resolve_layouts(spec: str) -> list[str]:
@@ -51,7 +55,12 @@ def _prepare_folder(path: str) -> None:
 
 
 def run_layout(
-    layout: str, work: str, settings: Any, on_event: OnEvent | None = None, *, data: Any = None
+    layout: str,
+    work: str,
+    settings: TrainSettings | None,
+    on_event: OnEvent | None = None,
+    *,
+    data: DataSource | None = None,
 ) -> LayoutRun:
     """Train ``layout`` into ``work`` (on ``data``, default the bundled rows) and run every check on the output.
 
@@ -67,7 +76,13 @@ def run_layout(
 
 
 def _run_layout(
-    layout: str, work: str, settings: Any, on_event: OnEvent | None, *, data: Any, prepared: list[bool]
+    layout: str,
+    work: str,
+    settings: TrainSettings | None,
+    on_event: OnEvent | None,
+    *,
+    data: DataSource | None,
+    prepared: list[bool],
 ) -> LayoutRun:
     from adapterdoc.train import data as D
     from adapterdoc.train import loop
@@ -128,9 +143,9 @@ def run_smoke(
     *,
     steps: int | None = None,
     out: str | os.PathLike[str] | None = None,
-    settings: Any = None,
+    settings: TrainSettings | None = None,
     on_event: OnEvent | None = None,
-    data: Any = None,
+    data: DataSource | None = None,
 ) -> SmokeReport:
     """Run :func:`run_layout` for each layout into ``out/<layout>`` (a temporary folder when ``out`` is None).
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError, UnsupportedInputError
 from adapterdoc.train.models import route_forward
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 
@@ -27,8 +31,8 @@ class Base:
     """The registry layout; ``""`` for a causal LM outside the registry."""
     kind: str
     root: str | None
-    model_class: Any
-    tokenizer: Any
+    model_class: type[PreTrainedModel]
+    tokenizer: PreTrainedTokenizerBase
 
     @property
     def known(self) -> bool:
@@ -75,7 +79,7 @@ def open_base(spec: str, train_texts: list[str] | None = None, tokenizer_dir: st
     return Base(spec, name, layout, bs.kind, bs.root, cls, tok)
 
 
-def _check_causal(spec: str, cls: Any) -> None:
+def _check_causal(spec: str, cls: type[PreTrainedModel]) -> None:
     """A base outside the registry is trained as a causal LM: its class must be one transformers' causal-LM
     auto class builds (the encoder heads need the registry's knowledge of their pooling and masking)."""
     from transformers import AutoModelForCausalLM
@@ -94,7 +98,7 @@ def has_tokenizer(folder: str) -> bool:
     return any(os.path.isfile(os.path.join(folder, f)) for f in ("tokenizer.json", "tokenizer_config.json"))
 
 
-def _load_tokenizer(folder: str) -> Any:
+def _load_tokenizer(folder: str) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
     try:
@@ -110,7 +114,7 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def torch_dtype(name: str) -> Any:
+def torch_dtype(name: str) -> torch.dtype | str:
     import torch
 
     if name == "auto":
@@ -118,7 +122,7 @@ def torch_dtype(name: str) -> Any:
     return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
 
 
-def load_model(base: Base, dtype: str = "float32", seed: int = 0) -> Any:
+def load_model(base: Base, dtype: str = "float32", seed: int = 0) -> PreTrainedModel:
     """The base's weights (a tiny base from its fixed seed), forward routed (:func:`~adapterdoc.train.models.route_forward`)."""
     if base.kind == "tiny":
         from adapterdoc.ml.tiny import build_tiny

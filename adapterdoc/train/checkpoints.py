@@ -6,10 +6,28 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.train.records import write_json
+
+if TYPE_CHECKING:
+    import torch
+    from accelerate import Accelerator
+    from torch import nn
+
+
+class CheckpointState(TypedDict):
+    """``trainer_state.json``: where a run stood at a checkpoint (written by the loop, read back by ``--resume``)."""
+
+    step: int
+    history: list[dict[str, object]]
+    train_before: dict[str, float]
+    """The first evaluation (:class:`~adapterdoc.train.objectives.Metrics` as a dict)."""
+    val_before: dict[str, float] | None
+    settings: dict[str, object]
+    base: str
+
 
 CHECKPOINTS = "checkpoints"
 _STATE = "trainer_state.json"
@@ -62,7 +80,13 @@ def last_checkpoint(out: str) -> str | None:
 
 
 def save_checkpoint(
-    acc: Any, model: Any, optimizer: Any, out: str, state: dict[str, Any], *, sharded: bool = False
+    acc: Accelerator,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    out: str,
+    state: CheckpointState,
+    *,
+    sharded: bool = False,
 ) -> str:
     """The trainable tensors, the optimizer and the trainer state, each file atomic, the state last (main only).
     ``sharded`` (FSDP): every process gathers the tensors and the optimizer state whole, keyed by name."""
@@ -90,12 +114,15 @@ def save_checkpoint(
     return folder
 
 
-def read_checkpoint_state(folder: str) -> dict[str, Any]:
+def read_checkpoint_state(folder: str) -> CheckpointState:
+    """The trainer state :func:`save_checkpoint` wrote (our own JSON: ``step``, ``history``, the evaluations)."""
     with open(os.path.join(folder, _STATE), encoding="utf-8") as f:
         return json.load(f)
 
 
-def load_checkpoint(folder: str, model: Any, optimizer: Any, *, sharded: bool = False) -> None:
+def load_checkpoint(
+    folder: str, model: nn.Module, optimizer: torch.optim.Optimizer, *, sharded: bool = False
+) -> None:
     """The checkpoint's trainable tensors and optimizer state into ``model`` (unwrapped) and ``optimizer``."""
     import torch
     from safetensors.torch import load_file

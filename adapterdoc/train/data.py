@@ -14,14 +14,19 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError, InputNotFoundError, UnsupportedInputError
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
+    import torch
+    from tokenizers import Tokenizer
+
     DataSource = str | os.PathLike[str] | Traversable
+    Batch = dict[str, torch.Tensor]
+    """A collated batch: ``input_ids``, ``attention_mask``, ``weights`` and ``labels`` or ``targets``."""
 
 IGNORE = -100
 """Label value cross-entropy skips (prompt, padding, unmasked encoder positions)."""
@@ -49,7 +54,7 @@ class Row:
     id: str
     split: str
     prompt: str
-    answer: dict[str, Any]
+    answer: dict[str, object]
 
     @property
     def answer_text(self) -> str:
@@ -110,13 +115,20 @@ def load_rows(path: DataSource = DEFAULT_DATA) -> list[Row]:
     return rows
 
 
-def _parse_row(path: str, n: int, line: str) -> Row:
+def json_object(path: str, where: str, line: str) -> dict[str, object]:
+    """One JSONL line (``where``: ``line N``) as a JSON object; a :class:`ConfigError` naming the file and line
+    when it is not JSON or not an object."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
-        raise ConfigError(path, f"line {n} is not JSON: {e.msg}") from e
+        raise ConfigError(path, f"{where} is not JSON: {e.msg}") from None
     if not isinstance(obj, dict):
-        raise ConfigError(path, f"line {n} is not a JSON object")
+        raise ConfigError(path, f"{where} is not a JSON object")
+    return obj
+
+
+def _parse_row(path: str, n: int, line: str) -> Row:
+    obj = json_object(path, f"line {n}", line)
     prompt, answer, split = obj.get("prompt"), obj.get("answer"), obj.get("split")
     if not isinstance(prompt, str) or not prompt:
         raise ConfigError(path, f"line {n}: `prompt` must be a non-empty string")
@@ -147,18 +159,18 @@ def answer_text(row: Row) -> str:
     return f"{row.answer_text}{SPECIALS[END]}"
 
 
-def build_tokenizer(rows: list[Row], vocab_size: int = TOKENIZER_VOCAB) -> Any:
+def build_tokenizer(rows: list[Row], vocab_size: int = TOKENIZER_VOCAB) -> Tokenizer:
     """A byte-level BPE tokenizer trained on ``rows`` (deterministic; no hub, no files)."""
     texts = tuple(t for r in rows for t in (r.prompt, r.answer_text))
     return _train_tokenizer(texts, vocab_size)
 
 
 @lru_cache(maxsize=4)
-def _train_tokenizer(texts: tuple[str, ...], vocab_size: int) -> Any:
+def _train_tokenizer(texts: tuple[str, ...], vocab_size: int) -> Tokenizer:
     return train_bpe(list(texts), vocab_size, SPECIALS)
 
 
-def train_bpe(texts: list[str], vocab_size: int, specials: tuple[str, ...]) -> Any:
+def train_bpe(texts: list[str], vocab_size: int, specials: tuple[str, ...]) -> Tokenizer:
     """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``texts`` in that order; ``specials`` get ids 0, 1, ..."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -175,11 +187,11 @@ def train_bpe(texts: list[str], vocab_size: int, specials: tuple[str, ...]) -> A
     return tok
 
 
-def _ids(tok: Any, text: str) -> list[int]:
+def _ids(tok: Tokenizer, text: str) -> list[int]:
     return list(tok.encode(text, add_special_tokens=False).ids)
 
 
-def encode_chat(tok: Any, row: Row) -> Example:
+def encode_chat(tok: Tokenizer, row: Row) -> Example:
     """Prompt + answer for a causal LM; only the answer (and its end marker) is supervised.
 
     The two halves are tokenized separately and joined, so no BPE merge can straddle the boundary and the
@@ -190,7 +202,7 @@ def encode_chat(tok: Any, row: Row) -> Example:
     return Example(row.id, prompt + answer, [IGNORE] * len(prompt) + answer)
 
 
-def encode_masked(tok: Any, row: Row, seed: int = 0) -> Example:
+def encode_masked(tok: Tokenizer, row: Row, seed: int = 0) -> Example:
     """``<bos> prompt <eos> answer <eos>`` with a fixed, seeded subset of answer tokens replaced by ``<mask>``."""
     prompt = [BOS, *_ids(tok, row.prompt), EOS]
     answer = _ids(tok, row.answer_text)
@@ -202,14 +214,14 @@ def encode_masked(tok: Any, row: Row, seed: int = 0) -> Example:
     return Example(row.id, ids, labels)
 
 
-def encode_pooled(tok: Any, row: Row, classes: list[str]) -> Example:
+def encode_pooled(tok: Tokenizer, row: Row, classes: list[str]) -> Example:
     """``<bos> prompt <eos>`` and the index of the row's class (its answer's ``intent``)."""
     if row.category not in classes:
         raise ConfigError(row.id, f"class {row.category!r} is not among the training classes {classes}")
     return Example(row.id, [BOS, *_ids(tok, row.prompt), EOS], target=classes.index(row.category))
 
 
-def collate(examples: list[Example]) -> dict[str, Any]:
+def collate(examples: list[Example]) -> Batch:
     """Right-pad a batch: ``input_ids``, ``attention_mask``, ``labels`` (-100 on padding) or ``targets``, ``weights``."""
     import torch
 
@@ -225,7 +237,7 @@ def collate(examples: list[Example]) -> dict[str, Any]:
         mask[i, :n] = 1
         if e.labels is not None:
             labels[i, :n] = torch.tensor(e.labels)
-    batch: dict[str, Any] = {
+    batch: Batch = {
         "input_ids": ids,
         "attention_mask": mask,
         "weights": torch.tensor([e.weight for e in examples], dtype=torch.float32),

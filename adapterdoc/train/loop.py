@@ -13,7 +13,7 @@ import random
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.train import checkpoints as C
@@ -40,6 +40,11 @@ from adapterdoc.train.outputs import save_outputs, write_records
 from adapterdoc.train.records import RunLog, TrainResult
 from adapterdoc.train.runtime import accelerator_for, quiet_libraries, torch_threads
 from adapterdoc.train.settings import OnEvent, Plan, TrainSettings, lr_at, steps_for
+
+if TYPE_CHECKING:
+    import torch
+    from accelerate import Accelerator
+    from torch import nn
 
 
 def train(
@@ -100,10 +105,10 @@ class _Run:
     plan: Plan
     s: TrainSettings
     out: str
-    acc: Any
+    acc: Accelerator
     log: RunLog
     ckpt: str | None
-    resumed: dict[str, Any] | None
+    resumed: C.CheckpointState | None
     my_train_eval: list[D.Example]
     my_val: list[D.Example]
     t0: float
@@ -114,7 +119,7 @@ class _Run:
     head: Any = None
     n_lora: int = 0
     start: int = 0
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[dict[str, object]] = field(default_factory=list)
     train_before: Metrics | None = None
     val_before: Metrics | None = None
 
@@ -130,7 +135,7 @@ class _Run:
     def world(self) -> int:
         return self.acc.num_processes
 
-    def evaluate(self, mod: Any, examples: list[D.Example]) -> Metrics | None:
+    def evaluate(self, mod: nn.Module, examples: list[D.Example]) -> Metrics | None:
         if not examples:
             return None
         loss_fn = LOSSES[self.plan.objective]
@@ -242,7 +247,7 @@ def _build(r: _Run) -> None:
     r.log("model_ready", trainable_parameters=r.n_lora, model_class=type(base).__name__)
 
 
-def _baseline(r: _Run, optimizer: Any) -> None:
+def _baseline(r: _Run, optimizer: torch.optim.Optimizer) -> None:
     """Where training starts: a checkpoint's step, history and first evaluation, or a fresh evaluation."""
     if r.resumed is not None:
         assert r.ckpt is not None
@@ -260,7 +265,7 @@ def _baseline(r: _Run, optimizer: Any) -> None:
         r.log("eval", when="before", train=asdict(r.train_before), val=val)
 
 
-def _fit(r: _Run, optimizer: Any) -> None:
+def _fit(r: _Run, optimizer: torch.optim.Optimizer) -> None:
     """The optimizer steps from ``r.start`` to ``s.steps``: one ``step`` event each, a checkpoint every
     ``save_steps``; Ctrl-C logs ``interrupted`` and re-raises."""
     s = r.s
@@ -286,7 +291,9 @@ def _fit(r: _Run, optimizer: Any) -> None:
         raise
 
 
-def _optimizer_step(r: _Run, optimizer: Any, stream: Iterator[D.Example], step: int) -> dict[str, Any]:
+def _optimizer_step(
+    r: _Run, optimizer: torch.optim.Optimizer, stream: Iterator[D.Example], step: int
+) -> dict[str, object]:
     """One optimizer step of ``grad_accum`` micro-steps; its history row (loss, grad norm, lr, tokens, speed)."""
     import torch
 
@@ -333,9 +340,9 @@ def _optimizer_step(r: _Run, optimizer: Any, stream: Iterator[D.Example], step: 
     }
 
 
-def _save_checkpoint(r: _Run, optimizer: Any, step: int) -> None:
+def _save_checkpoint(r: _Run, optimizer: torch.optim.Optimizer, step: int) -> None:
     assert r.train_before is not None
-    state = {
+    state: C.CheckpointState = {
         "step": step,
         "history": r.history,
         "train_before": asdict(r.train_before),
@@ -365,7 +372,7 @@ def _finish(r: _Run) -> TrainResult:
     full_state = SH.full_trainable_state(unwrapped) if r.sharding else acc.get_state_dict(r.model)
     adapter_dir = os.path.join(r.out, "adapter")
     head_dir = os.path.join(r.out, "head") if objective == POOLED else None
-    saved: dict[str, Any] = {}
+    saved: dict[str, torch.Tensor] = {}
     if r.main:
         saved = save_outputs(plan, s, r.log, unwrapped, full_state, adapter_dir, head_dir)
         r.log("save_done", adapter_tensors=len(saved), replica_checksums=sums)
@@ -418,7 +425,7 @@ def _unit_weight(e: D.Example) -> D.Example:
     return e if e.weight == 1.0 else D.Example(e.row_id, e.input_ids, e.labels, e.target, 1.0)
 
 
-def _lora_checksum(model: Any) -> float:
+def _lora_checksum(model: nn.Module) -> float:
     """A number every replica must agree on after synchronised training."""
     total = 0.0
     for _name, p in sorted(model.named_parameters(), key=lambda t: t[0]):

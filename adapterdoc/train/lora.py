@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.adapter import WRAPPER as _PEFT_ROOT
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.layouts import LAYOUTS, Layout, all_tower_segments, forward_module, get_layout
+
+if TYPE_CHECKING:
+    import torch
+    from peft import LoraConfig, PeftModel
+    from torch import nn
 
 DEFAULT_RANK = 8
 _WRAPPERS = ("module.", "_orig_mod.")
@@ -33,7 +38,7 @@ def lora_config(
     dropout: float = 0.0,
     exclude: str | bool | None = True,
     **extra: Any,
-) -> Any:
+) -> LoraConfig:
     """The ``peft.LoraConfig`` the registry asks for: language-model attention/MLP leaves, fused experts through
     ``target_parameters``, towers excluded by the layout's fullmatch regex, and ``lora_alpha = 2 r`` by default.
 
@@ -56,7 +61,7 @@ def lora_config(
         exclude_regex = None
     else:
         exclude_regex = exclude
-    args: dict[str, Any] = dict(
+    args: dict[str, object] = dict(
         r=r,
         lora_alpha=2 * r if alpha is None else alpha,
         lora_dropout=dropout,
@@ -79,7 +84,7 @@ def generic_lora_config(
     alpha: float | None = None,
     dropout: float = 0.0,
     targets: tuple[str, ...] | None = None,
-) -> Any:
+) -> LoraConfig:
     """The ``peft.LoraConfig`` for a base outside the registry: ``targets`` as ``target_modules``, else PEFT's
     ``all-linear`` (the output head excluded by PEFT); no tower exclusion, since the registry knows none."""
     from peft import LoraConfig
@@ -93,7 +98,14 @@ def generic_lora_config(
     )
 
 
-def inject(model: Any, layout: str | Layout | None, *, seed: int = 0, config: Any = None, **kw: Any) -> Any:
+def inject(
+    model: nn.Module,
+    layout: str | Layout | None,
+    *,
+    seed: int = 0,
+    config: LoraConfig | None = None,
+    **kw: Any,
+) -> PeftModel:
     """Wrap ``model`` with LoRA for ``layout`` (``lora_A`` initialised from ``seed``); fails on any tower leak.
     ``layout`` empty: a base outside the registry, with ``config`` given (no towers known, none checked)."""
     import torch
@@ -118,7 +130,7 @@ def tower_segments(layout: Layout) -> frozenset[str]:
     return frozenset(layout.towers) | all_tower_segments()
 
 
-def trainable_tower_parameters(model: Any, layout: str | Layout) -> list[str]:
+def trainable_tower_parameters(model: nn.Module, layout: str | Layout) -> list[str]:
     """Names of trainable parameters that run through a tower/projector/talker/MTP segment."""
     lay = get_layout(layout) if isinstance(layout, str) else layout
     segments = tower_segments(lay)
@@ -129,7 +141,7 @@ def trainable_tower_parameters(model: Any, layout: str | Layout) -> list[str]:
     ]
 
 
-def check_no_tower_trainable(model: Any, layout: str | Layout) -> None:
+def check_no_tower_trainable(model: nn.Module, layout: str | Layout) -> None:
     """Raise :class:`TowerLeakError` if any tower parameter is trainable (the exclusion regex missed something)."""
     lay = get_layout(layout) if isinstance(layout, str) else layout
     leaked = trainable_tower_parameters(model, lay)
@@ -141,7 +153,7 @@ def check_no_tower_trainable(model: Any, layout: str | Layout) -> None:
         )
 
 
-def trainable_state(model: Any) -> dict[str, Any]:
+def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The trainable parameters by name (a process's local view of the LoRA state)."""
     return {n: p for n, p in model.named_parameters() if p.requires_grad}
 
@@ -171,13 +183,15 @@ def _forward_levels() -> tuple[str, ...]:
     return tuple(dict.fromkeys(f"{lay.forward_via}." for lay in LAYOUTS.values() if lay.forward_via))
 
 
-def adapter_state(state: Mapping[str, Any], *, unwrap_forward: bool = False, what: str | None = None) -> dict:
+def adapter_state(
+    state: Mapping[str, torch.Tensor], *, unwrap_forward: bool = False, what: str | None = None
+) -> dict[str, torch.Tensor]:
     """The LoRA tensors of a (possibly full, possibly gathered) state dict, on the CPU, with wrappers stripped.
 
     Refuses an empty tensor (a ZeRO-3 shard saved before gathering) and a state without any LoRA tensor:
     both would otherwise be written as an adapter that loads and does nothing.
     """
-    out: dict[str, Any] = {}
+    out: dict[str, torch.Tensor] = {}
     for name, tensor in state.items():
         clean = strip_wrappers(name, unwrap_forward=unwrap_forward)
         if "lora_" not in clean:
@@ -195,13 +209,13 @@ def adapter_state(state: Mapping[str, Any], *, unwrap_forward: bool = False, wha
 
 
 def save_adapter(
-    peft_model: Any,
-    state: Mapping[str, Any],
+    peft_model: PeftModel,
+    state: Mapping[str, torch.Tensor],
     out_dir: str | os.PathLike[str],
     *,
     base_name: str | None = None,
     unwrap_forward: bool = False,
-) -> dict[str, Any]:
+) -> dict[str, torch.Tensor]:
     """Write ``adapter_model.safetensors`` and ``adapter_config.json`` atomically; returns the saved tensors.
 
     ``state`` is in ``peft_model``'s own naming (from :func:`adapter_state` without ``unwrap_forward``). The adapter
@@ -253,7 +267,7 @@ def save_adapter(
     return saved
 
 
-def jsonable(o: Any) -> Any:
+def jsonable(o: object) -> object:
     """``json.dumps`` default for PEFT config values: sets as sorted lists, enums as their value."""
     if isinstance(o, (set, frozenset)):
         return sorted(o)
@@ -262,7 +276,7 @@ def jsonable(o: Any) -> Any:
     return str(o)
 
 
-def load_peft(base: Any, adapter_dir: str) -> tuple[Any, list[str]]:
+def load_peft(base: nn.Module, adapter_dir: str) -> tuple[PeftModel, list[str]]:
     """``PeftModel.from_pretrained`` plus the LoRA keys it reported missing (PEFT only warns about them)."""
     import warnings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.layouts import forward_module, get_layout
@@ -14,11 +14,17 @@ from adapterdoc.train import lora as L
 from adapterdoc.train.records import write_json
 from adapterdoc.train.settings import Plan, TrainSettings
 
+if TYPE_CHECKING:
+    import torch
+    from peft import LoraConfig
+    from torch import nn
+    from transformers import PreTrainedModel
+
 HEAD_WEIGHTS = "pooled_head.safetensors"
 HEAD_CONFIG = "pooled_head_config.json"
 
 
-def route_forward(model: Any, layout: str) -> Any:
+def route_forward(model: PreTrainedModel, layout: str) -> PreTrainedModel:
     """Route ``model``'s forward to the submodule that runs it where the layout names one (``forward_via``: a
     wrapper without a forward of its own is trained and evaluated through it); ``model``, routed. A base outside
     the registry (``layout`` empty) runs its own forward."""
@@ -28,35 +34,35 @@ def route_forward(model: Any, layout: str) -> Any:
     return model
 
 
-def build_base(layout: str, seed: int = 0) -> Any:
+def build_base(layout: str, seed: int = 0) -> PreTrainedModel:
     """The tiny base of ``layout``, forward routed (:func:`route_forward`)."""
     from adapterdoc.ml.tiny import build_tiny
 
     return route_forward(build_tiny(layout, seed), layout)
 
 
-def pooled_module_class() -> Any:
+def pooled_module_class() -> type[nn.Module]:
     import torch
 
     class PooledClassifier(torch.nn.Module):
         """An encoder (the PEFT model) and a linear head on its mask-averaged last hidden state."""
 
-        def __init__(self, encoder: Any, in_features: int, classes: int) -> None:
+        def __init__(self, encoder: nn.Module, in_features: int, classes: int) -> None:
             super().__init__()
             self.encoder = encoder
             self.head = torch.nn.Linear(in_features, classes)
 
-        def pooled(self, input_ids: Any, attention_mask: Any) -> Any:
+        def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
             return mean_pool(hidden, attention_mask)
 
-        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             return self.head(self.pooled(input_ids, attention_mask))
 
     return PooledClassifier
 
 
-def pooled_classifier(encoder: Any, in_features: int, classes: int, seed: int = 0) -> Any:
+def pooled_classifier(encoder: nn.Module, in_features: int, classes: int, seed: int = 0) -> nn.Module:
     import torch
 
     state = torch.random.get_rng_state()
@@ -67,12 +73,12 @@ def pooled_classifier(encoder: Any, in_features: int, classes: int, seed: int = 
         torch.random.set_rng_state(state)
 
 
-def mean_pool(hidden: Any, mask: Any) -> Any:
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     m = mask.to(hidden.dtype).unsqueeze(-1)
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
 
 
-def encoder_width(model: Any) -> int:
+def encoder_width(model: nn.Module) -> int:
     """The width of the encoder's ``last_hidden_state`` (an encoder may project after its final norm)."""
     import torch
 
@@ -81,7 +87,7 @@ def encoder_width(model: Any) -> int:
         return int(model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state.shape[-1])
 
 
-def output_head(model: Any) -> Any:
+def output_head(model: nn.Module) -> nn.Module:
     """The module that projects hidden states to vocabulary logits (``lm_head``, the MLM ``decoder``)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     base = forward_module(base)
@@ -91,13 +97,13 @@ def output_head(model: Any) -> Any:
     return head
 
 
-def plan_lora_config(plan: Plan, s: TrainSettings) -> Any:
+def plan_lora_config(plan: Plan, s: TrainSettings) -> LoraConfig:
     """The registry's LoRA config for the plan's layout, with the run's rank, alpha, dropout and targets; for a base
     outside the registry, ``--targets`` or PEFT's own ``all-linear`` rule (:func:`~adapterdoc.train.lora.generic_lora_config`)."""
     if not plan.layout:
         return L.generic_lora_config(r=s.r, alpha=s.alpha, dropout=s.dropout, targets=s.targets)
     lay = get_layout(plan.layout)
-    extra: dict[str, Any] = {}
+    extra: dict[str, list[str] | None] = {}
     if s.targets:
         params = [t for t in s.targets if t in lay.target_parameters]
         extra["target_modules"] = [t for t in s.targets if t not in params] or None
@@ -107,7 +113,7 @@ def plan_lora_config(plan: Plan, s: TrainSettings) -> Any:
     return L.lora_config(lay, r=s.r, alpha=s.alpha, dropout=s.dropout, **extra)
 
 
-def save_head(head: Any, folder: str, config: dict[str, Any]) -> None:
+def save_head(head: nn.Module, folder: str, config: dict[str, object]) -> None:
     """The pooled head as safetensors, and its config as JSON, both written atomically."""
     from safetensors.torch import save as st_save
 
@@ -119,7 +125,7 @@ def save_head(head: Any, folder: str, config: dict[str, Any]) -> None:
     write_json(os.path.join(folder, HEAD_CONFIG), config)
 
 
-def load_head(folder: str) -> Any:
+def load_head(folder: str) -> nn.Linear:
     import torch
     from safetensors.torch import load_file
 

@@ -6,12 +6,23 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import get_layout
 from adapterdoc.train import data as D
+
+if TYPE_CHECKING:
+    import torch
+    from accelerate import Accelerator
+    from tokenizers import Tokenizer
+    from torch import nn
+
+    from adapterdoc.train.data import Batch
+
+    LossFn = Callable[[nn.Module, Batch, nn.Module | None], "Tally"]
+    """A loss: (model, batch, output head) -> :class:`Tally`."""
 
 CAUSAL, MASKED, POOLED = "answer-token", "masked-token", "pooled-class"
 """Objectives: next-token CE on the answer (decoders), CE on masked answer tokens (masked-LM encoders),
@@ -29,7 +40,7 @@ def objective_for(layout: str) -> str:
 
 
 @contextlib.contextmanager
-def supervised_projection(head: Any, select: Any) -> Iterator[dict[str, bool]]:
+def supervised_projection(head: nn.Module, select: torch.Tensor) -> Iterator[dict[str, bool]]:
     """While active, ``head`` sees only the hidden states at ``select`` (a bool ``[batch, seq]`` mask), gathered
     into one ``[1, N, hidden]`` row: only the supervised positions become vocabulary logits.
 
@@ -38,7 +49,7 @@ def supervised_projection(head: Any, select: Any) -> Iterator[dict[str, bool]]:
     """
     state = {"hit": False}
 
-    def gather(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    def gather(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...] | None:
         h = args[0]
         if state["hit"] or h.dim() != 3 or tuple(h.shape[:2]) != tuple(select.shape):
             return None
@@ -56,16 +67,16 @@ def supervised_projection(head: Any, select: Any) -> Iterator[dict[str, bool]]:
 class Tally:
     """Weighted sums over supervised positions: ``loss_sum`` keeps its graph; ``loss`` is the mean."""
 
-    loss_sum: Any
-    correct: Any
-    count: Any
+    loss_sum: torch.Tensor
+    correct: torch.Tensor
+    count: torch.Tensor
 
     @property
-    def loss(self) -> Any:
+    def loss(self) -> torch.Tensor:
         return self.loss_sum / self.count.clamp(min=1e-12)
 
 
-def _token_tally(picked: Any, target: Any, w: Any) -> Tally:
+def _token_tally(picked: torch.Tensor, target: torch.Tensor, w: torch.Tensor) -> Tally:
     """Weighted CE and accuracy of ``[N, vocab]`` logits against ``[N]`` targets."""
     import torch
     import torch.nn.functional as F
@@ -77,7 +88,12 @@ def _token_tally(picked: Any, target: Any, w: Any) -> Tally:
 
 
 def _selected_loss(
-    model: Any, batch: dict[str, Any], head: Any, select: Any, target: Any, tail_only: bool
+    model: nn.Module,
+    batch: Batch,
+    head: nn.Module,
+    select: torch.Tensor,
+    target: torch.Tensor,
+    tail_only: bool,
 ) -> Tally:
     """Run the model; project ``select`` positions (only those, with ``tail_only``) and score them."""
     w = batch["weights"][:, None].expand_as(select)[select]
@@ -91,7 +107,7 @@ def _selected_loss(
     return _token_tally(picked, target, w)
 
 
-def answer_token_loss(model: Any, batch: dict[str, Any], head: Any, *, tail_only: bool = True) -> Tally:
+def answer_token_loss(model: nn.Module, batch: Batch, head: nn.Module, *, tail_only: bool = True) -> Tally:
     """Next-token cross-entropy over the supervised (answer) tokens only.
 
     With ``tail_only`` the hidden states are computed for the whole sequence, the positions that predict a
@@ -108,14 +124,16 @@ def answer_token_loss(model: Any, batch: dict[str, Any], head: Any, *, tail_only
     return _selected_loss(model, batch, head, select, nxt[supervised], tail_only)
 
 
-def masked_token_loss(model: Any, batch: dict[str, Any], head: Any, *, tail_only: bool = True) -> Tally:
+def masked_token_loss(model: nn.Module, batch: Batch, head: nn.Module, *, tail_only: bool = True) -> Tally:
     """Cross-entropy on the masked answer tokens; the decoder projects only the masked positions."""
     labels = batch["labels"]
     select = labels != D.IGNORE
     return _selected_loss(model, batch, head, select, labels[select], tail_only)
 
 
-def pooled_loss(model: Any, batch: dict[str, Any], head: Any = None, *, tail_only: bool = True) -> Tally:
+def pooled_loss(
+    model: nn.Module, batch: Batch, head: nn.Module | None = None, *, tail_only: bool = True
+) -> Tally:
     import torch.nn.functional as F
 
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
@@ -129,7 +147,7 @@ LOSSES = {CAUSAL: answer_token_loss, MASKED: masked_token_loss, POOLED: pooled_l
 
 
 def encode_rows(
-    objective: str, tok: Any, rows: list[D.Row], classes: list[str], seed: int
+    objective: str, tok: Tokenizer, rows: list[D.Row], classes: list[str], seed: int
 ) -> list[D.Example]:
     if objective == CAUSAL:
         return [D.encode_chat(tok, r) for r in rows]
@@ -138,12 +156,12 @@ def encode_rows(
     return [D.encode_pooled(tok, r, classes) for r in rows]
 
 
-def batches(examples: list[D.Example], size: int) -> Iterator[dict[str, Any]]:
+def batches(examples: list[D.Example], size: int) -> Iterator[Batch]:
     for i in range(0, len(examples), size):
         yield D.collate(examples[i : i + size])
 
 
-def to_device(batch: dict[str, Any], device: Any) -> dict[str, Any]:
+def to_device(batch: Batch, device: torch.device | str) -> Batch:
     return {k: v.to(device) for k, v in batch.items()}
 
 
@@ -158,7 +176,12 @@ class Metrics:
 
 
 def evaluate(
-    accelerator: Any, model: Any, examples: list[D.Example], loss_fn: Any, head: Any, size: int
+    accelerator: Accelerator,
+    model: nn.Module,
+    examples: list[D.Example],
+    loss_fn: LossFn,
+    head: nn.Module | None,
+    size: int,
 ) -> Metrics:
     """Token-weighted loss and accuracy over ``examples`` on this process, summed over all processes."""
     import torch

@@ -4,7 +4,7 @@ dict, ``training_metadata.json`` and ``RUN_REPORT.md``."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.train import lora as L
 from adapterdoc.train.models import save_head
@@ -12,16 +12,20 @@ from adapterdoc.train.objectives import CAUSAL, POOLED
 from adapterdoc.train.records import RunLog, TrainResult, run_report, write_json
 from adapterdoc.train.settings import Plan, TrainSettings
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
 
 def save_outputs(
     plan: Plan,
     s: TrainSettings,
     log: RunLog,
-    unwrapped: Any,
-    full_state: dict[str, Any],
+    unwrapped: nn.Module,
+    full_state: dict[str, torch.Tensor],
     adapter_dir: str,
     head_dir: str | None,
-) -> dict[str, Any]:
+) -> dict[str, torch.Tensor]:
     """The adapter (and the pooled head) from the gathered state dict; the saved tensors by name."""
     pooled = plan.objective == POOLED
     log("save_start", adapter_dir=adapter_dir)
@@ -53,7 +57,7 @@ def write_records(
     log: RunLog,
     result: TrainResult,
     *,
-    lora: dict[str, Any],
+    lora: dict[str, object],
     trainable: int,
     sums: list[float],
     resumed_from: str | None,
@@ -80,5 +84,5 @@ def write_records(
     log("complete", seconds=round(result.seconds, 3))
 
 
-def _strip_all(state: dict[str, Any]) -> dict[str, Any]:
+def _strip_all(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {L.strip_wrappers(k): v for k, v in state.items()}

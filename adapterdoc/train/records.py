@@ -8,11 +8,16 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.train import lora as L
 from adapterdoc.train.objectives import POOLED, Metrics
 from adapterdoc.train.settings import OnEvent, TrainSettings
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from adapterdoc.train.data import Batch
 
 
 @dataclass
@@ -25,23 +30,23 @@ class TrainResult:
     train_after: Metrics
     val_before: Metrics | None
     val_after: Metrics | None
-    history: list[dict[str, Any]]
+    history: list[dict[str, object]]
     out_dir: str
     adapter_dir: str
     head_dir: str | None
     seconds: float
     saved_keys: list[str] = field(default_factory=list)
-    model: Any = None
+    model: nn.Module | None = None
     """The trained module (main process; not serialised)."""
-    val_batch: Any = None
+    val_batch: Batch | None = None
     """A collated batch of validation rows for output comparisons (not serialised)."""
     base_name: str = ""
     is_main: bool = True
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The serialisable fields; the model is never copied (``asdict`` would deep-copy it, and a sharded model
         refuses a deep copy)."""
-        d: dict[str, Any] = {}
+        d: dict[str, object] = {}
         for f in fields(self):
             if f.name not in ("model", "val_batch", "is_main"):
                 v = getattr(self, f.name)
@@ -63,7 +68,7 @@ class RunLog:
             if append:
                 drop_partial_line(path)
 
-    def __call__(self, event: str, **fields: Any) -> None:
+    def __call__(self, event: str, **fields: object) -> None:
         row = {"event": event, "layout": self.layout, **fields, "elapsed_s": round(time.time() - self.t0, 4)}
         row["timestamp"] = time.time()
         if self.path:
@@ -82,7 +87,7 @@ def drop_partial_line(path: str) -> None:
             f.truncate(data.rfind(b"\n") + 1)
 
 
-def write_json(path: str, obj: Any) -> None:
+def write_json(path: str, obj: object) -> None:
     from adapterdoc.st.atomic import atomic_write_bytes
 
     text = json.dumps(obj, indent=2, ensure_ascii=False, default=L.jsonable)

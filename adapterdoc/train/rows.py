@@ -17,16 +17,18 @@ malformed line raises :class:`~adapterdoc.errors.ConfigError` naming the file an
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError, InputNotFoundError
-from adapterdoc.train.data import IGNORE, MASK_FRACTION, Example
+from adapterdoc.train.data import IGNORE, MASK_FRACTION, Example, json_object
 from adapterdoc.train.objectives import CAUSAL, MASKED, POOLED
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 MESSAGES, PROMPT_COMPLETION, TEXT = "messages", "prompt_completion", "text"
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -69,12 +71,7 @@ def read_rows(path: str | os.PathLike[str]) -> list[UserRow]:
 
 def parse_row(path: str, n: int, line: str) -> UserRow:
     where = f"line {n}"
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ConfigError(path, f"{where} is not JSON: {e.msg}") from None
-    if not isinstance(obj, dict):
-        raise ConfigError(path, f"{where} is not a JSON object")
+    obj = json_object(path, where, line)
     if "messages" in obj:
         msgs = obj["messages"]
         if not isinstance(msgs, list) or not msgs:
@@ -116,21 +113,21 @@ def split_rows(rows: list[UserRow], fraction: float, seed: int) -> tuple[list[Us
     return [r for i, r in enumerate(rows) if i not in held], [r for i, r in enumerate(rows) if i in held]
 
 
-def has_generation_markers(tok: Any) -> bool:
+def has_generation_markers(tok: PreTrainedTokenizerBase) -> bool:
     template = getattr(tok, "chat_template", None)
     return isinstance(template, str) and bool(_GENERATION.search(template))
 
 
-def chat_mask_method(tok: Any) -> str:
+def chat_mask_method(tok: PreTrainedTokenizerBase) -> str:
     return "generation markers" if has_generation_markers(tok) else "prefix differences"
 
 
-def _template(tok: Any, msgs: list[dict[str, str]], **kw: Any) -> list[int]:
+def _template(tok: PreTrainedTokenizerBase, msgs: list[dict[str, str]], **kw: bool) -> list[int]:
     out = tok.apply_chat_template(msgs, tokenize=True, return_dict=True, **kw)
     return list(out["input_ids"])
 
 
-def encode_messages(tok: Any, row: UserRow, path: str) -> tuple[list[int], list[int]]:
+def encode_messages(tok: PreTrainedTokenizerBase, row: UserRow, path: str) -> tuple[list[int], list[int]]:
     """(input ids, 0/1 supervision per token) of a chat row."""
     msgs = [{"role": r, "content": c} for r, c in row.messages]
     if getattr(tok, "chat_template", None) is None:
@@ -158,15 +155,15 @@ def encode_messages(tok: Any, row: UserRow, path: str) -> tuple[list[int], list[
     return ids, sup
 
 
-def _plain(tok: Any, text: str, *, special: bool) -> list[int]:
+def _plain(tok: PreTrainedTokenizerBase, text: str, *, special: bool) -> list[int]:
     return list(tok(text, add_special_tokens=special)["input_ids"])
 
 
-def _eos(tok: Any) -> list[int]:
+def _eos(tok: PreTrainedTokenizerBase) -> list[int]:
     return [tok.eos_token_id] if tok.eos_token_id is not None else []
 
 
-def encode_row(tok: Any, row: UserRow, path: str) -> tuple[list[int], list[int]]:
+def encode_row(tok: PreTrainedTokenizerBase, row: UserRow, path: str) -> tuple[list[int], list[int]]:
     """(input ids, 0/1 supervision) for a causal LM."""
     if row.kind == MESSAGES:
         return encode_messages(tok, row, path)
@@ -178,7 +175,7 @@ def encode_row(tok: Any, row: UserRow, path: str) -> tuple[list[int], list[int]]
     return ids, [1] * len(ids)
 
 
-def causal_example(tok: Any, row: UserRow, path: str, max_length: int | None) -> Example:
+def causal_example(tok: PreTrainedTokenizerBase, row: UserRow, path: str, max_length: int | None) -> Example:
     ids, sup = encode_row(tok, row, path)
     if max_length:
         ids, sup = ids[:max_length], sup[:max_length]
@@ -186,7 +183,9 @@ def causal_example(tok: Any, row: UserRow, path: str, max_length: int | None) ->
     return Example(f"line{row.line}", ids, labels)
 
 
-def masked_example(tok: Any, row: UserRow, path: str, max_length: int | None, seed: int) -> Example:
+def masked_example(
+    tok: PreTrainedTokenizerBase, row: UserRow, path: str, max_length: int | None, seed: int
+) -> Example:
     """``prompt`` + ``completion`` (or ``text``) with a seeded subset of the supervised tokens masked."""
     if row.kind == MESSAGES:
         raise ConfigError(
@@ -207,7 +206,9 @@ def masked_example(tok: Any, row: UserRow, path: str, max_length: int | None, se
     return Example(f"line{row.line}", inputs, labels)
 
 
-def pooled_example(tok: Any, row: UserRow, path: str, max_length: int | None, classes: list[str]) -> Example:
+def pooled_example(
+    tok: PreTrainedTokenizerBase, row: UserRow, path: str, max_length: int | None, classes: list[str]
+) -> Example:
     if row.kind != PROMPT_COMPLETION:
         raise ConfigError(
             path, f"line {row.line}: a pooled-head encoder trains on `prompt` + `completion` (the class)"
@@ -224,7 +225,7 @@ def pooled_example(tok: Any, row: UserRow, path: str, max_length: int | None, cl
 
 def encode(
     objective: str,
-    tok: Any,
+    tok: PreTrainedTokenizerBase,
     rows: list[UserRow],
     path: str,
     *,
@@ -260,15 +261,15 @@ def texts(rows: list[UserRow]) -> list[str]:
 class Encoded:
     """A data file's rows encoded for one objective: train and validation examples, the classes, the row kind."""
 
-    train: list[Any]
-    val: list[Any]
+    train: list[Example]
+    val: list[Example]
     classes: list[str]
     kind: str
 
 
 def encode_data(
     objective: str,
-    tok: Any,
+    tok: PreTrainedTokenizerBase,
     data: str,
     *,
     val_data: str | None,

@@ -7,11 +7,14 @@ import atexit
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.ml.quiet import quiet_libraries
 from adapterdoc.train.settings import TrainSettings
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
 
 
 @contextlib.contextmanager
@@ -30,7 +33,7 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def accelerator_for(settings: TrainSettings) -> Any:
+def accelerator_for(settings: TrainSettings) -> Accelerator:
     """The run's accelerator; the tiny reference runs pin the CPU (gloo between processes) so that they never
     depend on a GPU being present. FSDP/DeepSpeed come from ``accelerate launch``'s own config."""
     import torch

@@ -6,10 +6,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.train import data as D
 from adapterdoc.train import lora as L
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 Event = dict[str, Any]
 OnEvent = Callable[[Event], None]
@@ -70,14 +73,14 @@ class Plan:
     objective: str
     base_name: str
     """``base_model_name_or_path`` in the saved adapter config (and the base the doctor verifies against)."""
-    build_model: Callable[[], Any]
+    build_model: Callable[[], PreTrainedModel]
     """Returns the base model, forward routed (through the layout's ``forward_via``), gradients off."""
     train: list[D.Example]
     val: list[D.Example]
     classes: list[str] = field(default_factory=list)
     data: str | None = None
     vocab_size: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
     """More for training_metadata.json (the chat-mask method, the tokenizer, ...)."""
 
 

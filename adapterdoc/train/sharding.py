@@ -10,14 +10,19 @@ layers) is a unit of its own, then the root. Parameters become ``DTensor`` shard
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError
+
+if TYPE_CHECKING:
+    import torch
+    from accelerate import Accelerator
+    from torch import nn
 
 ACCELERATE, OWN = "accelerate", "fully_shard"
 
 
-def mode(acc: Any) -> str | None:
+def mode(acc: Accelerator) -> str | None:
     """How this run is sharded: by accelerate (``accelerate``), by the loop on CPU processes (``fully_shard``), or
     not at all (``None``: one process, or no FSDP asked)."""
     from accelerate.utils import DistributedType
@@ -34,7 +39,7 @@ def mode(acc: Any) -> str | None:
     return OWN if asked and acc.num_processes > 1 else None
 
 
-def shard(model: Any, acc: Any) -> Any:
+def shard(model: nn.Module, acc: Accelerator) -> nn.Module:
     """``fully_shard`` every transformer block of ``model`` and then ``model`` itself over this run's processes
     (CPU, gloo); the model, sharded in place."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -59,7 +64,7 @@ def shard(model: Any, acc: Any) -> Any:
     return model
 
 
-def _block_classes(model: Any) -> set[str]:
+def _block_classes(model: nn.Module) -> set[str]:
     named = os.environ.get("FSDP_TRANSFORMER_CLS_TO_WRAP", "")
     if named.strip():
         return {n.strip() for n in named.split(",") if n.strip()}
@@ -69,16 +74,16 @@ def _block_classes(model: Any) -> set[str]:
     return found
 
 
-def is_sharded(t: Any) -> bool:
+def is_sharded(t: torch.Tensor) -> bool:
     return hasattr(t, "full_tensor")
 
 
-def full(t: Any) -> Any:
+def full(t: torch.Tensor) -> torch.Tensor:
     """The whole tensor behind a ``DTensor`` shard (a collective: every process calls it), else ``t``."""
     return t.full_tensor() if is_sharded(t) else t
 
 
-def full_trainable_state(model: Any) -> dict[str, Any]:
+def full_trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The trainable parameters by name, whole and on the CPU (every process gathers; all get the same)."""
     return {
         n: full(p.detach()).to("cpu", copy=True).contiguous()
@@ -87,7 +92,7 @@ def full_trainable_state(model: Any) -> dict[str, Any]:
     }
 
 
-def optimizer_state(model: Any, optimizer: Any) -> dict[str, Any]:
+def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, object]:
     """The optimizer's state, whole and keyed by parameter name (``torch.distributed.checkpoint``)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
@@ -95,7 +100,12 @@ def optimizer_state(model: Any, optimizer: Any) -> dict[str, Any]:
     return get_optimizer_state_dict(model, _raw(optimizer), options=opts)
 
 
-def load_state(model: Any, optimizer: Any, tensors: dict[str, Any], opt_state: dict[str, Any]) -> None:
+def load_state(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tensors: dict[str, torch.Tensor],
+    opt_state: dict[str, object],
+) -> None:
     """Put a checkpoint's whole trainable tensors and optimizer state back into the sharded model and optimizer."""
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
@@ -110,5 +120,5 @@ def load_state(model: Any, optimizer: Any, tensors: dict[str, Any], opt_state: d
     )
 
 
-def _raw(optimizer: Any) -> Any:
+def _raw(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     return getattr(optimizer, "optimizer", optimizer)

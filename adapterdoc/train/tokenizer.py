@@ -9,9 +9,12 @@ mask 3), which is what the tiny configs name.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.train.data import SPECIALS, TOKENIZER_VOCAB, train_bpe
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 SYSTEM = "<|system|>"
 CHAT_SPECIALS = (*SPECIALS, SYSTEM)
@@ -31,7 +34,7 @@ CHAT_TEMPLATE = (
 inside the generation markers, so ``return_assistant_tokens_mask`` supervises exactly those."""
 
 
-def chat_tokenizer(texts: Iterable[str], vocab_size: int = TOKENIZER_VOCAB) -> Any:
+def chat_tokenizer(texts: Iterable[str], vocab_size: int = TOKENIZER_VOCAB) -> PreTrainedTokenizerFast:
     """A deterministic byte-level BPE chat tokenizer trained on ``texts`` (no hub, no files)."""
     from transformers import PreTrainedTokenizerFast
 
