@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, output_options
+from adapterdoc.commands.options import (
+    INPUT_FORMS,
+    Output,
+    adapter_argument,
+    base_option,
+    finish,
+    handle_errors,
+    out_option,
+    output_options,
+)
 
 
 @click.command("convert", epilog=INPUT_FORMS)
-@click.argument("adapter")
+@adapter_argument()
 @click.option(
     "--to",
     "to",
@@ -16,25 +25,21 @@ from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_erro
     type=click.Choice(["peft", "mlx", "gguf"]),
     help="The target format: a PEFT adapter folder, an mlx-lm adapter folder, or one llama.cpp GGUF LoRA file.",
 )
-@click.option(
-    "--base",
-    metavar="BASE",
-    help="The base model (folder, config.json, cached repo id or tiny:LAYOUT): its class, layer and expert "
-    "counts (MLX's num_layers, GGUF's architecture). No weights are read.",
+@base_option(
+    "The base model (folder, config.json, cached repo id or tiny:LAYOUT): its class, layer and expert "
+    "counts (MLX's num_layers, GGUF's architecture). No weights are read."
 )
-@click.option(
-    "--out",
-    type=click.Path(),  # files, links and non-empty folders are refused with exit 3 by the library, not click
-    metavar="PATH",
-    help="Write here: a new or empty folder (PEFT, MLX) or a file (GGUF); default beside the input "
+@out_option(
+    "Write here: a new or empty folder (PEFT, MLX) or a file (GGUF); default beside the input "
     "(<input>-<format>, <input>.gguf). The input is never changed.",
+    metavar="PATH",
 )
 @click.option(
     "--outtype",
     type=click.Choice(["f32", "f16", "bf16"]),
     help="Re-cast the tensors (default: each keeps its dtype). Rounding, if any, is reported.",
 )
-@output_options(json_help="One JSON object on stdout (same as --format json).")
+@output_options()
 @click.pass_context
 @handle_errors
 def command(

@@ -6,25 +6,37 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import Output, finish, handle_errors, output_options
-from adapterdoc.commands._train_options import base_and_data, length_and_dtype
+from adapterdoc.commands.options import (
+    TRAIN_BASE_HELP,
+    Output,
+    adapter_argument,
+    base_option,
+    batch_size_option,
+    data_option,
+    dtype_option,
+    finish,
+    handle_errors,
+    max_length_option,
+    output_options,
+    seed_option,
+)
 
 
 @click.command("eval")
-@click.argument("adapter", type=click.Path())
-@base_and_data("JSONL rows, as for train.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
-@length_and_dtype()
-@click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seeds the masked-LM masks (as in train)."
-)
+@adapter_argument()
+@base_option(TRAIN_BASE_HELP, required=True)
+@data_option("JSONL rows, as for train.")
+@batch_size_option(8)
+@max_length_option()
+@dtype_option()
+@seed_option("Seeds the masked-LM masks (as in train).")
 @click.option(
     "--min-improvement",
     type=float,
     default=None,
     help="Exit 1 unless the adapter lowers the loss by at least this much (base loss - adapter loss).",
 )
-@output_options(json_help="One JSON object on stdout (same as --format json).")
+@output_options()
 @click.pass_context
 @handle_errors
 def command(ctx: click.Context, adapter: str, base: str, data: str, output: Output, **o: Any) -> None:

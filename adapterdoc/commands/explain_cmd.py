@@ -7,14 +7,14 @@ import difflib
 import click
 
 from adapterdoc.codes import area_of
-from adapterdoc.commands._common import Output, finish, handle_errors, output_options
+from adapterdoc.commands.options import Output, finish, handle_errors, output_options
 
 __all__ = ["area_of", "command", "lookup", "render_code"]
 
 
 @click.command("explain")
 @click.argument("code", required=False)
-@output_options(("text", "json"), json_help="One JSON object on stdout (same as --format json).")
+@output_options(("text", "json"))
 @handle_errors
 def command(code: str | None, output: Output) -> None:
     """Explain a finding code (AD301) or name (lora-b-all-zero); without CODE, list every code."""

@@ -6,7 +6,14 @@ import os
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, output_options
+from adapterdoc.commands.options import (
+    INPUT_FORMS,
+    Output,
+    adapter_argument,
+    finish,
+    handle_errors,
+    output_options,
+)
 
 
 def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -16,7 +23,7 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 @click.command("inspect", epilog=INPUT_FORMS)
-@click.argument("path")
+@adapter_argument("path")
 @click.option(
     "--weights",
     is_flag=True,
@@ -29,7 +36,7 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
     callback=_plot_path,
     help="Draw the delta norms as a layer × module heat map (implies --weights; needs the plot extra).",
 )
-@output_options(output_file=True, json_help="One JSON object on stdout (same as --format json).")
+@output_options(output_file=True)
 @click.pass_context
 @handle_errors
 def command(ctx: click.Context, path: str, weights: bool, plot: str | None, output: Output) -> None:

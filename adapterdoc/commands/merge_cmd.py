@@ -7,34 +7,36 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, is_quiet, output_options
+from adapterdoc.commands.options import (
+    INPUT_FORMS,
+    Output,
+    adapter_argument,
+    base_option,
+    dtype_option,
+    finish,
+    force_option,
+    handle_errors,
+    is_quiet,
+    out_option,
+    output_options,
+)
 
 
 @click.command("merge", epilog=INPUT_FORMS)
-@click.argument("adapter")
-@click.option(
-    "--base", "base", required=True, help="The base model folder (config.json + safetensors shards)."
-)
-@click.option(
-    "--out",
-    "out",
+@adapter_argument()
+@base_option("The base model folder (config.json + safetensors shards).", required=True)
+@out_option(
+    "Folder to write the merged checkpoint to: a new or empty folder (a file, device or symlink is refused).",
     required=True,
-    help="Folder to write the merged checkpoint to: a new or empty folder (a file, device or symlink is refused).",
 )
-@click.option(
-    "--dtype",
-    type=click.Choice(["auto", "bfloat16", "float16", "float32"]),
-    default="auto",
-    show_default=True,
-    help="dtype of floating-point weights in the output (auto keeps each base tensor's).",
+@dtype_option(
+    "dtype of floating-point weights in the output (auto keeps each base tensor's).", default="auto"
 )
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Replace a non-empty --out that holds a previous adapterdoc merge output (its .adapterdoc-output.json); "
-    "never any other folder.",
+@force_option(
+    "Replace a non-empty --out that holds a previous adapterdoc merge output (its .adapterdoc-output.json); "
+    "never any other folder."
 )
-@output_options(json_help="One JSON object on stdout (same as --format json).")
+@output_options()
 @click.pass_context
 @handle_errors
 def command(

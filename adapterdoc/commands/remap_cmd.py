@@ -8,7 +8,17 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, is_quiet, output_options
+from adapterdoc.commands.options import (
+    INPUT_FORMS,
+    Output,
+    adapter_argument,
+    base_option,
+    finish,
+    handle_errors,
+    is_quiet,
+    out_option,
+    output_options,
+)
 from adapterdoc.engines import SERVING
 from adapterdoc.layouts import LAYOUTS
 
@@ -27,7 +37,7 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
 
 
 @click.command("remap", epilog=INPUT_FORMS)
-@click.argument("adapter")
+@adapter_argument()
 @click.option(
     "--vl", is_flag=True, help="Strip the first `.language_model.` from every key (VL adapter → text class)."
 )
@@ -66,20 +76,15 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     help="Make every exact rewrite this serving engine needs (keys, expert layout, rsLoRA folded, uniform ranks, "
     "explicit target_modules); DoRA and modules_to_save it cannot serve are refused.",
 )
-@click.option(
-    "--base",
-    metavar="BASE",
-    help="With --for: the base the engine serves (model folder, config.json, cached repo id or tiny:LAYOUT), when "
-    "the adapter's keys and base_model_name_or_path do not say it.",
+@base_option(
+    "With --for: the base the engine serves (model folder, config.json, cached repo id or tiny:LAYOUT), when "
+    "the adapter's keys and base_model_name_or_path do not say it."
 )
-@click.option(
-    "--out",
-    type=click.Path(),  # a file or link here is refused with exit 3 by the atomic module, not click
-    metavar="DIR",
-    help="Write a complete new adapter folder here (must not exist or be empty); the input is not touched.",
+@out_option(
+    "Write a complete new adapter folder here (must not exist or be empty); the input is not touched."
 )
 @click.option("--dry-run", is_flag=True, help="Print the mapping and the strategy; write nothing.")
-@output_options(json_help="One JSON object on stdout (same as --format json).")
+@output_options()
 @click.pass_context
 @handle_errors
 def command(

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, output_options
+from adapterdoc.commands.options import (
+    INPUT_FORMS,
+    Output,
+    adapter_argument,
+    base_option,
+    finish,
+    handle_errors,
+    output_options,
+)
 
 
 @click.command("roundtrip", epilog=INPUT_FORMS)
-@click.argument("adapter")
-@click.option(
-    "--base", default=None, help="Base with weights (model folder or tiny:LAYOUT) for the model-level trips."
-)
+@adapter_argument()
+@base_option("Base with weights (model folder or tiny:LAYOUT) for the model-level trips.")
 @click.option("--keep", type=click.Path(), default=None, help="Keep the work files in this folder.")
-@output_options(json_help="One JSON object on stdout (same as --format json).")
+@output_options()
 @click.pass_context
 @handle_errors
 def command(ctx: click.Context, adapter: str, base: str | None, keep: str | None, output: Output) -> None:

@@ -7,7 +7,16 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import Output, finish, handle_errors, is_quiet, output_options
+from adapterdoc.commands.options import (
+    Output,
+    data_option,
+    finish,
+    handle_errors,
+    is_quiet,
+    out_option,
+    output_options,
+    steps_option,
+)
 
 
 @click.command("train-smoke")
@@ -19,24 +28,18 @@ from adapterdoc.commands._common import Output, finish, handle_errors, is_quiet,
     metavar="NAME|all",
     help="A layout with a tiny reference model, a comma-separated list, or all (every VL/wrapper layout and encoder).",
 )
-@click.option(
-    "--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps per layout [default: 24]."
-)
-@click.option(
-    "--data",
-    type=click.Path(dir_okay=True),
-    default=None,
-    metavar="FILE.jsonl",
-    help="Training rows (JSONL: prompt, answer object, split train|val) [default: the reference rows bundled "
+@steps_option("Optimizer steps per layout [default: 24].")
+@data_option(
+    "Training rows (JSONL: prompt, answer object, split train|val) [default: the reference rows bundled "
     "with adapterdoc].",
+    required=False,
+    dir_okay=True,
+    metavar="FILE.jsonl",
 )
-@click.option(
-    "--out",
-    type=click.Path(),  # a file or link here is refused with exit 3 by the atomic module, not click
-    default=None,
-    help="Keep the runs in DIR/<layout>/ (adapter, head, progress.jsonl, training_metadata.json, RUN_REPORT.md).",
+@out_option(
+    "Keep the runs in DIR/<layout>/ (adapter, head, progress.jsonl, training_metadata.json, RUN_REPORT.md)."
 )
-@output_options(json_help="One JSON object on stdout (same as --format json).")
+@output_options()
 @click.option("--verbose", "-v", is_flag=True, help="Print every check's measurement and implementation.")
 @click.pass_context
 @handle_errors

@@ -8,8 +8,23 @@ from typing import Any
 
 import click
 
-from adapterdoc.commands._common import Output, finish, handle_errors, is_quiet, output_options
-from adapterdoc.commands._train_options import base_and_data, length_and_dtype
+from adapterdoc.commands.options import (
+    TRAIN_BASE_HELP,
+    Output,
+    base_option,
+    batch_size_option,
+    data_option,
+    dtype_option,
+    finish,
+    force_option,
+    handle_errors,
+    is_quiet,
+    max_length_option,
+    out_option,
+    output_options,
+    seed_option,
+    steps_option,
+)
 
 
 def _main_process() -> bool:
@@ -18,27 +33,20 @@ def _main_process() -> bool:
 
 
 @click.command("train")
-@base_and_data("JSONL rows: messages, prompt + completion, or text.")
-@click.option(
-    "--out",
-    default=None,
-    help="Run folder: new, empty, or an earlier run of train's [default: ./adapterdoc-train-BASE]. A file, "
-    "symlink or read-only folder is refused.",
+@base_option(TRAIN_BASE_HELP, required=True)
+@data_option("JSONL rows: messages, prompt + completion, or text.")
+@out_option(
+    "Run folder: new, empty, or an earlier run of train's [default: ./adapterdoc-train-BASE]. A file, "
+    "symlink or read-only folder is refused."
 )
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps.")
+@steps_option("Optimizer steps.")
 @click.option(
     "--epochs",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="Passes over the rows [default: 1].",
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Rows per process and micro-step.",
-)
+@batch_size_option(4, "Rows per process and micro-step.")
 @click.option(
     "--grad-accum",
     type=click.IntRange(min=1),
@@ -60,9 +68,10 @@ def _main_process() -> bool:
     default=None,
     help="Comma-separated target_modules [default: the layout's language-model leaves].",
 )
-@length_and_dtype("The base's dtype.")
+@max_length_option()
+@dtype_option("The base's dtype.")
 @click.option("--gradient-checkpointing", is_flag=True, help="Recompute activations in the backward pass.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option()
 @click.option(
     "--val-split",
     type=click.FloatRange(0, 1, max_open=True),
@@ -85,12 +94,10 @@ def _main_process() -> bool:
     is_flag=True,
     help="Continue from the last complete checkpoint in --out (without one, the run starts again from step 0).",
 )
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Start afresh over an earlier run in --out (its run files are removed first); never another folder.",
+@force_option(
+    "Start afresh over an earlier run in --out (its run files are removed first); never another folder."
 )
-@output_options(json_help="One JSON object on stdout (same as --format json).")
+@output_options()
 @click.pass_context
 @handle_errors
 def command(ctx: click.Context, output: Output, **o: Any) -> None:

@@ -1,5 +1,5 @@
 """The format registry: every output format is an emitter from a report to text (``text``, ``json``, ``junit``,
-``github``, ``sarif``). Emitters return strings and never print; ``commands._common.finish`` decides where the
+``github``, ``sarif``). Emitters return strings and never print; ``commands.options.finish`` decides where the
 text goes. Adding a format is one emitter here."""
 
 from __future__ import annotations

@@ -1,6 +1,11 @@
-"""Shared CLI plumbing: one-line errors (exit 3 for inputs, 4 for bugs), the output options every command takes
-(``--format``, ``--json``, ``--output-file``) and :func:`finish` (render through the format registry, pick the exit
-code), quiet mode, shared help text."""
+"""The CLI's shared parts, defined once: the options and arguments several commands take (``ADAPTER``, ``--base``,
+``--out``, ``--dtype``, ``--data``, ``--steps``, ``--seed``, ``--batch-size``, ``--force``, ``--max-length`` and the
+output options ``--format``, ``--json``, ``--output-file``), one-line errors (exit 3 for inputs, 4 for bugs) and
+:func:`finish` (render through the format registry, pick the exit code), quiet mode, shared help text.
+
+A command module declares an option here when a second command takes it; each decorator fixes the option's name,
+type, metavar and behaviour, and takes the help line of the command where what the value means differs (merge's
+``--base`` must hold weights, convert's needs only a config)."""
 
 from __future__ import annotations
 
@@ -172,6 +177,89 @@ def is_quiet() -> bool:
     return bool(root and root.obj and root.obj.get("quiet"))
 
 
+# --------------------------------------------------------------------------------------------- inputs
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+"""``--dtype`` choices: ``auto`` (each tensor keeps the checkpoint's) or one of the three float types."""
+
+
+def adapter_argument(name: str = "adapter", *, many: bool = False) -> Callable[[F], F]:
+    """The input argument (``ADAPTER``, ``PATH``, ``ADAPTERS...``): any form of :data:`INPUT_FORMS`, passed on as
+    given (the library opens it; a missing or unusable input is exit 3 there, never click's exit 2)."""
+    if many:
+        return click.argument(name, nargs=-1, required=True)
+    return click.argument(name)
+
+
+def base_option(help: str, *, required: bool = False) -> Callable[[F], F]:
+    """``--base BASE``: a model folder, config.json, cached repo id or tiny:LAYOUT (what each command needs of it
+    is in its ``help``); resolved by the library (:mod:`adapterdoc.bases`)."""
+    return click.option("--base", "base", required=required, default=None, metavar="BASE", help=help)
+
+
+TRAIN_BASE_HELP = "A model folder (weights + tokenizer), a cached repo id or tiny:LAYOUT."
+"""train's and eval's ``--base``: the model is loaded, so it needs weights and a tokenizer."""
+
+
+def out_option(help: str, *, required: bool = False, metavar: str = "DIR") -> Callable[[F], F]:
+    """``--out``: where a command writes. click checks nothing (``readable=False``): a file, a link, a non-empty or
+    read-only folder is refused with exit 3 by the library's output rules (:mod:`adapterdoc.st.paths`)."""
+    return click.option(
+        "--out",
+        "out",
+        type=click.Path(readable=False),
+        required=required,
+        default=None,
+        metavar=metavar,
+        help=help,
+    )
+
+
+def dtype_option(help: str | None = None, *, default: str = "float32") -> Callable[[F], F]:
+    """``--dtype`` (one of :data:`DTYPES`)."""
+    return click.option("--dtype", type=click.Choice(DTYPES), default=default, show_default=True, help=help)
+
+
+def data_option(
+    help: str, *, required: bool = True, dir_okay: bool = False, metavar: str | None = None
+) -> Callable[[F], F]:
+    """``--data``: the training or evaluation rows (JSONL)."""
+    return click.option(
+        "--data",
+        required=required,
+        default=None,
+        type=click.Path(dir_okay=dir_okay),
+        metavar=metavar,
+        help=help,
+    )
+
+
+def steps_option(help: str) -> Callable[[F], F]:
+    """``--steps N``: optimizer steps (the default is the command's: it says it in ``help``)."""
+    return click.option("--steps", type=click.IntRange(min=1), default=None, help=help)
+
+
+def seed_option(help: str | None = None) -> Callable[[F], F]:
+    return click.option("--seed", type=int, default=0, show_default=True, help=help)
+
+
+def batch_size_option(default: int, help: str | None = None) -> Callable[[F], F]:
+    return click.option(
+        "--batch-size", type=click.IntRange(min=1), default=default, show_default=True, help=help
+    )
+
+
+def max_length_option() -> Callable[[F], F]:
+    return click.option(
+        "--max-length", type=click.IntRange(min=2), default=None, help="Truncate rows to this many tokens."
+    )
+
+
+def force_option(help: str) -> Callable[[F], F]:
+    """``--force``: replace an earlier output of this command (``help`` says which; never any other folder)."""
+    return click.option("--force", is_flag=True, help=help)
+
+
 # --------------------------------------------------------------------------------------------- output
 
 ALL_FORMATS = ("text", "json", "junit", "github", "sarif")
@@ -204,11 +292,13 @@ class Output:
             self._checked.append(True)
 
 
+JSON_HELP = "One JSON object on stdout (same as --format json)."
+
+
 def output_options(
     formats: Sequence[str] = ALL_FORMATS,
     *,
     output_file: bool = False,
-    json_help: str = "Same as --format json.",
 ) -> Callable[[F], F]:
     """``--format`` (one of ``formats``), ``--json`` (the same as ``--format json``; CLI.md) and, with
     ``output_file``, ``--output-file FILE``; the command receives them as one ``output: Output`` argument."""
@@ -226,7 +316,7 @@ def output_options(
             click.option(
                 "--format", "fmt", type=click.Choice(list(formats)), help="Output format (default text)."
             ),
-            click.option("--json", "as_json", is_flag=True, help=json_help),
+            click.option("--json", "as_json", is_flag=True, help=JSON_HELP),
         ]
         if output_file:
             options.append(
