@@ -44,26 +44,4 @@ def command(ctx: click.Context, path: str, weights: bool, plot: str | None, outp
     from adapterdoc.inspection import inspect
 
     output.check(path)
-    report = inspect(path)
-    if weights or plot:
-        _audit(report, plot)
-    finish(report, output)
-
-
-def _audit(report: object, plot: str | None) -> None:
-    """Run the weights audit (torch is imported only for .bin adapters) and draw it when asked."""
-    from adapterdoc.audit import audit_checkpoint, render_heatmap
-    from adapterdoc.checkpoint import open_checkpoint
-    from adapterdoc.report.findings import sort_findings
-
-    if plot:  # fail on a missing extra or an unwritable path before reading any tensor
-        from adapterdoc.report.heatmap import require_matplotlib
-        from adapterdoc.st.atomic import resolve_output
-
-        require_matplotlib(plot)
-        resolve_output(plot)
-    audit = audit_checkpoint(open_checkpoint(report.spec))  # type: ignore[attr-defined]
-    report.weights = audit  # type: ignore[attr-defined]
-    report.findings = sort_findings([*report.findings, *audit.findings])  # type: ignore[attr-defined]
-    if plot:
-        render_heatmap(audit, plot)
+    finish(inspect(path, weights=weights, plot=plot), output)

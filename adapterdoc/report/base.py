@@ -7,6 +7,7 @@ here once, and so is the envelope of an input that could not be used at all (fin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ UNUSABLE = "AD100"
 
 
 def envelope(
-    ok: bool, findings: list[Finding] | list[dict[str, Any]], body: dict[str, Any]
+    ok: bool, findings: Sequence[Finding] | Sequence[dict[str, Any]], body: dict[str, Any]
 ) -> dict[str, Any]:
     """The one JSON envelope: ``{"ok": ..., "findings": [...], **body}`` (findings as objects or dicts)."""
     rows = [f if isinstance(f, dict) else f.to_dict() for f in findings]
@@ -34,14 +35,11 @@ def unusable_finding(message: str, *, path: str | None = None, key: str | None =
     return row
 
 
-@dataclass(kw_only=True)
-class Report:
-    """The base of every command's report: its findings, ``ok`` (no error finding) and the JSON envelope.
+class Envelope:
+    """What every report is, whoever built it: its ``findings``, ``ok`` (no error finding), the exit code and the
+    JSON envelope. :class:`FrozenReport` and :class:`Report` add the ``findings`` field."""
 
-    ``findings`` is keyword-only, so a subclass declares its own fields first, positional or not.
-    """
-
-    findings: list[Finding] = field(default_factory=list)
+    findings: Sequence[Finding]
 
     @property
     def ok(self) -> bool:
@@ -57,11 +55,29 @@ class Report:
         return {}
 
     def to_dict(self) -> dict[str, Any]:
-        return envelope(self.ok, self.findings, self.body())
+        return envelope(self.ok, list(self.findings), self.body())
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrozenReport(Envelope):
+    """The base of a command's report built once, at the end of the run, from the checks' results (frozen:
+    :func:`dataclasses.replace` makes a changed copy). ``findings`` is keyword-only, so a subclass declares its own
+    fields first, positional or not."""
+
+    findings: Sequence[Finding] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
-class Unusable(Report):
+class Report(Envelope):
+    """The base of a report that is still filled in as its run goes (verify, remap, merge, roundtrip, convert,
+    train-smoke until their builders assemble them once; a dataclass may not be frozen over a mutable base, nor
+    mutable over a frozen one, so the two bases share :class:`Envelope`)."""
+
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unusable(FrozenReport):
     """The report of a run whose input could not be used at all (exit code 3), for the formats that always need a
     document (``junit``, ``sarif``, ``github``): one group holding the error, as ``--json`` holds finding AD100."""
 

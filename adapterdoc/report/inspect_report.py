@@ -8,10 +8,10 @@ from typing import Any
 
 from adapterdoc.layouts import Detection
 from adapterdoc.report.audit_report import Audit
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import FrozenReport
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileSummary:
     path: str
     bytes: int
@@ -19,7 +19,7 @@ class FileSummary:
     tensors: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoraSummary:
     modules: int
     ranks: dict[int, int]
@@ -42,8 +42,8 @@ class LoraSummary:
     peft_type: str | None
 
 
-@dataclass
-class InspectReport(Report):
+@dataclass(frozen=True)
+class InspectReport(FrozenReport):
     """What one checkpoint or adapter holds, from its headers (and, with ``--weights``, its LoRA tensors)."""
 
     spec: str
