@@ -37,9 +37,11 @@ def examine(result: TrainResult, base: Base, target: str) -> tuple[dict[str, Any
         sections.append("## Loss curve\n\nSkipped: matplotlib is not installed (`pip install matplotlib`).")
         findings.append(make("AD626", "loss curve skipped: matplotlib is not installed", path=target))
     sections.append(weights_heatmap_section(result.adapter_dir, target))
-    from adapterdoc.st.atomic import atomic_write_bytes
+    from adapterdoc.report.run_report import write_run_report
 
-    atomic_write_bytes(os.path.join(target, "RUN_REPORT.md"), run_report(result, sections).encode())
+    write_run_report(
+        target, run_report(result, sections)
+    )  # once: the loop was told not to (writes_run_report)
     return verdict, findings
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import FrozenReport
 
 
-@dataclass
-class TrainReport(Report):
+@dataclass(frozen=True)
+class TrainReport(FrozenReport):
     """One run of `adapterdoc train`: where it wrote, its losses, and the doctor's verdict on the adapter."""
 
     base: str
@@ -44,8 +44,8 @@ class TrainReport(Report):
         }
 
 
-@dataclass
-class EvalReport(Report):
+@dataclass(frozen=True)
+class EvalReport(FrozenReport):
     """`adapterdoc eval`: loss and accuracy of the base and of base + adapter on the same rows."""
 
     adapter: str
