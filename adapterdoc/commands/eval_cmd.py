@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from adapterdoc.commands.options import (
@@ -39,7 +37,18 @@ from adapterdoc.commands.options import (
 @output_options()
 @click.pass_context
 @handle_errors
-def command(ctx: click.Context, adapter: str, base: str, data: str, output: Output, **o: Any) -> None:
+def command(
+    ctx: click.Context,
+    adapter: str,
+    base: str,
+    data: str,
+    batch_size: int,
+    max_length: int | None,
+    dtype: str,
+    seed: int,
+    min_improvement: float | None,
+    output: Output,
+) -> None:
     """Loss and token accuracy of the base and of base + adapter on the same rows.
 
     The rows are encoded with train's label rules (assistant turns, completions, all tokens), with the tokenizer
@@ -55,10 +64,10 @@ def command(ctx: click.Context, adapter: str, base: str, data: str, output: Outp
         adapter,
         base,
         data,
-        batch_size=o["batch_size"],
-        max_length=o["max_length"],
-        seed=o["seed"],
-        dtype=o["dtype"],
-        min_improvement=o["min_improvement"],
+        batch_size=batch_size,
+        max_length=max_length,
+        seed=seed,
+        dtype=dtype,
+        min_improvement=min_improvement,
     )
     finish(report, output)

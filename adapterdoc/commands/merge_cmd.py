@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,7 +20,11 @@ from adapterdoc.commands.options import (
     is_quiet,
     out_option,
     output_options,
+    stderr_bar,
 )
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @click.command("merge", epilog=INPUT_FORMS)
@@ -55,35 +60,18 @@ class _progress:
 
     def __init__(self, *, enabled: bool) -> None:
         self.enabled = enabled and sys.stderr.isatty()
-        self.bar: Any = None
-        self.task: Any = None
+        self.bar: Progress | None = None
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Callable[[int, int], None] | None:
         if not self.enabled:
             return None
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
+        bar, task = stderr_bar(
+            ("[progress.description]{task.description}", "bar", "bytes", "speed", "remaining"), "merging"
         )
-
-        self.bar = Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        self.bar.start()
-        self.task = self.bar.add_task("merging", total=None)
+        self.bar = bar
 
         def update(done: int, total: int) -> None:
-            self.bar.update(self.task, completed=done, total=total)
+            bar.update(task, completed=done, total=total)
 
         return update
 

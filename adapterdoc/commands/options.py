@@ -12,14 +12,19 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from adapterdoc.errors import AdapterdocError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from adapterdoc.report.base import Envelope
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,10 +74,10 @@ def handle_errors(func: F) -> F:
     anything unexpected (a bug) to one line and exit code 4; ``--debug`` prints the traceback first."""
 
     @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         output = kwargs.get("output")
         if not isinstance(output, Output):
-            output = Output("json" if kwargs.get("as_json") else (kwargs.get("fmt") or "text"))
+            output = Output("json" if kwargs.get("as_json") else str(kwargs.get("fmt") or "text"))
         as_json = output.json
         try:
             return func(*args, **kwargs)
@@ -305,11 +310,12 @@ def output_options(
 
     def decorate(func: F) -> F:
         @wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> object:
             fmt, as_json = kwargs.pop("fmt", None), kwargs.pop("as_json", False)
             if as_json and fmt not in (None, "json"):
                 raise click.BadParameter("--json conflicts with --format " + str(fmt), param_hint="--json")
-            out = Output("json" if as_json else (fmt or "text"), kwargs.pop("output_file", None))
+            file = kwargs.pop("output_file", None)
+            out = Output("json" if as_json else str(fmt or "text"), file if isinstance(file, str) else None)
             return func(*args, output=out, **kwargs)
 
         options = [
@@ -335,11 +341,11 @@ def output_options(
 
 
 def finish(
-    report: Any,
+    report: Envelope,
     output: Output,
     *,
     text: Callable[[], str] | None = None,
-    text_options: dict[str, Any] | None = None,
+    text_options: Mapping[str, object] | None = None,
     quiet: bool | None = None,
     per_group: bool = False,
 ) -> NoReturn:
@@ -407,3 +413,32 @@ def check_output_file(path: str, inputs: list[str], option: str = "--output-file
             raise RefusedError(
                 path, f"{option} would overwrite or sit inside the input {spec}; choose another path"
             )
+
+
+# --------------------------------------------------------------------------------------------- progress
+
+BAR_COLUMNS = ("spinner", "bar", "bytes", "speed", "elapsed", "remaining")
+"""The rich columns :func:`stderr_bar` knows by name; any other string is a text column (a rich format)."""
+
+
+def stderr_bar(
+    columns: Sequence[str], description: str, total: float | None = None
+) -> tuple[Progress, TaskID]:
+    """A started, transient rich progress bar on stderr with one task (``description``, ``total``); ``columns``
+    are names from :data:`BAR_COLUMNS` or text formats such as ``"{task.completed}/{task.total} steps"``. The
+    caller stops it (``progress.stop()``)."""
+    from rich import progress as rp
+    from rich.console import Console
+
+    made = {
+        "spinner": rp.SpinnerColumn,
+        "bar": rp.BarColumn,
+        "bytes": rp.DownloadColumn,
+        "speed": rp.TransferSpeedColumn,
+        "elapsed": rp.TimeElapsedColumn,
+        "remaining": rp.TimeRemainingColumn,
+    }
+    cols = [made[c]() if c in made else rp.TextColumn(c) for c in columns]
+    bar = rp.Progress(*cols, console=Console(stderr=True), transient=True)
+    bar.start()
+    return bar, bar.add_task(description, total=total)

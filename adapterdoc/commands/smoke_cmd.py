@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,8 +16,12 @@ from adapterdoc.commands.options import (
     is_quiet,
     out_option,
     output_options,
+    stderr_bar,
     steps_option,
 )
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 @click.command("train-smoke")
@@ -76,32 +81,23 @@ class _Progress:
     def __init__(self, total: int, *, enabled: bool) -> None:
         self.total, self.enabled = total, enabled
         self.live = enabled and sys.stderr.isatty()
-        self.progress: Any = None
-        self.task: Any = None
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
 
     def __enter__(self) -> _Progress:
         if self.live:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                SpinnerColumn(),
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total} layouts"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
+            self.progress, self.task = stderr_bar(
+                ("spinner", "{task.description}", "bar", "{task.completed}/{task.total} layouts", "elapsed"),
+                "importing torch, transformers, peft",
+                self.total,
             )
-            self.progress.start()
-            self.task = self.progress.add_task("importing torch, transformers, peft", total=self.total)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.progress is not None:
             self.progress.stop()
 
-    def on_event(self, event: dict[str, Any]) -> None:
+    def on_event(self, event: Mapping[str, object]) -> None:
         if not self.enabled:
             return
         if event.get("event") == "layout_done":

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,8 +24,12 @@ from adapterdoc.commands.options import (
     out_option,
     output_options,
     seed_option,
+    stderr_bar,
     steps_option,
 )
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 def _main_process() -> bool:
@@ -169,33 +174,23 @@ class _Bar:
 
     def __init__(self, *, enabled: bool) -> None:
         self.enabled = enabled
-        self.progress: Any = None
-        self.task: Any = None
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
 
     def __enter__(self) -> _Bar:
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-            self.progress = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total} steps"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,
+            self.progress, self.task = stderr_bar(
+                ("{task.description}", "bar", "{task.completed}/{task.total} steps", "elapsed", "remaining"),
+                "loading",
             )
-            self.progress.start()
-            self.task = self.progress.add_task("loading", total=None)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.progress is not None:
             self.progress.stop()
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        if self.progress is None:
+    def on_event(self, event: Mapping[str, object]) -> None:
+        if self.progress is None or self.task is None:
             return
         if event.get("event") == "setup":
             self.progress.update(self.task, total=event.get("steps"), description="training")

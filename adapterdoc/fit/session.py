@@ -68,7 +68,12 @@ def train_on_base(
     if where.mode == RESTART:
         findings.append(make("AD628", f"{where.reason}; the run started from step 0", path=target))
     return _report(
-        result, base, target, verify=verdict, findings=sort_findings(findings), seconds=time.time() - t0
+        result,
+        base,
+        target,
+        verify=verdict.to_dict(),
+        findings=sort_findings(findings),
+        seconds=time.time() - t0,
     )
 
 

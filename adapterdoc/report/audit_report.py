@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.report.findings import Finding
 
@@ -45,7 +44,7 @@ class ModuleDelta:
     dtype: str = ""
     nonfinite: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "module": self.module,
             "rank": self.rank,
@@ -103,7 +102,7 @@ class Audit:
         n = len(self.measured)
         return self.inert_count / n if n else 0.0
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         return {
             "modules": len(self.modules),
             "inert": self.inert_count,
@@ -115,7 +114,7 @@ class Audit:
             "notes": list(self.notes),
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"weights": self.summary(), "modules": [m.to_dict() for m in self.modules]}
 
 

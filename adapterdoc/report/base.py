@@ -7,9 +7,8 @@ here once, and so is the envelope of an input that could not be used at all (fin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.report.findings import Finding, has_errors
 
@@ -18,16 +17,16 @@ UNUSABLE = "AD100"
 
 
 def envelope(
-    ok: bool, findings: Sequence[Finding] | Sequence[dict[str, Any]], body: dict[str, Any]
-) -> dict[str, Any]:
+    ok: bool, findings: Sequence[Finding] | Sequence[Mapping[str, object]], body: Mapping[str, object]
+) -> dict[str, object]:
     """The one JSON envelope: ``{"ok": ..., "findings": [...], **body}`` (findings as objects or dicts)."""
     rows = [f if isinstance(f, dict) else f.to_dict() for f in findings]
     return {"ok": ok, "findings": rows, **body}
 
 
-def unusable_finding(message: str, *, path: str | None = None, key: str | None = None) -> dict[str, Any]:
+def unusable_finding(message: str, *, path: str | None = None, key: str | None = None) -> dict[str, object]:
     """Finding ``AD100`` as a JSON object: the input could not be examined at all."""
-    row: dict[str, Any] = {"code": UNUSABLE, "severity": "error", "message": message}
+    row: dict[str, object] = {"code": UNUSABLE, "severity": "error", "message": message}
     if path:
         row["path"] = path
     if key:
@@ -50,11 +49,11 @@ class Envelope:
         """0 when no finding is an error, else 1 (CLI.md); a report may refine it (verify: 3, unusable input)."""
         return 0 if self.ok else 1
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         """The command's own fields for the JSON form (everything but ``ok`` and ``findings``)."""
         return {}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return envelope(self.ok, list(self.findings), self.body())
 
 
@@ -93,5 +92,5 @@ class Unusable(FrozenReport):
     def exit_code(self) -> int:
         return 3
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return envelope(False, [unusable_finding(self.error, path=self.path)], {"error": self.error})

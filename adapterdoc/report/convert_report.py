@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.report.base import Report
 
@@ -24,7 +23,7 @@ class ConvertReport(Report):
     outtype: str | None = None
     notes: list[str] = field(default_factory=list)
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         return {
             "input": self.input,
             "source_format": self.source_format,

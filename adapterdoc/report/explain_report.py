@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from adapterdoc.codes import Code, area_of
 from adapterdoc.report.base import Report
@@ -16,7 +15,7 @@ class ExplainReport(Report):
     codes: list[Code]
     listing: bool = False
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         if not self.listing:
             info = self.codes[0]
             return {"area": area_of(info.code), **asdict(info)}

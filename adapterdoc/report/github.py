@@ -8,12 +8,13 @@ to read): a finding about a config field carries that field's line from when it 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.codes import catalogue
 from adapterdoc.report.registry import view_of
 
 if TYPE_CHECKING:
+    from adapterdoc.report.base import Envelope
     from adapterdoc.report.findings import Finding
 
 CONFIG_FILE = "adapter_config.json"
@@ -32,7 +33,7 @@ def escape_property(s: str) -> str:
     return escape_data(s).replace(":", "%3A").replace(",", "%2C")
 
 
-def render_github(report: Any) -> str:
+def render_github(report: Envelope) -> str:
     """One annotation per finding of every group of the report's view, then a summary line."""
     view = view_of(report)
     lines: list[str] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.report.base import Report
 from adapterdoc.report.findings import has_errors
@@ -33,7 +32,7 @@ class RoundtripReport(Report):
     def ok(self) -> bool:
         return not any(c.status == "fail" for c in self.checks) and not has_errors(self.findings)
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         return {
             "input": self.input,
             "layout": self.layout,

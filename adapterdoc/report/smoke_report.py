@@ -4,7 +4,6 @@ result of every doctor check (:class:`CheckResult`), in the order of :data:`CHEC
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.report.base import Report
 from adapterdoc.report.findings import Finding, has_errors
@@ -39,7 +38,7 @@ class CheckResult:
     code: str | None = None
     """The AD6xx code reported when the check fails."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "ok": self.ok,
             "detail": self.detail,
@@ -77,7 +76,7 @@ class LayoutRun:
     def check(self, name: str) -> CheckResult | None:
         return next((c for c in self.checks if c.name == name), None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "layout": self.layout,
             "ok": self.ok,
@@ -112,7 +111,7 @@ class SmokeReport(Report):
     def ok(self) -> bool:
         return all(r.ok for r in self.runs) and not has_errors(self.findings)
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         return {
             "layouts": [r.to_dict() for r in self.runs],
             "steps": self.steps,

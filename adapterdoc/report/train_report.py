@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.report.base import FrozenReport
 
@@ -20,7 +19,7 @@ class TrainReport(FrozenReport):
     steps: int = 0
     train_loss: dict[str, float | None] = field(default_factory=dict)
     val_loss: dict[str, float | None] | None = None
-    verify: dict[str, Any] = field(default_factory=dict)
+    verify: dict[str, object] = field(default_factory=dict)
     """The doctor's verdict (verify against the same base, lora_B, towers)."""
     num_processes: int = 1
     seconds: float = 0.0
@@ -28,7 +27,7 @@ class TrainReport(FrozenReport):
     is_main: bool = True
     """False on the other processes of a multi-process run (they report nothing)."""
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         return {
             "adapter": self.adapter,
             "steps": self.steps,
@@ -56,7 +55,7 @@ class EvalReport(FrozenReport):
     improvement: float | None = None
     min_improvement: float | None = None
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         return {
             "base": self.base,
             "adapter": self.adapted,

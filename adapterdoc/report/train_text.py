@@ -5,7 +5,7 @@ one row per layout, the checks as counts, the failures below it), and the short 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping
 
 from adapterdoc.report.registry import register
 from adapterdoc.report.render import Span, Writer, columns, plural, write_findings
@@ -110,7 +110,7 @@ def render_smoke(report: SmokeReport, *, verbose: bool = False, width: int | Non
     return w.getvalue()
 
 
-def progress_line(event: dict[str, Any]) -> str | None:
+def progress_line(event: Mapping[str, object]) -> str | None:
     """A one-line description of a progress event (for the live display), or None to ignore it."""
     kind = event.get("event")
     layout = event.get("layout", "")
@@ -133,7 +133,7 @@ def progress_line(event: dict[str, Any]) -> str | None:
 def render_train(r: TrainReport) -> str:
     """`adapterdoc train`'s summary: losses, the adapter, the doctor's verdict, the report, the findings."""
 
-    def pair(d: dict[str, Any] | None) -> str:
+    def pair(d: Mapping[str, float | None] | None) -> str:
         return "–" if not d else f"{d['before']:.4f} → {d['after']:.4f}"
 
     v = r.verify
