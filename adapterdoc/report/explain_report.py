@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from adapterdoc.codes import Code, area_of
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import FrozenReport
 
 
-@dataclass
-class ExplainReport(Report):
+@dataclass(frozen=True)
+class ExplainReport(FrozenReport):
     """``codes`` holds the one code asked for (``listing`` false) or every code of the catalogue."""
 
     codes: list[Code]

@@ -30,7 +30,7 @@ _ANNOTATE_MAX_CELLS = 600
 """Cells per panel up to which each cell is labelled with its value."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Panel:
     title: str
     rows: list[str]
@@ -61,24 +61,19 @@ def panels(audit: Audit) -> list[Panel]:
     for group, mods in stacks.items():
         layers = _layer_range(spans[group])
         cols = list(dict.fromkeys(m.leaf for m in mods))
-        p = Panel(f"{group}.N", [str(i) for i in layers], cols)
-        for m in mods:
-            p.cells[(layers.index(m.layer), cols.index(m.leaf))] = m
-        out.append(p)
+        cells = {(layers.index(m.layer), cols.index(m.leaf)): m for m in mods}
+        out.append(Panel(f"{group}.N", [str(i) for i in layers], cols, cells))
     for (group, leaf), mods in experts.items():
         layers = _layer_range(spans[group])
         n = max(m.expert for m in mods) + 1
-        p = Panel(f"{group}.N.{leaf}, per expert", [str(i) for i in layers], [str(e) for e in range(n)])
-        p.xlabel = "expert"
-        for m in mods:
-            p.cells[(layers.index(m.layer), m.expert)] = m
-        out.append(p)
+        cells = {(layers.index(m.layer), m.expert): m for m in mods}
+        title = f"{group}.N.{leaf}, per expert"
+        out.append(Panel(title, [str(i) for i in layers], [str(e) for e in range(n)], cells, xlabel="expert"))
     if other:
         cols = [m.leaf for m in other]
-        p = Panel("outside the layer stacks", [""], cols, ylabel="")
-        for i, m in enumerate(other):
-            p.cells[(0, i)] = m
-        out.append(p)
+        out.append(
+            Panel("outside the layer stacks", [""], cols, {(0, i): m for i, m in enumerate(other)}, ylabel="")
+        )
     return out
 
 
