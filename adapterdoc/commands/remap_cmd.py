@@ -112,7 +112,8 @@ def command(
       --rule R=>S     your own renames on the full key, in order
       --experts FORM  a mixture-of-experts adapter into one LoRA per expert
                       (per-expert) or PEFT's fused target_parameters form
-      --for ENGINE    every exact rewrite vllm, sglang, tgi or lorax needs
+      --for ENGINE    every exact rewrite that serving engine needs (the
+                      --for choices)
 
     --vl, --to and --rule are header-only: the tensor data bytes never change. The header is rewritten in place when the new one fits
     (always for --vl), else the file is copied to a temp file beside it and renamed over it. A weights file
