@@ -63,7 +63,7 @@ class ModuleDelta:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class TensorRead:
     """What decoding one factor found (verify's lora_B zero scan reads these)."""
 

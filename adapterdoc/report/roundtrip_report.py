@@ -8,7 +8,7 @@ from adapterdoc.report.base import Report
 from adapterdoc.report.findings import has_errors
 
 
-@dataclass
+@dataclass(frozen=True)
 class Check:
     """One round trip and its verdict."""
 
