@@ -4,41 +4,26 @@ from __future__ import annotations
 
 import click
 
-from adapterdoc.commands.options import (
-    TRAIN_BASE_HELP,
-    Output,
-    adapter_argument,
-    base_option,
-    batch_size_option,
-    data_option,
-    dtype_option,
-    finish,
-    handle_errors,
-    max_length_option,
-    output_options,
-    seed_option,
-)
+from adapterdoc.commands import options as opt
 
 
 @click.command("eval")
-@adapter_argument()
-@base_option(TRAIN_BASE_HELP, required=True)
-@data_option("JSONL rows, as for train.")
-@batch_size_option(8)
-@max_length_option()
-@dtype_option()
-@seed_option("Seeds the masked-LM masks (as in train).")
+@opt.adapter_argument()
+@opt.base_option(opt.TRAIN_BASE_HELP, required=True)
+@opt.data_option("JSONL rows, as for train.")
+@opt.batch_size_option(8)
+@opt.max_length_option()
+@opt.dtype_option()
+@opt.seed_option("Seeds the masked-LM masks (as in train).")
 @click.option(
     "--min-improvement",
     type=float,
     default=None,
     help="Exit 1 unless the adapter lowers the loss by at least this much (base loss - adapter loss).",
 )
-@output_options()
-@click.pass_context
-@handle_errors
+@opt.output_options()
+@opt.handle_errors
 def command(
-    ctx: click.Context,
     adapter: str,
     base: str,
     data: str,
@@ -47,7 +32,7 @@ def command(
     dtype: str,
     seed: int,
     min_improvement: float | None,
-    output: Output,
+    output: opt.Output,
 ) -> None:
     """Loss and token accuracy of the base and of base + adapter on the same rows.
 
@@ -70,4 +55,4 @@ def command(
         dtype=dtype,
         min_improvement=min_improvement,
     )
-    finish(report, output)
+    opt.finish(report, output)

@@ -6,14 +6,7 @@ import os
 
 import click
 
-from adapterdoc.commands.options import (
-    INPUT_FORMS,
-    Output,
-    adapter_argument,
-    finish,
-    handle_errors,
-    output_options,
-)
+from adapterdoc.commands import options as opt
 
 
 def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -22,8 +15,8 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value
 
 
-@click.command("inspect", epilog=INPUT_FORMS)
-@adapter_argument("path")
+@click.command("inspect", epilog=opt.INPUT_FORMS)
+@opt.adapter_argument("path")
 @click.option(
     "--weights",
     is_flag=True,
@@ -36,12 +29,11 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
     callback=_plot_path,
     help="Draw the delta norms as a layer × module heat map (implies --weights; needs the plot extra).",
 )
-@output_options(output_file=True)
-@click.pass_context
-@handle_errors
-def command(ctx: click.Context, path: str, weights: bool, plot: str | None, output: Output) -> None:
+@opt.output_options(output_file=True)
+@opt.handle_errors
+def command(path: str, weights: bool, plot: str | None, output: opt.Output) -> None:
     """Describe an adapter, checkpoint or cached repo from its headers alone (with --weights, its LoRA tensors)."""
     from adapterdoc.inspection import inspect
 
     output.check(path)
-    finish(inspect(path, weights=weights, plot=plot), output)
+    opt.finish(inspect(path, weights=weights, plot=plot), output)

@@ -4,77 +4,51 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import click
 
-from adapterdoc.commands.options import (
-    INPUT_FORMS,
-    Output,
-    adapter_argument,
-    base_option,
-    dtype_option,
-    finish,
-    force_option,
-    handle_errors,
-    is_quiet,
-    out_option,
-    output_options,
-    stderr_bar,
-)
-
-if TYPE_CHECKING:
-    from rich.progress import Progress
+from adapterdoc.commands import options as opt
 
 
-@click.command("merge", epilog=INPUT_FORMS)
-@adapter_argument()
-@base_option("The base model folder (config.json + safetensors shards).", required=True)
-@out_option(
+@click.command("merge", epilog=opt.INPUT_FORMS)
+@opt.adapter_argument()
+@opt.base_option("The base model folder (config.json + safetensors shards).", required=True)
+@opt.out_option(
     "Folder to write the merged checkpoint to: a new or empty folder (a file, device or symlink is refused).",
     required=True,
 )
-@dtype_option(
+@opt.dtype_option(
     "dtype of floating-point weights in the output (auto keeps each base tensor's).", default="auto"
 )
-@force_option(
+@opt.force_option(
     "Replace a non-empty --out that holds a previous adapterdoc merge output (its .adapterdoc-output.json); "
     "never any other folder."
 )
-@output_options()
-@click.pass_context
-@handle_errors
-def command(
-    ctx: click.Context, adapter: str, base: str, out: str, dtype: str, force: bool, output: Output
-) -> None:
+@opt.output_options()
+@opt.handle_errors
+def command(adapter: str, base: str, out: str, dtype: str, force: bool, output: opt.Output) -> None:
     """Merge a LoRA adapter into its base checkpoint, streaming one tensor at a time."""
     from adapterdoc.merge import merge
 
-    with _progress(enabled=not is_quiet()) as progress:
+    with _progress(enabled=not opt.is_quiet()) as progress:
         report = merge(adapter, base, out, dtype=dtype, force=force, progress=progress)
-    finish(report, output)
+    opt.finish(report, output)
 
 
-class _progress:
-    """A rich progress bar by bytes on stderr, only when stderr is a terminal."""
+class _progress(opt.LiveBar):
+    """A rich progress bar by bytes on stderr, only when stderr is a terminal; entering it gives the merge its
+    ``progress(done, total)`` callback (None without a bar)."""
 
     def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.bar: Progress | None = None
+        columns = ("[progress.description]{task.description}", "bar", "bytes", "speed", "remaining")
+        super().__init__(columns, "merging", live=enabled and sys.stderr.isatty())
 
-    def __enter__(self) -> Callable[[int, int], None] | None:
-        if not self.enabled:
+    def __enter__(self) -> Callable[[int, int], None] | None:  # type: ignore[override]
+        super().__enter__()
+        if self.progress is None:
             return None
-        bar, task = stderr_bar(
-            ("[progress.description]{task.description}", "bar", "bytes", "speed", "remaining"), "merging"
-        )
-        self.bar = bar
 
         def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+            self.update(completed=done, total=total)
 
         return update
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()

@@ -18,11 +18,13 @@ from functools import wraps
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
+from typing_extensions import Self
 
 from adapterdoc.errors import AdapterdocError
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
+    from typing_extensions import Self
 
     from adapterdoc.report.base import Envelope
 
@@ -419,6 +421,36 @@ def check_output_file(path: str, inputs: list[str], option: str = "--output-file
 
 BAR_COLUMNS = ("spinner", "bar", "bytes", "speed", "elapsed", "remaining")
 """The rich columns :func:`stderr_bar` knows by name; any other string is a text column (a rich format)."""
+
+
+class LiveBar:
+    """A context manager around :func:`stderr_bar`: the bar runs between enter and exit when ``live``, else nothing
+    is drawn; :meth:`update` and :meth:`advance` are no-ops without a bar. The commands' progress displays (merge,
+    train, train-smoke) subclass it with their own ``on_event``."""
+
+    def __init__(
+        self, columns: Sequence[str], description: str, total: float | None = None, *, live: bool
+    ) -> None:
+        self.columns, self.description, self.total, self.live = columns, description, total, live
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> Self:
+        if self.live:
+            self.progress, self.task = stderr_bar(self.columns, self.description, self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def update(self, **fields: Any) -> None:  # rich's own keywords (completed, total, description)
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, **fields)
+
+    def advance(self) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task)
 
 
 def stderr_bar(

@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import click
 
-from adapterdoc.commands.options import (
-    Output,
-    data_option,
-    finish,
-    handle_errors,
-    is_quiet,
-    out_option,
-    output_options,
-    stderr_bar,
-    steps_option,
-)
-
-if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
+from adapterdoc.commands import options as opt
 
 
 @click.command("train-smoke")
@@ -33,28 +19,26 @@ if TYPE_CHECKING:
     metavar="NAME|all",
     help="A layout with a tiny reference model, a comma-separated list, or all (every VL/wrapper layout and encoder).",
 )
-@steps_option("Optimizer steps per layout [default: 24].")
-@data_option(
+@opt.steps_option("Optimizer steps per layout [default: 24].")
+@opt.data_option(
     "Training rows (JSONL: prompt, answer object, split train|val) [default: the reference rows bundled "
     "with adapterdoc].",
     required=False,
     dir_okay=True,
     metavar="FILE.jsonl",
 )
-@out_option(
+@opt.out_option(
     "Keep the runs in DIR/<layout>/ (adapter, head, progress.jsonl, training_metadata.json, RUN_REPORT.md)."
 )
-@output_options()
+@opt.output_options()
 @click.option("--verbose", "-v", is_flag=True, help="Print every check's measurement and implementation.")
-@click.pass_context
-@handle_errors
+@opt.handle_errors
 def command(
-    ctx: click.Context,
     layout: str,
     steps: int | None,
     data: str | None,
     out: str | None,
-    output: Output,
+    output: opt.Output,
     verbose: bool,
 ) -> None:
     """Train a reference LoRA on a tiny model per layout, then run the doctor on it.
@@ -69,40 +53,28 @@ def command(
         layouts = resolve_layouts(layout)
     except KeyError as e:
         raise click.BadParameter(str(e.args[0]), param_hint="--layout") from None
-    quiet = is_quiet()
+    quiet = opt.is_quiet()
     with _Progress(len(layouts), enabled=not quiet) as progress:
         report = run_smoke(layouts, steps=steps, out=out, on_event=progress.on_event, data=data)
-    finish(report, output, text_options={"verbose": verbose})
+    opt.finish(report, output, text_options={"verbose": verbose})
 
 
-class _Progress:
+class _Progress(opt.LiveBar):
     """Live progress on stderr: a rich bar on a terminal, one line per finished layout otherwise."""
 
     def __init__(self, total: int, *, enabled: bool) -> None:
-        self.total, self.enabled = total, enabled
-        self.live = enabled and sys.stderr.isatty()
-        self.progress: Progress | None = None
-        self.task: TaskID | None = None
-
-    def __enter__(self) -> _Progress:
-        if self.live:
-            self.progress, self.task = stderr_bar(
-                ("spinner", "{task.description}", "bar", "{task.completed}/{task.total} layouts", "elapsed"),
-                "importing torch, transformers, peft",
-                self.total,
-            )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
+        columns = ("spinner", "{task.description}", "bar", "{task.completed}/{task.total} layouts", "elapsed")
+        super().__init__(
+            columns, "importing torch, transformers, peft", total, live=enabled and sys.stderr.isatty()
+        )
+        self.enabled = enabled
 
     def on_event(self, event: Mapping[str, object]) -> None:
         if not self.enabled:
             return
         if event.get("event") == "layout_done":
             if self.progress is not None:
-                self.progress.advance(self.task)
+                self.advance()
             else:
                 state = "ok" if event.get("ok") else "FAILED"
                 click.echo(f"train-smoke: {event['layout']}: {state} ({event['seconds']:.1f} s)", err=True)
@@ -112,4 +84,4 @@ class _Progress:
 
             line = progress_line(event)
             if line:
-                self.progress.update(self.task, description=line)
+                self.update(description=line)

@@ -5,31 +5,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from adapterdoc.commands.options import (
-    TRAIN_BASE_HELP,
-    Output,
-    base_option,
-    batch_size_option,
-    data_option,
-    dtype_option,
-    finish,
-    force_option,
-    handle_errors,
-    is_quiet,
-    max_length_option,
-    out_option,
-    output_options,
-    seed_option,
-    stderr_bar,
-    steps_option,
-)
-
-if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
+from adapterdoc.commands import options as opt
 
 
 def _main_process() -> bool:
@@ -38,20 +18,20 @@ def _main_process() -> bool:
 
 
 @click.command("train")
-@base_option(TRAIN_BASE_HELP, required=True)
-@data_option("JSONL rows: messages, prompt + completion, or text.")
-@out_option(
+@opt.base_option(opt.TRAIN_BASE_HELP, required=True)
+@opt.data_option("JSONL rows: messages, prompt + completion, or text.")
+@opt.out_option(
     "Run folder: new, empty, or an earlier run of train's [default: ./adapterdoc-train-BASE]. A file, "
     "symlink or read-only folder is refused."
 )
-@steps_option("Optimizer steps.")
+@opt.steps_option("Optimizer steps.")
 @click.option(
     "--epochs",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="Passes over the rows [default: 1].",
 )
-@batch_size_option(4, "Rows per process and micro-step.")
+@opt.batch_size_option(4, "Rows per process and micro-step.")
 @click.option(
     "--grad-accum",
     type=click.IntRange(min=1),
@@ -73,10 +53,10 @@ def _main_process() -> bool:
     default=None,
     help="Comma-separated target_modules [default: the layout's language-model leaves].",
 )
-@max_length_option()
-@dtype_option("The base's dtype.")
+@opt.max_length_option()
+@opt.dtype_option("The base's dtype.")
 @click.option("--gradient-checkpointing", is_flag=True, help="Recompute activations in the backward pass.")
-@seed_option()
+@opt.seed_option()
 @click.option(
     "--val-split",
     type=click.FloatRange(0, 1, max_open=True),
@@ -99,13 +79,13 @@ def _main_process() -> bool:
     is_flag=True,
     help="Continue from the last complete checkpoint in --out (without one, the run starts again from step 0).",
 )
-@force_option(
+@opt.force_option(
     "Start afresh over an earlier run in --out (its run files are removed first); never another folder."
 )
-@output_options()
+@opt.output_options()
 @click.pass_context
-@handle_errors
-def command(ctx: click.Context, output: Output, **o: Any) -> None:
+@opt.handle_errors
+def command(ctx: click.Context, output: opt.Output, **o: Any) -> None:
     """Train a LoRA adapter on your own model and data, then run the doctor on what was written.
 
     The layout comes from the base's config; LoRA goes on the language-model leaves (towers excluded, fused MoE
@@ -153,7 +133,7 @@ def command(ctx: click.Context, output: Output, **o: Any) -> None:
     if settings.epochs is None and o["steps"] is None:
         settings.epochs = 1.0
     main = _main_process()
-    with _Bar(enabled=main and not is_quiet() and sys.stderr.isatty()) as bar:
+    with _Bar(enabled=main and not opt.is_quiet() and sys.stderr.isatty()) as bar:
         report = train_on_base(
             o["base"],
             o["data"],
@@ -166,39 +146,23 @@ def command(ctx: click.Context, output: Output, **o: Any) -> None:
         )
     if not main:  # accelerate's other processes: the main one reports
         ctx.exit(0 if report.ok else 1)
-    finish(report, output)
+    opt.finish(report, output)
 
 
-class _Bar:
+class _Bar(opt.LiveBar):
     """A rich progress bar on stderr over the optimizer steps (terminals only)."""
 
     def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self.progress: Progress | None = None
-        self.task: TaskID | None = None
-
-    def __enter__(self) -> _Bar:
-        if self.enabled:
-            self.progress, self.task = stderr_bar(
-                ("{task.description}", "bar", "{task.completed}/{task.total} steps", "elapsed", "remaining"),
-                "loading",
-            )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
+        columns = ("{task.description}", "bar", "{task.completed}/{task.total} steps", "elapsed", "remaining")
+        super().__init__(columns, "loading", live=enabled)
 
     def on_event(self, event: Mapping[str, object]) -> None:
-        if self.progress is None or self.task is None:
-            return
         if event.get("event") == "setup":
-            self.progress.update(self.task, total=event.get("steps"), description="training")
+            self.update(total=event.get("steps"), description="training")
         elif event.get("event") == "step":
-            self.progress.update(
-                self.task,
+            self.update(
                 completed=event["step"],
                 description=f"loss {event['loss']:.4f}  {event['tokens_per_s']:.0f} tok/s",
             )
         elif event.get("event") == "eval":
-            self.progress.update(self.task, description=f"evaluating ({event.get('when')})")
+            self.update(description=f"evaluating ({event.get('when')})")

@@ -7,17 +7,7 @@ from dataclasses import replace
 
 import click
 
-from adapterdoc.commands.options import (
-    INPUT_FORMS,
-    Output,
-    adapter_argument,
-    base_option,
-    check_output_file,
-    finish,
-    handle_errors,
-    output_options,
-    write_report,
-)
+from adapterdoc.commands import options as opt
 from adapterdoc.engines import PROFILES as _REGISTRY
 from adapterdoc.engines.served import SERVED_AS
 from adapterdoc.engines.vllm import VLLM_MAX_LORA_RANKS as RANKS
@@ -35,9 +25,9 @@ def _profile_help() -> str:
     return f"Rules to apply: {listed}."
 
 
-@click.command("verify", epilog=INPUT_FORMS)
-@adapter_argument("adapters", many=True)
-@base_option(
+@click.command("verify", epilog=opt.INPUT_FORMS)
+@opt.adapter_argument("adapters", many=True)
+@opt.base_option(
     "Model directory, config.json, cached repo id, or tiny:LAYOUT. Default: [tool.adapterdoc] base, else "
     "each adapter's own base_model_name_or_path (when it resolves locally)."
 )
@@ -74,7 +64,7 @@ def _profile_help() -> str:
     type=click.FloatRange(0, 1),
     help="Fail when more than this share of LoRA modules is inert (weights audit; e.g. 0.25).",
 )
-@output_options(output_file=True)
+@opt.output_options(output_file=True)
 @click.option(
     "--junit-file",
     type=click.Path(dir_okay=False),
@@ -85,10 +75,8 @@ def _profile_help() -> str:
 @click.option(
     "--exit-zero", is_flag=True, help="Exit 0 even when findings are errors (unusable inputs still exit 3)."
 )
-@click.pass_context
-@handle_errors
+@opt.handle_errors
 def command(
-    ctx: click.Context,
     adapters: tuple[str, ...],
     base: str | None,
     profile: str | None,
@@ -98,7 +86,7 @@ def command(
     load: bool,
     scan: str,
     max_inert_share: float | None,
-    output: Output,
+    output: opt.Output,
     junit_file: str | None,
     exit_zero: bool,
 ) -> None:
@@ -114,7 +102,7 @@ def command(
     base = project_base(base, defaults)
     for option, path in (("--output-file", output.file), ("--junit-file", junit_file)):
         if path:
-            check_output_file(path, [*adapters, base or ""], option)
+            opt.check_output_file(path, [*adapters, base or ""], option)
     if output.file and junit_file and os.path.realpath(output.file) == os.path.realpath(junit_file):
         raise click.BadParameter(
             "--junit-file and --output-file name the same file", param_hint="--junit-file"
@@ -141,5 +129,5 @@ def command(
     if junit_file:
         from adapterdoc.report.formats import render
 
-        write_report(junit_file, render(run, "junit"))
-    finish(run, output, per_group=True)
+        opt.write_report(junit_file, render(run, "junit"))
+    opt.finish(run, output, per_group=True)
