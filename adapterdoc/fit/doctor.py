@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from adapterdoc.report.base import pick
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.train.base_model import Base
 from adapterdoc.train.records import TrainResult, run_report
@@ -31,18 +32,8 @@ class Verdict:
     findings: tuple[Finding, ...]
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "base": self.base,
-            "layout": self.layout,
-            "missing": self.missing,
-            "unexpected": self.unexpected,
-            "shape_mismatch": self.shape_mismatch,
-            "lora_b": dict(self.lora_b),
-            "tower_lora": self.tower_lora,
-            "error": self.error,
-            "findings": [f.to_dict() for f in self.findings],
-        }
+        d = pick(self, (f.name for f in fields(self)))
+        return {**d, "lora_b": dict(self.lora_b), "findings": [f.to_dict() for f in self.findings]}
 
 
 def examine(result: TrainResult, base: Base, target: str) -> tuple[Verdict, list[Finding]]:

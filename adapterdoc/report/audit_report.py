@@ -8,12 +8,32 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from adapterdoc.report.base import pick
 from adapterdoc.report.findings import Finding
 
 ENERGY = 0.99
 """Share of a module's ``‖ΔW‖_F²`` its effective rank keeps."""
 INERT_RELATIVE = 1e-3
 """A module is inert when its delta norm is at most this fraction of the RMS delta norm over all modules."""
+
+
+MODULE_JSON = (
+    "module",
+    "rank",
+    "delta_norm",
+    "effective_rank",
+    "inert",
+    "share",
+    "numerical_rank",
+    "scaling",
+    "kind",
+    "expert",
+    "parameter",
+    "layer",
+    "leaf",
+    "dtype",
+)
+"""The JSON fields of one audited module (``modules`` of ``inspect --weights --json``), in order."""
 
 
 @dataclass
@@ -45,22 +65,7 @@ class ModuleDelta:
     nonfinite: int = 0
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "module": self.module,
-            "rank": self.rank,
-            "delta_norm": self.delta_norm,
-            "effective_rank": self.effective_rank,
-            "inert": self.inert,
-            "share": self.share,
-            "numerical_rank": self.numerical_rank,
-            "scaling": self.scaling,
-            "kind": self.kind,
-            "expert": self.expert,
-            "parameter": self.parameter,
-            "layer": self.layer,
-            "leaf": self.leaf,
-            "dtype": self.dtype,
-        }
+        return pick(self, MODULE_JSON)
 
 
 @dataclass(frozen=True)

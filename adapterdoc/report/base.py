@@ -7,7 +7,7 @@ here once, and so is the envelope of an input that could not be used at all (fin
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adapterdoc.report.findings import Finding, has_errors
@@ -22,6 +22,11 @@ def envelope(
     """The one JSON envelope: ``{"ok": ..., "findings": [...], **body}`` (findings as objects or dicts)."""
     rows = [f if isinstance(f, dict) else f.to_dict() for f in findings]
     return {"ok": ok, "findings": rows, **body}
+
+
+def pick(obj: object, names: Iterable[str]) -> dict[str, object]:
+    """``{name: obj.name}`` for each of ``names``, in that order: a JSON body whose keys are the fields' names."""
+    return {name: getattr(obj, name) for name in names}
 
 
 def unusable_finding(message: str, *, path: str | None = None, key: str | None = None) -> dict[str, object]:

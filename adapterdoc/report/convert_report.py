@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import Report, pick
 
 
 @dataclass
@@ -24,14 +24,15 @@ class ConvertReport(Report):
     notes: list[str] = field(default_factory=list)
 
     def body(self) -> dict[str, object]:
-        return {
-            "input": self.input,
-            "source_format": self.source_format,
-            "target_format": self.target_format,
-            "out": self.out,
-            "tensors": self.tensors,
-            "evidence": self.evidence,
-            "route": self.route,
-            "outtype": self.outtype,
-            "notes": self.notes,
-        }
+        names = (
+            "input",
+            "source_format",
+            "target_format",
+            "out",
+            "tensors",
+            "evidence",
+            "route",
+            "outtype",
+            "notes",
+        )
+        return pick(self, names)
