@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from adapterdoc.report.registry import Group, View, register
+from adapterdoc.report.registry import one_group, register
 from adapterdoc.report.render import (
     KEEP,
     Span,
@@ -24,12 +24,7 @@ if TYPE_CHECKING:
     from adapterdoc.report.inspect_report import InspectReport
 
 
-def _view(report: InspectReport) -> View:
-    """One group: the inspect input and its findings."""
-    return View("inspect", [Group(report.spec, report.findings)])
-
-
-@register("InspectReport", view=_view)
+@register("InspectReport", view=one_group("inspect", "spec"))
 def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
     w = Writer(width)
     w.para((report.spec, "bold"), f"({report.kind}, {report.weights_format})", hang=2)

@@ -79,6 +79,16 @@ def register(kind: str, *, view: Callable[..., View] | None = None) -> Callable[
     return deco
 
 
+def one_group(command: str, subject: str) -> Callable[[Envelope], View]:
+    """The view of a report about one input: one group named by the report's field ``subject``, holding all its
+    findings (inspect, merge, roundtrip)."""
+
+    def view(report: Envelope) -> View:
+        return View(command, [Group(getattr(report, subject), report.findings)])
+
+    return view
+
+
 def _unusable_view(report: Unusable) -> View:
     name = report.path or report.command
     return View(report.command, [Group(name, [], path=report.path, error=report.error)])
