@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import Report, pick
 from adapterdoc.report.findings import Finding, has_errors
 
 CHECK_NAMES = (
@@ -39,13 +39,7 @@ class CheckResult:
     """The AD6xx code reported when the check fails."""
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "detail": self.detail,
-            "implementation": self.implementation,
-            "value": self.value,
-            "seconds": round(self.seconds, 4),
-        }
+        return {**pick(self, ("ok", "detail", "implementation", "value")), "seconds": round(self.seconds, 4)}
 
 
 @dataclass
@@ -112,10 +106,5 @@ class SmokeReport(Report):
         return all(r.ok for r in self.runs) and not has_errors(self.findings)
 
     def body(self) -> dict[str, object]:
-        return {
-            "layouts": [r.to_dict() for r in self.runs],
-            "steps": self.steps,
-            "out": self.out,
-            "seconds": round(self.seconds, 3),
-            "import_seconds": round(self.import_seconds, 3),
-        }
+        timings = {"seconds": round(self.seconds, 3), "import_seconds": round(self.import_seconds, 3)}
+        return {"layouts": [r.to_dict() for r in self.runs], **pick(self, ("steps", "out")), **timings}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from adapterdoc.report.base import FrozenReport
+from adapterdoc.report.base import FrozenReport, pick
 
 
 @dataclass(frozen=True)
@@ -28,19 +28,9 @@ class TrainReport(FrozenReport):
     """False on the other processes of a multi-process run (they report nothing)."""
 
     def body(self) -> dict[str, object]:
-        return {
-            "adapter": self.adapter,
-            "steps": self.steps,
-            "train_loss": self.train_loss,
-            "val_loss": self.val_loss,
-            "verify": self.verify,
-            "base": self.base,
-            "layout": self.layout or None,
-            "out": self.out,
-            "num_processes": self.num_processes,
-            "tokens_per_s": self.tokens_per_s,
-            "seconds": round(self.seconds, 3),
-        }
+        names = ("adapter", "steps", "train_loss", "val_loss", "verify", "base", "layout", "out")
+        d = pick(self, (*names, "num_processes", "tokens_per_s"))
+        return {**d, "layout": self.layout or None, "seconds": round(self.seconds, 3)}
 
 
 @dataclass(frozen=True)
