@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 import click
 
@@ -85,7 +84,32 @@ def _main_process() -> bool:
 @opt.output_options()
 @click.pass_context
 @opt.handle_errors
-def command(ctx: click.Context, output: opt.Output, **o: Any) -> None:
+def command(
+    ctx: click.Context,
+    base: str,
+    data: str,
+    out: str | None,
+    steps: int | None,
+    epochs: float | None,
+    batch_size: int,
+    grad_accum: int,
+    lr: float,
+    warmup: int,
+    rank: int,
+    alpha: float | None,
+    dropout: float,
+    targets: str | None,
+    max_length: int | None,
+    dtype: str,
+    gradient_checkpointing: bool,
+    seed: int,
+    val_split: float,
+    val_data: str | None,
+    save_steps: int,
+    resume: bool,
+    force: bool,
+    output: opt.Output,
+) -> None:
     """Train a LoRA adapter on your own model and data, then run the doctor on what was written.
 
     The layout comes from the base's config; LoRA goes on the language-model leaves (towers excluded, fused MoE
@@ -95,11 +119,11 @@ def command(ctx: click.Context, output: opt.Output, **o: Any) -> None:
     RUN_REPORT.md (with a loss curve when matplotlib is installed) and checkpoints/step-N. Exit 1 if the doctor
     finds an error in the output.
     """
-    if o["steps"] is not None and o["epochs"] is not None:
+    if steps is not None and epochs is not None:
         raise click.BadParameter("give --steps or --epochs, not both", param_hint="--steps/--epochs")
-    if o["resume"] and o["force"]:
+    if resume and force:
         raise click.BadParameter("give --resume or --force, not both", param_hint="--resume/--force")
-    if o["val_split"] and o["val_data"]:
+    if val_split and val_data:
         raise click.BadParameter(
             "give --val-split or --val-data, not both", param_hint="--val-split/--val-data"
         )
@@ -109,39 +133,39 @@ def command(ctx: click.Context, output: opt.Output, **o: Any) -> None:
     from adapterdoc.fit.session import train_on_base
     from adapterdoc.train.settings import TrainSettings
 
-    targets = tuple(t.strip() for t in o["targets"].split(",") if t.strip()) if o["targets"] else None
+    target_names = tuple(t.strip() for t in targets.split(",") if t.strip()) if targets else None
     settings = TrainSettings(
-        steps=o["steps"] or 1,
-        epochs=o["epochs"] if o["steps"] is None else None,
-        batch_size=o["batch_size"],
-        grad_accum=o["grad_accum"],
-        lr=o["lr"],
-        warmup=o["warmup"],
-        r=o["rank"],
-        alpha=o["alpha"],
-        dropout=o["dropout"],
-        targets=targets,
-        max_length=o["max_length"],
-        dtype=o["dtype"],
-        gradient_checkpointing=o["gradient_checkpointing"],
-        seed=o["seed"],
-        save_steps=o["save_steps"],
-        resume=o["resume"],
+        steps=steps or 1,
+        epochs=epochs if steps is None else None,
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        lr=lr,
+        warmup=warmup,
+        r=rank,
+        alpha=alpha,
+        dropout=dropout,
+        targets=target_names,
+        max_length=max_length,
+        dtype=dtype,
+        gradient_checkpointing=gradient_checkpointing,
+        seed=seed,
+        save_steps=save_steps,
+        resume=resume,
         cpu=False,
         threads=None,
     )
-    if settings.epochs is None and o["steps"] is None:
+    if settings.epochs is None and steps is None:
         settings.epochs = 1.0
     main = _main_process()
     with _Bar(enabled=main and not opt.is_quiet() and sys.stderr.isatty()) as bar:
         report = train_on_base(
-            o["base"],
-            o["data"],
-            o["out"],
+            base,
+            data,
+            out,
             settings,
-            val_data=o["val_data"],
-            val_split=o["val_split"],
-            force=o["force"],
+            val_data=val_data,
+            val_split=val_split,
+            force=force,
             on_event=bar.on_event,
         )
     if not main:  # accelerate's other processes: the main one reports
