@@ -6,7 +6,7 @@ import click
 
 from adapterdoc import __version__
 from adapterdoc.commands import COMMANDS, load
-from adapterdoc.commands._common import EXIT_CODES
+from adapterdoc.commands.options import EXIT_CODES
 
 
 class LazyGroup(click.Group):

@@ -1,64 +1,96 @@
-"""`adapterdoc inspect`: what a checkpoint or adapter holds, from headers alone, and what looks wrong."""
+"""`adapterdoc inspect`: what a checkpoint or adapter holds, from headers alone, and what looks wrong; with
+``weights`` (or ``plot``), the weights audit of its LoRA tensors too. The report is built from the header facts,
+the format's own facts and the audit, each read once; nothing fills it afterwards."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from dataclasses import replace
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
 from adapterdoc.facts import header_facts
+from adapterdoc.report.findings import sort_findings
 from adapterdoc.report.inspect_report import FileSummary, InspectReport, LoraSummary
+
+if TYPE_CHECKING:
+    from adapterdoc.formats import Detection as Detected
+    from adapterdoc.report.audit_report import Audit
 
 __all__ = ["FileSummary", "InspectReport", "LoraSummary", "inspect", "inspect_checkpoint"]
 
 
-def inspect(spec: str | os.PathLike[str]) -> InspectReport:
+def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | None = None) -> InspectReport:
     """Open ``spec`` header-only and describe it; an adapter in another runtime's format (MLX, GGUF) is described
-    through its format module (:mod:`adapterdoc.formats.hooks`)."""
+    through its format module (:mod:`adapterdoc.formats.hooks`).
+
+    ``weights``: also run the weights audit (torch is imported only for .bin adapters); ``plot`` (implies it): draw
+    the audit's heat map there (``.png`` or ``.html``). A missing plot extra or an unwritable ``plot`` fails before
+    any tensor is read."""
     from adapterdoc.formats.hooks import foreign
 
     found = foreign(os.fspath(spec))
     if found is not None:
-        return _inspect_foreign(os.fspath(spec), *found)
-    return inspect_checkpoint(open_checkpoint(spec))
+        report = _inspect_foreign(os.fspath(spec), *found)
+    else:
+        report = inspect_checkpoint(open_checkpoint(spec))
+    if not (weights or plot):
+        return report
+    audit = _audit(report.spec, plot)
+    return replace(report, weights=audit, findings=sort_findings([*report.findings, *audit.findings]))
 
 
-def _inspect_foreign(spec: str, found: Any, mod: Any) -> InspectReport:
+def _audit(spec: str, plot: str | None) -> Audit:
+    """The weights audit of ``spec``, drawn at ``plot`` when asked (its extra and path checked first)."""
+    from adapterdoc.audit import audit_checkpoint, render_heatmap
+
+    if plot:  # fail on a missing extra or an unwritable path before reading any tensor
+        from adapterdoc.report.heatmap import require_matplotlib
+        from adapterdoc.st.atomic import resolve_output
+
+        require_matplotlib(plot)
+        resolve_output(plot)
+    audit = audit_checkpoint(open_checkpoint(spec))
+    if plot:
+        render_heatmap(audit, plot)
+    return audit
+
+
+def _inspect_foreign(spec: str, found: Detected, mod: ModuleType) -> InspectReport:
     from pathlib import Path
 
     from adapterdoc.layouts import Detection
-    from adapterdoc.report.findings import sort_findings
 
     path = Path(os.path.expanduser(spec))
     tensors_file = getattr(mod, "tensors_file", None)
     file = tensors_file(path) if tensors_file else None
     describe = getattr(mod, "describe", None)
     facts = dict(describe(path)) if describe else {}
-    if file is not None:
-        report = inspect_checkpoint(open_checkpoint(os.fspath(file)))
-        report.spec = spec
-    else:
-        size = os.path.getsize(path) if path.is_file() else 0
-        report = InspectReport(
-            spec=spec,
-            kind=found.format,
-            files=[FileSummary(os.fspath(path), size, 0, int(facts.get("tensors") or 0))],
-            tensors=int(facts.get("tensors") or 0),
-            parameters=int(facts.get("parameters") or 0),
-            bytes=size,
-            dtypes=dict(facts.get("dtypes") or {}),
-            metadata=None,
-            layout=Detection("unknown", (f"a {found.format} adapter",)),
-            lora=None,
-            findings=[],
-            weights_format=found.format,
-        )
-    report.kind = found.format
-    report.format = {"name": found.format, "evidence": list(found.evidence), **facts}
+    inner = inspect_checkpoint(open_checkpoint(os.fspath(file))) if file is not None else None
     check = getattr(mod, "check", None)
-    if check is not None:
-        report.findings = sort_findings([*report.findings, *check(path, None)])
-    return report
+    extra = list(check(path, None)) if check is not None else []
+    fmt = {"name": found.format, "evidence": list(found.evidence), **facts}
+    if inner is not None:
+        findings = sort_findings([*inner.findings, *extra]) if check is not None else inner.findings
+        return replace(inner, spec=spec, kind=found.format, format=fmt, findings=findings)
+    size = os.path.getsize(path) if path.is_file() else 0
+    count = int(facts.get("tensors") or 0)
+    return InspectReport(
+        spec=spec,
+        kind=found.format,
+        files=[FileSummary(os.fspath(path), size, 0, count)],
+        tensors=count,
+        parameters=int(facts.get("parameters") or 0),
+        bytes=size,
+        dtypes=dict(facts.get("dtypes") or {}),
+        metadata=None,
+        layout=Detection("unknown", (f"a {found.format} adapter",)),
+        lora=None,
+        findings=sort_findings(extra) if check is not None else [],
+        weights_format=found.format,
+        format=fmt,
+    )
 
 
 def inspect_checkpoint(ckpt: Checkpoint) -> InspectReport:

@@ -2,32 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from adapterdoc.commands._common import Output, finish, handle_errors, output_options
-from adapterdoc.commands._train_options import base_and_data, length_and_dtype
+from adapterdoc.commands import options as opt
 
 
 @click.command("eval")
-@click.argument("adapter", type=click.Path())
-@base_and_data("JSONL rows, as for train.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=8, show_default=True)
-@length_and_dtype()
-@click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seeds the masked-LM masks (as in train)."
-)
+@opt.adapter_argument()
+@opt.base_option(opt.TRAIN_BASE_HELP, required=True)
+@opt.data_option("JSONL rows, as for train.")
+@opt.batch_size_option(8)
+@opt.max_length_option()
+@opt.dtype_option()
+@opt.seed_option("Seeds the masked-LM masks (as in train).")
 @click.option(
     "--min-improvement",
     type=float,
     default=None,
     help="Exit 1 unless the adapter lowers the loss by at least this much (base loss - adapter loss).",
 )
-@output_options(json_help="One JSON object on stdout (same as --format json).")
-@click.pass_context
-@handle_errors
-def command(ctx: click.Context, adapter: str, base: str, data: str, output: Output, **o: Any) -> None:
+@opt.output_options()
+@opt.handle_errors
+def command(
+    adapter: str,
+    base: str,
+    data: str,
+    batch_size: int,
+    max_length: int | None,
+    dtype: str,
+    seed: int,
+    min_improvement: float | None,
+    output: opt.Output,
+) -> None:
     """Loss and token accuracy of the base and of base + adapter on the same rows.
 
     The rows are encoded with train's label rules (assistant turns, completions, all tokens), with the tokenizer
@@ -43,10 +49,10 @@ def command(ctx: click.Context, adapter: str, base: str, data: str, output: Outp
         adapter,
         base,
         data,
-        batch_size=o["batch_size"],
-        max_length=o["max_length"],
-        seed=o["seed"],
-        dtype=o["dtype"],
-        min_improvement=o["min_improvement"],
+        batch_size=batch_size,
+        max_length=max_length,
+        seed=seed,
+        dtype=dtype,
+        min_improvement=min_improvement,
     )
-    finish(report, output)
+    opt.finish(report, output)

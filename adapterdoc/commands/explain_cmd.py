@@ -7,30 +7,30 @@ import difflib
 import click
 
 from adapterdoc.codes import area_of
-from adapterdoc.commands._common import Output, finish, handle_errors, output_options
+from adapterdoc.commands import options as opt
 
 __all__ = ["area_of", "command", "lookup", "render_code"]
 
 
 @click.command("explain")
 @click.argument("code", required=False)
-@output_options(("text", "json"), json_help="One JSON object on stdout (same as --format json).")
-@handle_errors
-def command(code: str | None, output: Output) -> None:
+@opt.output_options(("text", "json"))
+@opt.handle_errors
+def command(code: str | None, output: opt.Output) -> None:
     """Explain a finding code (AD301) or name (lora-b-all-zero); without CODE, list every code."""
     from adapterdoc.codes import catalogue
     from adapterdoc.report.explain_report import ExplainReport
 
     codes = catalogue()
     if code is None:
-        finish(ExplainReport(list(codes.values()), listing=True), output, quiet=False)
+        opt.finish(ExplainReport(list(codes.values()), listing=True), output, quiet=False)
     info = lookup(code)
     if info is None:
         names = list(codes) + [c.name for c in codes.values()]
         close = difflib.get_close_matches(code.upper() if code[:2].lower() == "ad" else code, names, n=3)
         more = f"; did you mean {', '.join(close)}?" if close else "; run `adapterdoc explain` for the list"
         raise click.BadParameter(f"unknown finding code {code!r}{more}", param_hint="CODE")
-    finish(ExplainReport([info]), output, quiet=False)
+    opt.finish(ExplainReport([info]), output, quiet=False)
 
 
 def lookup(code: str):  # type: ignore[no-untyped-def]

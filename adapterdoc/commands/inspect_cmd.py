@@ -6,7 +6,7 @@ import os
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, output_options
+from adapterdoc.commands import options as opt
 
 
 def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -15,8 +15,8 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value
 
 
-@click.command("inspect", epilog=INPUT_FORMS)
-@click.argument("path")
+@click.command("inspect", epilog=opt.INPUT_FORMS)
+@opt.adapter_argument("path")
 @click.option(
     "--weights",
     is_flag=True,
@@ -29,34 +29,11 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
     callback=_plot_path,
     help="Draw the delta norms as a layer × module heat map (implies --weights; needs the plot extra).",
 )
-@output_options(output_file=True, json_help="One JSON object on stdout (same as --format json).")
-@click.pass_context
-@handle_errors
-def command(ctx: click.Context, path: str, weights: bool, plot: str | None, output: Output) -> None:
+@opt.output_options(output_file=True)
+@opt.handle_errors
+def command(path: str, weights: bool, plot: str | None, output: opt.Output) -> None:
     """Describe an adapter, checkpoint or cached repo from its headers alone (with --weights, its LoRA tensors)."""
     from adapterdoc.inspection import inspect
 
     output.check(path)
-    report = inspect(path)
-    if weights or plot:
-        _audit(report, plot)
-    finish(report, output)
-
-
-def _audit(report: object, plot: str | None) -> None:
-    """Run the weights audit (torch is imported only for .bin adapters) and draw it when asked."""
-    from adapterdoc.audit import audit_checkpoint, render_heatmap
-    from adapterdoc.checkpoint import open_checkpoint
-    from adapterdoc.report.findings import sort_findings
-
-    if plot:  # fail on a missing extra or an unwritable path before reading any tensor
-        from adapterdoc.report.heatmap import require_matplotlib
-        from adapterdoc.st.atomic import resolve_output
-
-        require_matplotlib(plot)
-        resolve_output(plot)
-    audit = audit_checkpoint(open_checkpoint(report.spec))  # type: ignore[attr-defined]
-    report.weights = audit  # type: ignore[attr-defined]
-    report.findings = sort_findings([*report.findings, *audit.findings])  # type: ignore[attr-defined]
-    if plot:
-        render_heatmap(audit, plot)
+    opt.finish(inspect(path, weights=weights, plot=plot), output)

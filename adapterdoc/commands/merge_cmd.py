@@ -3,88 +3,52 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, is_quiet, output_options
+from adapterdoc.commands import options as opt
 
 
-@click.command("merge", epilog=INPUT_FORMS)
-@click.argument("adapter")
-@click.option(
-    "--base", "base", required=True, help="The base model folder (config.json + safetensors shards)."
-)
-@click.option(
-    "--out",
-    "out",
+@click.command("merge", epilog=opt.INPUT_FORMS)
+@opt.adapter_argument()
+@opt.base_option("The base model folder (config.json + safetensors shards).", required=True)
+@opt.out_option(
+    "Folder to write the merged checkpoint to: a new or empty folder (a file, device or symlink is refused).",
     required=True,
-    help="Folder to write the merged checkpoint to: a new or empty folder (a file, device or symlink is refused).",
 )
-@click.option(
-    "--dtype",
-    type=click.Choice(["auto", "bfloat16", "float16", "float32"]),
-    default="auto",
-    show_default=True,
-    help="dtype of floating-point weights in the output (auto keeps each base tensor's).",
+@opt.dtype_option(
+    "dtype of floating-point weights in the output (auto keeps each base tensor's).", default="auto"
 )
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Replace a non-empty --out that holds a previous adapterdoc merge output (its .adapterdoc-output.json); "
-    "never any other folder.",
+@opt.force_option(
+    "Replace a non-empty --out that holds a previous adapterdoc merge output (its .adapterdoc-output.json); "
+    "never any other folder."
 )
-@output_options(json_help="One JSON object on stdout (same as --format json).")
-@click.pass_context
-@handle_errors
-def command(
-    ctx: click.Context, adapter: str, base: str, out: str, dtype: str, force: bool, output: Output
-) -> None:
+@opt.output_options()
+@opt.handle_errors
+def command(adapter: str, base: str, out: str, dtype: str, force: bool, output: opt.Output) -> None:
     """Merge a LoRA adapter into its base checkpoint, streaming one tensor at a time."""
     from adapterdoc.merge import merge
 
-    with _progress(enabled=not is_quiet()) as progress:
+    with _progress(enabled=not opt.is_quiet()) as progress:
         report = merge(adapter, base, out, dtype=dtype, force=force, progress=progress)
-    finish(report, output)
+    opt.finish(report, output)
 
 
-class _progress:
-    """A rich progress bar by bytes on stderr, only when stderr is a terminal."""
+class _progress(opt.LiveBar):
+    """A rich progress bar by bytes on stderr, only when stderr is a terminal; entering it gives the merge its
+    ``progress(done, total)`` callback (None without a bar)."""
 
     def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.bar: Any = None
-        self.task: Any = None
+        columns = ("[progress.description]{task.description}", "bar", "bytes", "speed", "remaining")
+        super().__init__(columns, "merging", live=enabled and sys.stderr.isatty())
 
-    def __enter__(self) -> Any:
-        if not self.enabled:
+    def __enter__(self) -> Callable[[int, int], None] | None:  # type: ignore[override]
+        super().__enter__()
+        if self.progress is None:
             return None
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        self.bar = Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        self.bar.start()
-        self.task = self.bar.add_task("merging", total=None)
 
         def update(done: int, total: int) -> None:
-            self.bar.update(self.task, completed=done, total=total)
+            self.update(completed=done, total=total)
 
         return update
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()

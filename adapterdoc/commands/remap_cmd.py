@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, is_quiet, output_options
+from adapterdoc.commands import options as opt
 from adapterdoc.engines import SERVING
 from adapterdoc.layouts import LAYOUTS
 
@@ -26,8 +26,8 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     return value
 
 
-@click.command("remap", epilog=INPUT_FORMS)
-@click.argument("adapter")
+@click.command("remap", epilog=opt.INPUT_FORMS)
+@opt.adapter_argument()
 @click.option(
     "--vl", is_flag=True, help="Strip the first `.language_model.` from every key (VL adapter → text class)."
 )
@@ -66,24 +66,17 @@ def _check_rules(ctx: click.Context, param: click.Parameter, value: tuple[str, .
     help="Make every exact rewrite this serving engine needs (keys, expert layout, rsLoRA folded, uniform ranks, "
     "explicit target_modules); DoRA and modules_to_save it cannot serve are refused.",
 )
-@click.option(
-    "--base",
-    metavar="BASE",
-    help="With --for: the base the engine serves (model folder, config.json, cached repo id or tiny:LAYOUT), when "
-    "the adapter's keys and base_model_name_or_path do not say it.",
+@opt.base_option(
+    "With --for: the base the engine serves (model folder, config.json, cached repo id or tiny:LAYOUT), when "
+    "the adapter's keys and base_model_name_or_path do not say it."
 )
-@click.option(
-    "--out",
-    type=click.Path(),  # a file or link here is refused with exit 3 by the atomic module, not click
-    metavar="DIR",
-    help="Write a complete new adapter folder here (must not exist or be empty); the input is not touched.",
+@opt.out_option(
+    "Write a complete new adapter folder here (must not exist or be empty); the input is not touched."
 )
 @click.option("--dry-run", is_flag=True, help="Print the mapping and the strategy; write nothing.")
-@output_options(json_help="One JSON object on stdout (same as --format json).")
-@click.pass_context
-@handle_errors
+@opt.output_options()
+@opt.handle_errors
 def command(
-    ctx: click.Context,
     adapter: str,
     vl: bool,
     to_layout: str | None,
@@ -94,7 +87,7 @@ def command(
     base: str | None,
     out: str | None,
     dry_run: bool,
-    output: Output,
+    output: opt.Output,
 ) -> None:
     """Rename an adapter's keys to another model layout and keep adapter_config.json consistent.
 
@@ -107,7 +100,8 @@ def command(
       --rule R=>S     your own renames on the full key, in order
       --experts FORM  a mixture-of-experts adapter into one LoRA per expert
                       (per-expert) or PEFT's fused target_parameters form
-      --for ENGINE    every exact rewrite vllm, sglang, tgi or lorax needs
+      --for ENGINE    every exact rewrite that serving engine needs (the
+                      --for choices)
 
     --vl, --to and --rule are header-only: the tensor data bytes never change. The header is rewritten in place when the new one fits
     (always for --vl), else the file is copied to a temp file beside it and renamed over it. A weights file
@@ -151,9 +145,9 @@ def command(
         base=base,
         out=out,
         dry_run=dry_run,
-        progress=copy_bar if output.fmt == "text" and not is_quiet() else None,
+        progress=copy_bar if output.fmt == "text" and not opt.is_quiet() else None,
     )
-    finish(report, output)
+    opt.finish(report, output)
 
 
 PROGRESS_MIN_BYTES = 256 * 1024 * 1024

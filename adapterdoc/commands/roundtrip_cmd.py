@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import click
 
-from adapterdoc.commands._common import INPUT_FORMS, Output, finish, handle_errors, output_options
+from adapterdoc.commands import options as opt
 
 
-@click.command("roundtrip", epilog=INPUT_FORMS)
-@click.argument("adapter")
-@click.option(
-    "--base", default=None, help="Base with weights (model folder or tiny:LAYOUT) for the model-level trips."
-)
+@click.command("roundtrip", epilog=opt.INPUT_FORMS)
+@opt.adapter_argument()
+@opt.base_option("Base with weights (model folder or tiny:LAYOUT) for the model-level trips.")
 @click.option("--keep", type=click.Path(), default=None, help="Keep the work files in this folder.")
-@output_options(json_help="One JSON object on stdout (same as --format json).")
-@click.pass_context
-@handle_errors
-def command(ctx: click.Context, adapter: str, base: str | None, keep: str | None, output: Output) -> None:
+@opt.output_options()
+@opt.handle_errors
+def command(adapter: str, base: str | None, keep: str | None, output: opt.Output) -> None:
     """Run every move (remaps there and back, .bin ↔ .safetensors, load/save, merge, counterpart) on copies
     of ADAPTER and check that nothing changed. The input is never modified. Exit 1 if any round trip fails."""
     from adapterdoc.roundtrip import roundtrip
 
-    finish(roundtrip(adapter, base, keep=keep), output)
+    opt.finish(roundtrip(adapter, base, keep=keep), output)

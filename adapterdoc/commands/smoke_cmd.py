@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Mapping
 
 import click
 
-from adapterdoc.commands._common import Output, finish, handle_errors, is_quiet, output_options
+from adapterdoc.commands import options as opt
 
 
 @click.command("train-smoke")
@@ -19,34 +19,26 @@ from adapterdoc.commands._common import Output, finish, handle_errors, is_quiet,
     metavar="NAME|all",
     help="A layout with a tiny reference model, a comma-separated list, or all (every VL/wrapper layout and encoder).",
 )
-@click.option(
-    "--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps per layout [default: 24]."
-)
-@click.option(
-    "--data",
-    type=click.Path(dir_okay=True),
-    default=None,
-    metavar="FILE.jsonl",
-    help="Training rows (JSONL: prompt, answer object, split train|val) [default: the reference rows bundled "
+@opt.steps_option("Optimizer steps per layout [default: 24].")
+@opt.data_option(
+    "Training rows (JSONL: prompt, answer object, split train|val) [default: the reference rows bundled "
     "with adapterdoc].",
+    required=False,
+    dir_okay=True,
+    metavar="FILE.jsonl",
 )
-@click.option(
-    "--out",
-    type=click.Path(),  # a file or link here is refused with exit 3 by the atomic module, not click
-    default=None,
-    help="Keep the runs in DIR/<layout>/ (adapter, head, progress.jsonl, training_metadata.json, RUN_REPORT.md).",
+@opt.out_option(
+    "Keep the runs in DIR/<layout>/ (adapter, head, progress.jsonl, training_metadata.json, RUN_REPORT.md)."
 )
-@output_options(json_help="One JSON object on stdout (same as --format json).")
+@opt.output_options()
 @click.option("--verbose", "-v", is_flag=True, help="Print every check's measurement and implementation.")
-@click.pass_context
-@handle_errors
+@opt.handle_errors
 def command(
-    ctx: click.Context,
     layout: str,
     steps: int | None,
     data: str | None,
     out: str | None,
-    output: Output,
+    output: opt.Output,
     verbose: bool,
 ) -> None:
     """Train a reference LoRA on a tiny model per layout, then run the doctor on it.
@@ -61,49 +53,28 @@ def command(
         layouts = resolve_layouts(layout)
     except KeyError as e:
         raise click.BadParameter(str(e.args[0]), param_hint="--layout") from None
-    quiet = is_quiet()
+    quiet = opt.is_quiet()
     with _Progress(len(layouts), enabled=not quiet) as progress:
         report = run_smoke(layouts, steps=steps, out=out, on_event=progress.on_event, data=data)
-    finish(report, output, text_options={"verbose": verbose})
+    opt.finish(report, output, text_options={"verbose": verbose})
 
 
-class _Progress:
+class _Progress(opt.LiveBar):
     """Live progress on stderr: a rich bar on a terminal, one line per finished layout otherwise."""
 
     def __init__(self, total: int, *, enabled: bool) -> None:
-        self.total, self.enabled = total, enabled
-        self.live = enabled and sys.stderr.isatty()
-        self.progress: Any = None
-        self.task: Any = None
+        columns = ("spinner", "{task.description}", "bar", "{task.completed}/{task.total} layouts", "elapsed")
+        super().__init__(
+            columns, "importing torch, transformers, peft", total, live=enabled and sys.stderr.isatty()
+        )
+        self.enabled = enabled
 
-    def __enter__(self) -> _Progress:
-        if self.live:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            self.progress = Progress(
-                SpinnerColumn(),
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total} layouts"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.progress.start()
-            self.task = self.progress.add_task("importing torch, transformers, peft", total=self.total)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def on_event(self, event: dict[str, Any]) -> None:
+    def on_event(self, event: Mapping[str, object]) -> None:
         if not self.enabled:
             return
         if event.get("event") == "layout_done":
             if self.progress is not None:
-                self.progress.advance(self.task)
+                self.advance()
             else:
                 state = "ok" if event.get("ok") else "FAILED"
                 click.echo(f"train-smoke: {event['layout']}: {state} ({event['seconds']:.1f} s)", err=True)
@@ -113,4 +84,4 @@ class _Progress:
 
             line = progress_line(event)
             if line:
-                self.progress.update(self.task, description=line)
+                self.update(description=line)

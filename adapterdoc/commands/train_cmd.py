@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from collections.abc import Mapping
 
 import click
 
-from adapterdoc.commands._common import Output, finish, handle_errors, is_quiet, output_options
-from adapterdoc.commands._train_options import base_and_data, length_and_dtype
+from adapterdoc.commands import options as opt
 
 
 def _main_process() -> bool:
@@ -18,27 +17,20 @@ def _main_process() -> bool:
 
 
 @click.command("train")
-@base_and_data("JSONL rows: messages, prompt + completion, or text.")
-@click.option(
-    "--out",
-    default=None,
-    help="Run folder: new, empty, or an earlier run of train's [default: ./adapterdoc-train-BASE]. A file, "
-    "symlink or read-only folder is refused.",
+@opt.base_option(opt.TRAIN_BASE_HELP, required=True)
+@opt.data_option("JSONL rows: messages, prompt + completion, or text.")
+@opt.out_option(
+    "Run folder: new, empty, or an earlier run of train's [default: ./adapterdoc-train-BASE]. A file, "
+    "symlink or read-only folder is refused."
 )
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="Optimizer steps.")
+@opt.steps_option("Optimizer steps.")
 @click.option(
     "--epochs",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="Passes over the rows [default: 1].",
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Rows per process and micro-step.",
-)
+@opt.batch_size_option(4, "Rows per process and micro-step.")
 @click.option(
     "--grad-accum",
     type=click.IntRange(min=1),
@@ -60,9 +52,10 @@ def _main_process() -> bool:
     default=None,
     help="Comma-separated target_modules [default: the layout's language-model leaves].",
 )
-@length_and_dtype("The base's dtype.")
+@opt.max_length_option()
+@opt.dtype_option("The base's dtype.")
 @click.option("--gradient-checkpointing", is_flag=True, help="Recompute activations in the backward pass.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@opt.seed_option()
 @click.option(
     "--val-split",
     type=click.FloatRange(0, 1, max_open=True),
@@ -85,15 +78,38 @@ def _main_process() -> bool:
     is_flag=True,
     help="Continue from the last complete checkpoint in --out (without one, the run starts again from step 0).",
 )
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Start afresh over an earlier run in --out (its run files are removed first); never another folder.",
+@opt.force_option(
+    "Start afresh over an earlier run in --out (its run files are removed first); never another folder."
 )
-@output_options(json_help="One JSON object on stdout (same as --format json).")
+@opt.output_options()
 @click.pass_context
-@handle_errors
-def command(ctx: click.Context, output: Output, **o: Any) -> None:
+@opt.handle_errors
+def command(
+    ctx: click.Context,
+    base: str,
+    data: str,
+    out: str | None,
+    steps: int | None,
+    epochs: float | None,
+    batch_size: int,
+    grad_accum: int,
+    lr: float,
+    warmup: int,
+    rank: int,
+    alpha: float | None,
+    dropout: float,
+    targets: str | None,
+    max_length: int | None,
+    dtype: str,
+    gradient_checkpointing: bool,
+    seed: int,
+    val_split: float,
+    val_data: str | None,
+    save_steps: int,
+    resume: bool,
+    force: bool,
+    output: opt.Output,
+) -> None:
     """Train a LoRA adapter on your own model and data, then run the doctor on what was written.
 
     The layout comes from the base's config; LoRA goes on the language-model leaves (towers excluded, fused MoE
@@ -103,11 +119,11 @@ def command(ctx: click.Context, output: Output, **o: Any) -> None:
     RUN_REPORT.md (with a loss curve when matplotlib is installed) and checkpoints/step-N. Exit 1 if the doctor
     finds an error in the output.
     """
-    if o["steps"] is not None and o["epochs"] is not None:
+    if steps is not None and epochs is not None:
         raise click.BadParameter("give --steps or --epochs, not both", param_hint="--steps/--epochs")
-    if o["resume"] and o["force"]:
+    if resume and force:
         raise click.BadParameter("give --resume or --force, not both", param_hint="--resume/--force")
-    if o["val_split"] and o["val_data"]:
+    if val_split and val_data:
         raise click.BadParameter(
             "give --val-split or --val-data, not both", param_hint="--val-split/--val-data"
         )
@@ -117,86 +133,60 @@ def command(ctx: click.Context, output: Output, **o: Any) -> None:
     from adapterdoc.fit.session import train_on_base
     from adapterdoc.train.settings import TrainSettings
 
-    targets = tuple(t.strip() for t in o["targets"].split(",") if t.strip()) if o["targets"] else None
+    target_names = tuple(t.strip() for t in targets.split(",") if t.strip()) if targets else None
     settings = TrainSettings(
-        steps=o["steps"] or 1,
-        epochs=o["epochs"] if o["steps"] is None else None,
-        batch_size=o["batch_size"],
-        grad_accum=o["grad_accum"],
-        lr=o["lr"],
-        warmup=o["warmup"],
-        r=o["rank"],
-        alpha=o["alpha"],
-        dropout=o["dropout"],
-        targets=targets,
-        max_length=o["max_length"],
-        dtype=o["dtype"],
-        gradient_checkpointing=o["gradient_checkpointing"],
-        seed=o["seed"],
-        save_steps=o["save_steps"],
-        resume=o["resume"],
+        steps=steps or 1,
+        epochs=epochs if steps is None else None,
+        batch_size=batch_size,
+        grad_accum=grad_accum,
+        lr=lr,
+        warmup=warmup,
+        r=rank,
+        alpha=alpha,
+        dropout=dropout,
+        targets=target_names,
+        max_length=max_length,
+        dtype=dtype,
+        gradient_checkpointing=gradient_checkpointing,
+        seed=seed,
+        save_steps=save_steps,
+        resume=resume,
         cpu=False,
         threads=None,
     )
-    if settings.epochs is None and o["steps"] is None:
+    if settings.epochs is None and steps is None:
         settings.epochs = 1.0
     main = _main_process()
-    with _Bar(enabled=main and not is_quiet() and sys.stderr.isatty()) as bar:
+    with _Bar(enabled=main and not opt.is_quiet() and sys.stderr.isatty()) as bar:
         report = train_on_base(
-            o["base"],
-            o["data"],
-            o["out"],
+            base,
+            data,
+            out,
             settings,
-            val_data=o["val_data"],
-            val_split=o["val_split"],
-            force=o["force"],
+            val_data=val_data,
+            val_split=val_split,
+            force=force,
             on_event=bar.on_event,
         )
     if not main:  # accelerate's other processes: the main one reports
         ctx.exit(0 if report.ok else 1)
-    finish(report, output)
+    opt.finish(report, output)
 
 
-class _Bar:
+class _Bar(opt.LiveBar):
     """A rich progress bar on stderr over the optimizer steps (terminals only)."""
 
     def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self.progress: Any = None
-        self.task: Any = None
+        columns = ("{task.description}", "bar", "{task.completed}/{task.total} steps", "elapsed", "remaining")
+        super().__init__(columns, "loading", live=enabled)
 
-    def __enter__(self) -> _Bar:
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-            self.progress = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total} steps"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.progress.start()
-            self.task = self.progress.add_task("loading", total=None)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def on_event(self, event: dict[str, Any]) -> None:
-        if self.progress is None:
-            return
+    def on_event(self, event: Mapping[str, object]) -> None:
         if event.get("event") == "setup":
-            self.progress.update(self.task, total=event.get("steps"), description="training")
+            self.update(total=event.get("steps"), description="training")
         elif event.get("event") == "step":
-            self.progress.update(
-                self.task,
+            self.update(
                 completed=event["step"],
                 description=f"loss {event['loss']:.4f}  {event['tokens_per_s']:.0f} tok/s",
             )
         elif event.get("event") == "eval":
-            self.progress.update(self.task, description=f"evaluating ({event.get('when')})")
+            self.update(description=f"evaluating ({event.get('when')})")

@@ -4,8 +4,10 @@ tower), and the sections of RUN_REPORT.md around it: the verdict, the loss curve
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 
+from adapterdoc.report.base import pick
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.train.base_model import Base
 from adapterdoc.train.records import TrainResult, run_report
@@ -13,7 +15,28 @@ from adapterdoc.train.records import TrainResult, run_report
 PLOT = "loss_curve.png"
 
 
-def examine(result: TrainResult, base: Base, target: str) -> tuple[dict[str, Any], list[Finding]]:
+@dataclass(frozen=True)
+class Verdict:
+    """The doctor's verdict on the written adapter: verify against the same base, lora_B, towers (the JSON
+    ``verify`` object of `adapterdoc train`, :meth:`to_dict`)."""
+
+    ok: bool
+    base: str
+    layout: str
+    missing: int
+    unexpected: int
+    shape_mismatch: int
+    lora_b: Mapping[str, int]
+    tower_lora: int
+    error: str | None
+    findings: tuple[Finding, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        d = pick(self, (f.name for f in fields(self)))
+        return {**d, "lora_b": dict(self.lora_b), "findings": [f.to_dict() for f in self.findings]}
+
+
+def examine(result: TrainResult, base: Base, target: str) -> tuple[Verdict, list[Finding]]:
     """The doctor's verdict and findings on the run (a loss that did not fall is AD623), and RUN_REPORT.md
     with the verdict, the loss curve (AD626 without matplotlib) and the weights audit."""
     verdict, findings = doctor(result, base)
@@ -37,13 +60,14 @@ def examine(result: TrainResult, base: Base, target: str) -> tuple[dict[str, Any
         sections.append("## Loss curve\n\nSkipped: matplotlib is not installed (`pip install matplotlib`).")
         findings.append(make("AD626", "loss curve skipped: matplotlib is not installed", path=target))
     sections.append(weights_heatmap_section(result.adapter_dir, target))
-    from adapterdoc.st.atomic import atomic_write_bytes
+    from adapterdoc.report.run_report import write_run_report
 
-    atomic_write_bytes(os.path.join(target, "RUN_REPORT.md"), run_report(result, sections).encode())
+    # once, here: the loop was told not to write it (Plan.writes_run_report)
+    write_run_report(target, run_report(result, sections))
     return verdict, findings
 
 
-def doctor(result: TrainResult, base: Base) -> tuple[dict[str, Any], list[Finding]]:
+def doctor(result: TrainResult, base: Base) -> tuple[Verdict, list[Finding]]:
     """Verify the written adapter against the same base; lora_B non-zero; no LoRA on a tower."""
     from adapterdoc.adapter import parse_key
     from adapterdoc.layouts import tower_segment
@@ -54,19 +78,8 @@ def doctor(result: TrainResult, base: Base) -> tuple[dict[str, Any], list[Findin
     r = run.adapters[0]
     towers = [k for k in result.saved_keys if tower_segment(parse_key(k).module) is not None]
     findings: list[Finding] = []
-    verdict = {
-        "ok": r.ok and not (r.missing or r.unexpected or r.shape_mismatch),
-        "base": base.spec,
-        "layout": r.layout,
-        "missing": len(r.missing),
-        "unexpected": len(r.unexpected),
-        "shape_mismatch": len(r.shape_mismatch),
-        "lora_b": dict(r.lora_b),
-        "tower_lora": len(towers),
-        "error": r.error,
-        "findings": [f.to_dict() for f in r.findings],
-    }
-    if not verdict["ok"]:
+    verified = r.ok and not (r.missing or r.unexpected or r.shape_mismatch)
+    if not verified:
         detail = r.error or (
             f"{len(r.missing)} missing, {len(r.unexpected)} unexpected, {len(r.shape_mismatch)} mis-shaped; "
             + ", ".join(sorted({f.code for f in r.findings if f.severity == "error"}))
@@ -79,7 +92,18 @@ def doctor(result: TrainResult, base: Base) -> tuple[dict[str, Any], list[Findin
         findings.append(
             make("AD621", f"{len(towers)} LoRA tensor(s) on a tower", path=adapter, key=towers[0])
         )
-    verdict["ok"] = verdict["ok"] and not findings
+    verdict = Verdict(
+        ok=verified and not findings,
+        base=base.spec,
+        layout=r.layout,
+        missing=len(r.missing),
+        unexpected=len(r.unexpected),
+        shape_mismatch=len(r.shape_mismatch),
+        lora_b=dict(r.lora_b),
+        tower_lora=len(towers),
+        error=r.error,
+        findings=tuple(r.findings),
+    )
     return verdict, findings
 
 
@@ -113,24 +137,24 @@ def outside_registry(result: TrainResult, base: Base) -> tuple[str, Finding]:
     return section, make("AD627", message, path=result.adapter_dir)
 
 
-def verdict_section(v: dict[str, Any]) -> str:
-    mark = "passed" if v["ok"] else "FAILED"
+def verdict_section(v: Verdict) -> str:
+    mark = "passed" if v.ok else "FAILED"
     lines = [
         "## The doctor's verdict",
         "",
-        f"- verify against `{v['base']}`: {mark} (layout {v['layout']}; {v['missing']} missing, "
-        f"{v['unexpected']} unexpected, {v['shape_mismatch']} mis-shaped)",
-        f"- lora_B non-zero: {v['lora_b'].get('nonzero', 0)}/{v['lora_b'].get('total', 0)}",
-        f"- towers untouched: {'yes' if not v['tower_lora'] else 'NO, ' + str(v['tower_lora']) + ' tower tensors'}",
+        f"- verify against `{v.base}`: {mark} (layout {v.layout}; {v.missing} missing, "
+        f"{v.unexpected} unexpected, {v.shape_mismatch} mis-shaped)",
+        f"- lora_B non-zero: {v.lora_b.get('nonzero', 0)}/{v.lora_b.get('total', 0)}",
+        f"- towers untouched: {'yes' if not v.tower_lora else 'NO, ' + str(v.tower_lora) + ' tower tensors'}",
     ]
-    if v.get("error"):
-        lines.append(f"- error: {v['error']}")
-    for f in v["findings"]:
-        lines.append(f"- {f['code']} ({f['severity']}): {f['message']}")
+    if v.error:
+        lines.append(f"- error: {v.error}")
+    for f in v.findings:
+        lines.append(f"- {f.code} ({f.severity}): {f.message}")
     return "\n".join(lines)
 
 
-def write_loss_curve(history: list[dict[str, Any]], path: str) -> bool:
+def write_loss_curve(history: Sequence[Mapping[str, object]], path: str) -> bool:
     """The per-step loss as a PNG (atomically); False when matplotlib is not installed."""
     try:
         import matplotlib

@@ -4,10 +4,10 @@ training's label rules."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import UnsupportedInputError
-from adapterdoc.report.findings import make, sort_findings
+from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.train_report import EvalReport
 from adapterdoc.train import models as M
 from adapterdoc.train import rows as R
@@ -17,6 +17,9 @@ from adapterdoc.train.objectives import LOSSES, POOLED, objective_for
 from adapterdoc.train.records import Metrics
 from adapterdoc.train.runtime import accelerator_for, quiet_libraries, torch_threads
 from adapterdoc.train.settings import TrainSettings
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _metrics_dict(m: Metrics) -> dict[str, float]:
@@ -65,13 +68,13 @@ def eval_on_base(
         seed=seed,
         classes=classes,
     )
-    report = EvalReport(adapter, base_spec, rows=len(rows), min_improvement=min_improvement)
+    findings: list[Finding] = []
     with torch_threads(1), quiet_libraries():
         acc = accelerator_for(TrainSettings(cpu=True))
         model = load_model(base, dtype).eval()
         loss_fn = LOSSES[objective]
 
-        def score(m: Any) -> Metrics:
+        def score(m: torch.nn.Module) -> Metrics:
             module = m
             if objective == POOLED:
                 module = M.pooled_module_class()(m, head.in_features, len(classes or []))
@@ -79,22 +82,30 @@ def eval_on_base(
             out_head = None if objective == POOLED else M.output_head(m)
             return evaluate(acc, module, enc.train, lambda a, b, h: loss_fn(a, b, h), out_head, batch_size)
 
-        report.base = _metrics_dict(score(model))
+        on_base = _metrics_dict(score(model))
         from adapterdoc.train.lora import load_peft
 
         peft_model, missing = load_peft(model, adapter)
         if missing:
-            report.findings.append(make("AD624", missing[0][:300], path=adapter))
-        report.adapted = _metrics_dict(score(peft_model))
-    report.improvement = report.base["loss"] - report.adapted["loss"]
-    if min_improvement is not None and not report.improvement >= min_improvement:
-        report.findings.append(
+            findings.append(make("AD624", missing[0][:300], path=adapter))
+        adapted = _metrics_dict(score(peft_model))
+    improvement = on_base["loss"] - adapted["loss"]
+    if min_improvement is not None and not improvement >= min_improvement:
+        findings.append(
             make(
                 "AD625",
-                f"loss {report.base['loss']:.4f} -> {report.adapted['loss']:.4f}: improvement "
-                f"{report.improvement:.4f} < --min-improvement {min_improvement}",
+                f"loss {on_base['loss']:.4f} -> {adapted['loss']:.4f}: improvement "
+                f"{improvement:.4f} < --min-improvement {min_improvement}",
                 path=adapter,
             )
         )
-    report.findings = sort_findings(report.findings)
-    return report
+    return EvalReport(
+        adapter,
+        base_spec,
+        base=on_base,
+        adapted=adapted,
+        rows=len(rows),
+        improvement=improvement,
+        min_improvement=min_improvement,
+        findings=sort_findings(findings),
+    )

@@ -9,13 +9,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError
 from adapterdoc.fit.doctor import examine
 from adapterdoc.fit.outdir import RESTART, RESUME, plan_out
-from adapterdoc.report.findings import make, sort_findings
+from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.train_report import TrainReport
 from adapterdoc.train import loop
 from adapterdoc.train import rows as R
@@ -23,6 +24,9 @@ from adapterdoc.train.base_model import Base, load_model, open_base
 from adapterdoc.train.objectives import objective_for
 from adapterdoc.train.records import TrainResult
 from adapterdoc.train.settings import OnEvent, Plan, TrainSettings
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def default_out(base: str) -> str:
@@ -54,24 +58,30 @@ def train_on_base(
     )  # every process, read only
     base = open_base(base_spec, R.texts(rows))
     settings = replace(settings, resume=where.mode == RESUME, fresh=where.clears)
-    plan = _plan(base, data, settings, val_data=val_data, val_split=val_split)
-    plan.extra["out_mode"] = where.mode
+    plan = _plan(base, data, settings, val_data=val_data, val_split=val_split, out_mode=where.mode)
     target = where.path
     result = loop.run(plan, target, settings, on_event=on_event)
-    report = _report(result, base, target)
     if not result.is_main:
-        return report
+        return _report(result, base, target)
     _save_tokenizer(base.tokenizer, result.adapter_dir)
-    report.verify, findings = examine(result, base, target)
+    verdict, findings = examine(result, base, target)
     if where.mode == RESTART:
         findings.append(make("AD628", f"{where.reason}; the run started from step 0", path=target))
-    report.findings = sort_findings(findings)
-    report.seconds = time.time() - t0
-    return report
+    return _report(
+        result,
+        base,
+        target,
+        verify=verdict.to_dict(),
+        findings=sort_findings(findings),
+        seconds=time.time() - t0,
+    )
 
 
-def _plan(base: Base, data: str, settings: TrainSettings, *, val_data: str | None, val_split: float) -> Plan:
-    """What the loop trains: the base's layout and objective, the encoded rows, the metadata of the data."""
+def _plan(
+    base: Base, data: str, settings: TrainSettings, *, val_data: str | None, val_split: float, out_mode: str
+) -> Plan:
+    """What the loop trains: the base's layout and objective, the encoded rows, the metadata of the data; the
+    doctor writes RUN_REPORT.md once, after its checks (the loop does not)."""
     objective = objective_for(base.layout)
     enc = R.encode_data(
         objective,
@@ -101,12 +111,24 @@ def _plan(base: Base, data: str, settings: TrainSettings, *, val_data: str | Non
             "chat_mask": R.chat_mask_method(base.tokenizer) if enc.kind == R.MESSAGES else None,
             "val_data": os.path.abspath(val_data) if val_data else None,
             "val_split": val_split,
+            "out_mode": out_mode,
         },
+        writes_run_report=False,
     )
 
 
-def _report(result: TrainResult, base: Base, target: str) -> TrainReport:
-    report = TrainReport(
+def _report(
+    result: TrainResult,
+    base: Base,
+    target: str,
+    *,
+    verify: Mapping[str, object] | None = None,
+    findings: Sequence[Finding] = (),
+    seconds: float = 0.0,
+) -> TrainReport:
+    """The run's report, built once: the loop's result, then (main process) the doctor's verdict and findings."""
+    speeds = [h["tokens_per_s"] for h in result.history if h.get("tokens_per_s")]
+    return TrainReport(
         base=base.name,
         layout=base.layout,
         out=target,
@@ -120,10 +142,11 @@ def _report(result: TrainResult, base: Base, target: str) -> TrainReport:
         ),
         num_processes=result.num_processes,
         is_main=result.is_main,
+        tokens_per_s=round(sum(speeds) / len(speeds), 1) if speeds else None,
+        verify=dict(verify or {}),
+        findings=list(findings),
+        seconds=seconds,
     )
-    speeds = [h["tokens_per_s"] for h in result.history if h.get("tokens_per_s")]
-    report.tokens_per_s = round(sum(speeds) / len(speeds), 1) if speeds else None
-    return report
 
 
 def get_target_parameters(layout: str) -> tuple[str, ...]:
@@ -132,7 +155,7 @@ def get_target_parameters(layout: str) -> tuple[str, ...]:
     return get_layout(layout).target_parameters if layout else ()
 
 
-def _save_tokenizer(tok: Any, folder: str) -> None:
+def _save_tokenizer(tok: PreTrainedTokenizerBase, folder: str) -> None:
     """The tokenizer beside the adapter (as TRL leaves it), each file written atomically."""
     from adapterdoc.st.atomic import atomic_write_bytes
 

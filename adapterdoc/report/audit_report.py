@@ -7,14 +7,33 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
+from adapterdoc.report.base import pick
 from adapterdoc.report.findings import Finding
 
 ENERGY = 0.99
 """Share of a module's ``‖ΔW‖_F²`` its effective rank keeps."""
 INERT_RELATIVE = 1e-3
 """A module is inert when its delta norm is at most this fraction of the RMS delta norm over all modules."""
+
+
+MODULE_JSON = (
+    "module",
+    "rank",
+    "delta_norm",
+    "effective_rank",
+    "inert",
+    "share",
+    "numerical_rank",
+    "scaling",
+    "kind",
+    "expert",
+    "parameter",
+    "layer",
+    "leaf",
+    "dtype",
+)
+"""The JSON fields of one audited module (``modules`` of ``inspect --weights --json``), in order."""
 
 
 @dataclass
@@ -45,26 +64,11 @@ class ModuleDelta:
     dtype: str = ""
     nonfinite: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "module": self.module,
-            "rank": self.rank,
-            "delta_norm": self.delta_norm,
-            "effective_rank": self.effective_rank,
-            "inert": self.inert,
-            "share": self.share,
-            "numerical_rank": self.numerical_rank,
-            "scaling": self.scaling,
-            "kind": self.kind,
-            "expert": self.expert,
-            "parameter": self.parameter,
-            "layer": self.layer,
-            "leaf": self.leaf,
-            "dtype": self.dtype,
-        }
+    def to_dict(self) -> dict[str, object]:
+        return pick(self, MODULE_JSON)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TensorRead:
     """What decoding one factor found (verify's lora_B zero scan reads these)."""
 
@@ -103,7 +107,7 @@ class Audit:
         n = len(self.measured)
         return self.inert_count / n if n else 0.0
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         return {
             "modules": len(self.modules),
             "inert": self.inert_count,
@@ -115,7 +119,7 @@ class Audit:
             "notes": list(self.notes),
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"weights": self.summary(), "modules": [m.to_dict() for m in self.modules]}
 
 

@@ -4,15 +4,18 @@ layer stack a table per module leaf and per layer, then the inert modules."""
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.report.render import KEEP, Span, Writer, columns, human_bytes, plural
+
+if TYPE_CHECKING:
+    from adapterdoc.report.audit_report import Audit, ModuleDelta
 
 MAX_INERT_LISTED = 8
 _HEAD = ["modules", "inert", "share", "median", "max"]
 
 
-def write_audit(w: Writer, audit: Any) -> None:
+def write_audit(w: Writer, audit: Audit) -> None:
     """The audit's lines, into an inspect report's writer."""
     n, inert = len(audit.measured), audit.inert_count
     modules = len({m.module for m in audit.measured})  # inspect's count: a fused-expert module is one module
@@ -25,7 +28,7 @@ def write_audit(w: Writer, audit: Any) -> None:
     )
     for note in audit.notes:
         w.para("note:", note, indent=2)
-    groups: dict[str, list[Any]] = {}
+    groups: dict[str, list[ModuleDelta]] = {}
     for m in audit.modules:
         groups.setdefault(m.group, []).append(m)
     for group, mods in groups.items():
@@ -42,9 +45,9 @@ def write_audit(w: Writer, audit: Any) -> None:
         w.para("inert:", *shown, indent=2)
 
 
-def _group(w: Writer, group: str, mods: list[Any]) -> None:
+def _group(w: Writer, group: str, mods: list[ModuleDelta]) -> None:
     """Per leaf (with the effective rank against the rank), then per layer (or per expert), for one stack."""
-    by_leaf: dict[str, list[Any]] = {}
+    by_leaf: dict[str, list[ModuleDelta]] = {}
     for m in mods:
         by_leaf.setdefault(m.leaf, []).append(m)
     title = f"{group}.N" if group else "outside the layer stacks"
@@ -52,7 +55,7 @@ def _group(w: Writer, group: str, mods: list[Any]) -> None:
     rows += [[leaf, *_stats(ms), _ranks(ms)] for leaf, ms in by_leaf.items()]
     for row in columns(rows, right=range(1, 7)):
         w.line(*row, indent=2)
-    by_layer: dict[int, list[Any]] = {}
+    by_layer: dict[int, list[ModuleDelta]] = {}
     for m in mods:
         if m.layer is not None:
             by_layer.setdefault(m.layer, []).append(m)
@@ -63,7 +66,7 @@ def _group(w: Writer, group: str, mods: list[Any]) -> None:
             w.line(*row, indent=2)
 
 
-def _stats(mods: list[Any]) -> list[Span]:
+def _stats(mods: list[ModuleDelta]) -> list[Span]:
     norms = [m.delta_norm for m in mods if m.delta_norm is not None]
     inert = str(sum(m.inert for m in mods))
     if not norms:
@@ -72,7 +75,7 @@ def _stats(mods: list[Any]) -> list[Span]:
     return [str(len(mods)), inert, f"{share:.1%}", f"{statistics.median(norms):.3g}", f"{max(norms):.3g}"]
 
 
-def _ranks(mods: list[Any]) -> str:
+def _ranks(mods: list[ModuleDelta]) -> str:
     eff = max((m.effective_rank or 0) for m in mods)
     ranks = sorted({m.rank for m in mods})
     return f"{eff} / {','.join(map(str, ranks))}"

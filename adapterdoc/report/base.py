@@ -7,8 +7,8 @@ here once, and so is the envelope of an input that could not be used at all (fin
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.report.findings import Finding, has_errors
 
@@ -17,16 +17,21 @@ UNUSABLE = "AD100"
 
 
 def envelope(
-    ok: bool, findings: list[Finding] | list[dict[str, Any]], body: dict[str, Any]
-) -> dict[str, Any]:
+    ok: bool, findings: Sequence[Finding] | Sequence[Mapping[str, object]], body: Mapping[str, object]
+) -> dict[str, object]:
     """The one JSON envelope: ``{"ok": ..., "findings": [...], **body}`` (findings as objects or dicts)."""
     rows = [f if isinstance(f, dict) else f.to_dict() for f in findings]
     return {"ok": ok, "findings": rows, **body}
 
 
-def unusable_finding(message: str, *, path: str | None = None, key: str | None = None) -> dict[str, Any]:
+def pick(obj: object, names: Iterable[str]) -> dict[str, object]:
+    """``{name: obj.name}`` for each of ``names``, in that order: a JSON body whose keys are the fields' names."""
+    return {name: getattr(obj, name) for name in names}
+
+
+def unusable_finding(message: str, *, path: str | None = None, key: str | None = None) -> dict[str, object]:
     """Finding ``AD100`` as a JSON object: the input could not be examined at all."""
-    row: dict[str, Any] = {"code": UNUSABLE, "severity": "error", "message": message}
+    row: dict[str, object] = {"code": UNUSABLE, "severity": "error", "message": message}
     if path:
         row["path"] = path
     if key:
@@ -34,14 +39,11 @@ def unusable_finding(message: str, *, path: str | None = None, key: str | None =
     return row
 
 
-@dataclass(kw_only=True)
-class Report:
-    """The base of every command's report: its findings, ``ok`` (no error finding) and the JSON envelope.
+class Envelope:
+    """What every report is, whoever built it: its ``findings``, ``ok`` (no error finding), the exit code and the
+    JSON envelope. :class:`FrozenReport` and :class:`Report` add the ``findings`` field."""
 
-    ``findings`` is keyword-only, so a subclass declares its own fields first, positional or not.
-    """
-
-    findings: list[Finding] = field(default_factory=list)
+    findings: Sequence[Finding]
 
     @property
     def ok(self) -> bool:
@@ -52,16 +54,34 @@ class Report:
         """0 when no finding is an error, else 1 (CLI.md); a report may refine it (verify: 3, unusable input)."""
         return 0 if self.ok else 1
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         """The command's own fields for the JSON form (everything but ``ok`` and ``findings``)."""
         return {}
 
-    def to_dict(self) -> dict[str, Any]:
-        return envelope(self.ok, self.findings, self.body())
+    def to_dict(self) -> dict[str, object]:
+        return envelope(self.ok, list(self.findings), self.body())
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrozenReport(Envelope):
+    """The base of a command's report built once, at the end of the run, from the checks' results (frozen:
+    :func:`dataclasses.replace` makes a changed copy). ``findings`` is keyword-only, so a subclass declares its own
+    fields first, positional or not."""
+
+    findings: Sequence[Finding] = field(default_factory=list)
 
 
 @dataclass(kw_only=True)
-class Unusable(Report):
+class Report(Envelope):
+    """The base of a report that is still filled in as its run goes (verify, remap, merge, roundtrip, convert,
+    train-smoke until their builders assemble them once; a dataclass may not be frozen over a mutable base, nor
+    mutable over a frozen one, so the two bases share :class:`Envelope`)."""
+
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unusable(FrozenReport):
     """The report of a run whose input could not be used at all (exit code 3), for the formats that always need a
     document (``junit``, ``sarif``, ``github``): one group holding the error, as ``--json`` holds finding AD100."""
 
@@ -77,5 +97,5 @@ class Unusable(Report):
     def exit_code(self) -> int:
         return 3
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return envelope(False, [unusable_finding(self.error, path=self.path)], {"error": self.error})

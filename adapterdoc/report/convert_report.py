@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import Report, pick
 
 
 @dataclass
@@ -24,15 +23,16 @@ class ConvertReport(Report):
     outtype: str | None = None
     notes: list[str] = field(default_factory=list)
 
-    def body(self) -> dict[str, Any]:
-        return {
-            "input": self.input,
-            "source_format": self.source_format,
-            "target_format": self.target_format,
-            "out": self.out,
-            "tensors": self.tensors,
-            "evidence": self.evidence,
-            "route": self.route,
-            "outtype": self.outtype,
-            "notes": self.notes,
-        }
+    def body(self) -> dict[str, object]:
+        names = (
+            "input",
+            "source_format",
+            "target_format",
+            "out",
+            "tensors",
+            "evidence",
+            "route",
+            "outtype",
+            "notes",
+        )
+        return pick(self, names)

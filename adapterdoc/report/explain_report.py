@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from adapterdoc.codes import Code, area_of
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import FrozenReport
 
 
-@dataclass
-class ExplainReport(Report):
+@dataclass(frozen=True)
+class ExplainReport(FrozenReport):
     """``codes`` holds the one code asked for (``listing`` false) or every code of the catalogue."""
 
     codes: list[Code]
     listing: bool = False
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         if not self.listing:
             info = self.codes[0]
             return {"area": area_of(info.code), **asdict(info)}

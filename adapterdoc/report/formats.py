@@ -1,26 +1,29 @@
 """The format registry: every output format is an emitter from a report to text (``text``, ``json``, ``junit``,
-``github``, ``sarif``). Emitters return strings and never print; ``commands._common.finish`` decides where the
+``github``, ``sarif``). Emitters return strings and never print; ``commands.options.finish`` decides where the
 text goes. Adding a format is one emitter here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.report.github import render_github
 from adapterdoc.report.junit import render_junit
 from adapterdoc.report.registry import text_renderer
 from adapterdoc.report.sarif import render_sarif
 
+if TYPE_CHECKING:
+    from adapterdoc.report.base import Envelope
+
 Emitter = Callable[..., str]
 
 
-def emit_text(report: Any, **options: Any) -> str:
+def emit_text(report: Envelope, **options: object) -> str:
     """The report kind's registered human renderer (options such as ``width`` or ``verbose`` pass through)."""
     return text_renderer(report)(report, **options)
 
 
-def emit_json(report: Any, **_: Any) -> str:
+def emit_json(report: Envelope, **_: object) -> str:
     """Exactly one JSON object: the report's envelope."""
     from adapterdoc.report.render import to_json
 
@@ -40,7 +43,7 @@ MACHINE = frozenset(FORMATS) - {"text"}
 """The formats for machines: never silenced by ``--quiet``."""
 
 
-def render(report: Any, fmt: str = "text", **options: Any) -> str:
+def render(report: Envelope, fmt: str = "text", **options: object) -> str:
     """``report`` in format ``fmt``; text options (``width``, ``verbose``) are ignored by the other formats."""
     try:
         emitter = EMITTERS[fmt]

@@ -2,19 +2,19 @@
 
 An annotation attaches to a file, not a folder: a finding about a tensor or module points at the adapter's weights
 file, every other finding at its ``adapter_config.json`` (on the line of the field it names, when the file is there
-to read).
+to read): a finding about a config field carries that field's line from when it was made.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.codes import catalogue
 from adapterdoc.report.registry import view_of
 
 if TYPE_CHECKING:
+    from adapterdoc.report.base import Envelope
     from adapterdoc.report.findings import Finding
 
 CONFIG_FILE = "adapter_config.json"
@@ -33,7 +33,7 @@ def escape_property(s: str) -> str:
     return escape_data(s).replace(":", "%3A").replace(",", "%2C")
 
 
-def render_github(report: Any) -> str:
+def render_github(report: Envelope) -> str:
     """One annotation per finding of every group of the report's view, then a summary line."""
     view = view_of(report)
     lines: list[str] = []
@@ -75,7 +75,8 @@ def target(f: Finding, root: str) -> tuple[str, int | None]:
     """The file (and line) an annotation for ``f`` about the input ``root`` attaches to.
 
     A key with a dot is a tensor name or module path: the weights file. A bare key is a config field, and no key
-    means the adapter as a whole: ``adapter_config.json``, on the field's line when it can be found.
+    means the adapter as a whole: ``adapter_config.json``, on the field's line when the finding carries it (set
+    when it was made: :attr:`Finding.line`).
     """
     if root.endswith((".safetensors", ".bin", ".json")) and not os.path.isdir(root):
         return root, None  # a single-file input: everything is about that file
@@ -84,17 +85,4 @@ def target(f: Finding, root: str) -> tuple[str, int | None]:
     config = os.path.join(root, CONFIG_FILE)
     if (f.key and "." in f.key) or (present and not os.path.isfile(config)):
         return weights, None
-    return config, _field_line(config, f.key) if f.key else None
-
-
-def _field_line(config: str, field: str) -> int | None:
-    """The 1-based line of ``"field":`` in a JSON file, or None (no file, not found, unreadable)."""
-    pattern = re.compile(r'^\s*"' + re.escape(field) + r'"\s*:')
-    try:
-        with open(config, encoding="utf-8") as fh:
-            for n, text in enumerate(fh, 1):
-                if pattern.match(text):
-                    return n
-    except (OSError, UnicodeDecodeError):
-        return None
-    return None
+    return config, f.line if f.key else None

@@ -13,9 +13,15 @@ import html
 import io
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.report.audit_report import Audit, ModuleDelta
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.colors import Colormap, Normalize
 
 PLOT_SUFFIXES = (".png", ".html", ".htm")
 INERT_RGBA = (0.78, 0.78, 0.78, 1.0)
@@ -24,22 +30,22 @@ _ANNOTATE_MAX_CELLS = 600
 """Cells per panel up to which each cell is labelled with its value."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Panel:
     title: str
     rows: list[str]
     cols: list[str]
-    cells: dict[tuple[int, int], Any] = field(default_factory=dict)
+    cells: dict[tuple[int, int], ModuleDelta] = field(default_factory=dict)
     """(row, col) → the entry (a ModuleDelta); absent cells are missing."""
     xlabel: str = "module"
     ylabel: str = "layer"
 
 
-def panels(audit: Any) -> list[Panel]:
+def panels(audit: Audit) -> list[Panel]:
     """Arrange the audit's entries: one panel per layer stack, one per expert projection, one for the rest."""
-    stacks: dict[str, list[Any]] = {}
-    experts: dict[tuple[str, str], list[Any]] = {}
-    other: list[Any] = []
+    stacks: dict[str, list[ModuleDelta]] = {}
+    experts: dict[tuple[str, str], list[ModuleDelta]] = {}
+    other: list[ModuleDelta] = []
     for m in audit.modules:
         if m.expert is not None and m.layer is not None:
             experts.setdefault((m.group, m.leaf), []).append(m)
@@ -48,40 +54,35 @@ def panels(audit: Any) -> list[Panel]:
         else:
             other.append(m)
     out: list[Panel] = []
-    spans: dict[str, list[Any]] = {}
+    spans: dict[str, list[ModuleDelta]] = {}
     for m in audit.modules:
         if m.layer is not None:
             spans.setdefault(m.group, []).append(m)
     for group, mods in stacks.items():
         layers = _layer_range(spans[group])
         cols = list(dict.fromkeys(m.leaf for m in mods))
-        p = Panel(f"{group}.N", [str(i) for i in layers], cols)
-        for m in mods:
-            p.cells[(layers.index(m.layer), cols.index(m.leaf))] = m
-        out.append(p)
+        cells = {(layers.index(m.layer), cols.index(m.leaf)): m for m in mods}
+        out.append(Panel(f"{group}.N", [str(i) for i in layers], cols, cells))
     for (group, leaf), mods in experts.items():
         layers = _layer_range(spans[group])
         n = max(m.expert for m in mods) + 1
-        p = Panel(f"{group}.N.{leaf}, per expert", [str(i) for i in layers], [str(e) for e in range(n)])
-        p.xlabel = "expert"
-        for m in mods:
-            p.cells[(layers.index(m.layer), m.expert)] = m
-        out.append(p)
+        cells = {(layers.index(m.layer), m.expert): m for m in mods}
+        title = f"{group}.N.{leaf}, per expert"
+        out.append(Panel(title, [str(i) for i in layers], [str(e) for e in range(n)], cells, xlabel="expert"))
     if other:
         cols = [m.leaf for m in other]
-        p = Panel("outside the layer stacks", [""], cols, ylabel="")
-        for i, m in enumerate(other):
-            p.cells[(0, i)] = m
-        out.append(p)
+        out.append(
+            Panel("outside the layer stacks", [""], cols, {(0, i): m for i, m in enumerate(other)}, ylabel="")
+        )
     return out
 
 
-def _layer_range(mods: list[Any]) -> list[int]:
+def _layer_range(mods: list[ModuleDelta]) -> list[int]:
     present = sorted({m.layer for m in mods})
     return list(range(present[0], present[-1] + 1))
 
 
-def render_png(audit: Any, *, title: str | None = None) -> bytes:
+def render_png(audit: Audit, *, title: str | None = None) -> bytes:
     """The heat map as PNG bytes."""
     plt = require_matplotlib(audit.path)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -134,7 +135,7 @@ def render_png(audit: Any, *, title: str | None = None) -> bytes:
     return buf.getvalue()
 
 
-def _draw(ax: Any, p: Panel, norm: Any, cmap: Any) -> None:
+def _draw(ax: Axes, p: Panel, norm: Normalize, cmap: Colormap) -> None:
     import numpy as np
 
     img = np.empty((len(p.rows), len(p.cols), 4))
@@ -173,7 +174,7 @@ def _draw(ax: Any, p: Panel, norm: Any, cmap: Any) -> None:
             ax.text(c, r, label, ha="center", va="center", fontsize=6, color="white" if dark else "black")
 
 
-def render_html(audit: Any, png: bytes) -> str:
+def render_html(audit: Audit, png: bytes) -> str:
     """A self-contained page: the PNG (base64) and the per-module table."""
     esc = html.escape
     rows = []
@@ -224,7 +225,7 @@ def _num(x: float | None) -> str:
     return "" if x is None else f"{x:.6g}"
 
 
-def render_heatmap(audit: Any, path: str | os.PathLike[str]) -> str:
+def render_heatmap(audit: Audit, path: str | os.PathLike[str]) -> str:
     """Write the heat map to ``path`` (``.png``, or ``.html``/``.htm`` with the table) atomically; return the path."""
     from adapterdoc.st.atomic import atomic_write_bytes
 
@@ -238,7 +239,7 @@ def render_heatmap(audit: Any, path: str | os.PathLike[str]) -> str:
     return spath
 
 
-def require_matplotlib(what: str) -> Any:
+def require_matplotlib(what: str) -> ModuleType:
     try:
         import matplotlib as mpl
     except ImportError:

@@ -4,14 +4,17 @@ its findings (with ``--weights``, the weights audit too)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import Detection
 from adapterdoc.report.audit_report import Audit
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import FrozenReport
+
+if TYPE_CHECKING:
+    from adapterdoc.experts import ExpertPicture
 
 
-@dataclass
+@dataclass(frozen=True)
 class FileSummary:
     path: str
     bytes: int
@@ -19,7 +22,7 @@ class FileSummary:
     tensors: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoraSummary:
     modules: int
     ranks: dict[int, int]
@@ -28,8 +31,8 @@ class LoraSummary:
     scaling: float | None
     use_rslora: bool
     use_dora: bool
-    target_modules: Any
-    exclude_modules: Any
+    target_modules: str | list[str] | None
+    exclude_modules: str | list[str] | None
     target_parameters: list[str]
     modules_to_save: list[str]
     rank_pattern: dict[str, int]
@@ -42,8 +45,8 @@ class LoraSummary:
     peft_type: str | None
 
 
-@dataclass
-class InspectReport(Report):
+@dataclass(frozen=True)
+class InspectReport(FrozenReport):
     """What one checkpoint or adapter holds, from its headers (and, with ``--weights``, its LoRA tensors)."""
 
     spec: str
@@ -61,16 +64,16 @@ class InspectReport(Report):
     """For ``hf://`` inputs: bytes fetched over HTTP (headers only)."""
     weights: Audit | None = None
     """The weights audit with ``--weights``, else ``None``."""
-    format: dict[str, Any] | None = None
+    format: dict[str, object] | None = None
     """For an adapter in another runtime's format (MLX, GGUF): its name, the evidence that decided it and the
     format's own facts (:mod:`adapterdoc.formats.hooks`); ``None`` (and no ``format`` in the JSON) for PEFT and
     plain safetensors inputs."""
-    experts: Any = None
+    experts: ExpertPicture | None = None
     """The expert layout and coverage (:class:`adapterdoc.experts.ExpertPicture`) of a mixture-of-experts adapter,
     else ``None`` (and no ``experts`` object in the JSON)."""
 
-    def body(self) -> dict[str, Any]:
-        d: dict[str, Any] = dict(
+    def body(self) -> dict[str, object]:
+        d: dict[str, object] = dict(
             input=self.spec,
             kind=self.kind,
             weights_format=self.weights_format,

@@ -4,10 +4,10 @@ only for several files, findings grouped by code."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from adapterdoc.report.registry import Group, View, register
+from adapterdoc.report.registry import one_group, register
 from adapterdoc.report.render import (
     KEEP,
     Span,
@@ -20,15 +20,11 @@ from adapterdoc.report.render import (
 )
 
 if TYPE_CHECKING:
+    from adapterdoc.experts import ExpertPicture
     from adapterdoc.report.inspect_report import InspectReport
 
 
-def _view(report: InspectReport) -> View:
-    """One group: the inspect input and its findings."""
-    return View("inspect", [Group(report.spec, report.findings)])
-
-
-@register("InspectReport", view=_view)
+@register("InspectReport", view=one_group("inspect", "spec"))
 def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
     w = Writer(width)
     w.para((report.spec, "bold"), f"({report.kind}, {report.weights_format})", hang=2)
@@ -126,7 +122,7 @@ def _render_lora(w: Writer, report: InspectReport) -> None:
         w.para("modules per leaf:", *_items(f"{k} {v:,}" for k, v in lo.per_leaf.items()), indent=2)
 
 
-def _render_experts(w: Writer, pic: Any) -> None:
+def _render_experts(w: Writer, pic: ExpertPicture) -> None:
     """One or two lines: the expert layout, count and coverage per projection."""
     if not pic.routed:
         shared = f"; shared expert {plural(len(pic.shared), 'module')}" if pic.shared else ""
@@ -153,11 +149,11 @@ def _items(items: Iterable[str]) -> list[Span]:
     return [(x + ("," if i < len(items) - 1 else ""), KEEP) for i, x in enumerate(items)]
 
 
-def _mapping(d: dict[str, Any]) -> str:
+def _mapping(d: Mapping[str, object]) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items()) or "{}"
 
 
-def _value(v: Any) -> list[Span]:
+def _value(v: object) -> list[Span]:
     if isinstance(v, dict):
         return _items(f"{k}={x}" for k, x in v.items())
     if isinstance(v, (list, tuple, set)):
@@ -165,7 +161,7 @@ def _value(v: Any) -> list[Span]:
     return [(str(v), KEEP)]
 
 
-def _render_format(w: Writer, fmt: dict[str, Any]) -> None:
+def _render_format(w: Writer, fmt: Mapping[str, object]) -> None:
     """An adapter in another runtime's format: its name, the evidence, and its own facts."""
     w.para("format", (str(fmt.get("name")), "bold"), hang=2)
     for ev in fmt.get("evidence", []):

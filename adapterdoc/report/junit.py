@@ -4,15 +4,16 @@ adapter), failures carrying the error findings."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.report.registry import view_of
 
 if TYPE_CHECKING:
+    from adapterdoc.report.base import Envelope
     from adapterdoc.report.findings import Finding
 
 
-def render_junit(report: Any) -> str:
+def render_junit(report: Envelope) -> str:
     """The XML document as text (UTF-8 declaration, two-space indent, deterministic: no times, no hostnames)."""
     view = view_of(report)
     groups = view.groups

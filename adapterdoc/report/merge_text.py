@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from adapterdoc.report.registry import Group, View, register
+from adapterdoc.report.registry import one_group, register
 from adapterdoc.report.render import (
     KEEP,
     MORE,
@@ -20,12 +20,7 @@ if TYPE_CHECKING:
     from adapterdoc.report.merge_report import MergeReport
 
 
-def _view(report: MergeReport) -> View:
-    """One group: the merge input and its findings."""
-    return View("merge", [Group(report.adapter, report.findings)])
-
-
-@register("MergeReport", view=_view)
+@register("MergeReport", view=one_group("merge", "adapter"))
 def render_merge(report: MergeReport, *, width: int | None = None) -> str:
     w = Writer(width)
     cls = f"({report.model_class})" if report.model_class else ""

@@ -11,9 +11,12 @@ import importlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.report.findings import Finding, has_errors
+
+if TYPE_CHECKING:
+    from adapterdoc.report.base import Envelope, Unusable
 
 TEXT_MODULES = (
     "inspect_text",
@@ -52,7 +55,7 @@ class View:
     groups: list[Group]
     unit: str = "input"
     """What one group is, for summary lines ("1 of 3 adapter(s) passed")."""
-    properties: list[tuple[str, Any]] = field(default_factory=list)
+    properties: list[tuple[str, object]] = field(default_factory=list)
     """``(name, value)`` pairs describing the run (JUnit properties, SARIF invocation properties)."""
     named_by_input: bool = True
     """Whether each group's name is an input path (an annotation falls back to it when it has no path)."""
@@ -60,11 +63,11 @@ class View:
 
 Renderer = Callable[..., str]
 _TEXT: dict[str, Renderer] = {}
-_VIEWS: dict[str, Callable[[Any], View]] = {}
+_VIEWS: dict[str, Callable[..., View]] = {}
 _loaded = False
 
 
-def register(kind: str, *, view: Callable[[Any], View] | None = None) -> Callable[[Renderer], Renderer]:
+def register(kind: str, *, view: Callable[..., View] | None = None) -> Callable[[Renderer], Renderer]:
     """Decorator: ``render`` is the text renderer of reports of class ``kind`` (and ``view`` their view)."""
 
     def deco(render: Renderer) -> Renderer:
@@ -76,7 +79,17 @@ def register(kind: str, *, view: Callable[[Any], View] | None = None) -> Callabl
     return deco
 
 
-def _unusable_view(report: Any) -> View:
+def one_group(command: str, subject: str) -> Callable[[Envelope], View]:
+    """The view of a report about one input: one group named by the report's field ``subject``, holding all its
+    findings (inspect, merge, roundtrip)."""
+
+    def view(report: Envelope) -> View:
+        return View(command, [Group(getattr(report, subject), report.findings)])
+
+    return view
+
+
+def _unusable_view(report: Unusable) -> View:
     name = report.path or report.command
     return View(report.command, [Group(name, [], path=report.path, error=report.error)])
 
@@ -94,11 +107,11 @@ def load() -> None:
         _loaded = True
 
 
-def kind_of(report: Any) -> str:
+def kind_of(report: object) -> str:
     return type(report).__name__
 
 
-def text_renderer(report: Any) -> Renderer:
+def text_renderer(report: object) -> Renderer:
     load()
     try:
         return _TEXT[kind_of(report)]
@@ -106,7 +119,7 @@ def text_renderer(report: Any) -> Renderer:
         raise LookupError(f"no text renderer registered for {kind_of(report)}") from None
 
 
-def command_of(report: Any) -> str:
+def command_of(report: object) -> str:
     """``InspectReport`` → ``inspect``, ``VerifyRun`` → ``verify`` (a report may name itself: ``command``)."""
     named = getattr(report, "command", None)
     if isinstance(named, str) and named:
@@ -114,7 +127,7 @@ def command_of(report: Any) -> str:
     return re.sub(r"(Report|Run)$", "", kind_of(report)).lower() or "adapterdoc"
 
 
-def view_of(report: Any) -> View:
+def view_of(report: Envelope) -> View:
     """The report's registered view, else one group holding all its findings."""
     load()
     make = _VIEWS.get(kind_of(report))

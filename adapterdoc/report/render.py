@@ -13,12 +13,15 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
+
+    from adapterdoc.report.findings import Finding
 
 DEFAULT_WIDTH = 80
 """Columns when stdout is not a terminal and ``COLUMNS`` is not set."""
@@ -29,12 +32,12 @@ SEVERITIES = ("error", "warning", "info")
 MORE = "--json lists them"
 
 
-def to_json(obj: dict[str, Any]) -> str:
+def to_json(obj: Mapping[str, object]) -> str:
     """Exactly one JSON object, as the contract asks."""
     return json.dumps(obj, indent=2, ensure_ascii=False, default=_default)
 
 
-def _default(o: Any) -> Any:
+def _default(o: object) -> object:
     if hasattr(o, "to_dict"):
         return o.to_dict()
     if isinstance(o, (set, frozenset, tuple)):
@@ -42,21 +45,21 @@ def _default(o: Any) -> Any:
     return str(o)
 
 
-def _isatty(stream: Any) -> bool:
+def _isatty(stream: IO[str] | None) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
         return False
 
 
-def color_enabled(stream: Any = None) -> bool:
+def color_enabled(stream: IO[str] | None = None) -> bool:
     stream = stream or sys.stdout
     if os.environ.get("NO_COLOR"):
         return False
     return _isatty(stream)
 
 
-def output_width(stream: Any = None) -> int:
+def output_width(stream: IO[str] | None = None) -> int:
     """Columns for human output: ``COLUMNS`` when set, the terminal's width when stdout is one, else 80."""
     env = os.environ.get("COLUMNS", "").strip()
     if env.isdigit() and int(env) > 0:
@@ -150,7 +153,7 @@ class Writer:
             self.console.print(_text(indent if n == 0 else hang, words, " "))
 
 
-def _text(indent: int, tokens: Sequence[Token], sep: str) -> Any:
+def _text(indent: int, tokens: Sequence[Token], sep: str) -> Text:
     """One line as a rich Text (styles as spans, so nothing in the text is read as markup)."""
     from rich.text import Text
 
@@ -238,7 +241,7 @@ def columns(rows: Sequence[Sequence[Span]], right: Iterable[int] = (), gap: int 
 # --------------------------------------------------------------------------------------------- findings
 
 
-def count_line(findings: Iterable[Any]) -> str:
+def count_line(findings: Iterable[Finding]) -> str:
     """``3 errors, 1 warning, 2 info`` (severities present only), or ``no findings``."""
     counts = {s: 0 for s in SEVERITIES}
     for f in findings:
@@ -252,10 +255,10 @@ def count_line(findings: Iterable[Any]) -> str:
     return ", ".join(shown) if shown else "no findings"
 
 
-def group_findings(findings: Iterable[Any]) -> list[list[Any]]:
+def group_findings(findings: Iterable[Finding]) -> list[list[Finding]]:
     """Findings grouped by (severity, code): errors first, then warnings, then info; within a severity, codes in
     the order they first appear, and each group in report order."""
-    groups: dict[tuple[str, str], list[Any]] = {}
+    groups: dict[tuple[str, str], list[Finding]] = {}
     for f in findings:
         groups.setdefault((f.severity, f.code), []).append(f)
     order = {s: i for i, s in enumerate(SEVERITIES)}
@@ -264,7 +267,7 @@ def group_findings(findings: Iterable[Any]) -> list[list[Any]]:
 
 def write_findings(
     w: Writer,
-    findings: Iterable[Any],
+    findings: Iterable[Finding],
     *,
     indent: int = 0,
     context: Iterable[str | None] = (),
@@ -313,7 +316,7 @@ def write_fix(w: Writer, hint: str, *, indent: int = 0, label: str = "fix:") -> 
     w.para(label, *([prose] if prose else []), (command, "bold"), rest, indent=indent, hang=hang)
 
 
-def findings_table(findings: Iterable[Any], width: int | None = None) -> Any:
+def findings_table(findings: Iterable[Finding], width: int | None = None) -> Text:
     """The grouped findings as one rich renderable (for ``console.print``); new code uses :func:`write_findings`."""
     from rich.text import Text
 

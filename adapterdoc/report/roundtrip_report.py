@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.report.base import Report
 from adapterdoc.report.findings import has_errors
 
 
-@dataclass
+@dataclass(frozen=True)
 class Check:
     """One round trip and its verdict."""
 
@@ -33,7 +32,7 @@ class RoundtripReport(Report):
     def ok(self) -> bool:
         return not any(c.status == "fail" for c in self.checks) and not has_errors(self.findings)
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         return {
             "input": self.input,
             "layout": self.layout,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from adapterdoc.report.registry import Group, View, register
+from adapterdoc.report.registry import one_group, register
 from adapterdoc.report.render import Writer, write_findings
 
 if TYPE_CHECKING:
@@ -16,12 +16,7 @@ _ORDER = ("fail", "pass", "skipped")
 _WORD = {"fail": "failed", "pass": "passed", "skipped": "skipped"}
 
 
-def _view(report: RoundtripReport) -> View:
-    """One group: the roundtrip input and its findings."""
-    return View("roundtrip", [Group(report.input, report.findings)])
-
-
-@register("RoundtripReport", view=_view)
+@register("RoundtripReport", view=one_group("roundtrip", "input"))
 def render_roundtrip(report: RoundtripReport, *, width: int | None = None) -> str:
     w = Writer(width)
     w.para((report.input, "bold"), f"(layout {report.layout}, base {report.base or 'none'})", hang=2)

@@ -14,13 +14,14 @@ from adapterdoc.report.github import target
 from adapterdoc.report.registry import view_of
 
 if TYPE_CHECKING:
+    from adapterdoc.report.base import Envelope
     from adapterdoc.report.findings import Finding
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
-def render_sarif(report: Any) -> str:
+def render_sarif(report: Envelope) -> str:
     """The SARIF log as indented JSON text (deterministic: no times, no absolute paths added)."""
     view = view_of(report)
     results: list[dict[str, Any]] = []
@@ -36,7 +37,7 @@ def render_sarif(report: Any) -> str:
     index = {c: i for i, c in enumerate(codes)}
     for r in results:
         r["ruleIndex"] = index[r["ruleId"]]
-    run: dict[str, Any] = {
+    run: dict[str, object] = {
         "tool": {
             "driver": {
                 "name": "adapterdoc",
@@ -60,11 +61,13 @@ def _message(f: Finding) -> str:
 
 def _result(
     code: str, level: str, text: str, file: str | None, line: int | None, key: str | None
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"ruleId": code, "ruleIndex": 0, "level": level, "message": {"text": text}}
-    location: dict[str, Any] = {}
+) -> dict[str, object]:
+    out: dict[str, object] = {"ruleId": code, "ruleIndex": 0, "level": level, "message": {"text": text}}
+    location: dict[str, object] = {}
     if file:
-        physical: dict[str, Any] = {"artifactLocation": {"uri": quote(file.replace("\\", "/"), safe="/:@")}}
+        physical: dict[str, object] = {
+            "artifactLocation": {"uri": quote(file.replace("\\", "/"), safe="/:@")}
+        }
         if line is not None:
             physical["region"] = {"startLine": line}
         location["physicalLocation"] = physical
@@ -75,7 +78,7 @@ def _result(
     return out
 
 
-def _rule(code: str) -> dict[str, Any]:
+def _rule(code: str) -> dict[str, object]:
     info = catalogue().get(code)
     if info is None:
         return {"id": code}

@@ -4,9 +4,8 @@ result of every doctor check (:class:`CheckResult`), in the order of :data:`CHEC
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import Report, pick
 from adapterdoc.report.findings import Finding, has_errors
 
 CHECK_NAMES = (
@@ -39,14 +38,8 @@ class CheckResult:
     code: str | None = None
     """The AD6xx code reported when the check fails."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "detail": self.detail,
-            "implementation": self.implementation,
-            "value": self.value,
-            "seconds": round(self.seconds, 4),
-        }
+    def to_dict(self) -> dict[str, object]:
+        return {**pick(self, ("ok", "detail", "implementation", "value")), "seconds": round(self.seconds, 4)}
 
 
 @dataclass
@@ -77,7 +70,7 @@ class LayoutRun:
     def check(self, name: str) -> CheckResult | None:
         return next((c for c in self.checks if c.name == name), None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "layout": self.layout,
             "ok": self.ok,
@@ -112,11 +105,6 @@ class SmokeReport(Report):
     def ok(self) -> bool:
         return all(r.ok for r in self.runs) and not has_errors(self.findings)
 
-    def body(self) -> dict[str, Any]:
-        return {
-            "layouts": [r.to_dict() for r in self.runs],
-            "steps": self.steps,
-            "out": self.out,
-            "seconds": round(self.seconds, 3),
-            "import_seconds": round(self.import_seconds, 3),
-        }
+    def body(self) -> dict[str, object]:
+        timings = {"seconds": round(self.seconds, 3), "import_seconds": round(self.import_seconds, 3)}
+        return {"layouts": [r.to_dict() for r in self.runs], **pick(self, ("steps", "out")), **timings}

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import FrozenReport, pick
 
 
-@dataclass
-class TrainReport(Report):
+@dataclass(frozen=True)
+class TrainReport(FrozenReport):
     """One run of `adapterdoc train`: where it wrote, its losses, and the doctor's verdict on the adapter."""
 
     base: str
@@ -20,7 +19,7 @@ class TrainReport(Report):
     steps: int = 0
     train_loss: dict[str, float | None] = field(default_factory=dict)
     val_loss: dict[str, float | None] | None = None
-    verify: dict[str, Any] = field(default_factory=dict)
+    verify: dict[str, object] = field(default_factory=dict)
     """The doctor's verdict (verify against the same base, lora_B, towers)."""
     num_processes: int = 1
     seconds: float = 0.0
@@ -28,24 +27,14 @@ class TrainReport(Report):
     is_main: bool = True
     """False on the other processes of a multi-process run (they report nothing)."""
 
-    def body(self) -> dict[str, Any]:
-        return {
-            "adapter": self.adapter,
-            "steps": self.steps,
-            "train_loss": self.train_loss,
-            "val_loss": self.val_loss,
-            "verify": self.verify,
-            "base": self.base,
-            "layout": self.layout or None,
-            "out": self.out,
-            "num_processes": self.num_processes,
-            "tokens_per_s": self.tokens_per_s,
-            "seconds": round(self.seconds, 3),
-        }
+    def body(self) -> dict[str, object]:
+        names = ("adapter", "steps", "train_loss", "val_loss", "verify", "base", "layout", "out")
+        d = pick(self, (*names, "num_processes", "tokens_per_s"))
+        return {**d, "layout": self.layout or None, "seconds": round(self.seconds, 3)}
 
 
-@dataclass
-class EvalReport(Report):
+@dataclass(frozen=True)
+class EvalReport(FrozenReport):
     """`adapterdoc eval`: loss and accuracy of the base and of base + adapter on the same rows."""
 
     adapter: str
@@ -56,7 +45,7 @@ class EvalReport(Report):
     improvement: float | None = None
     min_improvement: float | None = None
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         return {
             "base": self.base,
             "adapter": self.adapted,

@@ -5,7 +5,7 @@ one row per layout, the checks as counts, the failures below it), and the short 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from adapterdoc.report.registry import register
 from adapterdoc.report.render import Span, Writer, columns, plural, write_findings
@@ -110,30 +110,28 @@ def render_smoke(report: SmokeReport, *, verbose: bool = False, width: int | Non
     return w.getvalue()
 
 
-def progress_line(event: dict[str, Any]) -> str | None:
+def progress_line(event: Mapping[str, object]) -> str | None:
     """A one-line description of a progress event (for the live display), or None to ignore it."""
-    kind = event.get("event")
-    layout = event.get("layout", "")
-    if kind == "layout_start":
-        return f"{layout}: building"
-    if kind == "setup":
-        return f"{layout}: {event.get('objective')} objective, {event.get('train_rows')} training rows"
-    if kind == "eval":
-        return f"{layout}: evaluating ({event.get('when')})"
-    if kind == "step":
-        return f"{layout}: step {event.get('step')} loss {event.get('loss', 0):.3f}"
-    if kind == "save_start":
-        return f"{layout}: saving"
-    if kind == "check_start":
-        return f"{layout}: check {event.get('check')}"
-    return None
+    line = _PROGRESS.get(str(event.get("event")))
+    return f"{event.get('layout', '')}: {line(event)}" if line else None
+
+
+_PROGRESS: dict[str, Callable[[Mapping[str, object]], str]] = {
+    "layout_start": lambda e: "building",
+    "setup": lambda e: f"{e.get('objective')} objective, {e.get('train_rows')} training rows",
+    "eval": lambda e: f"evaluating ({e.get('when')})",
+    "step": lambda e: f"step {e.get('step')} loss {e.get('loss', 0):.3f}",
+    "save_start": lambda e: "saving",
+    "check_start": lambda e: f"check {e.get('check')}",
+}
+"""The progress events train-smoke's live display describes, each after its layout's name."""
 
 
 @register("TrainReport")
 def render_train(r: TrainReport) -> str:
     """`adapterdoc train`'s summary: losses, the adapter, the doctor's verdict, the report, the findings."""
 
-    def pair(d: dict[str, Any] | None) -> str:
+    def pair(d: Mapping[str, float | None] | None) -> str:
         return "–" if not d else f"{d['before']:.4f} → {d['after']:.4f}"
 
     v = r.verify

@@ -76,11 +76,11 @@ def write_records(
         **plan.extra,
     )
     write_json(os.path.join(out, "training_metadata.json"), meta)
-    from adapterdoc.audit import report_section
-    from adapterdoc.st.atomic import atomic_write_bytes
+    if plan.writes_run_report:
+        from adapterdoc.audit import report_section
+        from adapterdoc.report.run_report import write_run_report
 
-    text = run_report(result, [report_section(result.adapter_dir, out)])
-    atomic_write_bytes(os.path.join(out, "RUN_REPORT.md"), text.encode())
+        write_run_report(out, run_report(result, [report_section(result.adapter_dir, out)]))
     log("complete", seconds=round(result.seconds, 3))
 
 

@@ -95,33 +95,33 @@ def write_json(path: str, obj: object) -> None:
 
 
 def run_report(result: TrainResult, sections: list[str] | None = None) -> str:
-    """RUN_REPORT.md: the run's settings and losses, then ``sections`` (the doctor's verdict, pictures)."""
+    """RUN_REPORT.md: the run's settings and losses, then ``sections`` (the doctor's verdict, pictures); the
+    markdown is :func:`adapterdoc.report.run_report.render_run_report`'s."""
+    from adapterdoc.report.run_report import render_run_report
 
     def m(x: Metrics | None) -> str:
         return "n/a" if x is None else f"{x.loss:.4f} (accuracy {x.accuracy:.3f}, n={x.count:g})"
 
     s = result.settings
-    lines = [
-        f"# Training run: {result.base_name or result.layout}",
-        "",
-        f"- Objective: {result.objective}"
+    facts = [
+        f"Objective: {result.objective}"
         + (
             " (output head projects only the supervised tail: the selected answer positions)"
             if s.tail_only and result.objective != POOLED
             else ""
         ),
-        f"- Base: {result.base_name} (layout {result.layout or 'outside the registry'}"
+        f"Base: {result.base_name} (layout {result.layout or 'outside the registry'}"
         + (f", seed {s.base_seed}" if result.base_name.startswith("tiny:") else "")
         + f"); LoRA r={s.r}, alpha={s.alpha or 2 * s.r}, dropout {s.dropout}, seed {s.seed}",
-        f"- Steps: {s.steps} x batch {s.batch_size} x accumulation {s.grad_accum} x {result.num_processes} "
+        f"Steps: {s.steps} x batch {s.batch_size} x accumulation {s.grad_accum} x {result.num_processes} "
         f"process(es); AdamW lr {s.lr}, clip {s.max_grad_norm}",
-        f"- Train loss: {m(result.train_before)} -> {m(result.train_after)}",
-        f"- Validation loss: {m(result.val_before)} -> {m(result.val_after)}",
-        f"- Adapter: `{result.adapter_dir}` ({len(result.saved_keys)} tensors)",
+        f"Train loss: {m(result.train_before)} -> {m(result.train_after)}",
+        f"Validation loss: {m(result.val_before)} -> {m(result.val_after)}",
+        f"Adapter: `{result.adapter_dir}` ({len(result.saved_keys)} tensors)",
     ]
     if result.head_dir:
-        lines.append(f"- Pooled head: `{result.head_dir}`")
-    lines += ["", "Only LoRA (and the pooled head) were trained; the base weights stayed frozen.", ""]
-    for section in sections or []:
-        lines += [section.rstrip("\n"), ""]
-    return "\n".join(lines)
+        facts.append(f"Pooled head: `{result.head_dir}`")
+    note = "Only LoRA (and the pooled head) were trained; the base weights stayed frozen."
+    return render_run_report(
+        f"Training run: {result.base_name or result.layout}", facts, note, sections or []
+    )

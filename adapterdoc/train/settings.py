@@ -82,6 +82,9 @@ class Plan:
     vocab_size: int = 0
     extra: dict[str, object] = field(default_factory=dict)
     """More for training_metadata.json (the chat-mask method, the tokenizer, ...)."""
+    writes_run_report: bool = True
+    """False: the caller writes RUN_REPORT.md once, after its own checks (``adapterdoc train``'s doctor), so the
+    loop neither writes it nor runs the weights audit for it."""
 
 
 def steps_for(s: TrainSettings, rows: int, world: int) -> int:

@@ -3,6 +3,8 @@ name, and duplicates dropped."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from adapterdoc.report.findings import Finding
 
 MAX_LISTED = 20
@@ -10,7 +12,7 @@ MAX_LISTED = 20
 
 
 def at(f: Finding, spec: str) -> Finding:
-    return Finding(f.code, f.severity, f.message, key=f.key, path=spec, hint=f.hint)
+    return replace(f, path=spec)  # the config field's line stays (Finding.line)
 
 
 def dedupe(findings: list[Finding]) -> list[Finding]:

@@ -10,7 +10,7 @@ from tests.commands.test_action import _action, _calls, _env, _run_step, _step
 
 
 def test_the_inputs_describe_every_profile_and_every_format() -> None:
-    from adapterdoc.commands._common import ALL_FORMATS
+    from adapterdoc.commands.options import ALL_FORMATS
     from adapterdoc.engines import profile_names
 
     inputs = _action()["inputs"]

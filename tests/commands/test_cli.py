@@ -191,7 +191,7 @@ def test_a_missing_command_module_is_an_import_error(monkeypatch: pytest.MonkeyP
 
 
 def test_the_format_choices_are_the_registry_s() -> None:
-    from adapterdoc.commands._common import ALL_FORMATS
+    from adapterdoc.commands.options import ALL_FORMATS
     from adapterdoc.report.formats import FORMATS
 
     assert ALL_FORMATS == FORMATS

@@ -387,7 +387,7 @@ def test_a_permission_error_outside_the_writers_is_still_one_exit_3_line(unwrita
     import click
     from click.testing import CliRunner
 
-    from adapterdoc.commands._common import handle_errors
+    from adapterdoc.commands.options import handle_errors
 
     @click.command()
     @handle_errors

@@ -1,20 +1,32 @@
-"""Shared CLI plumbing: one-line errors (exit 3 for inputs, 4 for bugs), the output options every command takes
-(``--format``, ``--json``, ``--output-file``) and :func:`finish` (render through the format registry, pick the exit
-code), quiet mode, shared help text."""
+"""The CLI's shared parts, defined once: the options and arguments several commands take (``ADAPTER``, ``--base``,
+``--out``, ``--dtype``, ``--data``, ``--steps``, ``--seed``, ``--batch-size``, ``--force``, ``--max-length`` and the
+output options ``--format``, ``--json``, ``--output-file``), one-line errors (exit 3 for inputs, 4 for bugs) and
+:func:`finish` (render through the format registry, pick the exit code), quiet mode, shared help text.
+
+A command module declares an option here when a second command takes it; each decorator fixes the option's name,
+type, metavar and behaviour, and takes the help line of the command where what the value means differs (merge's
+``--base`` must hold weights, convert's needs only a config)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
+from typing_extensions import Self
 
 from adapterdoc.errors import AdapterdocError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+    from typing_extensions import Self
+
+    from adapterdoc.report.base import Envelope
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -64,10 +76,10 @@ def handle_errors(func: F) -> F:
     anything unexpected (a bug) to one line and exit code 4; ``--debug`` prints the traceback first."""
 
     @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         output = kwargs.get("output")
         if not isinstance(output, Output):
-            output = Output("json" if kwargs.get("as_json") else (kwargs.get("fmt") or "text"))
+            output = Output("json" if kwargs.get("as_json") else str(kwargs.get("fmt") or "text"))
         as_json = output.json
         try:
             return func(*args, **kwargs)
@@ -172,6 +184,89 @@ def is_quiet() -> bool:
     return bool(root and root.obj and root.obj.get("quiet"))
 
 
+# --------------------------------------------------------------------------------------------- inputs
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+"""``--dtype`` choices: ``auto`` (each tensor keeps the checkpoint's) or one of the three float types."""
+
+
+def adapter_argument(name: str = "adapter", *, many: bool = False) -> Callable[[F], F]:
+    """The input argument (``ADAPTER``, ``PATH``, ``ADAPTERS...``): any form of :data:`INPUT_FORMS`, passed on as
+    given (the library opens it; a missing or unusable input is exit 3 there, never click's exit 2)."""
+    if many:
+        return click.argument(name, nargs=-1, required=True)
+    return click.argument(name)
+
+
+def base_option(help: str, *, required: bool = False) -> Callable[[F], F]:
+    """``--base BASE``: a model folder, config.json, cached repo id or tiny:LAYOUT (what each command needs of it
+    is in its ``help``); resolved by the library (:mod:`adapterdoc.bases`)."""
+    return click.option("--base", "base", required=required, default=None, metavar="BASE", help=help)
+
+
+TRAIN_BASE_HELP = "A model folder (weights + tokenizer), a cached repo id or tiny:LAYOUT."
+"""train's and eval's ``--base``: the model is loaded, so it needs weights and a tokenizer."""
+
+
+def out_option(help: str, *, required: bool = False, metavar: str = "DIR") -> Callable[[F], F]:
+    """``--out``: where a command writes. click checks nothing (``readable=False``): a file, a link, a non-empty or
+    read-only folder is refused with exit 3 by the library's output rules (:mod:`adapterdoc.st.paths`)."""
+    return click.option(
+        "--out",
+        "out",
+        type=click.Path(readable=False),
+        required=required,
+        default=None,
+        metavar=metavar,
+        help=help,
+    )
+
+
+def dtype_option(help: str | None = None, *, default: str = "float32") -> Callable[[F], F]:
+    """``--dtype`` (one of :data:`DTYPES`)."""
+    return click.option("--dtype", type=click.Choice(DTYPES), default=default, show_default=True, help=help)
+
+
+def data_option(
+    help: str, *, required: bool = True, dir_okay: bool = False, metavar: str | None = None
+) -> Callable[[F], F]:
+    """``--data``: the training or evaluation rows (JSONL)."""
+    return click.option(
+        "--data",
+        required=required,
+        default=None,
+        type=click.Path(dir_okay=dir_okay),
+        metavar=metavar,
+        help=help,
+    )
+
+
+def steps_option(help: str) -> Callable[[F], F]:
+    """``--steps N``: optimizer steps (the default is the command's: it says it in ``help``)."""
+    return click.option("--steps", type=click.IntRange(min=1), default=None, help=help)
+
+
+def seed_option(help: str | None = None) -> Callable[[F], F]:
+    return click.option("--seed", type=int, default=0, show_default=True, help=help)
+
+
+def batch_size_option(default: int, help: str | None = None) -> Callable[[F], F]:
+    return click.option(
+        "--batch-size", type=click.IntRange(min=1), default=default, show_default=True, help=help
+    )
+
+
+def max_length_option() -> Callable[[F], F]:
+    return click.option(
+        "--max-length", type=click.IntRange(min=2), default=None, help="Truncate rows to this many tokens."
+    )
+
+
+def force_option(help: str) -> Callable[[F], F]:
+    """``--force``: replace an earlier output of this command (``help`` says which; never any other folder)."""
+    return click.option("--force", is_flag=True, help=help)
+
+
 # --------------------------------------------------------------------------------------------- output
 
 ALL_FORMATS = ("text", "json", "junit", "github", "sarif")
@@ -204,29 +299,32 @@ class Output:
             self._checked.append(True)
 
 
+JSON_HELP = "One JSON object on stdout (same as --format json)."
+
+
 def output_options(
     formats: Sequence[str] = ALL_FORMATS,
     *,
     output_file: bool = False,
-    json_help: str = "Same as --format json.",
 ) -> Callable[[F], F]:
     """``--format`` (one of ``formats``), ``--json`` (the same as ``--format json``; CLI.md) and, with
     ``output_file``, ``--output-file FILE``; the command receives them as one ``output: Output`` argument."""
 
     def decorate(func: F) -> F:
         @wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: object, **kwargs: object) -> object:
             fmt, as_json = kwargs.pop("fmt", None), kwargs.pop("as_json", False)
             if as_json and fmt not in (None, "json"):
                 raise click.BadParameter("--json conflicts with --format " + str(fmt), param_hint="--json")
-            out = Output("json" if as_json else (fmt or "text"), kwargs.pop("output_file", None))
+            file = kwargs.pop("output_file", None)
+            out = Output("json" if as_json else str(fmt or "text"), file if isinstance(file, str) else None)
             return func(*args, output=out, **kwargs)
 
         options = [
             click.option(
                 "--format", "fmt", type=click.Choice(list(formats)), help="Output format (default text)."
             ),
-            click.option("--json", "as_json", is_flag=True, help=json_help),
+            click.option("--json", "as_json", is_flag=True, help=JSON_HELP),
         ]
         if output_file:
             options.append(
@@ -245,11 +343,11 @@ def output_options(
 
 
 def finish(
-    report: Any,
+    report: Envelope,
     output: Output,
     *,
     text: Callable[[], str] | None = None,
-    text_options: dict[str, Any] | None = None,
+    text_options: Mapping[str, object] | None = None,
     quiet: bool | None = None,
     per_group: bool = False,
 ) -> NoReturn:
@@ -317,3 +415,62 @@ def check_output_file(path: str, inputs: list[str], option: str = "--output-file
             raise RefusedError(
                 path, f"{option} would overwrite or sit inside the input {spec}; choose another path"
             )
+
+
+# --------------------------------------------------------------------------------------------- progress
+
+BAR_COLUMNS = ("spinner", "bar", "bytes", "speed", "elapsed", "remaining")
+"""The rich columns :func:`stderr_bar` knows by name; any other string is a text column (a rich format)."""
+
+
+class LiveBar:
+    """A context manager around :func:`stderr_bar`: the bar runs between enter and exit when ``live``, else nothing
+    is drawn; :meth:`update` and :meth:`advance` are no-ops without a bar. The commands' progress displays (merge,
+    train, train-smoke) subclass it with their own ``on_event``."""
+
+    def __init__(
+        self, columns: Sequence[str], description: str, total: float | None = None, *, live: bool
+    ) -> None:
+        self.columns, self.description, self.total, self.live = columns, description, total, live
+        self.progress: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> Self:
+        if self.live:
+            self.progress, self.task = stderr_bar(self.columns, self.description, self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def update(self, **fields: Any) -> None:  # rich's own keywords (completed, total, description)
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, **fields)
+
+    def advance(self) -> None:
+        if self.progress is not None and self.task is not None:
+            self.progress.advance(self.task)
+
+
+def stderr_bar(
+    columns: Sequence[str], description: str, total: float | None = None
+) -> tuple[Progress, TaskID]:
+    """A started, transient rich progress bar on stderr with one task (``description``, ``total``); ``columns``
+    are names from :data:`BAR_COLUMNS` or text formats such as ``"{task.completed}/{task.total} steps"``. The
+    caller stops it (``progress.stop()``)."""
+    from rich import progress as rp
+    from rich.console import Console
+
+    made = {
+        "spinner": rp.SpinnerColumn,
+        "bar": rp.BarColumn,
+        "bytes": rp.DownloadColumn,
+        "speed": rp.TransferSpeedColumn,
+        "elapsed": rp.TimeElapsedColumn,
+        "remaining": rp.TimeRemainingColumn,
+    }
+    cols = [made[c]() if c in made else rp.TextColumn(c) for c in columns]
+    bar = rp.Progress(*cols, console=Console(stderr=True), transient=True)
+    bar.start()
+    return bar, bar.add_task(description, total=total)
