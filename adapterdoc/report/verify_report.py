@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from adapterdoc.report.base import Report, envelope, unusable_finding
+from adapterdoc.report.base import FrozenReport, envelope, unusable_finding
 from adapterdoc.report.findings import Finding, has_errors
 
 OWN_BASE = "(each adapter's base_model_name_or_path)"
@@ -46,17 +46,11 @@ class VerifySubject:
     """The engine's view of the base the keys are checked against (the report's ``keys_against``)."""
 
 
-_FROZEN: bool = Report.__dataclass_params__.frozen  # type: ignore[attr-defined]
-"""Whether the reports here are declared frozen: exactly when :class:`~adapterdoc.report.base.Report` is, since a
-frozen dataclass cannot subclass a non-frozen one, nor the reverse. Nothing changes them once made either way."""
-
-
-@dataclass(frozen=_FROZEN)
-class VerifyReport(Report):
+@dataclass(frozen=True)
+class VerifyReport(FrozenReport):
     """The verdict on one adapter, built once from the checks' results (:func:`adapterdoc.verify.run.verify_one`).
 
-    Nothing changes a report once it is made (``dataclasses.replace`` makes a changed copy); it is declared
-    ``frozen`` as soon as its base is (:data:`_FROZEN`)."""
+    Frozen: nothing changes a report once it is made (``dataclasses.replace`` makes a changed copy)."""
 
     adapter: str
     path: str | None = None
@@ -151,8 +145,8 @@ def build_report(subject: VerifySubject, findings: list[Finding], **results: obj
     )
 
 
-@dataclass(frozen=_FROZEN)
-class VerifyRun(Report):
+@dataclass(frozen=True)
+class VerifyRun(FrozenReport):
     """One ``verify`` call: the base, the options and a report per adapter.
 
     ``findings`` are the adapters' findings in order, gathered once when the run is made."""

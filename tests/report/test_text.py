@@ -5,6 +5,7 @@ Regenerate after an intended change: ``ADAPTERDOC_UPDATE_GOLDEN=1 python -m pyte
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
@@ -298,32 +299,35 @@ def own_bases_run() -> VerifyRun:
         served_as="vl",
     )
     cmd = bad.move["command"]  # type: ignore[index]
-    bad.findings = [
-        make(
-            "AD220",
-            "50 LoRA key(s) that PEFT creates on Qwen3_5ForConditionalGeneration are not in the "
-            "adapter (they stay at their zero initialisation)",
-            path=bad.adapter,
-            key=_vl_keys()[0],
-            hint=cmd,
-        ),
-        make(
-            "AD221",
-            "50 adapter key(s) match nothing on Qwen3_5ForConditionalGeneration and would be dropped "
-            "without a warning",
-            path=bad.adapter,
-            key=keys[0],
-            hint=cmd,
-        ),
-        make(
-            "AD223",
-            "text-only adapter on a VL base (adapter keys use qwen3_5_text names, the base qwen3_5_vl "
-            "names); the 50 mismatched key(s) all match Qwen3_5ForConditionalGeneration after the move",
-            path=bad.adapter,
-            hint=cmd,
-        ),
-        make("AD229", "scaling lora_alpha / r = 2 (r 8, lora_alpha 16)", path=bad.adapter),
-    ]
+    bad = dataclasses.replace(
+        bad,
+        findings=[
+            make(
+                "AD220",
+                "50 LoRA key(s) that PEFT creates on Qwen3_5ForConditionalGeneration are not in the "
+                "adapter (they stay at their zero initialisation)",
+                path=bad.adapter,
+                key=_vl_keys()[0],
+                hint=cmd,
+            ),
+            make(
+                "AD221",
+                "50 adapter key(s) match nothing on Qwen3_5ForConditionalGeneration and would be dropped "
+                "without a warning",
+                path=bad.adapter,
+                key=keys[0],
+                hint=cmd,
+            ),
+            make(
+                "AD223",
+                "text-only adapter on a VL base (adapter keys use qwen3_5_text names, the base qwen3_5_vl "
+                "names); the 50 mismatched key(s) all match Qwen3_5ForConditionalGeneration after the move",
+                path=bad.adapter,
+                hint=cmd,
+            ),
+            make("AD229", "scaling lora_alpha / r = 2 (r 8, lora_alpha 16)", path=bad.adapter),
+        ],
+    )
     good = VerifyReport(
         adapter=AD,
         path=AD,
