@@ -81,6 +81,12 @@ class ExpertPlan:
     parsed: dict[str, LoraKey] = field(default_factory=dict)
     """Every input tensor name, parsed once."""
 
+    def tensor_counts(self) -> tuple[int, int]:
+        """(tensors read, tensors written) by the conversion: two per fused module, two per expert and leaf."""
+        fused = 2 * len(self.blocks)
+        per_expert = sum(2 * len(b.leaf_keys) for b in self.blocks)
+        return (per_expert, fused) if self.direction == "fused" else (fused, per_expert)
+
     @property
     def specs(self) -> list[Spec]:
         return [s for specs, _ in self.groups for s in specs]
