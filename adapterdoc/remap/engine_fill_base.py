@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.bases import BaseSpec
 
@@ -59,7 +58,7 @@ def layer_count(spec: BaseSpec) -> int | None:
     try:
         if spec.kind == "tiny":
             lay = LAYOUTS.get(spec.tiny_layout or "")
-            raw: Any = lay.tiny.kwargs() if lay and lay.tiny else None
+            raw: object = lay.tiny.kwargs() if lay and lay.tiny else None
         else:
             raw = read_config_json(spec)
     except (AdapterdocError, OSError, ValueError):
@@ -67,7 +66,7 @@ def layer_count(spec: BaseSpec) -> int | None:
     return _find(raw, "num_hidden_layers")
 
 
-def _find(raw: Any, key: str) -> int | None:
+def _find(raw: object, key: str) -> int | None:
     if not isinstance(raw, dict):
         return None
     text = raw.get("text_config")
