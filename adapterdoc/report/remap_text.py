@@ -71,15 +71,15 @@ def _config_change(w: Writer, c: ConfigChange) -> None:
 
 
 def _expert_counts(r: Mapping[str, object]) -> str:
-    """What an expert conversion rewrote, in the units ``--json`` counts: the fused modules (``blocks``, two tensors
-    each) and the per-expert modules (two tensors each), then the tensors read and written."""
+    """What an expert conversion rewrote, in the units ``--json`` counts: the tensors read and written, then the
+    fused modules (``blocks``, two tensors each) and the per-expert modules (two tensors each)."""
     read, written, blocks = r["tensors_read"], r["tensors_written"], r["blocks"]
     assert isinstance(read, int) and isinstance(written, int) and isinstance(blocks, int)
     to_fused = r.get("to", r.get("direction")) == "fused"  # a --for rewrite says "to", --experts "direction"
     fused = plural(blocks, "fused module")
     per_expert = plural((read if to_fused else written) // 2, "per-expert module")
     old, new = (per_expert, fused) if to_fused else (fused, per_expert)
-    return f"{old} as {new}, {read} tensors → {written}"
+    return f"{read} tensors → {written}, {old} as {new}"
 
 
 def _rewrite(r: Mapping[str, object]) -> str:

@@ -97,7 +97,7 @@ def test_remap_experts_counts_modules_and_tensors_not_keys(cli: Callable[..., An
     ex = js["experts"]
     assert (js["renamed"], ex["blocks"], ex["tensors_read"], ex["tensors_written"]) == (4, 4, 48, 8)
     lines = cli("remap", PER_EXPERT, "--experts", "fused", "--dry-run").stdout.splitlines()
-    assert "  would rewrite 24 per-expert modules as 4 fused modules, 48 tensors → 8 (copy)" in lines
+    assert "  would rewrite 48 tensors → 8, 24 per-expert modules as 4 fused modules (copy)" in lines
     assert "    2 fused modules: model.layers.*.mlp.experts.{0..3}.down_proj" in lines  # was "2 keys:"
     assert not any("keys" in line for line in lines[:6])
 
@@ -112,7 +112,7 @@ def test_remap_for_experts_counts_the_modules_each_side(cli: Callable[..., Any],
     assert (rw["blocks"], rw["tensors_read"], rw["tensors_written"]) == (4, 8, 48)
     text = " ".join(cli("remap", fused, "--for", "vllm", "--dry-run").stdout.split())  # the line wraps at 80
     assert (
-        "would rewrite experts: fused → per-expert, 4 fused modules as 24 per-expert modules, 8 tensors → 48"
+        "would rewrite experts: fused → per-expert, 8 tensors → 48, 4 fused modules as 24 per-expert modules"
         in text
     )
 
@@ -129,7 +129,7 @@ def test_more_rewritten_modules_are_counted_as_modules() -> None:
     )
     lines = render_remap(report, width=120).splitlines()
     assert (
-        "  rewrote experts: fused → per-expert, 8 fused modules as 32 per-expert modules, 16 tensors → 64"
+        "  rewrote experts: fused → per-expert, 16 tensors → 64, 8 fused modules as 32 per-expert modules"
         in lines
     )
     assert "    and 2 more modules (--json lists them)" in lines
