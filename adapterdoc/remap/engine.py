@@ -36,7 +36,7 @@ from adapterdoc.remap.expert_names import DOWN, GATE_UP, fused_owner_prefix
 from adapterdoc.remap.experts import Pieces, Producer
 from adapterdoc.remap.plan import KeyMoves, Plan, WriteWeights, move_keys, open_safetensors, plan_header
 from adapterdoc.report.findings import Finding, make, sort_findings
-from adapterdoc.report.remap_report import ConfigChange, Planned
+from adapterdoc.report.remap_report import ConfigChange, RemapReport
 from adapterdoc.st.atomic import target_mode
 from adapterdoc.st.compose import compose
 from adapterdoc.st.header import Header
@@ -176,7 +176,7 @@ def make_engine_plan(
         strategy = "copy" if out is not None else "in-place"
     if not rewrites:
         notes.append(f"the adapter already fits {engine} {needs.version}: nothing to do")
-    planned = Planned(
+    planned = RemapReport(
         input=spec,
         mode="for",
         strategy=strategy,
@@ -185,9 +185,9 @@ def make_engine_plan(
         target_layout=move.target if mapping and move is not None else None,
         weights=weights,
         out=out,
-        config_changes=tuple(changes),
-        notes=tuple(notes),
-        findings=tuple(sort_findings(findings)),
+        config_changes=changes,
+        notes=notes,
+        findings=sort_findings(findings),
         engine={
             "name": engine,
             "version": needs.version,
@@ -195,7 +195,7 @@ def make_engine_plan(
             "base_from": base_from,
             "needs": dataclasses.asdict(needs),
         },
-        rewrites=tuple(rewrites),
+        rewrites=rewrites,
     )
     return Plan(
         planned,

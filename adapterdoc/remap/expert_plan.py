@@ -16,7 +16,7 @@ from adapterdoc.remap.expert_config import block_mapping, expert_config
 from adapterdoc.remap.expert_names import GATE_UP, STYLES
 from adapterdoc.remap.experts import Block, ExpertPlan, plan_experts
 from adapterdoc.remap.plan import Plan, open_safetensors
-from adapterdoc.report.remap_report import Planned
+from adapterdoc.report.remap_report import RemapReport
 from adapterdoc.st.atomic import target_mode
 from adapterdoc.st.compose import compose
 from adapterdoc.st.header import Header
@@ -50,15 +50,15 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
         original = f.read()
     raw = json.loads(original.decode("utf-8"))
     changes = expert_config(raw, cfg, plan, others, cfg.path, keys_only=_keys_only(cfg))
-    planned = Planned(
+    planned = RemapReport(
         input=spec,
         mode="experts",
         strategy="copy",
         mapping=block_mapping(plan),
         weights=weights,
         out=out,
-        config_changes=tuple(changes),
-        notes=tuple(_notes(plan)),
+        config_changes=changes,
+        notes=_notes(plan),
         experts=_summary(plan),
     )
     config_bytes = dump_like(raw, original) if changes or out is not None else None
@@ -95,14 +95,14 @@ def _already(
         return None
     weights = ckpt.weights_path
     assert weights is not None
-    planned = Planned(
+    planned = RemapReport(
         input=spec,
         mode="experts",
         strategy="none",
         mapping={},
         weights=weights,
         out=out,
-        notes=(f"the expert LoRA is already {direction}: nothing to do",),
+        notes=[f"the expert LoRA is already {direction}: nothing to do"],
     )
     with open(cfg.path, "rb") as f:
         config_bytes = f.read() if out is not None else None

@@ -15,7 +15,7 @@ from adapterdoc.layouts import LAYOUTS, Rule, tower_segment
 from adapterdoc.remap.config import plan_config
 from adapterdoc.remap.moves import INFIX, RemapMove, detect, resolve_layout_move, user_move, vl_move
 from adapterdoc.report.findings import Finding, make, sort_findings
-from adapterdoc.report.remap_report import ConfigChange, Planned
+from adapterdoc.report.remap_report import ConfigChange, RemapReport
 from adapterdoc.st import rewrite
 from adapterdoc.st.header import Header, read_header
 
@@ -31,7 +31,8 @@ class Plan:
     """A remap worked out before anything is written: what the report will say (``planned``) and what the write
     needs."""
 
-    planned: Planned
+    planned: RemapReport
+    """The report as planning leaves it (the write adds the files it wrote and its notes)."""
     ckpt: Checkpoint
     weights_path: str
     header: Header | None
@@ -94,16 +95,29 @@ def make_plan(
         ckpt, weights, parsed, vl=vl, to=to, source=source, user_rules=user_rules, notes=notes
     )
     mapping = _mapping(weights, keys, parsed, move)
-    head = Planned(
-        input=spec,
-        mode=move.mode,
-        strategy="none",
-        mapping=mapping,
-        source_layout=move.source,
-        target_layout=move.target,
-        weights=weights,
-        out=os.fspath(out) if out is not None else None,
-    )
+    out_path = os.fspath(out) if out is not None else None
+
+    def report(
+        strategy: str,
+        notes: list[str],
+        changes: tuple[ConfigChange, ...] = (),
+        findings: list[Finding] | None = None,
+    ) -> RemapReport:
+        """The plan's report (the write adds what it wrote: :func:`~adapterdoc.report.remap_report.build_remap_report`)."""
+        return RemapReport(
+            input=spec,
+            mode=move.mode,
+            strategy=strategy,
+            mapping=mapping,
+            source_layout=move.source,
+            target_layout=move.target,
+            weights=weights,
+            out=out_path,
+            config_changes=list(changes),
+            notes=notes,
+            findings=sort_findings(findings or []),
+        )
+
     header = ckpt.headers[0] if ckpt.headers else None
     if not mapping:
         notes.append(
@@ -117,7 +131,7 @@ def make_plan(
             with open(cfg_path, "rb") as f:
                 config_bytes = f.read()
         return Plan(
-            replace(head, notes=tuple(notes)),
+            report("none", notes),
             ckpt,
             weights,
             header,
@@ -130,22 +144,11 @@ def make_plan(
     module_map = _module_map(mapping, old_parsed, new_parsed)
     cfg = plan_config(ckpt, move, module_map, parsed, keep_original=out is not None)
     towers = _tower_findings(weights, mapping, keys, parsed, new_parsed, move)
-    head = replace(head, config_changes=cfg.changes)
     if ckpt.weights_format == "bin":  # always copied, into safetensors (AD103 says where)
-        planned = replace(
-            head,
-            strategy="copy",
-            notes=(*notes, *cfg.notes),
-            findings=tuple(sort_findings([*towers, _bin_finding(weights, out)])),
-        )
+        planned = report("copy", [*notes, *cfg.notes], cfg.changes, [*towers, _bin_finding(weights, out)])
         return Plan(planned, ckpt, weights, header, config_path=cfg.path, config_bytes=cfg.data)
     hp = plan_header(weights, header, mapping, out)
-    planned = replace(
-        head,
-        strategy=hp.strategy,
-        notes=(*notes, *cfg.notes, *hp.notes),
-        findings=tuple(sort_findings(towers)),
-    )
+    planned = report(hp.strategy, [*notes, *cfg.notes, *hp.notes], cfg.changes, towers)
     return Plan(planned, ckpt, weights, hp.header, hp.body, cfg.path, cfg.data, hp.blocker)
 
 

@@ -1,13 +1,12 @@
 """What ``adapterdoc remap`` returns: :class:`RemapReport`, the adapter_config changes it lists, and the one builder
-that assembles it from the plan's and the write's results (:func:`build_remap_report`)."""
+that completes the plan's report with the write's results (:func:`build_remap_report`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from adapterdoc.report.base import Report
-from adapterdoc.report.findings import Finding
 
 MAPPING_SAMPLE = 1000
 """The JSON form lists at most this many renames (``mapping_total`` says how many there are)."""
@@ -52,17 +51,17 @@ class RemapReport(Report):
     """The weights file read."""
     out: str | None = None
     dry_run: bool = False
-    config_changes: Sequence[ConfigChange] = ()
-    written: Sequence[str] = ()
+    config_changes: Sequence[ConfigChange] = field(default_factory=list)
+    written: Sequence[str] = field(default_factory=list)
     """Files written (or that would be, with ``dry_run``)."""
-    notes: Sequence[str] = ()
+    notes: Sequence[str] = field(default_factory=list)
     experts: Mapping[str, object] | None = None
     """``--experts`` only: the direction, the per-expert names, the blocks and tensors rewritten, the rank of each
     projection before and after, and what the conversion keeps exact."""
     engine: Mapping[str, object] | None = None
     """``--for`` only: the engine, the version its needs describe, the base layout and where it came from, and
     the needs themselves."""
-    rewrites: Sequence[Mapping[str, object]] = ()
+    rewrites: Sequence[Mapping[str, object]] = field(default_factory=list)
     """``--for`` only: each rewrite made (``keys``, ``experts``, ``rslora``, ``ranks``, ``scaling``, ``patterns``,
     ``target_modules``), with what it cost (``bytes_added`` by padding, ``max_rel_rounding`` of scaling)."""
 
@@ -99,27 +98,6 @@ class RemapReport(Report):
 
 
 @dataclass(frozen=True)
-class Planned:
-    """What planning a remap found (:mod:`adapterdoc.remap.plan` and its ``--experts`` / ``--for`` siblings): every
-    field of the report but what the write adds."""
-
-    input: str
-    mode: str
-    strategy: str
-    mapping: Mapping[str, str]
-    source_layout: str | None = None
-    target_layout: str | None = None
-    weights: str | None = None
-    out: str | None = None
-    config_changes: tuple[ConfigChange, ...] = ()
-    notes: tuple[str, ...] = ()
-    findings: tuple[Finding, ...] = ()
-    experts: Mapping[str, object] | None = None
-    engine: Mapping[str, object] | None = None
-    rewrites: tuple[Mapping[str, object], ...] = ()
-
-
-@dataclass(frozen=True)
 class Written:
     """What the write did: the files written, in order, and what it noted (a link replaced, a backup kept)."""
 
@@ -133,24 +111,9 @@ class Written:
 DRY_RUN_NOTE = "dry run: nothing was written"
 
 
-def build_remap_report(planned: Planned, written: Written | None) -> RemapReport:
-    """The report, once: the plan's findings, then the write's files and notes (``None``: a dry run)."""
-    notes = planned.notes + (written.notes if written is not None else (DRY_RUN_NOTE,))
-    return RemapReport(
-        input=planned.input,
-        mode=planned.mode,
-        strategy=planned.strategy,
-        mapping=planned.mapping,
-        source_layout=planned.source_layout,
-        target_layout=planned.target_layout,
-        weights=planned.weights,
-        out=planned.out,
-        dry_run=written is None,
-        config_changes=list(planned.config_changes),
-        written=list(written.paths) if written is not None else [],
-        notes=list(notes),
-        experts=planned.experts,
-        engine=planned.engine,
-        rewrites=list(planned.rewrites),
-        findings=list(planned.findings),
-    )
+def build_remap_report(planned: RemapReport, written: Written | None) -> RemapReport:
+    """The final report, from the plan's (:attr:`adapterdoc.remap.plan.Plan.planned`, which the write never
+    touches) and the write's results (``None``: a dry run, nothing written)."""
+    if written is None:
+        return replace(planned, dry_run=True, notes=[*planned.notes, DRY_RUN_NOTE])
+    return replace(planned, written=list(written.paths), notes=[*planned.notes, *written.notes])

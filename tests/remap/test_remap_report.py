@@ -1,6 +1,7 @@
-"""The remap report (issue 28): built once, by :func:`~adapterdoc.report.remap_report.build_remap_report`, from the
-plan's and the write's frozen results; and (issue 25) count lines that say what they count, with the numbers
-``--json`` gives: an expert remap rewrites modules and tensors, not "keys"."""
+"""The remap report (issue 28): made once by the plan, completed once with the write's frozen result
+(:func:`~adapterdoc.report.remap_report.build_remap_report`), never filled field by field; and (issue 25) count
+lines that say what they count, with the numbers ``--json`` gives: an expert remap rewrites modules and tensors,
+not "keys"."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from adapterdoc.remap.experts import Block, ExpertPlan
 from adapterdoc.remap.moves import RemapMove
 from adapterdoc.remap.plan import HeaderPlan, KeyMoves, Plan
 from adapterdoc.report.base import Report
-from adapterdoc.report.remap_report import ConfigChange, Planned, RemapReport, Written
+from adapterdoc.report.remap_report import ConfigChange, RemapReport, Written
 from adapterdoc.report.remap_text import render_remap
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def test_nothing_in_remap_fills_a_report_after_it_is_made() -> None:
     assert found == {}
 
 
-RESULTS = [ConfigChange, Planned, Written, Plan, HeaderPlan, KeyMoves, ConfigPlan, RemapMove, ExpertPlan, Block,
+RESULTS = [ConfigChange, Written, Plan, HeaderPlan, KeyMoves, ConfigPlan, RemapMove, ExpertPlan, Block,
            Filled, FillStep, ExpertsStep]  # fmt: skip
 
 
