@@ -17,6 +17,7 @@ import pytest
 from adapterdoc.remap.config import ConfigPlan
 from adapterdoc.remap.engine import ExpertsStep
 from adapterdoc.remap.engine_fill import Filled, FillStep
+from adapterdoc.remap.engine_fill_base import BaseModules
 from adapterdoc.remap.experts import Block, ExpertPlan
 from adapterdoc.remap.moves import RemapMove
 from adapterdoc.remap.plan import HeaderPlan, KeyMoves, Plan
@@ -72,7 +73,7 @@ def test_nothing_in_remap_fills_a_report_after_it_is_made() -> None:
 
 
 RESULTS = [ConfigChange, Written, Plan, HeaderPlan, KeyMoves, ConfigPlan, RemapMove, ExpertPlan, Block,
-           Filled, FillStep, ExpertsStep]  # fmt: skip
+           Filled, FillStep, ExpertsStep, BaseModules]  # fmt: skip
 
 
 @pytest.mark.parametrize("cls", RESULTS, ids=[c.__name__ for c in RESULTS])
