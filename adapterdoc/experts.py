@@ -178,6 +178,13 @@ def _spellings() -> Sequence[Experts]:
     return EXPERT_SPELLINGS
 
 
+def split_per_expert(module: str) -> tuple[str, int, str] | None:
+    """``(block, expert, leaf)`` of a per-expert module path ``{block}.{e}.{leaf}`` (``block`` ending in
+    ``.experts``); ``None`` for any other path. The one reading of a per-expert path (inspect, verify, remap)."""
+    m = _PER_EXPERT.match(module)
+    return (m["block"], int(m["e"]), m["leaf"]) if m else None
+
+
 def _per_expert_projection(leaf: str) -> str | None:
     for sp in _spellings():
         if leaf in sp.per_expert:

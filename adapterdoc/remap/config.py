@@ -4,69 +4,85 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass
 
 from adapterdoc.adapter import LoraKey, fused_expert_owner
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.layouts import LAYOUTS, remap_path
 from adapterdoc.remap.moves import RemapMove, detect
 from adapterdoc.remap.rewriter import ConfigRewriter
-from adapterdoc.report.remap_report import ConfigChange, RemapReport
+from adapterdoc.report.remap_report import ConfigChange
+
+
+@dataclass(frozen=True)
+class ConfigPlan:
+    """adapter_config.json after a remap: its path, its new bytes (``None``: unchanged), the changes and notes."""
+
+    path: str | None = None
+    data: bytes | None = None
+    changes: tuple[ConfigChange, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def plan_config(
-    ckpt: Checkpoint, report: RemapReport, move: RemapMove, module_map: dict[str, str], parsed: list[LoraKey]
-) -> tuple[str | None, bytes | None]:
-    """(adapter_config.json's path, its new bytes): the bytes are ``None`` when nothing changes and there is no
-    ``--out`` (the original bytes with ``--out``); the changes go into ``report``."""
+    ckpt: Checkpoint,
+    move: RemapMove,
+    module_map: dict[str, str],
+    parsed: list[LoraKey],
+    *,
+    keep_original: bool,
+) -> ConfigPlan:
+    """adapter_config.json's new bytes: ``None`` when nothing changes, unless ``keep_original`` (``--out``: the
+    original bytes then)."""
     cfg = ckpt.adapter_config
     if cfg is None or cfg.path is None:
-        return None, None
+        return ConfigPlan()
     with open(cfg.path, "rb") as f:
         original = f.read()
     raw = json.loads(original.decode("utf-8"))
     if not isinstance(raw, dict):
-        return cfg.path, None
+        return ConfigPlan(cfg.path)
     lora_pairs, full_pairs = _pairs(parsed, module_map)
     changes = ConfigRewriter(move, module_map, lora_pairs, full_pairs).rewrite(raw)
+    notes: tuple[str, ...] = ()
     if module_map:
-        changes += _auto_mapping_change(report, raw, move, lora_pairs)
+        auto, notes = _auto_mapping_change(raw, move, lora_pairs)
+        changes += auto
     if not changes:
-        return cfg.path, original if report.out is not None else None
-    report.config_changes = changes
-    return cfg.path, dump_like(raw, original)
+        return ConfigPlan(cfg.path, original if keep_original else None, (), notes)
+    return ConfigPlan(cfg.path, dump_like(raw, original), tuple(changes), notes)
 
 
 def _auto_mapping_change(
-    report: RemapReport, raw: dict[str, Any], move: RemapMove, lora_pairs: list[tuple[str, str]]
-) -> list[ConfigChange]:
+    raw: dict[str, object], move: RemapMove, lora_pairs: list[tuple[str, str]]
+) -> tuple[list[ConfigChange], tuple[str, ...]]:
     """PEFT's ``auto_mapping`` names the class the adapter was made for (``AutoPeftModel`` builds it from
     ``parent_library``): point it at the target layout's class when it names the source layout's, from the
     registry. A class the registry does not know is kept, with a note."""
     auto = raw.get("auto_mapping")
     if not isinstance(auto, dict) or not isinstance(auto.get("base_model_class"), str):
-        return []
+        return [], ()
     source, target = move.source, move.target
     if move.mode == "rule" or source is None:
         source, target = _rule_layouts(auto["base_model_class"], lora_pairs)
     if source not in LAYOUTS or target not in LAYOUTS:
-        return []
+        return [], ()
     src, dst = LAYOUTS[source], LAYOUTS[target]
     cls = auto["base_model_class"]
     if cls == dst.model_class:
-        return []
+        return [], ()
     if cls != src.model_class:
-        report.notes.append(
+        note = (
             f"adapter_config.json auto_mapping names {cls}, which is not {source}'s class (kept): "
             f"AutoPeftModel.from_pretrained would build that class; load the {dst.model_class} base yourself "
             "and use PeftModel.from_pretrained"
         )
-        return []
+        return [], (note,)
     old = dict(auto)
     auto["base_model_class"] = dst.model_class
     if "parent_library" in auto:  # PEFT writes both; a hand-made mapping without it keeps its shape
         auto["parent_library"] = dst.model_module
-    return [ConfigChange("auto_mapping", old, dict(auto), "class")]
+    return [ConfigChange("auto_mapping", old, dict(auto), "class")], ()
 
 
 def _rule_layouts(cls: str, lora_pairs: list[tuple[str, str]]) -> tuple[str | None, str | None]:
@@ -103,7 +119,7 @@ def _pairs(
     return sorted(lora.items()), sorted(full.items())
 
 
-def dump_like(raw: dict[str, Any], original: bytes) -> bytes:
+def dump_like(raw: dict[str, object], original: bytes) -> bytes:
     """Serialise ``raw`` the way ``original`` was written (indent, ASCII escapes, final newline)."""
     text = original.decode("utf-8")
     lines = text.splitlines()

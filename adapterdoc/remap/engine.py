@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, parse_key
 from adapterdoc.engines.base import EngineNeeds
@@ -33,31 +33,26 @@ from adapterdoc.remap.engine_ranks import plan_uniform
 from adapterdoc.remap.engine_tensors import Group, identity_groups, transform
 from adapterdoc.remap.expert_config import block_mapping, peft_fuses_keys_only
 from adapterdoc.remap.expert_names import DOWN, GATE_UP, fused_owner_prefix
-from adapterdoc.remap.plan import Plan, move_keys, open_input, plan_header
-from adapterdoc.report.findings import make, sort_findings
-from adapterdoc.report.remap_report import RemapReport
+from adapterdoc.remap.experts import Pieces, Producer
+from adapterdoc.remap.plan import KeyMoves, Plan, WriteWeights, move_keys, open_safetensors, plan_header
+from adapterdoc.report.findings import Finding, make, sort_findings
+from adapterdoc.report.remap_report import ConfigChange, RemapReport
 from adapterdoc.st.atomic import target_mode
 from adapterdoc.st.compose import compose
 from adapterdoc.st.header import Header
-
-"""The engines ``--for`` knows (each needs its verify profile registered)."""
 
 
 def make_engine_plan(
     spec: str, engine: str, base: str | None, out: str | None, needs: EngineNeeds | None = None
 ) -> Plan:
     """Plan ``remap --for ENGINE`` of ``spec``; nothing is written here. ``needs`` replaces the profile's
-    (a library caller's own engine description; the profile is then not looked up)."""
+    (a library caller's own engine description; the profile is then not looked up). Each step below returns
+    what it changed; the plan (and its report) is assembled once, at the end."""
     from adapterdoc.engines import get_profile
 
-    ckpt = open_input(spec)
-    weights = ckpt.weights_path
-    assert weights is not None
-    if ckpt.weights_format == "bin":
-        raise UnsupportedInputError(
-            weights,
-            "remap --for reads safetensors only (engines need it); save the adapter as safetensors first",
-        )
+    ckpt, weights = open_safetensors(
+        spec, "remap --for reads safetensors only (engines need it); save the adapter as safetensors first"
+    )
     cfg = ckpt.adapter_config
     if cfg is None or cfg.path is None:
         raise RefusedError(weights, "remap --for needs the adapter folder with its adapter_config.json")
@@ -74,42 +69,34 @@ def make_engine_plan(
     notes: list[str] = []
     layout, base_from = base_layout(ckpt, base, modules, notes)
     if needs is None:
+        assert profile is not None
         needs = profile.needs(layout, None)
     if needs is None:
         raise UnsupportedInputError(
             engine, "is not a serving engine; remap --for has nothing to rewrite for it"
         )
     _refuse_inexact(weights, engine, needs, cfg, header, parsed, base)
-    report = RemapReport(
-        input=spec, mode="for", strategy="none", mapping={}, weights=weights, out=out, notes=notes
-    )
-    report.engine = {
-        "name": engine,
-        "version": needs.version,
-        "base_layout": layout,
-        "base_from": base_from,
-        "needs": dataclasses.asdict(needs),
-    }
     with open(cfg.path, "rb") as f:
         original = f.read()
     raw = json.loads(original.decode("utf-8"))
-    hint = cfg.layout_hints
+    changes: list[ConfigChange] = []
+    rewrites: list[Mapping[str, object]] = []
+    findings: list[Finding] = []
 
     # 1. keys (header-only)
-    move = key_move(needs.keys, weights, modules, hint, layout, notes)
-    mapping: dict[str, str] = {}
-    if move is not None:
-        mapping, moved = move_keys(ckpt, report, keys, parsed, move)
-        if moved is not None:
-            raw = json.loads(moved.decode("utf-8"))
-        if mapping:
-            report.mapping, report.renamed = mapping, len(mapping)
-            report.source_layout, report.target_layout = move.source, move.target
-            report.rewrites.append(
-                {"rewrite": "keys", "from": move.source, "to": move.target, "renamed": len(mapping)}
-            )
+    move = key_move(needs.keys, weights, modules, cfg.layout_hints, layout, notes)
+    moved = move_keys(ckpt, keys, parsed, move) if move is not None else KeyMoves({})
+    mapping = moved.mapping
+    changes += moved.changes
+    notes += moved.notes
+    findings += moved.findings
+    if moved.config_bytes is not None:
+        raw = json.loads(moved.config_bytes.decode("utf-8"))
+    if mapping:
+        assert move is not None
+        rewrites.append({"rewrite": "keys", "from": move.source, "to": move.target, "renamed": len(mapping)})
     if needs.keys == "served" and layout is None:
-        report.findings.append(
+        findings.append(
             make(
                 "AD267",
                 f"the model {engine} serves is unknown: keys kept as they are; pass --base",
@@ -120,7 +107,11 @@ def make_engine_plan(
     groups: list[Group] | None = None
 
     # 2. experts (a streamed copy)
-    groups = _experts(raw, view, needs.experts, weights, report) or groups
+    experts = _experts(raw, view, needs.experts, weights, layout)
+    if experts is not None:
+        groups = list(experts.groups) or None or None
+        changes += experts.changes
+        rewrites.append(experts.rewrite)
     specs = [s for g in groups for s in g[0]] if groups is not None else None
     names = [(s.name, s.shape) for s in specs] if specs else [(k, t.shape) for k, t in view.tensors.items()]
 
@@ -128,29 +119,35 @@ def make_engine_plan(
     if not needs.rslora and raw.get("use_rslora") is True:
         before = json.loads(json.dumps(raw))
         C.fold_rslora(raw, resolution_names(names, raw), cfg.path)
-        report.config_changes += C.changes(before, raw, "rslora")
-        report.rewrites.append(
+        changes += C.changes(before, raw, "rslora")
+        rewrites.append(
             {"rewrite": "rslora", "lora_alpha": [before.get("lora_alpha"), raw["lora_alpha"]], "exact": True}
         )
 
     # 4. one rank, one scaling (and a rank the engine does not pad itself)
     if not needs.patterns or needs.rank_padding:
         before = json.loads(json.dumps(raw))
-        changes, rewrites = plan_uniform(raw, names, view, cfg.path, needs.rank_padding)
-        report.config_changes += C.changes(before, raw, "ranks")
-        report.rewrites += rewrites
-        if changes:
-            groups = transform(groups if groups is not None else identity_groups(view), changes)
+        tensor_changes, ranks = plan_uniform(raw, names, view, cfg.path, needs.rank_padding)
+        changes += C.changes(before, raw, "ranks")
+        rewrites += ranks
+        if tensor_changes:
+            groups = transform(groups if groups is not None else identity_groups(view), tensor_changes)
 
     # 5. zero LoRA the engine needs added (a streamed copy)
-    groups, names = fill_step(needs.fill, raw, names, groups, view, base, cfg.path, engine, report)
+    filled = fill_step(needs.fill, raw, names, groups, view, base, cfg.path, engine)
+    if filled is not None:
+        groups, names = filled.groups, filled.names
+        changes += filled.changes
+        notes += filled.notes
+        if filled.rewrite is not None:
+            rewrites.append(filled.rewrite)
 
     # 6. regex target_modules → the list
     if not needs.regex_targets and C.is_regex(raw.get("target_modules")):
         before = json.loads(json.dumps(raw))
         listed = C.explicit_targets(raw, _targetable(names, raw), cfg.path)
-        report.config_changes += C.changes(before, raw, "targets")
-        report.rewrites.append(
+        changes += C.changes(before, raw, "targets")
+        rewrites.append(
             {"rewrite": "target_modules", "from": before["target_modules"], "entries": len(listed)}
         )
 
@@ -165,21 +162,53 @@ def make_engine_plan(
                 "into the base (adapterdoc merge ADAPTER --base BASE --out DIR)",
             )
 
-    report.findings = sort_findings([*report.findings, *_findings(engine, report)])
+    findings += _findings(engine, spec, rewrites)
     raw_before = json.loads(original.decode("utf-8"))
     config_bytes = dump_like(raw, original) if raw != raw_before else (original if out is not None else None)
-    plan = Plan(report, ckpt, weights, header, None, cfg.path, config_bytes, None)
+    strategy, compose_weights, hp = "none", None, None
     if groups is not None:
-        report.strategy = "copy"
-        _compose_into(plan, groups, header)
+        strategy, compose_weights = "copy", _composer(weights, groups, header)
     elif mapping:
-        plan_header(plan, mapping, out)
+        hp = plan_header(weights, header, mapping, out)
+        strategy = hp.strategy
+        notes += hp.notes
     elif raw != raw_before:
-        report.strategy = "copy" if out is not None else "in-place"
-        plan.config_only = True
-    if not report.rewrites:
+        strategy = "copy" if out is not None else "in-place"
+    if not rewrites:
         notes.append(f"the adapter already fits {engine} {needs.version}: nothing to do")
-    return plan
+    planned = RemapReport(
+        input=spec,
+        mode="for",
+        strategy=strategy,
+        mapping=mapping,
+        source_layout=move.source if mapping and move is not None else None,
+        target_layout=move.target if mapping and move is not None else None,
+        weights=weights,
+        out=out,
+        config_changes=changes,
+        notes=notes,
+        findings=sort_findings(findings),
+        engine={
+            "name": engine,
+            "version": needs.version,
+            "base_layout": layout,
+            "base_from": base_from,
+            "needs": dataclasses.asdict(needs),
+        },
+        rewrites=rewrites,
+    )
+    return Plan(
+        planned,
+        ckpt,
+        weights,
+        hp.header if hp is not None else header,
+        hp.body if hp is not None else None,
+        cfg.path,
+        config_bytes,
+        hp.blocker if hp is not None else None,
+        compose=compose_weights,
+        config_only=groups is None and not mapping and raw != raw_before,
+    )
 
 
 def _model_type(layout: str | None, base: str | None, named: str | None) -> str | None:
@@ -205,7 +234,7 @@ def _model_type(layout: str | None, base: str | None, named: str | None) -> str 
 def _refuse_inexact(
     weights: str,
     engine: str,
-    needs: Any,
+    needs: EngineNeeds,
     cfg: AdapterConfig,
     header: Header,
     parsed: list[LoraKey],
@@ -290,10 +319,20 @@ def _embedding_copies(
     return {k.key for k in found}
 
 
+@dataclass(frozen=True)
+class ExpertsStep:
+    """``--experts``' conversion inside ``--for``: the streamed groups, the config changes, the ``rewrites`` entry."""
+
+    groups: tuple[Group, ...]
+    changes: tuple[ConfigChange, ...]
+    rewrite: Mapping[str, object]
+
+
 def _experts(
-    raw: dict[str, Any], view: Header, reads: str | None, weights: str, report: RemapReport
-) -> list[Group] | None:
-    """``--experts``' conversion when the engine reads the other expert layout; its groups (``None``: none)."""
+    raw: dict[str, object], view: Header, reads: str | None, weights: str, layout: str | None
+) -> ExpertsStep | None:
+    """``--experts``' conversion when the engine reads the other expert layout (``None``: not needed); ``raw``
+    rewritten for it."""
     from adapterdoc.experts import expert_picture
     from adapterdoc.remap.expert_config import expert_config
     from adapterdoc.remap.experts import plan_experts
@@ -310,35 +349,28 @@ def _experts(
     touched = {k for b in eplan.blocks for pair in (b.fused_keys, *b.leaf_keys.values()) for k in pair}
     others = sorted({parse_key(k).module for k in view.tensors if k not in touched and parse_key(k).is_lora})
     before = json.loads(json.dumps(raw))
-    expert_config(
-        raw, cfg, eplan, others, weights, keys_only=peft_fuses_keys_only(report.engine["base_layout"])
-    )
-    report.config_changes += C.changes(before, raw, "experts")
-
-    fused = 2 * len(eplan.blocks)
-    per_expert = sum(2 * len(b.leaf_keys) for b in eplan.blocks)
-    read, written = (per_expert, fused) if reads == "fused" else (fused, per_expert)
-    report.rewrites.append(
-        {
-            "rewrite": "experts",
-            "from": pic.layout,
-            "to": reads,
-            "blocks": len(eplan.blocks),
-            "exact": True,
-            "tensors_read": read,
-            "tensors_written": written,
-            "tensors": block_mapping(eplan),
-        }
-    )
-    return [(specs, _bound(eplan.header or view, produce)) for specs, produce in eplan.groups]
+    expert_config(raw, cfg, eplan, others, weights, keys_only=peft_fuses_keys_only(layout))
+    read, written = eplan.tensor_counts()
+    rewrite = {
+        "rewrite": "experts",
+        "from": pic.layout,
+        "to": reads,
+        "blocks": len(eplan.blocks),
+        "exact": True,
+        "tensors_read": read,
+        "tensors_written": written,
+        "tensors": block_mapping(eplan),
+    }
+    groups = tuple((specs, _bound(eplan.header or view, produce)) for specs, produce in eplan.groups)
+    return ExpertsStep(groups, tuple(C.changes(before, raw, "experts")), rewrite)
 
 
-def _bound(header: Header, produce: Any) -> Any:
+def _bound(header: Header, produce: Producer) -> Callable[[], Pieces]:
     """An expert plan's producer (it reads through an open :class:`~adapterdoc.st.tensors.TensorSource`) as a
     group producer that opens its own: one open file per MoE block."""
     from adapterdoc.st.tensors import TensorSource
 
-    def run() -> Any:
+    def run() -> Pieces:
         with TensorSource(header) as src:
             yield from produce(src)
 
@@ -354,7 +386,7 @@ def renamed_header(header: Header, mapping: dict[str, str]) -> Header:
     return Header(header.path, header.file_size, header.header_len, header.metadata, tensors, header.raw)
 
 
-def resolution_names(names: list[tuple[str, tuple[int, ...]]], raw: dict[str, Any]) -> list[str]:
+def resolution_names(names: list[tuple[str, tuple[int, ...]]], raw: dict[str, object]) -> list[str]:
     """The names PEFT resolves ``rank_pattern`` / ``alpha_pattern`` on, one per LoRA module: the module path, or
     for a fused expert module the parameter's name (``...experts.gate_up_proj`` / ``...experts.down_proj``)."""
     params = [
@@ -376,7 +408,7 @@ def resolution_names(names: list[tuple[str, tuple[int, ...]]], raw: dict[str, An
     return sorted(out)
 
 
-def _targetable(names: list[tuple[str, tuple[int, ...]]], raw: dict[str, Any]) -> list[str]:
+def _targetable(names: list[tuple[str, tuple[int, ...]]], raw: dict[str, object]) -> list[str]:
     """The LoRA modules ``target_modules`` selects (fused expert modules come from ``target_parameters``)."""
     fused = bool(raw.get("target_parameters"))
     mods = {parse_key(n).module for n, _ in names if parse_key(n).is_lora}
@@ -385,16 +417,18 @@ def _targetable(names: list[tuple[str, tuple[int, ...]]], raw: dict[str, Any]) -
     )
 
 
-def _findings(engine: str, report: RemapReport) -> list[Any]:
+def _findings(engine: str, spec: str, rewrites: list[Mapping[str, object]]) -> list[Finding]:
+    """One finding per rewrite that changes what the user has (a folded alpha, padded ranks, rounded values, zero
+    LoRA, a listed target_modules)."""
     out = []
-    for r in report.rewrites:
+    for r in rewrites:
         kind = r["rewrite"]
         if kind == "rslora":
             out.append(
                 make(
                     "AD264",
                     f"use_rslora folded into lora_alpha {r['lora_alpha'][0]} → {r['lora_alpha'][1]} for {engine}",
-                    path=report.input,
+                    path=spec,
                 )
             )
         elif kind == "ranks":
@@ -402,7 +436,7 @@ def _findings(engine: str, report: RemapReport) -> list[Any]:
                 make(
                     "AD265",
                     f"ranks zero-padded to {r['to']} for {engine} ({r['bytes_added']} bytes added)",
-                    path=report.input,
+                    path=spec,
                 )
             )
         elif kind == "scaling" and not r["bit_exact"]:
@@ -411,7 +445,7 @@ def _findings(engine: str, report: RemapReport) -> list[Any]:
                     "AD263",
                     f"{r['tensors']} lora_B tensor(s) multiplied by their scaling ratio for {engine}: rounded once, "
                     f"largest relative change {r['max_rel_rounding']:.3g}",
-                    path=report.input,
+                    path=spec,
                 )
             )
         elif kind == "fill":
@@ -420,7 +454,7 @@ def _findings(engine: str, report: RemapReport) -> list[Any]:
                 make(
                     "AD268",
                     f"zero LoRA added for {engine} ({r['fill']}): {what}; {r['bytes_added']} bytes added",
-                    path=report.input,
+                    path=spec,
                 )
             )
         elif kind == "target_modules":
@@ -428,17 +462,17 @@ def _findings(engine: str, report: RemapReport) -> list[Any]:
                 make(
                     "AD266",
                     f"regex target_modules replaced by {r['entries']} module path(s) for {engine}",
-                    path=report.input,
+                    path=spec,
                 )
             )
     return out
 
 
-def _compose_into(plan: Plan, groups: list[Group], header: Header) -> None:
+def _composer(weights: str, groups: list[Group], header: Header) -> WriteWeights:
+    """Writes the new weights file from ``groups`` (the header's metadata, the input's mode)."""
     specs = [s for g in groups for s in g[0]]
-    weights = plan.weights_path
 
-    def pieces() -> Any:
+    def pieces() -> Iterator[bytes | bytearray | memoryview]:
         for _, produce in groups:
             yield from produce()
 
@@ -453,15 +487,4 @@ def _compose_into(plan: Plan, groups: list[Group], header: Header) -> None:
             progress=progress,
         )
 
-    plan.compose = write_weights
-
-
-def write_config_only(plan: Plan) -> None:
-    """In place, only adapter_config.json changes: written atomically, the weights file is not touched."""
-    from adapterdoc.st.atomic import atomic_write_bytes
-    from adapterdoc.st.paths import check_writable
-
-    assert plan.config_path is not None and plan.config_bytes is not None
-    check_writable(plan.config_path)
-    atomic_write_bytes(plan.config_path, plan.config_bytes, link="replace")
-    plan.report.written.append(plan.config_path)
+    return write_weights

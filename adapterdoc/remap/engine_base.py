@@ -3,13 +3,16 @@ adapter that model's keys, from the registry's moves (the ones ``--vl`` / ``--to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.engines.served import is_vl, served_layout
 from adapterdoc.errors import AdapterdocError, RefusedError
 from adapterdoc.layouts import LAYOUTS, move_rules, remap_path, rename
 from adapterdoc.remap.moves import RemapMove, detect, resolve_layout_move, vl_move
+
+if TYPE_CHECKING:
+    from adapterdoc.bases import BaseSpec
 
 
 def base_layout(
@@ -129,7 +132,9 @@ def key_move(
     return resolve_layout_move(weights, modules, hint, target, source, notes)
 
 
-def serving_elsewhere(engine: str, raw: dict[str, Any], modules: list[str], spec: Any, dropped: str) -> str:
+def serving_elsewhere(
+    engine: str, raw: dict[str, object], modules: list[str], spec: BaseSpec | None, dropped: str
+) -> str:
     """What a refusal of ``remap --for ENGINE`` suggests: the other engines whose own rules take this adapter as
     it is (their profile's :meth:`~adapterdoc.engines.base.Profile.unservable` says nothing, they read
     expert LoRA where it has some, and ``dropped`` (a layer type some layers lack) is no reason for them to drop
@@ -155,7 +160,7 @@ def serving_elsewhere(engine: str, raw: dict[str, Any], modules: list[str], spec
     return f"serve the adapter on {' or '.join(fits)}, or {merge}"
 
 
-def _base_type(spec: Any) -> tuple[str | None, str | None]:
+def _base_type(spec: BaseSpec | None) -> tuple[str | None, str | None]:
     """(registry layout, ``model_type``) of a resolved base (``None`` each when it does not say)."""
     from adapterdoc.bases import read_config_json
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
 
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.adapter.targets import pattern_key
@@ -23,16 +22,16 @@ REL = 1e-12
 """How close a resolved scaling must be to the wanted one (float64 rounding of ``alpha · sqrt(r) / r``)."""
 
 
-def parse(raw: dict[str, Any]) -> AdapterConfig:
+def parse(raw: dict[str, object]) -> AdapterConfig:
     return AdapterConfig.parse(json.dumps(raw).encode("utf-8"))
 
 
-def number(x: float, like: Any = 1) -> float | int:
+def number(x: float, like: object = 1) -> float | int:
     """``x`` as an int when it is one (PEFT writes ints where it can), else the float."""
     return round(x) if isinstance(like, (int, float)) and abs(x - round(x)) < 1e-9 * max(1.0, abs(x)) else x
 
 
-def changes(before: dict[str, Any], after: dict[str, Any], how: str) -> list[ConfigChange]:
+def changes(before: dict[str, object], after: dict[str, object], how: str) -> list[ConfigChange]:
     return [
         ConfigChange(k, before.get(k), after.get(k), how)
         for k in sorted(set(before) | set(after))
@@ -40,14 +39,14 @@ def changes(before: dict[str, Any], after: dict[str, Any], how: str) -> list[Con
     ]
 
 
-def fold_rslora(raw: dict[str, Any], modules: list[str], path: str) -> None:
+def fold_rslora(raw: dict[str, object], modules: list[str], path: str) -> None:
     """Fold rsLoRA into ``lora_alpha`` / ``alpha_pattern`` (``raw`` rewritten in place); ``modules`` are the names
     PEFT resolves the patterns on. Refused when no config gives every module its scaling."""
     cfg = parse(raw)
     want = {m: cfg.scaling_for(m) for m in modules}
     raw["use_rslora"] = False
     raw["lora_alpha"] = number(cfg.lora_alpha * math.sqrt(cfg.r), cfg.lora_alpha)
-    pattern: dict[str, Any] = {}
+    pattern: dict[str, object] = {}
     for key, alpha in cfg.alpha_pattern.items():
         ranks = {cfg.rank_for(m) for m in modules if pattern_key(cfg.alpha_pattern, m) == key}
         r = ranks.pop() if len(ranks) == 1 else cfg.rank_pattern.get(key, cfg.r)
@@ -62,7 +61,7 @@ def fold_rslora(raw: dict[str, Any], modules: list[str], path: str) -> None:
     _settle(raw, modules, want, path, "fold use_rslora into lora_alpha")
 
 
-def _settle(raw: dict[str, Any], modules: list[str], want: dict[str, float], path: str, what: str) -> None:
+def _settle(raw: dict[str, object], modules: list[str], want: dict[str, float], path: str, what: str) -> None:
     """Prepend exact ``alpha_pattern`` entries for modules whose scaling the new config does not resolve to."""
     new = parse(raw)
     wrong = [m for m in modules if not _close(new.scaling_for(m), want[m])]
@@ -87,7 +86,7 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL)
 
 
-def uniform(raw: dict[str, Any], rank: int, scaling: float) -> None:
+def uniform(raw: dict[str, object], rank: int, scaling: float) -> None:
     """One rank and one scaling for every module, no patterns (``raw`` rewritten in place)."""
     raw["r"] = rank
     raw["lora_alpha"] = number(scaling * (math.sqrt(rank) if raw.get("use_rslora") is True else rank))
@@ -95,7 +94,7 @@ def uniform(raw: dict[str, Any], rank: int, scaling: float) -> None:
     raw["alpha_pattern"] = {}
 
 
-def explicit_targets(raw: dict[str, Any], modules: list[str], path: str) -> list[str]:
+def explicit_targets(raw: dict[str, object], modules: list[str], path: str) -> list[str]:
     """A regex ``target_modules`` replaced by the module paths it selects among ``modules`` (PEFT matches a list
     entry as the exact name or a ``.``-suffix, so a full path selects that module only); the list."""
     regex = raw.get("target_modules")
@@ -112,6 +111,6 @@ def explicit_targets(raw: dict[str, Any], modules: list[str], path: str) -> list
     return chosen
 
 
-def is_regex(target_modules: Any) -> bool:
+def is_regex(target_modules: object) -> bool:
     """A string ``target_modules`` other than PEFT's ``all-linear`` shorthand."""
     return isinstance(target_modules, str) and target_modules != "all-linear"

@@ -19,16 +19,21 @@ paths when nothing shorter selects exactly them).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import WRAPPER, fused_expert_owner, parse_key
 from adapterdoc.adapter.targets import peft_selects
 from adapterdoc.errors import RefusedError
 from adapterdoc.remap.engine_fill_base import LAYER, BaseModules, layer_count, read_base, resolve
 from adapterdoc.remap.engine_tensors import Group
+from adapterdoc.report.remap_report import ConfigChange
 from adapterdoc.st.compose import Spec
+from adapterdoc.st.header import Header
+
+if TYPE_CHECKING:
+    from adapterdoc.bases import BaseSpec
 
 _TEXT = re.compile(r"^model\.layers\.(\d+)\.(self_attn|mlp)\.([^.]+)$")
 _ATTN = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj"})
@@ -37,19 +42,19 @@ _LAYER_FIELDS = ("layers_to_transform", "layers_pattern")
 CHUNK = 1 << 22
 
 
-@dataclass
+@dataclass(frozen=True)
 class Filled:
     """The zero tensors to append and the ``rewrites`` entry."""
 
-    specs: list[Spec] = field(default_factory=list)
-    modules: dict[str, list[int]] = field(default_factory=dict)
+    specs: tuple[Spec, ...]
+    modules: Mapping[str, tuple[int, ...]]
     """Leaf → layers it was added on."""
-    bytes_added: int = 0
+    bytes_added: int
 
 
 def plan_fill(
     kind: str | None,
-    raw: dict[str, Any],
+    raw: dict[str, object],
     names: list[tuple[str, tuple[int, ...]]],
     dtypes: dict[str, str],
     base: str | None,
@@ -64,7 +69,8 @@ def plan_fill(
     factors = _factors(names)
     if not factors:
         return None
-    spec = resolve(base, raw.get("base_model_name_or_path"))
+    named = raw.get("base_model_name_or_path")
+    spec = resolve(base, named if isinstance(named, str) else None)
     if kind == "layer-types":
         wanted = _layer_types(factors, raw, spec, path, engine, notes)
     elif kind == "sglang-pairs":
@@ -98,9 +104,13 @@ def plan_fill(
 # -------------------------------------------------------------------------------------------- what is missing
 
 
-def _factors(names: list[tuple[str, tuple[int, ...]]]) -> dict[str, dict[str, tuple[str, tuple[int, ...]]]]:
+Factors = dict[str, dict[str, tuple[str, tuple[int, ...]]]]
+"""LoRA module (no wrapper) → role → (tensor, shape)."""
+
+
+def _factors(names: list[tuple[str, tuple[int, ...]]]) -> Factors:
     """LoRA module (no wrapper) → role → (tensor, shape), for 2-D lora_A / lora_B weights."""
-    out: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {}
+    out: Factors = {}
     for name, shape in names:
         k = parse_key(name)
         if k.role in ("lora_A", "lora_B") and len(shape) == 2 and k.adapter_name is None:
@@ -113,9 +123,9 @@ Missing = dict[str, str]
 
 
 def _layer_types(
-    factors: dict[str, Any],
-    raw: dict[str, Any],
-    spec: Any,
+    factors: Factors,
+    raw: dict[str, object],
+    spec: BaseSpec | None,
     path: str,
     engine: str,
     notes: list[str],
@@ -178,7 +188,7 @@ def _name(block: str, leaf: str, i: int) -> str:
     return f"model.layers.{i}.{block}.{leaf}"
 
 
-def _pairs(factors: dict[str, Any]) -> tuple[Missing, None]:
+def _pairs(factors: Factors) -> tuple[Missing, None]:
     from adapterdoc.layouts import tower_segment
 
     parents: dict[str, dict[str, str]] = {}
@@ -215,10 +225,10 @@ def _what(missing: Missing) -> str:
 
 def _build(
     missing: Missing,
-    factors: dict[str, Any],
+    factors: Factors,
     every: set[str],
     dtypes: dict[str, str],
-    raw: dict[str, Any],
+    raw: dict[str, object],
     bm: BaseModules,
     path: str,
     engine: str,
@@ -232,7 +242,8 @@ def _build(
             f"AD269: {engine} needs zero LoRA on `{absent[0]}`, which is no Linear module of the base "
             f"({bm.source}): no fill is possible; check --base, or merge the adapter into the base",
         )
-    out = Filled()
+    specs: list[Spec] = []
+    modules: dict[str, list[int]] = {}
     cfg = C.parse(raw)
     for module, like in sorted(missing.items()):
         out_f, in_f = bm.linear[module]
@@ -241,21 +252,19 @@ def _build(
         wrap = WRAPPER if a_name.startswith(WRAPPER) else ""
         dtype = dtypes[a_name]
         for role, shape in (("lora_A", (rank, in_f)), ("lora_B", (out_f, rank))):
-            s = Spec(f"{wrap}{module}.{role}.weight", dtype, shape)
-            out.specs.append(s)
-            out.bytes_added += s.nbytes
+            specs.append(Spec(f"{wrap}{module}.{role}.weight", dtype, shape))
         m = LAYER.search(module)
-        out.modules.setdefault(module.rpartition(".")[2], []).append(int(m.group(1)) if m else -1)
+        modules.setdefault(module.rpartition(".")[2], []).append(int(m.group(1)) if m else -1)
     _targets(raw, every | set(missing), bm, path)
-    return out
+    return Filled(tuple(specs), {leaf: tuple(v) for leaf, v in modules.items()}, sum(s.nbytes for s in specs))
 
 
-def _targets(raw: dict[str, Any], wanted: set[str], bm: BaseModules, path: str) -> None:
+def _targets(raw: dict[str, object], wanted: set[str], bm: BaseModules, path: str) -> None:
     """``raw`` rewritten so that PEFT selects exactly ``wanted`` among the base's LoRA-capable modules: the first
     of (the added leaf names, layer fields dropped), (the leaf names, no exclusions), (the module paths)."""
     leaves = sorted({m.rpartition(".")[2] for m in wanted})
     tm = raw.get("target_modules")
-    candidates: list[dict[str, Any]] = []
+    candidates: list[dict[str, object]] = []
     if isinstance(tm, list):
         candidates.append(
             {"target_modules": tm + [x for x in leaves if x not in tm], **dict.fromkeys(_LAYER_FIELDS)}
@@ -281,7 +290,7 @@ def _targets(raw: dict[str, Any], wanted: set[str], bm: BaseModules, path: str) 
     )
 
 
-def _selects(raw: dict[str, Any], bm: BaseModules, wanted: set[str]) -> bool:
+def _selects(raw: dict[str, object], bm: BaseModules, wanted: set[str]) -> bool:
     tm = raw.get("target_modules")
     if isinstance(tm, str) and tm.lower() == "all-linear":
         tm = sorted({n.rpartition(".")[2] for n in bm.linear if n != bm.output_embedding})
@@ -299,10 +308,10 @@ def _selects(raw: dict[str, Any], bm: BaseModules, wanted: set[str]) -> bool:
     return True
 
 
-def zero_groups(specs: list[Spec]) -> list[Group]:
+def zero_groups(specs: Sequence[Spec]) -> list[Group]:
     """One streamed group per zero tensor."""
 
-    def producer(n: int) -> Any:
+    def producer(n: int) -> Callable[[], Iterator[bytes]]:
         def run() -> Iterator[bytes]:
             left = n
             while left:
@@ -315,7 +324,7 @@ def zero_groups(specs: list[Spec]) -> list[Group]:
     return [([s], producer(s.nbytes)) for s in specs]
 
 
-def rewrite_entry(kind: str, filled: Filled) -> dict[str, Any]:
+def rewrite_entry(kind: str, filled: Filled) -> dict[str, object]:
     return {
         "rewrite": "fill",
         "fill": kind,
@@ -327,19 +336,29 @@ def rewrite_entry(kind: str, filled: Filled) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class FillStep:
+    """The fill step's result: the groups with the zeros appended, the tensor names with them, the config changes,
+    the ``rewrites`` entry (``None``: nothing added) and the notes."""
+
+    groups: list[Group] | None
+    names: list[tuple[str, tuple[int, ...]]]
+    changes: tuple[ConfigChange, ...] = ()
+    rewrite: Mapping[str, object] | None = None
+    notes: tuple[str, ...] = ()
+
+
 def fill_step(
     kind: str | None,
-    raw: dict[str, Any],
+    raw: dict[str, object],
     names: list[tuple[str, tuple[int, ...]]],
     groups: list[Group] | None,
-    view: Any,
+    view: Header,
     base: str | None,
     path: str,
     engine: str,
-    report: Any,
-) -> tuple[list[Group] | None, list[tuple[str, tuple[int, ...]]]]:
-    """The fill step of ``remap --for``: ``raw`` and the report updated; the groups with the zeros appended and
-    the tensor names with them (both unchanged when nothing is added)."""
+) -> FillStep | None:
+    """The fill step of ``remap --for``: ``raw`` updated; what it added (``None``: nothing, and nothing noted)."""
     import json
 
     from adapterdoc.remap import engine_config as C
@@ -350,11 +369,16 @@ def fill_step(
     else:
         dtypes = {n: t.dtype for n, t in view.tensors.items()}
     before = json.loads(json.dumps(raw))
-    filled = plan_fill(kind, raw, names, dtypes, base, path, engine, report.notes)
+    notes: list[str] = []
+    filled = plan_fill(kind, raw, names, dtypes, base, path, engine, notes)
     if filled is None:
-        return groups, names
+        return FillStep(groups, names, notes=tuple(notes)) if notes else None
     assert kind is not None
-    report.config_changes += C.changes(before, raw, "fill")
-    report.rewrites.append(rewrite_entry(kind, filled))
     groups = (groups if groups is not None else identity_groups(view)) + zero_groups(filled.specs)
-    return groups, names + [(s.name, s.shape) for s in filled.specs]
+    return FillStep(
+        groups,
+        names + [(s.name, s.shape) for s in filled.specs],
+        tuple(C.changes(before, raw, "fill")),
+        rewrite_entry(kind, filled),
+        tuple(notes),
+    )

@@ -6,21 +6,21 @@ The registry's module tree when it describes the base (torch-free), else the bas
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.bases import BaseSpec
 
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class BaseModules:
     """The base's LoRA-capable modules (no ``base_model.model.`` wrapper)."""
 
-    linear: dict[str, tuple[int, int]] = field(default_factory=dict)
+    linear: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     """Linear module → ``(out_features, in_features)``."""
-    capable: set[str] = field(default_factory=set)
+    capable: frozenset[str] = frozenset()
     """Every module PEFT can put LoRA on (Linear, Embedding, Conv)."""
     output_embedding: str | None = None
     """``get_output_embeddings()``'s module (PEFT's ``all-linear`` leaves it out)."""
@@ -59,7 +59,7 @@ def layer_count(spec: BaseSpec) -> int | None:
     try:
         if spec.kind == "tiny":
             lay = LAYOUTS.get(spec.tiny_layout or "")
-            raw: Any = lay.tiny.kwargs() if lay and lay.tiny else None
+            raw: object = lay.tiny.kwargs() if lay and lay.tiny else None
         else:
             raw = read_config_json(spec)
     except (AdapterdocError, OSError, ValueError):
@@ -67,7 +67,7 @@ def layer_count(spec: BaseSpec) -> int | None:
     return _find(raw, "num_hidden_layers")
 
 
-def _find(raw: Any, key: str) -> int | None:
+def _find(raw: object, key: str) -> int | None:
     if not isinstance(raw, dict):
         return None
     text = raw.get("text_config")
@@ -88,16 +88,15 @@ def read_base(spec: BaseSpec) -> BaseModules:
     from adapterdoc.layouts.trees import CONV, EMBEDDING, LINEAR
 
     tree, _, _ = registry_view(spec)
-    if tree is not None:
-        out = BaseModules(output_embedding=tree.output_embedding, source="registry")
-        for node in tree.nodes:
-            if node.kind == LINEAR:
-                out_f, in_f = dict(node.params)["weight"]
-                out.linear[node.name] = (out_f, in_f)
-            if node.kind in (LINEAR, EMBEDDING, CONV):
-                out.capable.add(node.name)
-        return out
-    return _meta(spec)
+    if tree is None:
+        return _meta(spec)
+    linear: dict[str, tuple[int, int]] = {}
+    for node in tree.nodes:
+        if node.kind == LINEAR:
+            out_f, in_f = dict(node.params)["weight"]
+            linear[node.name] = (out_f, in_f)
+    capable = frozenset(node.name for node in tree.nodes if node.kind in (LINEAR, EMBEDDING, CONV))
+    return BaseModules(linear, capable, tree.output_embedding, "registry")
 
 
 def _meta(spec: BaseSpec) -> BaseModules:
@@ -107,18 +106,20 @@ def _meta(spec: BaseSpec) -> BaseModules:
     import torch
 
     model = build_meta_model(spec)
-    out = BaseModules(source="meta device")
+    linear: dict[str, tuple[int, int]] = {}
+    capable: set[str] = set()
+    output_embedding = None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     for name, mod in model.named_modules():
         if not name:
             continue
         if mod is head:
-            out.output_embedding = name
+            output_embedding = name
         if isinstance(mod, torch.nn.Linear):
-            out.linear[name] = (mod.out_features, mod.in_features)
-            out.capable.add(name)
+            linear[name] = (mod.out_features, mod.in_features)
+            capable.add(name)
         elif isinstance(mod, (torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d)) or (
             type(mod).__name__ == "Conv1D"
         ):
-            out.capable.add(name)
-    return out
+            capable.add(name)
+    return BaseModules(linear, frozenset(capable), output_embedding, "meta device")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.errors import RefusedError
@@ -25,12 +24,12 @@ from adapterdoc.st.header import Header
 
 
 def plan_uniform(
-    raw: dict[str, Any],
+    raw: dict[str, object],
     names: list[tuple[str, tuple[int, ...]]],
     view: Header,
     path: str,
     padding: tuple[int, int] | None = None,
-) -> tuple[dict[str, Change], list[dict[str, Any]]]:
+) -> tuple[dict[str, Change], list[dict[str, object]]]:
     """Rewrite ``raw`` for one rank and one scaling; the tensor changes and the ``rewrites`` entries. ``names`` are
     the tensors (name, shape) after the earlier steps, ``view`` the header they are read through. ``padding``
     (``EngineNeeds.rank_padding``): the rank is raised further to one the engine does not pad itself."""
@@ -104,7 +103,7 @@ def plan_uniform(
                     )
                 rounding = max(rounding, rounding_of(view, name, view.tensors[name].dtype, f))
                 scaled.append((name, f))
-    rewrites: list[dict[str, Any]] = []
+    rewrites: list[dict[str, object]] = []
     padded = sum(1 for r in ranks.values() if r < top)
     if padded:
         rewrites.append(

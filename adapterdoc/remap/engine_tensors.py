@@ -10,12 +10,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import LoraKey
 from adapterdoc.errors import MissingExtraError, UnsupportedInputError
 from adapterdoc.st.compose import Spec, element_bytes, gather, scatter
 from adapterdoc.st.header import Header
 from adapterdoc.st.tensors import read_tensor_bytes, tensor_windows
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Piece = "bytes | bytearray | memoryview"
 Producer = Callable[[], Iterator["bytes | bytearray | memoryview"]]
@@ -152,6 +156,14 @@ def scale_bytes(buf: bytes | bytearray, dtype: str, factor: float) -> tuple[byte
     exact = x * factor
     if dtype == "F64":
         return exact.tobytes(), 0.0 if is_power_of_two(factor) else 2.0**-53
+    return round_values(exact, dtype)
+
+
+def round_values(exact: np.ndarray, dtype: str) -> tuple[bytes, float]:
+    """float64 values rounded to nearest (even) in ``dtype`` (``BF16``, ``F16`` or ``F32``) as raw bytes, with the
+    largest relative error of one finite, non-zero element (0.0: every value kept exactly). Needs numpy."""
+    import numpy as np
+
     if dtype == "BF16":
         f = exact.astype("<f4").view("<u4")
         rounded = ((f + 0x7FFF + ((f >> 16) & 1)) >> 16).astype("<u2")

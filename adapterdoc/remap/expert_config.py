@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
 
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.adapter.targets import module_name_matches
@@ -27,7 +26,7 @@ HOW = "experts"
 
 
 def expert_config(
-    raw: dict[str, Any],
+    raw: dict[str, object],
     cfg: AdapterConfig,
     plan: ExpertPlan,
     others: list[str],
@@ -68,7 +67,7 @@ def _leaf(name: str) -> str:
     return name.rpartition(".")[2]
 
 
-def _number(x: float, like: Any) -> float | int:
+def _number(x: float, like: object) -> float | int:
     """``x`` as an int when it is one and ``like`` (the value it is derived from) is an int."""
     return round(x) if isinstance(like, int) and abs(x - round(x)) < 1e-12 else x
 
@@ -81,7 +80,7 @@ def _fused_alpha(cfg: AdapterConfig, block: Block, leaf_module: str) -> float | 
     return _number(alpha * (math.sqrt(ratio) if cfg.use_rslora else ratio), alpha)
 
 
-def _to_fused(raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, others: list[str]) -> None:
+def _to_fused(raw: dict[str, object], cfg: AdapterConfig, plan: ExpertPlan, others: list[str]) -> None:
     style = plan.style
     kept = {_leaf(m) for m in others}
     moved = {leaf for b in plan.blocks for leaf in b.leaves} - kept
@@ -110,7 +109,7 @@ def _to_fused(raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, others:
         raw["lora_dropout"] = 0.0  # ParamWrapper refuses dropout (inference is the same without it)
 
 
-def _to_per_expert(raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, others: list[str]) -> None:
+def _to_per_expert(raw: dict[str, object], cfg: AdapterConfig, plan: ExpertPlan, others: list[str]) -> None:
     params = {b.param for b in plan.blocks}
     tp = [t for t in raw.get("target_parameters") or [] if not (isinstance(t, str) and _leaf(t) in params)]
     raw["target_parameters"] = tp or None
@@ -150,7 +149,7 @@ def _to_per_expert(raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, ot
     _keep_others(raw, cfg, others)
 
 
-def _fused_on_load(raw: dict[str, Any], before: dict[str, Any], plan: ExpertPlan) -> None:
+def _fused_on_load(raw: dict[str, object], before: dict[str, object], plan: ExpertPlan) -> None:
     """PEFT injects the fused ParamWrappers from ``target_parameters`` and fuses the per-expert keys into them
     (gate and up side by side: rank gate's + up's): keep the targets and give each fused parameter that rank and
     the per-expert scaling (probe: peft 0.21.2 on Qwen3_5MoeForCausalLM, exact to 0.0 relative)."""
@@ -176,7 +175,7 @@ def _fused_on_load(raw: dict[str, Any], before: dict[str, Any], plan: ExpertPlan
     raw["rank_pattern"], raw["alpha_pattern"] = rp, ap
 
 
-def _check_fused_on_load(raw: dict[str, Any], plan: ExpertPlan, path: str) -> None:
+def _check_fused_on_load(raw: dict[str, object], plan: ExpertPlan, path: str) -> None:
     new = _config(raw)
     for b in plan.blocks:
         leaf = f"{b.pre}.{plan.style.container}.experts.0.{b.leaves[0]}"
@@ -192,7 +191,7 @@ def _check_fused_on_load(raw: dict[str, Any], plan: ExpertPlan, path: str) -> No
             )
 
 
-def _keep_others(raw: dict[str, Any], cfg: AdapterConfig, others: list[str]) -> None:
+def _keep_others(raw: dict[str, object], cfg: AdapterConfig, others: list[str]) -> None:
     """The modules the remap leaves alone keep their rank and alpha when ``r`` / ``lora_alpha`` changed: a
     pattern per leaf name after the existing ones, or per module where a leaf pattern would not do."""
     for exact in (False, True):
@@ -219,7 +218,7 @@ def _leaf_keys(modules: list[str]) -> set[str]:
     return {re.escape(_leaf(m)) for m in modules}
 
 
-def _resolves(raw: dict[str, Any], cfg: AdapterConfig, module: str) -> bool:
+def _resolves(raw: dict[str, object], cfg: AdapterConfig, module: str) -> bool:
     new = _config(raw)
     return (new.rank_for(module), new.alpha_for(module)) == (cfg.rank_for(module), cfg.alpha_for(module))
 
@@ -232,11 +231,13 @@ def _per_expert_modules(plan: ExpertPlan, block: Block) -> list[str]:
     ]
 
 
-def _config(raw: dict[str, Any]) -> AdapterConfig:
+def _config(raw: dict[str, object]) -> AdapterConfig:
     return AdapterConfig.parse(json.dumps(raw).encode("utf-8"))
 
 
-def _check(raw: dict[str, Any], cfg: AdapterConfig, plan: ExpertPlan, others: list[str], path: str) -> None:
+def _check(
+    raw: dict[str, object], cfg: AdapterConfig, plan: ExpertPlan, others: list[str], path: str
+) -> None:
     """Resolve the new config the way PEFT does: every new module gets its tensors' rank and the old scaling, and
     every other module keeps its own."""
     new = _config(raw)

@@ -7,10 +7,10 @@ layout); this module turns them into what the remap needs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from adapterdoc.experts import split_per_expert
 from adapterdoc.layouts import EXPERT_SPELLINGS
 
 GATE_UP = "gate_up_proj"
@@ -63,7 +63,6 @@ HINTS: tuple[tuple[str, ExpertNames], ...] = tuple(
 """A word in the adapter's ``auto_mapping.base_model_class`` or ``base_model_name_or_path`` (case-insensitive)
 that chooses the per-expert style of a fused adapter (the registry's spellings carry no model name); none:
 :data:`LINEAR`."""
-_PER_EXPERT = re.compile(r"^(?P<pre>.+)\.(?P<container>[^.]+)\.experts\.(?P<e>\d+)\.(?P<leaf>[^.]+)$")
 
 
 @dataclass(frozen=True)
@@ -81,23 +80,33 @@ class ExpertModule:
         return f"{self.pre}.{FUSED_CONTAINER}.experts"
 
 
+def _split(module: str) -> ExpertModule | None:
+    """``module`` split as ``{pre}.{container}.experts.{e}.{leaf}`` (:func:`adapterdoc.experts.split_per_expert`)."""
+    found = split_per_expert(module)
+    if found is None:
+        return None
+    block, e, leaf = found
+    pre, _, container = block.removesuffix(".experts").rpartition(".")
+    return ExpertModule(pre, container, e, leaf) if pre else None
+
+
 def per_expert_module(module: str, style: ExpertNames) -> ExpertModule | None:
     """``module`` split when it is one expert's projection in ``style``."""
-    m = _PER_EXPERT.match(module)
-    if not m or m["container"] != style.container or m["leaf"] not in style.leaves:
+    em = _split(module)
+    if em is None or em.container != style.container or em.leaf not in style.leaves:
         return None
-    return ExpertModule(m["pre"], m["container"], int(m["e"]), m["leaf"])
+    return em
 
 
 def per_expert_style(modules: Iterable[str]) -> ExpertNames | None:
     """The style whose per-expert projections ``modules`` carry (the one with most hits), ``None`` for none."""
     counts = {s: 0 for s in STYLES}
     for module in modules:
-        m = _PER_EXPERT.match(module)
-        if not m:
+        em = _split(module)
+        if em is None:
             continue
         for s in STYLES:
-            if m["container"] == s.container and m["leaf"] in s.leaves:
+            if em.container == s.container and em.leaf in s.leaves:
                 counts[s] += 1
     best = max(STYLES, key=lambda s: counts[s])
     return best if counts[best] else None

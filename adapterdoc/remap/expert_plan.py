@@ -8,17 +8,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any
 
-from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.adapter import AdapterConfig
+from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.remap.config import dump_like
 from adapterdoc.remap.expert_config import block_mapping, expert_config
 from adapterdoc.remap.expert_names import GATE_UP, STYLES
 from adapterdoc.remap.experts import Block, ExpertPlan, plan_experts
-from adapterdoc.remap.plan import Plan, open_input
+from adapterdoc.remap.plan import Plan, open_safetensors
 from adapterdoc.report.remap_report import RemapReport
 from adapterdoc.st.atomic import target_mode
 from adapterdoc.st.compose import compose
+from adapterdoc.st.header import Header
 
 _LEAVES = "|".join(sorted({re.escape(leaf) for s in STYLES for leaf in s.leaves}))
 _PER_EXPERT_KEY = re.compile(rf"\.experts\.\d+\.(?:{_LEAVES})\.lora_[AB]\.(?:[^.]+\.)?weight$")
@@ -33,14 +34,9 @@ EXACT = (
 
 def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
     """Plan ``remap --experts DIRECTION`` of ``spec``."""
-    ckpt = open_input(spec)
-    weights = ckpt.weights_path
-    assert weights is not None
-    if ckpt.weights_format == "bin":
-        raise UnsupportedInputError(
-            weights,
-            "remap --experts reads safetensors only; convert the .bin first (adapterdoc remap --rule)",
-        )
+    ckpt, weights = open_safetensors(
+        spec, "remap --experts reads safetensors only; convert the .bin first (adapterdoc remap --rule)"
+    )
     header = ckpt.headers[0]
     cfg = ckpt.adapter_config
     done = _already(spec, ckpt, header, cfg, direction, out)
@@ -54,7 +50,7 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
         original = f.read()
     raw = json.loads(original.decode("utf-8"))
     changes = expert_config(raw, cfg, plan, others, cfg.path, keys_only=_keys_only(cfg))
-    report = RemapReport(
+    planned = RemapReport(
         input=spec,
         mode="experts",
         strategy="copy",
@@ -66,7 +62,6 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
         experts=_summary(plan),
     )
     config_bytes = dump_like(raw, original) if changes or out is not None else None
-    result = Plan(report, ckpt, weights, header, None, cfg.path, config_bytes, None)
 
     def write_weights(dest: str, link: str, progress: Callable[[int], None] | None) -> None:
         compose(
@@ -79,11 +74,14 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
             progress=progress,
         )
 
-    result.compose = write_weights
-    return result
+    return Plan(
+        planned, ckpt, weights, header, config_path=cfg.path, config_bytes=config_bytes, compose=write_weights
+    )
 
 
-def _already(spec: str, ckpt: Any, header: Any, cfg: Any, direction: str, out: str | None) -> Plan | None:
+def _already(
+    spec: str, ckpt: Checkpoint, header: Header, cfg: AdapterConfig | None, direction: str, out: str | None
+) -> Plan | None:
     """An adapter whose expert LoRA is already in ``direction``'s layout: nothing to do (exit 0, strategy
     ``none``, as ``--vl`` on a text adapter); with ``--out`` an unchanged copy."""
     from adapterdoc.experts import expert_picture
@@ -95,21 +93,23 @@ def _already(spec: str, ckpt: Any, header: Any, cfg: Any, direction: str, out: s
     pic = expert_picture({k: t.shape for k, t in header.tensors.items()}, config=cfg)
     if pic.layout != direction:
         return None
-    report = RemapReport(
+    weights = ckpt.weights_path
+    assert weights is not None
+    planned = RemapReport(
         input=spec,
         mode="experts",
         strategy="none",
         mapping={},
-        weights=ckpt.weights_path,
+        weights=weights,
         out=out,
         notes=[f"the expert LoRA is already {direction}: nothing to do"],
     )
     with open(cfg.path, "rb") as f:
         config_bytes = f.read() if out is not None else None
-    return Plan(report, ckpt, ckpt.weights_path, header, None, cfg.path, config_bytes, None)
+    return Plan(planned, ckpt, weights, header, config_path=cfg.path, config_bytes=config_bytes)
 
 
-def _other_form(header: Any, direction: str) -> bool:
+def _other_form(header: Header, direction: str) -> bool:
     """A quick look (one regular expression per name, no parsing) for a key that is plainly in the other expert
     form, so the adapter cannot be already ``direction``; when it says nothing, the whole picture decides."""
     other = _PER_EXPERT_KEY if direction == "fused" else _FUSED_KEY
@@ -120,7 +120,7 @@ def _keys_of(b: Block) -> list[tuple[str, str]]:
     return [b.fused_keys, *b.leaf_keys.values()]
 
 
-def _keys_only(cfg: Any) -> bool:
+def _keys_only(cfg: AdapterConfig) -> bool:
     """Whether the class the adapter was made for (PEFT's ``auto_mapping.base_model_class``) is one whose
     per-expert keys PEFT fuses at load without a config rewrite (:func:`~adapterdoc.remap.expert_config.peft_fuses_keys_only`)."""
     from adapterdoc.layouts import LAYOUTS
@@ -137,9 +137,7 @@ def _summary(plan: ExpertPlan) -> dict[str, object]:
         per = dict(b.leaf_ranks)
         before, after = (per, b.fused_rank) if plan.direction == "fused" else (b.fused_rank, per)
         ranks.setdefault(b.param, {"before": before, "after": after})
-    fused = 2 * len(plan.blocks)
-    per_expert = sum(2 * len(b.leaf_keys) for b in plan.blocks)
-    read, written = (per_expert, fused) if plan.direction == "fused" else (fused, per_expert)
+    read, written = plan.tensor_counts()
     return {
         "direction": plan.direction,
         "names": {

@@ -13,8 +13,8 @@ bytes (:mod:`adapterdoc.st.compose`), so every dtype is moved bit for bit and no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
 from adapterdoc.adapter import WRAPPER, AdapterConfig, LoraKey, parse_key
 from adapterdoc.errors import RefusedError
@@ -35,9 +35,10 @@ from adapterdoc.st.tensors import TensorSource
 Pieces = Iterator["bytes | bytearray | memoryview"]
 Producer = Callable[[TensorSource], Pieces]
 """Yields the bytes of one group's tensors, in order, reading the input through the one open source."""
+Group = tuple[list[Spec], Producer]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Block:
     """One MoE projection of one layer (``gate_up_proj`` or ``down_proj`` of ``owner``), in both forms."""
 
@@ -50,9 +51,9 @@ class Block:
     dtype: str
     fused_in: int
     fused_out: int
-    leaf_ranks: dict[str, int]
+    leaf_ranks: Mapping[str, int]
     """The per-expert rank of each leaf (gate, up or down); the fused rank is their sum."""
-    leaf_keys: dict[tuple[int, str], tuple[str, str]] = field(default_factory=dict)
+    leaf_keys: Mapping[tuple[int, str], tuple[str, str]] = field(default_factory=dict)
     """(expert, leaf) → (lora_A key, lora_B key) of the per-expert form."""
     fused_keys: tuple[str, str] = ("", "")
     fused_module: str = ""
@@ -64,7 +65,7 @@ class Block:
         return list(self.leaf_ranks)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExpertPlan:
     """The whole rewrite: the output tensors in order with the producer of each group's bytes."""
 
@@ -72,14 +73,20 @@ class ExpertPlan:
     style: ExpertNames
     style_reason: str
     blocks: list[Block]
-    groups: list[tuple[list[Spec], Producer]]
+    groups: list[Group]
     """(specs, producer): ``producer(source)`` yields the bytes of those tensors, in order."""
     tensors_in: int
     copied: int
     header: Header | None = None
     """The input's header (the file every producer reads)."""
-    parsed: dict[str, LoraKey] = field(default_factory=dict)
+    parsed: Mapping[str, LoraKey] = field(default_factory=dict)
     """Every input tensor name, parsed once."""
+
+    def tensor_counts(self) -> tuple[int, int]:
+        """(tensors read, tensors written) by the conversion: two per fused module, two per expert and leaf."""
+        fused = 2 * len(self.blocks)
+        per_expert = sum(2 * len(b.leaf_keys) for b in self.blocks)
+        return (per_expert, fused) if self.direction == "fused" else (fused, per_expert)
 
     @property
     def specs(self) -> list[Spec]:
@@ -114,9 +121,7 @@ def plan_experts(header: Header, cfg: AdapterConfig | None, direction: str, weig
         raise _refuse(weights, "is a DoRA adapter: PEFT's fused expert LoRA (ParamWrapper) refuses DoRA")
     parsed = {k: parse_key(k) for k in header.tensors}
     _refuse_3d(header, parsed, weights)
-    plan = (_to_fused if direction == "fused" else _to_per_expert)(header, cfg, parsed, weights)
-    plan.parsed = parsed
-    return plan
+    return (_to_fused if direction == "fused" else _to_per_expert)(header, cfg, parsed, weights)
 
 
 def _refuse_3d(header: Header, parsed: dict[str, LoraKey], weights: str) -> None:
@@ -144,7 +149,8 @@ def _to_fused(header: Header, cfg: AdapterConfig, parsed: dict[str, LoraKey], we
     style = per_expert_style(k.module for k in parsed.values() if k.is_lora)
     if style is None:
         raise _refuse(weights, "has no per-expert LoRA (`experts.N.<projection>`): nothing to fuse")
-    found: dict[tuple[str, str], Block] = {}
+    drafts: dict[tuple[str, str], Block] = {}
+    leaf_keys: dict[tuple[str, str], dict[tuple[int, str], tuple[str, str]]] = {}
     member: dict[str, tuple[str, str]] = {}
     for key, info in parsed.items():
         em = per_expert_module(info.module, style)
@@ -154,31 +160,50 @@ def _to_fused(header: Header, cfg: AdapterConfig, parsed: dict[str, LoraKey], we
             raise _refuse(weights, f"{info.role} on an expert projection cannot be fused", key=key)
         if info.adapter_name is not None:
             raise _refuse(weights, "an adapter name inside an expert key is not supported", key=key)
-        param = style.param_of(em.leaf)
+        where = (em.owner, style.param_of(em.leaf))
         t = header.tensors[key]
-        block = found.get((em.owner, param))
+        block = drafts.get(where)
         if block is None:
-            block = found[(em.owner, param)] = Block(
-                em.owner, param, em.pre, info.wrapped, 0, t.dtype, 0, 0, {}
-            )
+            block = drafts[where] = Block(em.owner, where[1], em.pre, info.wrapped, 0, t.dtype, 0, 0, {})
+            leaf_keys[where] = {}
         if t.dtype != block.dtype or len(t.shape) != 2:
             raise _refuse(weights, f"expert tensors of `{em.owner}` differ in dtype or are not 2-D", key=key)
-        a, b = block.leaf_keys.get((em.expert, em.leaf), ("", ""))
-        block.leaf_keys[(em.expert, em.leaf)] = (key, b) if info.role == "lora_A" else (a, key)
-        member[key] = (em.owner, param)
-    blocks = [found[k] for k in sorted(found)]
-    for block in blocks:
-        _check_per_expert(header, cfg, block, style, weights, parsed)
-    _check_pairs(blocks, style, weights)
-    for block in blocks:
-        both = (block.owner, GATE_UP) in found and (block.owner, DOWN) in found
-        block.fused_module = f"{block.owner}.base_layer" if both and block.param == GATE_UP else block.owner
-        block.fused_keys = (
-            _key(block.wrapped, block.fused_module, "lora_A"),
-            _key(block.wrapped, block.fused_module, "lora_B"),
-        )
-    groups: list[tuple[list[Spec], Producer]] = []
-    placed: set[tuple[str, str]] = set()
+        pairs = leaf_keys[where]
+        a, b = pairs.get((em.expert, em.leaf), ("", ""))
+        pairs[(em.expert, em.leaf)] = (key, b) if info.role == "lora_A" else (a, key)
+        member[key] = where
+    checked = {
+        k: _check_per_expert(header, cfg, replace(drafts[k], leaf_keys=leaf_keys[k]), style, weights, parsed)
+        for k in sorted(drafts)
+    }
+    _check_pairs(list(checked.values()), style, weights)
+    found: dict[tuple[str, str], Block] = {}
+    for k, block in checked.items():
+        both = (block.owner, GATE_UP) in checked and (block.owner, DOWN) in checked
+        module = f"{block.owner}.base_layer" if both and block.param == GATE_UP else block.owner
+        keys = (_key(block.wrapped, module, "lora_A"), _key(block.wrapped, module, "lora_B"))
+        found[k] = replace(block, fused_module=module, fused_keys=keys)
+    groups, copied = _groups(header, member, {k: _fuse_group(header, b, style) for k, b in found.items()})
+    return ExpertPlan(
+        "fused",
+        style,
+        "the adapter's expert keys",
+        list(found.values()),
+        groups,
+        len(header.tensors),
+        copied,
+        header,
+        parsed,
+    )
+
+
+def _groups(
+    header: Header, member: Mapping[str, Hashable], made: Mapping[Hashable, Group]
+) -> tuple[list[Group], int]:
+    """The output's groups in the input's tensor order: each tensor copied as it is, except the members of a
+    converted block, whose group ``made[block]`` takes the place of its first member; and how many were copied."""
+    groups: list[Group] = []
+    placed: set[Hashable] = set()
     copied = 0
     for key in header.tensors:
         where = member.get(key)
@@ -187,10 +212,8 @@ def _to_fused(header: Header, cfg: AdapterConfig, parsed: dict[str, LoraKey], we
             copied += 1
         elif where not in placed:
             placed.add(where)
-            groups.append(_fuse_group(header, found[where], style))
-    return ExpertPlan(
-        "fused", style, "the adapter's expert keys", blocks, groups, len(header.tensors), copied, header
-    )
+            groups.append(made[where])
+    return groups, copied
 
 
 def _check_per_expert(
@@ -200,16 +223,17 @@ def _check_per_expert(
     style: ExpertNames,
     weights: str,
     parsed: dict[str, LoraKey],
-) -> None:
+) -> Block:
     """Every expert 0…E-1 with both factors for each leaf, one rank and one shape per leaf, and gate and up with
-    the same in/out features and scaling (so the fused block is exact)."""
+    the same in/out features and scaling (so the fused block is exact); ``block`` with its sizes."""
     leaves = sorted({leaf for _, leaf in block.leaf_keys}, key=style.leaves.index)
     experts = sorted({e for e, _ in block.leaf_keys})
     if experts != list(range(len(experts))):
         raise _refuse(weights, f"`{block.owner}`: experts {experts} are not 0…{len(experts) - 1}")
-    block.experts = len(experts)
     scalings = set()
     dims = set()
+    leaf_ranks: dict[str, int] = {}
+    fused_in = fused_out = 0
     for leaf in leaves:
         shapes = set()
         for e in experts:
@@ -228,19 +252,26 @@ def _check_per_expert(
                 weights, f"`{block.owner}` {leaf}: the experts' ranks or shapes differ; cannot fuse"
             )
         ((sa, sb),) = shapes
-        block.leaf_ranks[leaf] = sa[0]
-        block.fused_in = sa[1]
-        block.fused_out += sb[0]
+        leaf_ranks[leaf] = sa[0]
+        fused_in = sa[1]
+        fused_out += sb[0]
         dims.add((sa[1], sb[0]))
     if len(dims) != 1:
         raise _refuse(weights, f"`{block.owner}`: gate and up differ in shape; cannot fuse")
-    block.fused_rank = sum(block.leaf_ranks.values())
     if len(scalings) != 1:
         raise _refuse(
             weights,
             f"`{block.owner}` {block.param}: the experts' LoRA scalings differ ({sorted(scalings)}); "
             "one fused block has one scaling",
         )
+    return replace(
+        block,
+        experts=len(experts),
+        fused_in=fused_in,
+        fused_out=fused_out,
+        leaf_ranks=leaf_ranks,
+        fused_rank=sum(leaf_ranks.values()),
+    )
 
 
 def _check_pairs(blocks: list[Block], style: ExpertNames, weights: str) -> None:
@@ -256,7 +287,7 @@ def _check_pairs(blocks: list[Block], style: ExpertNames, weights: str) -> None:
             )
 
 
-def _fuse_group(header: Header, block: Block, style: ExpertNames) -> tuple[list[Spec], Producer]:
+def _fuse_group(header: Header, block: Block, style: ExpertNames) -> Group:
     E, R = block.experts, block.fused_rank
     specs = [
         Spec(block.fused_keys[0], block.dtype, (E * R, block.fused_in)),
@@ -296,7 +327,7 @@ def _fuse_group(header: Header, block: Block, style: ExpertNames) -> tuple[list[
     return specs, produce
 
 
-def _copy_group(header: Header, key: str) -> tuple[list[Spec], Producer]:
+def _copy_group(header: Header, key: str) -> Group:
     t = header.tensors[key]
 
     def produce(src: TensorSource) -> Pieces:
@@ -351,18 +382,10 @@ def _to_per_expert(
             blocks.append(_fused_block(header, cfg, owner, module, param, roles, style, weights))
             member[roles["lora_A"]] = member[roles["lora_B"]] = len(blocks) - 1
     _check_fused_dims(blocks, weights)
-    groups: list[tuple[list[Spec], Producer]] = []
-    placed: set[int] = set()
-    copied = 0
-    for key in header.tensors:
-        i = member.get(key)
-        if i is None:
-            groups.append(_copy_group(header, key))
-            copied += 1
-        elif i not in placed:
-            placed.add(i)
-            groups.append(_split_group(header, blocks[i]))
-    return ExpertPlan("per-expert", style, reason, blocks, groups, len(header.tensors), copied, header)
+    groups, copied = _groups(header, member, {i: _split_group(header, b) for i, b in enumerate(blocks)})
+    return ExpertPlan(
+        "per-expert", style, reason, blocks, groups, len(header.tensors), copied, header, parsed
+    )
 
 
 def _fused_block(
@@ -391,24 +414,28 @@ def _fused_block(
         raise _refuse(weights, f"`{module}`: {param} has an odd number of rows", key=tb.name)
     pre = fused_owner_prefix(owner)
     assert pre is not None
-    block = Block(
+    wrapped = parse_key(ta.name).wrapped
+    experts = ta.shape[0] // rank
+    leaf_keys = {}
+    for e in range(experts):
+        for leaf in leaves:
+            m = f"{pre}.{style.container}.experts.{e}.{leaf}"
+            leaf_keys[(e, leaf)] = (_key(wrapped, m, "lora_A"), _key(wrapped, m, "lora_B"))
+    return Block(
         owner,
         param,
         pre,
-        parse_key(ta.name).wrapped,
-        ta.shape[0] // rank,
+        wrapped,
+        experts,
         ta.dtype,
         ta.shape[1],
         tb.shape[0],
         {leaf: rank for leaf in leaves},
+        leaf_keys,
+        (roles["lora_A"], roles["lora_B"]),
+        module,
+        rank,
     )
-    block.fused_module, block.fused_keys = module, (roles["lora_A"], roles["lora_B"])
-    block.fused_rank = rank
-    for e in range(block.experts):
-        for leaf in leaves:
-            m = f"{pre}.{style.container}.experts.{e}.{leaf}"
-            block.leaf_keys[(e, leaf)] = (_key(block.wrapped, m, "lora_A"), _key(block.wrapped, m, "lora_B"))
-    return block
 
 
 def _check_fused_dims(blocks: list[Block], weights: str) -> None:
@@ -430,7 +457,7 @@ def _check_fused_dims(blocks: list[Block], weights: str) -> None:
             )
 
 
-def _split_group(header: Header, block: Block) -> tuple[list[Spec], Producer]:
+def _split_group(header: Header, block: Block) -> Group:
     E, R = block.experts, block.fused_rank
     rows = block.fused_out // len(block.leaves)
     specs = []

@@ -47,7 +47,7 @@ def parse_rule(text: str) -> Rule:
     return Rule(pattern, replacement)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RemapMove:
     """How one remap renames keys and module paths."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from adapterdoc.adapter import ADAPTER_CONFIG, WRAPPER, LoraKey, fused_expert_owner, parse_key
 from adapterdoc.checkpoint import ADAPTER_BIN, ADAPTER_WEIGHTS, Checkpoint, open_checkpoint
@@ -15,30 +15,58 @@ from adapterdoc.layouts import LAYOUTS, Rule, tower_segment
 from adapterdoc.remap.config import plan_config
 from adapterdoc.remap.moves import INFIX, RemapMove, detect, resolve_layout_move, user_move, vl_move
 from adapterdoc.report.findings import Finding, make, sort_findings
-from adapterdoc.report.remap_report import RemapReport
+from adapterdoc.report.remap_report import ConfigChange, RemapReport
 from adapterdoc.st import rewrite
 from adapterdoc.st.header import Header, read_header
 
 BIN_BACKUP = ADAPTER_BIN + ".bak"
 """What an ``adapter_model.bin`` is renamed to once ``adapter_model.safetensors`` has replaced it."""
 
+WriteWeights = Callable[[str, str, Callable[[int], None] | None], None]
+"""Writes a new weights file: (dest, link rule, progress callback)."""
 
-@dataclass
+
+@dataclass(frozen=True)
 class Plan:
-    """A remap worked out before anything is written."""
+    """A remap worked out before anything is written: what the report will say (``planned``) and what the write
+    needs."""
 
-    report: RemapReport
+    planned: RemapReport
+    """The report as planning leaves it (the write adds the files it wrote and its notes)."""
     ckpt: Checkpoint
     weights_path: str
     header: Header | None
-    body: bytes | None
-    config_path: str | None
-    config_bytes: bytes | None
-    blocker: str | None
-    compose: Callable[[str, str, Callable[[int], None] | None], None] | None = None
+    body: bytes | None = None
+    config_path: str | None = None
+    config_bytes: bytes | None = None
+    blocker: str | None = None
+    compose: WriteWeights | None = None
     """``--experts``: writes the new weights file (dest, link rule, progress callback) instead of a header copy."""
     config_only: bool = False
     """``--for``: only adapter_config.json changes; in place, the weights file is not written at all."""
+
+
+@dataclass(frozen=True)
+class HeaderPlan:
+    """The renamed header of a header-only remap, and whether it is written in place."""
+
+    header: Header
+    body: bytes
+    blocker: str | None
+    strategy: str
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KeyMoves:
+    """A move planned as ``--to`` plans it, for a caller that adds more rewrites (``remap --for``)."""
+
+    mapping: dict[str, str]
+    config_bytes: bytes | None = None
+    """adapter_config.json's new bytes (``None``: unchanged)."""
+    changes: tuple[ConfigChange, ...] = ()
+    notes: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()
 
 
 def make_plan(
@@ -67,19 +95,30 @@ def make_plan(
         ckpt, weights, parsed, vl=vl, to=to, source=source, user_rules=user_rules, notes=notes
     )
     mapping = _mapping(weights, keys, parsed, move)
-    report = RemapReport(
-        input=spec,
-        mode=move.mode,
-        strategy="none",
-        mapping=mapping,
-        source_layout=move.source,
-        target_layout=move.target,
-        weights=weights,
-        out=os.fspath(out) if out is not None else None,
-        notes=notes,
-    )
+    out_path = os.fspath(out) if out is not None else None
+
+    def report(
+        strategy: str,
+        notes: list[str],
+        changes: tuple[ConfigChange, ...] = (),
+        findings: list[Finding] | None = None,
+    ) -> RemapReport:
+        """The plan's report (the write adds what it wrote: :func:`~adapterdoc.report.remap_report.build_remap_report`)."""
+        return RemapReport(
+            input=spec,
+            mode=move.mode,
+            strategy=strategy,
+            mapping=mapping,
+            source_layout=move.source,
+            target_layout=move.target,
+            weights=weights,
+            out=out_path,
+            config_changes=list(changes),
+            notes=notes,
+            findings=sort_findings(findings or []),
+        )
+
     header = ckpt.headers[0] if ckpt.headers else None
-    plan = Plan(report, ckpt, weights, header, None, None, None, None)
     if not mapping:
         notes.append(
             f"no key contains `{INFIX}`: the adapter is already in text form"
@@ -87,21 +126,30 @@ def make_plan(
             else "the rules rename no key"
         )
         cfg_path = ckpt.adapter_config.path if ckpt.adapter_config else None
+        config_bytes = None
         if out is not None and cfg_path is not None:
             with open(cfg_path, "rb") as f:
-                plan.config_path, plan.config_bytes = cfg_path, f.read()
-        return plan
+                config_bytes = f.read()
+        return Plan(
+            report("none", notes),
+            ckpt,
+            weights,
+            header,
+            config_path=cfg_path if config_bytes is not None else None,
+            config_bytes=config_bytes,
+        )
     old_parsed = dict(zip(keys, parsed))
     new_parsed = _parse_new(mapping, old_parsed, move)
     _check_lora_kept(weights, keys, parsed, mapping)
     module_map = _module_map(mapping, old_parsed, new_parsed)
-    plan.config_path, plan.config_bytes = plan_config(ckpt, report, move, module_map, parsed)
-    report.findings = sort_findings(_tower_findings(weights, mapping, keys, parsed, new_parsed, move))
-    if ckpt.weights_format == "bin":
-        _plan_bin(plan, out)
-    else:
-        plan_header(plan, mapping, out)
-    return plan
+    cfg = plan_config(ckpt, move, module_map, parsed, keep_original=out is not None)
+    towers = _tower_findings(weights, mapping, keys, parsed, new_parsed, move)
+    if ckpt.weights_format == "bin":  # always copied, into safetensors (AD103 says where)
+        planned = report("copy", [*notes, *cfg.notes], cfg.changes, [*towers, _bin_finding(weights, out)])
+        return Plan(planned, ckpt, weights, header, config_path=cfg.path, config_bytes=cfg.data)
+    hp = plan_header(weights, header, mapping, out)
+    planned = report(hp.strategy, [*notes, *cfg.notes, *hp.notes], cfg.changes, towers)
+    return Plan(planned, ckpt, weights, hp.header, hp.body, cfg.path, cfg.data, hp.blocker)
 
 
 def _choose_move(
@@ -123,8 +171,7 @@ def _choose_move(
         move = vl_move()
         detection = detect(modules, hint)  # shown to the user only; --vl decides from the keys alone
         if detection.name in LAYOUTS:
-            move.source = detection.name
-            move.target = LAYOUTS[detection.name].text_counterpart
+            move = replace(move, source=detection.name, target=LAYOUTS[detection.name].text_counterpart)
         return move
     if to is not None:
         return resolve_layout_move(weights, modules, hint, to, source, notes)
@@ -146,60 +193,47 @@ def _check_lora_kept(weights: str, keys: list[str], parsed: list[LoraKey], mappi
         )
 
 
-def _plan_bin(plan: Plan, out: str | os.PathLike[str] | None) -> None:
-    """A ``.bin`` adapter is always copied, into safetensors (AD103 says where)."""
-    report = plan.report
-    report.strategy = "copy"
-    report.findings = sort_findings(
-        [
-            *report.findings,
-            make(
-                "AD103",
-                f"weights are a pickle: written as {ADAPTER_WEIGHTS}; the .bin is kept as {BIN_BACKUP}"
-                if out is None
-                else f"weights are a pickle: written as {ADAPTER_WEIGHTS} in the output folder",
-                path=plan.weights_path,
-            ),
-        ]
+def _bin_finding(weights: str, out: str | os.PathLike[str] | None) -> Finding:
+    """A ``.bin`` adapter is always copied, into safetensors: where to."""
+    return make(
+        "AD103",
+        f"weights are a pickle: written as {ADAPTER_WEIGHTS}; the .bin is kept as {BIN_BACKUP}"
+        if out is None
+        else f"weights are a pickle: written as {ADAPTER_WEIGHTS} in the output folder",
+        path=weights,
     )
 
 
-def plan_header(plan: Plan, mapping: dict[str, str], out: str | os.PathLike[str] | None) -> None:
+def plan_header(
+    weights: str, header: Header | None, mapping: dict[str, str], out: str | os.PathLike[str] | None
+) -> HeaderPlan:
     """The renamed header (from the bytes read when the input was opened), and in place or copy."""
-    weights = plan.weights_path
-    header = plan.header or read_header(weights)
+    header = header or read_header(weights)
     body, n = rewrite.renamed_header(header.raw, mapping)
     assert n == len(mapping), (n, len(mapping))
-    plan.header, plan.body = header, body
-    plan.blocker = rewrite.in_place_blocker(weights, header, body)
-    plan.report.strategy = "copy" if (out is not None or plan.blocker) else "in-place"
-    if plan.blocker and out is None:
-        plan.report.notes.append(f"copy instead of in-place: {plan.blocker}")
+    blocker = rewrite.in_place_blocker(weights, header, body)
+    strategy = "copy" if (out is not None or blocker) else "in-place"
+    notes = (f"copy instead of in-place: {blocker}",) if blocker and out is None else ()
+    return HeaderPlan(header, body, blocker, strategy, notes)
 
 
-def move_keys(
-    ckpt: Checkpoint, report: RemapReport, keys: list[str], parsed: list[LoraKey], move: RemapMove
-) -> tuple[dict[str, str], bytes | None]:
+def move_keys(ckpt: Checkpoint, keys: list[str], parsed: list[LoraKey], move: RemapMove) -> KeyMoves:
     """A move planned as ``--to`` plans it, for a caller that adds more rewrites (``remap --for``): the key
-    mapping (with the same refusals), and adapter_config.json's new bytes (``None``: unchanged);
-    ``report.config_changes`` and the tower findings are filled in."""
+    mapping (with the same refusals), adapter_config.json's new bytes, its changes, notes and tower findings."""
     weights = ckpt.weights_path
     assert weights is not None
     mapping = _mapping(weights, keys, parsed, move)
     if not mapping:
-        return {}, None
+        return KeyMoves({})
     old_parsed = dict(zip(keys, parsed))
     new_parsed = _parse_new(mapping, old_parsed, move)
     _check_lora_kept(weights, keys, parsed, mapping)
     module_map = _module_map(mapping, old_parsed, new_parsed)
-    out, report.out = report.out, None  # bytes only when something changes
-    try:
-        _, config_bytes = plan_config(ckpt, report, move, module_map, parsed)
-    finally:
-        report.out = out
+    cfg = plan_config(
+        ckpt, move, module_map, parsed, keep_original=False
+    )  # bytes only when something changes
     towers = _tower_findings(weights, mapping, keys, parsed, new_parsed, move)
-    report.findings = sort_findings([*report.findings, *towers])
-    return mapping, config_bytes
+    return KeyMoves(mapping, cfg.data, cfg.changes, cfg.notes, tuple(towers))
 
 
 def open_input(spec: str) -> Checkpoint:
@@ -220,6 +254,17 @@ def open_input(spec: str) -> Checkpoint:
         if os.path.lexists(st):  # open_checkpoint prefers safetensors; this is only a guard
             raise RefusedError(st, "already exists next to the .bin")
     return ckpt
+
+
+def open_safetensors(spec: str, refusal: str) -> tuple[Checkpoint, str]:
+    """:func:`open_input` for a remap that rewrites tensor data or needs safetensors (``--experts``, ``--for``): the
+    checkpoint and its weights path; a ``.bin`` is refused with ``refusal``."""
+    ckpt = open_input(spec)
+    weights = ckpt.weights_path
+    assert weights is not None
+    if ckpt.weights_format == "bin":
+        raise UnsupportedInputError(weights, refusal)
+    return ckpt, weights
 
 
 def _mapping(weights: str, keys: list[str], parsed: list[LoraKey], move: RemapMove) -> dict[str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from adapterdoc.layouts import exclusion_regex, strip_infix_in_regex, tower_probes
 from adapterdoc.remap.moves import RemapMove
@@ -30,7 +29,7 @@ class ConfigRewriter:
         self.lora_pairs = lora_pairs
         self.full_pairs = full_pairs
 
-    def rewrite(self, raw: dict[str, Any]) -> list[ConfigChange]:
+    def rewrite(self, raw: dict[str, object]) -> list[ConfigChange]:
         changes: list[ConfigChange] = []
         for name, fn in (
             ("target_modules", self._target_modules),
@@ -67,7 +66,7 @@ class ConfigRewriter:
 
     # fields ----------------------------------------------------------------------------------------------
 
-    def _target_modules(self, value: Any) -> tuple[Any, str]:
+    def _target_modules(self, value: object) -> tuple[object, str]:
         pairs = self.lora_pairs
         if isinstance(value, str):
             if value == "all-linear":
@@ -88,8 +87,8 @@ class ConfigRewriter:
         return self._list_field(value, pairs, _list_match)
 
     def _list_field(
-        self, value: list[Any], pairs: list[tuple[str, str]], match: Callable[[Sequence[str], str], bool]
-    ) -> tuple[Any, str]:
+        self, value: list[object], pairs: list[tuple[str, str]], match: Callable[[Sequence[str], str], bool]
+    ) -> tuple[object, str]:
         entries = [e for e in value if isinstance(e, str)]
         if len(entries) != len(value):
             return value, "unchanged"
@@ -108,7 +107,7 @@ class ConfigRewriter:
                 explicit.append(n)
         return explicit, "explicit"
 
-    def _exclude_modules(self, value: Any) -> tuple[Any, str]:
+    def _exclude_modules(self, value: object) -> tuple[object, str]:
         pairs = self.lora_pairs
         if isinstance(value, str):
 
@@ -123,20 +122,20 @@ class ConfigRewriter:
             return f"(?!(?:{'|'.join(keep)})$)(?:{cand})", "explicit"
         return self._list_field(value, pairs, _list_match)
 
-    def _modules_to_save(self, value: Any) -> tuple[Any, str]:
+    def _modules_to_save(self, value: object) -> tuple[object, str]:
         if not isinstance(value, list):
             return value, "unchanged"
         return self._list_field(value, self.full_pairs, _mts_match)
 
-    def _patterns(self, value: Any) -> tuple[Any, str]:
+    def _patterns(self, value: object) -> tuple[object, str]:
         if not isinstance(value, dict):
             return value, "unchanged"
         pairs = self.lora_pairs
 
-        def ok(cand: dict[str, Any]) -> bool:
+        def ok(cand: dict[str, object]) -> bool:
             return all(_pattern_value(value, m) == _pattern_value(cand, n) for m, n in pairs)
 
-        moved: dict[str, Any] = {}
+        moved: dict[str, object] = {}
         for key, v in value.items():
             new_key = self.module_map.get(key) or from_view(self.move.path_fn(to_view(key)))
             if new_key in moved:
@@ -145,14 +144,14 @@ class ConfigRewriter:
         for cand, how in ((value, "unchanged"), (moved, "rules")):
             if len(cand) == len(value) and ok(cand):
                 return cand, how
-        explicit: dict[str, Any] = {}
+        explicit: dict[str, object] = {}
         for m, n in pairs:
             found, v = _pattern_value(value, m)
             if found:
                 explicit[n] = v
         return explicit, "explicit"
 
-    def _target_parameters(self, value: Any) -> tuple[Any, str]:
+    def _target_parameters(self, value: object) -> tuple[object, str]:
         if not isinstance(value, list) or not all(isinstance(e, str) for e in value):
             return value, "unchanged"
         out = []
@@ -164,7 +163,7 @@ class ConfigRewriter:
                 out.append(e)
         return out, "rules"
 
-    def _tower_exclusion(self, current: Any) -> str | None:
+    def _tower_exclusion(self, current: object) -> str | None:
         """When moving onto a layout with towers, exclude the towers the adapter has no LoRA on."""
         towers = self.move.target_towers
         if not towers:
@@ -227,7 +226,7 @@ def _mts_match(entries: Sequence[str], module: str) -> bool:
     return False
 
 
-def _pattern_value(patterns: dict[str, Any], module: str) -> tuple[bool, Any]:
+def _pattern_value(patterns: dict[str, object], module: str) -> tuple[bool, object]:
     """PEFT's rank/alpha pattern lookup: the first key matching ``(.*\\.)?(KEY)$`` wins."""
     for key, value in patterns.items():
         try:

@@ -7,13 +7,14 @@ from collections.abc import Iterable
 
 from adapterdoc.engines.base import EngineNeeds
 from adapterdoc.layouts import Rule
-from adapterdoc.remap.engine import make_engine_plan, write_config_only
+from adapterdoc.remap.engine import make_engine_plan
 from adapterdoc.remap.expert_plan import make_expert_plan
 from adapterdoc.remap.moves import parse_rule
 from adapterdoc.remap.plan import Plan, make_plan
 from adapterdoc.remap.write import CopyProgress, write
-from adapterdoc.report.remap_report import RemapReport
-from adapterdoc.st.atomic import folder_lock
+from adapterdoc.report.remap_report import RemapReport, Written, build_remap_report
+from adapterdoc.st.atomic import atomic_write_bytes, folder_lock
+from adapterdoc.st.paths import check_writable
 
 EXPERT_FORMS = ("per-expert", "fused")
 """The two expert layouts ``experts=`` converts to."""
@@ -67,12 +68,9 @@ def remap(
 
     if dry_run or out is not None:
         plan = make(out)
-        plan.report.dry_run = dry_run
         if dry_run:
-            plan.report.notes.append("dry run: nothing was written")
-        else:
-            write(plan, out=os.fspath(out) if out is not None else None, progress=progress)
-        return plan.report
+            return build_remap_report(plan.planned, None)
+        return build_remap_report(plan.planned, write(plan, out=os.fspath(out), progress=progress))
     folder = _writable_folder(os.fspath(spec))
     if folder is None:  # not a cached repo id either (an hf:// spec): planning finds the folder
         probe = make(None)
@@ -82,11 +80,14 @@ def remap(
     # interleaving with it.
     with folder_lock(folder):
         plan = make(None)
-        if plan.config_only:
-            write_config_only(plan)
+        if plan.config_only:  # --for: only adapter_config.json changes; the weights file is not touched
+            assert plan.config_path is not None and plan.config_bytes is not None
+            check_writable(plan.config_path)
+            atomic_write_bytes(plan.config_path, plan.config_bytes, link="replace")
+            written = Written((plan.config_path,))
         else:
-            write(plan, out=None, progress=progress)
-    return plan.report
+            written = write(plan, out=None, progress=progress)
+    return build_remap_report(plan.planned, written)
 
 
 def _writable_folder(spec: str) -> str | None:

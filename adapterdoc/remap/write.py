@@ -14,7 +14,7 @@ from adapterdoc.adapter import ADAPTER_CONFIG
 from adapterdoc.checkpoint import ADAPTER_BIN, ADAPTER_WEIGHTS, load_bin
 from adapterdoc.errors import InputNotFoundError, RefusedError
 from adapterdoc.remap.plan import BIN_BACKUP, Plan
-from adapterdoc.report.remap_report import RemapReport
+from adapterdoc.report.remap_report import Written
 from adapterdoc.st import rewrite
 from adapterdoc.st.atomic import (
     TEMP_PREFIX,
@@ -32,15 +32,14 @@ CopyProgress = Callable[[str, int], AbstractContextManager[Callable[[int], None]
 is told how many bytes each step copied (the command layer draws it; see :mod:`adapterdoc.commands.remap_cmd`)."""
 
 
-def write(plan: Plan, *, out: str | None, progress: CopyProgress | None) -> None:
+def write(plan: Plan, *, out: str | None, progress: CopyProgress | None) -> Written:
     """Carry out ``plan``: into the new folder ``out``, or in place (refusals first, then the config, then the
-    weights)."""
-    report = plan.report
+    weights); what was written."""
     if out is not None:
-        _write_out(plan, out, progress=progress)
-        return
-    if report.strategy == "none":
-        return
+        return _write_out(plan, out, progress=progress)
+    strategy = plan.planned.strategy
+    if strategy == "none":
+        return Written()
     weights = plan.weights_path
     bin_input = plan.ckpt.weights_format == "bin"
     # refuse before writing anything
@@ -49,33 +48,38 @@ def write(plan: Plan, *, out: str | None, progress: CopyProgress | None) -> None
     else:
         check_writable(
             weights,
-            temp_beside=report.strategy != "in-place",
+            temp_beside=strategy != "in-place",
             why=" (a rewrite needs a temp file beside the file)",
         )
     if plan.config_bytes is not None and plan.config_path is not None:
         check_writable(plan.config_path)
     # config first: if we are killed between the two writes, running the same command again finishes the job
+    done = Written()
     if plan.config_bytes is not None and plan.config_path is not None:
-        _note_link(report, plan.config_path)
-        atomic_write_bytes(plan.config_path, plan.config_bytes, link="replace")
-        report.written.append(plan.config_path)
+        done = write_config(plan.config_path, plan.config_bytes)
     if bin_input:
-        _write_bin_as_safetensors(plan, os.path.dirname(weights))
-        return
+        return done + _write_bin_as_safetensors(plan, os.path.dirname(weights))
     if plan.compose is not None:  # --experts: new tensor data, streamed over the file
-        _note_link(report, weights)
+        notes = _link_notes(weights)
         with _copying(progress, weights, plan) as advance:
             plan.compose(weights, "replace", advance)
-        report.written.append(weights)
-        return
+        return done + Written((weights,), notes)
     assert plan.header is not None and plan.body is not None
-    if report.strategy == "in-place":
+    notes = ()
+    if strategy == "in-place":
         rewrite.rewrite_in_place(weights, plan.header, plan.body)
     else:
-        _note_link(report, weights)
+        notes = _link_notes(weights)
         with _copying(progress, weights, plan) as advance:
             rewrite.rewrite_copy(weights, weights, plan.header, plan.body, progress=advance, link="replace")
-    report.written.append(weights)
+    return done + Written((weights,), notes)
+
+
+def write_config(path: str, data: bytes) -> Written:
+    """adapter_config.json replaced atomically (a link there replaced by a regular file, with a note)."""
+    notes = _link_notes(path)
+    atomic_write_bytes(path, data, link="replace")
+    return Written((path,), notes)
 
 
 @contextlib.contextmanager
@@ -89,12 +93,13 @@ def _copying(progress: CopyProgress | None, dest: str, plan: Plan) -> Iterator[C
         yield advance
 
 
-def _note_link(report: RemapReport, path: str) -> None:
-    if os.path.islink(path):
-        report.notes.append(
-            f"{path} was a symlink to {os.path.realpath(path)}: the link was replaced by a regular file, "
-            "the file it pointed to (a shared cache blob) is unchanged"
-        )
+def _link_notes(path: str) -> tuple[str, ...]:
+    if not os.path.islink(path):
+        return ()
+    return (
+        f"{path} was a symlink to {os.path.realpath(path)}: the link was replaced by a regular file, "
+        "the file it pointed to (a shared cache blob) is unchanged",
+    )
 
 
 def _check_bin(plan: Plan) -> None:
@@ -119,39 +124,36 @@ def _bin_bytes(plan: Plan) -> bytes:
     (no torch), laid out as ``safetensors.torch.save`` lays them out; the legacy format through torch."""
     from adapterdoc.st.pickled import LegacyFormatError, read_pickled, safetensors_bytes
 
+    mapping = plan.planned.mapping
     try:
         tensors = read_pickled(plan.weights_path)
     except LegacyFormatError:
         pass
     else:
-        mapping = plan.report.mapping
         return safetensors_bytes({mapping.get(k, k): t for k, t in tensors.items()}, {"format": "pt"})
     from safetensors.torch import save
 
     state = load_bin(plan.weights_path)
-    renamed = {plan.report.mapping.get(k, k): v.detach().contiguous().clone() for k, v in state.items()}
+    renamed = {mapping.get(k, k): v.detach().contiguous().clone() for k, v in state.items()}
     return save(renamed, metadata={"format": "pt"})
 
 
-def _write_bin_as_safetensors(plan: Plan, folder: str) -> None:
+def _write_bin_as_safetensors(plan: Plan, folder: str) -> Written:
     target = _bin_target(plan, folder)
     if os.path.lexists(target):
         raise RefusedError(target, "already exists; converting the .bin would overwrite it (use --out DIR)")
     atomic_write_bytes(target, _bin_bytes(plan), mode=target_mode(plan.weights_path))
-    plan.report.written.append(target)
-    if plan.ckpt.kind == "adapter":
-        backup = os.path.join(folder, BIN_BACKUP)
-        slow_point("before-bin-backup")
-        move_aside(plan.weights_path, backup)
-        plan.report.written.append(backup)
-        plan.report.notes.append(
-            f"{plan.weights_path} renamed to {backup} (the old keys; delete it when done)"
-        )
+    if plan.ckpt.kind != "adapter":
+        return Written((target,))
+    backup = os.path.join(folder, BIN_BACKUP)
+    slow_point("before-bin-backup")
+    move_aside(plan.weights_path, backup)
+    note = f"{plan.weights_path} renamed to {backup} (the old keys; delete it when done)"
+    return Written((target, backup), (note,))
 
 
-def _write_out(plan: Plan, out: str, *, progress: CopyProgress | None) -> None:
+def _write_out(plan: Plan, out: str, *, progress: CopyProgress | None) -> Written:
     """A complete new adapter folder at ``out``, built in a temp folder beside it and renamed into place."""
-    report = plan.report
     source_dir = plan.ckpt.root if os.path.isdir(plan.ckpt.root) else os.path.dirname(plan.weights_path)
     if inside(out, source_dir):
         raise RefusedError(out, "is inside the input adapter folder; choose a folder outside it")
@@ -160,15 +162,15 @@ def _write_out(plan: Plan, out: str, *, progress: CopyProgress | None) -> None:
         raise InputNotFoundError(parent, "the parent folder of --out does not exist")
     check_output_folder(out)  # a new or empty folder only (remap has no --force)
     with atomic_folder(out) as tmp:
-        written = _fill_out(plan, tmp, progress=progress)
-    report.written = [os.path.join(out, w) for w in written]
+        filled = _fill_out(plan, tmp, progress=progress)
+    return Written(tuple(os.path.join(out, w) for w in filled.paths), filled.notes)
 
 
-def _fill_out(plan: Plan, tmp: str, *, progress: CopyProgress | None) -> list[str]:
+def _fill_out(plan: Plan, tmp: str, *, progress: CopyProgress | None) -> Written:
     """Fill the temp folder: the adapter's other files, the config, the renamed weights; their names."""
-    report = plan.report
     ckpt = plan.ckpt
     written: list[str] = []
+    notes: list[str] = []
     weights_name = os.path.basename(plan.weights_path)
     skip = {weights_name, ADAPTER_CONFIG}
     if ckpt.kind == "adapter":
@@ -178,7 +180,7 @@ def _fill_out(plan: Plan, tmp: str, *, progress: CopyProgress | None) -> list[st
             if name in skip or name.startswith(TEMP_PREFIX):
                 continue
             if os.path.isdir(src):
-                report.notes.append(f"subfolder {name}/ not copied to --out")
+                notes.append(f"subfolder {name}/ not copied to --out")
                 continue
             if not os.path.isfile(src):
                 continue
@@ -189,30 +191,33 @@ def _fill_out(plan: Plan, tmp: str, *, progress: CopyProgress | None) -> list[st
         with open(os.path.join(tmp, ADAPTER_CONFIG), "wb") as f:
             f.write(plan.config_bytes)
         written.append(ADAPTER_CONFIG)
-    if ckpt.weights_format == "bin":
+    written.append(_fill_weights(plan, tmp, weights_name, progress))
+    return Written(tuple(written), tuple(notes))
+
+
+def _fill_weights(plan: Plan, tmp: str, weights_name: str, progress: CopyProgress | None) -> str:
+    """The weights file of the new folder (a .bin as safetensors, the experts' new tensors, or the renamed
+    header over the same data); its name."""
+    if plan.ckpt.weights_format == "bin":
         target = os.path.basename(_bin_target(plan, tmp))
         data = _bin_bytes(plan)
         dest = os.path.join(tmp, target)
         with open(dest, "wb") as f:
             f.write(data)
         os.chmod(dest, target_mode(plan.weights_path))
-        written.append(target)
-        return written
+        return target
     header = plan.header
     assert header is not None
+    dest = os.path.join(tmp, weights_name)
     if plan.compose is not None:
-        dest = os.path.join(tmp, weights_name)
         with _copying(progress, dest, plan) as advance:
             plan.compose(dest, "follow", advance)
-        written.append(weights_name)
-        return written
+        return weights_name
     body = plan.body
     if body is None:
         body = header.raw.rstrip(b" \t\n\r")
-    dest = os.path.join(tmp, weights_name)
     # a new file gets a fresh header padded the way safetensors pads (not the old, possibly padded, length): so a
     # move that had to grow the header (a copy) and its inverse written with --out give back the original bytes
     with _copying(progress, dest, plan) as advance:
         rewrite.rewrite_copy(plan.weights_path, dest, header, body, keep_length=False, progress=advance)
-    written.append(weights_name)
-    return written
+    return weights_name

@@ -4,6 +4,7 @@ not a table of every key."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from adapterdoc.report.registry import Group, View, register
@@ -27,10 +28,14 @@ def render_remap(report: RemapReport, *, width: int | None = None) -> str:
     w = Writer(width)
     w.para((report.input, "bold"), hang=2)
     w.para(_title(report), indent=2)
-    if report.renamed:
+    if report.renamed and report.experts is not None:  # the mapping is per module: old modules → new ones
+        verb = "would rewrite" if report.dry_run else "rewrote"
+        w.para(f"{verb} {_expert_counts(report.experts)} ({report.strategy})", indent=2)
+        _patterns(w, report.mapping, unit="fused module")
+    elif report.renamed:
         verb = "would rename" if report.dry_run else "renamed"
         w.para(f"{verb} {plural(report.renamed, 'key')} ({report.strategy})", indent=2)
-        _patterns(w, report.mapping)
+        _patterns(w, report.mapping, unit="key")
     elif not report.rewrites:
         w.para("nothing to rename", indent=2)
     for r in report.rewrites:
@@ -65,35 +70,45 @@ def _config_change(w: Writer, c: ConfigChange) -> None:
     w.para("→", (repr(c.new), KEEP) if len(repr(c.new)) < 40 else repr(c.new), indent=4, hang=6)
 
 
-def _rewrite(r: dict[str, object]) -> str:
+def _expert_counts(r: Mapping[str, object]) -> str:
+    """What an expert conversion rewrote, in the units ``--json`` counts: the tensors read and written, then the
+    fused modules (``blocks``, two tensors each) and the per-expert modules (two tensors each)."""
+    read, written, blocks = r["tensors_read"], r["tensors_written"], r["blocks"]
+    assert isinstance(read, int) and isinstance(written, int) and isinstance(blocks, int)
+    to_fused = r.get("to", r.get("direction")) == "fused"  # a --for rewrite says "to", --experts "direction"
+    fused = plural(blocks, "fused module")
+    per_expert = plural((read if to_fused else written) // 2, "per-expert module")
+    old, new = (per_expert, fused) if to_fused else (fused, per_expert)
+    return f"{read} tensors → {written}, {old} as {new}"
+
+
+def _rewrite(r: Mapping[str, object]) -> str:
     """One ``--for`` rewrite in a few words."""
     extra = {
         "keys": lambda: f"{r.get('from')} → {r.get('to')}",
         "experts": lambda: (
-            f"{r.get('from')} → {r.get('to')}"
-            + (
-                f", {r['tensors_read']} tensors → {r['tensors_written']} in {plural(int(r['blocks']), 'module')}"  # type: ignore[call-overload]
-                if "tensors_read" in r
-                else ""
-            )
+            f"{r.get('from')} → {r.get('to')}" + (f", {_expert_counts(r)}" if "tensors_read" in r else "")
         ),
         "rslora": lambda: "lora_alpha {} → {}".format(*r["lora_alpha"]),  # type: ignore[misc]
         "ranks": lambda: f"to {r['to']}, {r['bytes_added']} bytes added",
         "scaling": lambda: f"{r['tensors']} lora_B tensor(s), largest rounding {r['max_rel_rounding']:.3g}",
         "patterns": lambda: "rank_pattern / alpha_pattern dropped",
         "target_modules": lambda: f"regex → {r['entries']} module path(s)",
+        "fill": lambda: (
+            f"{r['fill']}, {r['modules']} module(s) ({r['tensors']} tensors), {r['bytes_added']} bytes added"
+        ),
     }.get(str(r["rewrite"]))
     return f"{r['rewrite']}: {extra()}" if extra else str(r["rewrite"])
 
 
-def _tensor_rewrites(w: Writer, r: dict[str, object]) -> None:
+def _tensor_rewrites(w: Writer, r: Mapping[str, object]) -> None:
     """The tensors a rewrite replaced, one line per module (old above new), :data:`SHOWN` at most."""
     tensors = r.get("tensors")
     if not isinstance(tensors, dict):
         return
     for i, (old, new) in enumerate(tensors.items()):
         if i == SHOWN:
-            w.para(f"and {len(tensors) - SHOWN} more (--json lists them)", indent=4)
+            w.para(f"and {plural(len(tensors) - SHOWN, 'more module')} (--json lists them)", indent=4)
             break
         w.para((str(old), KEEP), indent=4)
         w.para("→", (str(new), KEEP), indent=4, hang=6)
@@ -121,9 +136,10 @@ def _title(report: RemapReport) -> str:
     return f"remap {move}"
 
 
-def _patterns(w: Writer, mapping: dict[str, str]) -> None:
+def _patterns(w: Writer, mapping: Mapping[str, str], *, unit: str) -> None:
     """Group the renames by what changes (the segments between a common prefix and suffix); each group as its
-    count, the old pattern, and the new pattern below it."""
+    count of ``unit`` (the mapping's entries: keys, or ``--experts``' modules), the old pattern, and the new
+    pattern below it."""
     groups: dict[tuple[str, str, str], list[tuple[list[str], list[str], list[str], list[str]]]] = {}
     for old, new in mapping.items():
         a, b = old.split("."), new.split(".")
@@ -143,7 +159,7 @@ def _patterns(w: Writer, mapping: dict[str, str]) -> None:
         tail = _glob([m[3] for m in members], from_end=False)
         old = ".".join(x for x in (head, ".".join(members[0][1]), tail) if x)
         new = ".".join(x for x in (head, ".".join(members[0][2]), tail) if x)
-        label = f"{plural(len(members), 'key')}:"
+        label = f"{plural(len(members), unit)}:"
         if 4 + len(label) + 1 + max(len(old), len(new)) <= w.width:
             w.line(label, " ", old, indent=4)
             w.line(" " * (len(label) - 1), "→ ", new, indent=4)
@@ -154,7 +170,7 @@ def _patterns(w: Writer, mapping: dict[str, str]) -> None:
     rest = items[SHOWN:]
     if rest:
         n = sum(len(g) for g in rest)
-        w.para(f"and {plural(len(rest), 'other pattern')} ({plural(n, 'key')}); {MORE}", indent=4)
+        w.para(f"and {plural(len(rest), 'other pattern')} ({plural(n, unit)}); {MORE}", indent=4)
 
 
 def _norm(segs: list[str]) -> str:
