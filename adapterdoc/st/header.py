@@ -157,8 +157,8 @@ def _parse_header(path: str, raw: bytes, file_size: int) -> Header:
     if text.startswith("\ufeff"):
         raise _fail(path, "invalid JSON in header: starts with a byte order mark")
     data_bytes = file_size - 8 - len(raw)
-    pairs = _load_json_fast(text)
-    fast = _fast_header(pairs, data_bytes) if pairs is not None else None
+    parsed = _load_json_fast(text)
+    fast = _fast_header(parsed, data_bytes) if parsed is not None else None
     if fast is not None:
         metadata, tensors = fast
     else:  # the exact parse and checks, in the reference's order, find the first violation and name it
@@ -207,33 +207,44 @@ def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
     return top
 
 
-def _load_json_fast(text: str) -> list[tuple[str, Any]] | None:
+def _load_json_fast(text: str) -> _Parsed | None:
     """Parse with the C scanner alone (no per-object hook), for :func:`_fast_header` to prove there are no
     repeated keys.
 
-    With no backslash in the text every key is spelled literally, so each tensor entry holding the three fields
-    contributes one literal ``"data_offsets"``, ``"dtype"`` and ``"shape"``: if the literal counts of the three
-    equal the number of entries parsed, ``__metadata__`` appears at most once, and every entry turns out to be
-    an object holding exactly the three (:func:`_fast_header` checks), no tensor name and no field was
-    repeated. Anything else returns ``None`` (or fails there) and the exact, slower path decides.
-    """
+    With no backslash in the text every string is spelled literally between two quotes, so the text holds
+    exactly ``2 × (number of strings)`` quote characters. A repeated key drops at least its own key string from
+    the parsed result, so when :func:`_fast_header` finds the parsed header well-formed and counts as many strings
+    in it (each entry's three field names and its dtype, each metadata key and value, each top-level name) as
+    the text spells, no key anywhere was repeated. Anything else returns ``None`` (or fails there) and the
+    exact, slower path decides (repeated metadata keys, which are legal, take that route too)."""
     if "\\" in text or ("-0" in text and _ODD_JSON.search(text) is not None):
         return None
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError):
         return None  # the exact path reports the error
-    if type(obj) is not dict or text.count('"__metadata__"') > 1:
+    if type(obj) is not dict:
         return None
-    n = len(obj) - (METADATA_KEY in obj)
-    for fld in ('"data_offsets"', '"dtype"', '"shape"'):
-        if text.count(fld) != n:
-            return None
-    return list(obj.items())
+    return _Parsed(obj, text.count('"'))
+
+
+class _Parsed(NamedTuple):
+    """A header parsed by the C scanner alone, and the number of quote characters its text holds."""
+
+    obj: dict[str, object]
+    quotes: int
+
+
+_FIELDS = frozenset(("dtype", "shape", "data_offsets"))
+_ONLY_INT = {int}
+_ONLY_DICT = {dict}
+_ONLY_LIST = {list}
+_ONLY_THREE = {3}
+_ONLY_TWO = {2}
 
 
 def _fast_header(
-    pairs: list[tuple[str, Any]], data_bytes: int
+    parsed: _Parsed, data_bytes: int
 ) -> tuple[dict[str, str] | None, dict[str, TensorInfo]] | None:
     """The metadata and tensors of a well-formed header, checked in bulk (C-level ``map``/``set``/list
     comparisons, no per-tensor Python code), or ``None`` when any check might fail: then the exact checks run
@@ -241,59 +252,66 @@ def _fast_header(
 
     Well-formed: metadata absent, null or an object of strings; every entry exactly ``dtype`` (a known one),
     ``shape`` and ``data_offsets`` (lists of ints in ``[0, 2^64)``, two offsets; no zero dimension: those take
-    the exact route, which replays the reference's checked multiplication), names unique, and the entries tile
-    the data section exactly, each spanning ``numel × bits / 8`` bytes below 2^64."""
+    the exact route, which replays the reference's checked multiplication), no key repeated anywhere (the
+    quote count, see :func:`_load_json_fast`), and the entries tile the data section exactly, each spanning
+    ``numel × bits / 8`` bytes below 2^64."""
+    obj = parsed.obj
+    strings = len(obj)  # the top-level names
+    names = list(obj)
+    entries = list(obj.values())
     metadata: dict[str, str] | None = None
-    infos: list[TensorInfo] = []
-    append = infos.append
-    new = tuple.__new__
-    seen_metadata = False
-    for name, e in pairs:
-        if name == METADATA_KEY:
-            if seen_metadata or not (e is None or (type(e) is dict and _all_str(e.values()))):
+    if METADATA_KEY in obj:
+        at = names.index(METADATA_KEY)
+        del names[at]
+        e = entries.pop(at)
+        if e is not None:
+            if type(e) is not dict or not _all_str(e.values()):
                 return None
-            metadata, seen_metadata = e, True
-        elif type(e) is dict and len(e) == 3:
-            try:
-                shape, off = e["shape"], e["data_offsets"]
-                if type(shape) is not list or type(off) is not list:
-                    return None
-                append(new(TensorInfo, (name, e["dtype"], tuple(shape), *off)))
-            except KeyError:
-                return None
-        else:
-            return None
-    if infos and set(map(len, infos)) != {5}:  # two data_offsets each
+            metadata = e
+            strings += 2 * len(e)
+    n = len(entries)
+    if parsed.quotes != 2 * (strings + 4 * n):  # three field names and a dtype string per entry
         return None
-    names = list(map(itemgetter(0), infos))
-    dtypes = list(map(itemgetter(1), infos))
-    shapes = list(map(itemgetter(2), infos))
+    if not n:
+        return (metadata, {}) if data_bytes == 0 else None
+    if set(map(type, entries)) != _ONLY_DICT or set(map(len, entries)) != _ONLY_THREE:
+        return None
     try:
-        if len(set(names)) != len(names) or not set(dtypes) <= DTYPE_BITS.keys():
+        dtypes = list(map(itemgetter("dtype"), entries))
+        shape_lists = list(map(itemgetter("shape"), entries))
+        offsets = list(map(itemgetter("data_offsets"), entries))
+        if not set(dtypes) <= DTYPE_BITS.keys():
             return None
-    except TypeError:  # an unhashable dtype
+    except (KeyError, TypeError):  # a missing field; an unhashable dtype
         return None
-    begins = list(map(itemgetter(3), infos))
-    ends = list(map(itemgetter(4), infos))
-    flat = list(chain.from_iterable(shapes))
-    flat += begins
-    flat += ends
-    if flat and (not set(map(type, flat)) <= {int} or min(flat) < 0 or max(flat) > _U64_MAX):
+    if (
+        set(map(type, shape_lists)) != _ONLY_LIST
+        or set(map(type, offsets)) != _ONLY_LIST
+        or set(map(len, offsets)) != _ONLY_TWO
+    ):
         return None
-    if 0 in chain.from_iterable(shapes):
-        return None
+    begins = list(map(itemgetter(0), offsets))
+    ends = list(map(itemgetter(1), offsets))
+    dims = list(chain.from_iterable(shape_lists))
+    if set(map(type, chain(dims, begins, ends))) != _ONLY_INT or (dims and min(dims) < 1):
+        return None  # not all ints (bools and floats included); a zero dimension, or a negative one
+    # No other range checks: each dimension is below the product checked against 2^64 next, and offsets that
+    # tile [0, data_bytes) with positive sizes (checked last) all lie inside it.
+    shapes = list(map(tuple, shape_lists))
     bits = list(map(mul, map(math.prod, shapes), map(DTYPE_BITS.__getitem__, dtypes)))
-    if bits and (max(bits) > _U64_MAX or any(map(and_, bits, repeat(7)))):
+    if max(bits) > _U64_MAX or any(map(and_, bits, repeat(7))):
         return None
     if list(map(sub, ends, begins)) != list(map(rshift, bits, repeat(3))):
         return None
-    order = sorted(range(len(infos)), key=begins.__getitem__)
-    starts = list(map(begins.__getitem__, order))
-    stops = list(map(ends.__getitem__, order))
-    if infos and (starts[0] != 0 or starts[1:] != stops[:-1] or stops[-1] != data_bytes):
+    starts = sorted(begins)
+    if starts == begins:  # written in data order, as most writers do
+        stops = ends
+    else:
+        order = sorted(range(n), key=begins.__getitem__)
+        stops = list(map(ends.__getitem__, order))
+    if starts[0] != 0 or starts[1:] != stops[:-1] or stops[-1] != data_bytes:
         return None
-    if not infos and data_bytes != 0:
-        return None
+    infos = map(tuple.__new__, repeat(TensorInfo), zip(names, dtypes, shapes, begins, ends))
     return metadata, dict(zip(names, infos))
 
 

@@ -109,3 +109,40 @@ def test_near_misses_take_the_exact_route(label: str, mutate: Any) -> None:
         return  # the exact route named it
     # legal after all (a zero dimension, an extra field, a list entry): the exact route accepted it
     assert label in ("zero dim", "extra field", "list entry") and whole.tensors
+
+
+_ENTRY = '{"dtype":"F32","shape":[1],"data_offsets":[0,4]}'
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        # the first spelling of a repeated name holds no tensor fields: the literal field counts cannot see it
+        ('{"x":5,"x":' + _ENTRY + "}", "duplicate tensor name"),
+        ('{"x":"F32","x":' + _ENTRY + "}", "duplicate tensor name"),
+        ('{"x":[],"x":' + _ENTRY + "}", "duplicate tensor name"),
+        ('{"x":null,"x":' + _ENTRY + "}", "duplicate tensor name"),
+        ('{"x":{},"x":' + _ENTRY + "}", "duplicate tensor name"),
+        ('{"__metadata__":null,"__metadata__":{},"x":' + _ENTRY + "}", "duplicate field `__metadata__`"),
+        ('{"x":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}', "duplicate field"),
+    ],
+)
+def test_a_repeated_key_is_refused_whatever_its_first_value(text: str, reason: str) -> None:
+    raw = text.encode()
+    with pytest.raises(HeaderError, match=reason):
+        H.parse_header("f", raw, 8 + len(raw) + 4)
+
+
+def test_repeated_metadata_keys_keep_the_last_through_either_route() -> None:
+    text = '{"__metadata__":{"a":"b","a":"c"},"x":' + _ENTRY + "}"
+    raw = text.encode()
+    assert H.parse_header("f", raw, 8 + len(raw) + 4).metadata == {"a": "c"}
+
+
+@pytest.mark.parametrize("dim", ['"4"', "[4]", "null", "-4", "4.0", "true"])
+def test_a_dimension_of_another_type_takes_the_exact_route(dim: str) -> None:
+    text = '{"x":{"dtype":"F32","shape":[1,' + dim + '],"data_offsets":[0,16]}}'
+    raw = text.encode()
+    assert H._fast_header(H._load_json_fast(text), 16) is None  # type: ignore[arg-type]
+    with pytest.raises(HeaderError, match="invalid shape"):
+        H.parse_header("f", raw, 8 + len(raw) + 16)
