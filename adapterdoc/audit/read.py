@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.checkpoint import Checkpoint, load_bin
+
+if TYPE_CHECKING:
+    import torch
+    from numpy import ndarray as NDArray
 
 DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")
 """dtypes the audit decodes (others are reported as not read, AD304)."""
@@ -55,23 +60,23 @@ def factor_pairs(ckpt: Checkpoint) -> dict[str, FactorPair]:
 class Reader:
     """Decode one tensor at a time to a float64 numpy array (exact for every dtype in :data:`DTYPES`)."""
 
-    def __init__(self, ckpt: Checkpoint, np: Any) -> None:
+    def __init__(self, ckpt: Checkpoint, np: ModuleType) -> None:
         self.ckpt = ckpt
         self.np = np
         self.headers = {h.path: h for h in ckpt.headers}
         self.bytes_read = 0
-        self._bin: dict[str, Any] | None = None
-        self._slots: dict[int, Any] = {}
+        self._bin: dict[str, torch.Tensor] | None = None
+        self._slots: dict[int, NDArray] = {}
         self._scratch = np.empty(_STEP, dtype=np.uint32)
 
-    def _buffer(self, slot: int, n: int) -> Any:
+    def _buffer(self, slot: int, n: int) -> NDArray:
         """``n`` float64s of slot ``slot``'s buffer, grown as needed and reused (no fresh pages per tensor)."""
         buf = self._slots.get(slot)
         if buf is None or buf.size < n:
             buf = self._slots[slot] = self.np.empty(n, dtype=self.np.float64)
         return buf[:n]
 
-    def read(self, name: str, slot: int = 0) -> Any | None:
+    def read(self, name: str, slot: int = 0) -> NDArray | None:
         """The tensor as float64 (its own shape), or ``None`` when its dtype is not one the audit decodes. The
         array is slot ``slot``'s buffer: valid until the next read into the same slot."""
         info = self.ckpt.tensors[name]
@@ -104,7 +109,7 @@ class Reader:
             self.bytes_read += n * width
         return out.reshape(info.shape)
 
-    def _read_bin(self, name: str) -> Any:
+    def _read_bin(self, name: str) -> NDArray | None:
         if self._bin is None:
             self._bin = load_bin(self.ckpt.weights_path or self.ckpt.root)
         t = self._bin[name].detach()
@@ -119,10 +124,10 @@ _RAW = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 for _d in DTYPES:
     _WIDTH.setdefault(_d, 1)
     _RAW.setdefault(_d, "u1")
-_FP8_TABLES: dict[str, Any] = {}
+_FP8_TABLES: dict[str, NDArray] = {}
 
 
-def _decode(np: Any, raw: Any, dtype: str) -> Any:
+def _decode(np: ModuleType, raw: NDArray, dtype: str) -> NDArray:
     if dtype in ("F64", "F32", "F16"):
         return raw  # numpy's IEEE types are exact; the assignment widens to float64 exactly
     if dtype == "BF16":  # bfloat16 is the top half of a float32
