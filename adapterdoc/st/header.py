@@ -113,7 +113,30 @@ def read_header(path: str | os.PathLike[str]) -> Header:
         raise _fail(spath, f"cannot read: {e.strerror or e}") from e
     if len(raw) != n:
         raise _fail(spath, f"file shrank while reading: header of {n} bytes announced, {len(raw)} read")
-    return parse_header(spath, raw, size)
+    seen = _PARSED.get((spath, size))
+    if seen is not None and seen.raw == raw:  # the same bytes parse the same: copies of the last result
+        meta = None if seen.metadata is None else dict(seen.metadata)
+        return Header(spath, size, len(raw), meta, dict(seen.tensors), raw)
+    header = parse_header(spath, raw, size)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.pop(next(iter(_PARSED)))
+    meta = None if header.metadata is None else dict(header.metadata)
+    _PARSED[(spath, size)] = Header(
+        spath, size, len(raw), meta, dict(header.tensors), raw
+    )  # the caller's may change
+    return header
+
+
+_PARSED: dict[tuple[str, int], Header] = {}
+"""The last few headers :func:`read_header` parsed, by (path, file size). A command often reads one file's
+header twice (format detection, then the checkpoint); when the header bytes read again are the same, the result
+is a copy of the first parse (validation is a function of those bytes and the file size alone)."""
+_PARSED_MAX = 8
+
+
+def forget_parsed_headers() -> None:
+    """Empty :func:`read_header`'s memo (benchmarks timing the parse itself call this first)."""
+    _PARSED.clear()
 
 
 def _is_regular(mode: int) -> bool:

@@ -146,3 +146,26 @@ def test_a_dimension_of_another_type_takes_the_exact_route(dim: str) -> None:
     assert H._fast_header(H._load_json_fast(text), 16) is None  # type: ignore[arg-type]
     with pytest.raises(HeaderError, match="invalid shape"):
         H.parse_header("f", raw, 8 + len(raw) + 16)
+
+
+def test_a_header_read_again_is_a_fresh_copy_and_a_changed_one_is_parsed_again(tmp_path: Any) -> None:
+    from adapterdoc.st.header import read_header
+
+    def write(shape: list[int], meta: dict[str, str]) -> None:
+        obj = {"__metadata__": meta, "x": {"dtype": "F32", "shape": shape, "data_offsets": [0, 16]}}
+        text = json.dumps(obj, separators=(",", ":")).encode()
+        path.write_bytes(len(text).to_bytes(8, "little") + text + bytes(16))
+
+    path = tmp_path / "a.safetensors"
+    write([4], {"k": "v"})
+    first = read_header(path)
+    first.tensors.clear()  # a caller changing its result changes nothing for the next reader
+    assert first.metadata is not None
+    first.metadata["k"] = "changed"
+    again = read_header(path)
+    assert list(again.tensors) == ["x"] and again.tensors["x"].shape == (4,) and again.metadata == {"k": "v"}
+    write([2, 2], {"k": "v"})  # same size, other bytes
+    assert read_header(path).tensors["x"].shape == (2, 2)
+    path.write_bytes(path.read_bytes()[:-1])  # now invalid: the memo never answers for other bytes or sizes
+    with pytest.raises(HeaderError, match="file truncated"):
+        read_header(path)
