@@ -12,10 +12,11 @@ import math
 import os
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import and_, itemgetter, mul, rshift, sub
-from typing import Any, NamedTuple
+from typing import NamedTuple, NoReturn
 
 from adapterdoc.errors import HeaderError
 from adapterdoc.st.dtypes import DTYPE_BITS
@@ -194,11 +195,11 @@ def _parse_header(path: str, raw: bytes, file_size: int) -> Header:
     )
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
+def _load_json(path: str, text: str) -> list[tuple[str, object]]:
     """Parse the header; the top level is returned as ordered (key, value) pairs so duplicates stay visible."""
     stripped = text.strip(_JSON_WS)
     if not stripped.startswith("{"):
@@ -206,9 +207,9 @@ def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
         raise _fail(path, f"invalid JSON in header: {kind}")
     # substring tests first: both odd spellings need a backslash or "-0", and most headers have neither
     odd = ("\\" in text or "-0" in text) and _ODD_JSON.search(text) is not None
-    top: list[tuple[str, Any]] | None = None
+    top: list[tuple[str, object]] | None = None
 
-    def hook(pairs: list[tuple[str, Any]]) -> Any:
+    def hook(pairs: list[tuple[str, object]]) -> dict[str, object]:
         nonlocal top
         top = pairs  # the outermost object is the last one completed
         d = dict(pairs)
@@ -338,19 +339,19 @@ def _fast_header(
     return metadata, dict(zip(names, infos))
 
 
-def _all_str(values: Any) -> bool:
+def _all_str(values: Iterable[object]) -> bool:
     return set(map(type, values)) <= {str}
 
 
-def _parse_int(s: str) -> Any:
+def _parse_int(s: str) -> int | float:
     if s == "-0":
         return -0.0  # serde_json reads `-0` as a float, which no shape or offset accepts
     return int(s)
 
 
-def _check_surrogates(path: str, pairs: list[tuple[str, Any]]) -> None:
+def _check_surrogates(path: str, pairs: list[tuple[str, object]]) -> None:
     """Refuse a lone surrogate escape (``"\\ud800"``) anywhere, as the reference does."""
-    stack: list[Any] = [pairs]
+    stack: list[object] = [pairs]
     while stack:
         v = stack.pop()
         if isinstance(v, str):
@@ -366,10 +367,10 @@ def _check_surrogates(path: str, pairs: list[tuple[str, Any]]) -> None:
             stack.extend(v)
 
 
-def _check_ignored(path: str, name: str, value: Any) -> None:
+def _check_ignored(path: str, name: str, value: object) -> None:
     """Extra fields of a tensor entry are ignored by the reference but must still be JSON it can read:
     nesting below serde_json's limit and numbers within f64 range."""
-    stack: list[tuple[Any, int]] = [(value, 3)]  # top object, entry object, this value
+    stack: list[tuple[object, int]] = [(value, 3)]  # top object, entry object, this value
     while stack:
         v, depth = stack.pop()
         if isinstance(v, (dict, list)):
@@ -392,18 +393,18 @@ def _json_reason(e: BaseException) -> str:
 class _PairsDict(dict):  # type: ignore[type-arg]
     """A dict that remembers its raw (key, value) pairs, so nested duplicates can be detected."""
 
-    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+    def __init__(self, pairs: list[tuple[str, object]]) -> None:
         super().__init__(pairs)
         self.pairs = pairs
 
 
 def _split_entries(
-    path: str, pairs: list[tuple[str, Any]]
-) -> tuple[dict[str, str] | None, list[tuple[str, Any]]]:
+    path: str, pairs: list[tuple[str, object]]
+) -> tuple[dict[str, str] | None, list[tuple[str, object]]]:
     metadata: dict[str, str] | None = None
     seen_metadata = False
     seen: set[str] = set()
-    entries: list[tuple[str, Any]] = []
+    entries: list[tuple[str, object]] = []
     for key, value in pairs:
         if key == METADATA_KEY:
             if seen_metadata:
@@ -420,7 +421,7 @@ def _split_entries(
     return metadata, entries
 
 
-def _check_metadata(path: str, value: Any) -> dict[str, str] | None:
+def _check_metadata(path: str, value: object) -> dict[str, str] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -434,7 +435,7 @@ def _check_metadata(path: str, value: Any) -> dict[str, str] | None:
     return out
 
 
-def _kind(v: Any) -> str:
+def _kind(v: object) -> str:
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -450,22 +451,22 @@ def _kind(v: Any) -> str:
     return "an object"
 
 
-def _is_uint(v: Any) -> bool:
+def _is_uint(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _U64_MAX
 
 
-def _uint_list(values: list[Any]) -> bool:
+def _uint_list(values: list[object]) -> bool:
     for v in values:
         if type(v) is not int or v < 0 or v > _U64_MAX:
             return _all_uint_slow(values)
     return True
 
 
-def _all_uint_slow(values: list[Any]) -> bool:
+def _all_uint_slow(values: list[object]) -> bool:
     return all(_is_uint(v) for v in values)
 
 
-def _build_tensors(path: str, entries: list[tuple[str, Any]]) -> dict[str, TensorInfo]:
+def _build_tensors(path: str, entries: list[tuple[str, object]]) -> dict[str, TensorInfo]:
     tensors: dict[str, TensorInfo] = {}
     for name, entry in entries:
         if isinstance(entry, list) and len(entry) == 3:
@@ -539,7 +540,7 @@ def serialize_header(
 ) -> bytes:
     """Compact JSON for a header, ``__metadata__`` first, tensors in the given order (no padding)."""
     items = tensors.values() if isinstance(tensors, dict) else tensors
-    obj: dict[str, Any] = {}
+    obj: dict[str, object] = {}
     if metadata is not None:
         obj[METADATA_KEY] = metadata
     for t in items:
