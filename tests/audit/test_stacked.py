@@ -7,6 +7,7 @@ gate) against the full audit on a written adapter. numpy only."""
 from __future__ import annotations
 
 import json
+import os
 import math
 import struct
 from pathlib import Path
@@ -156,3 +157,31 @@ def test_gate_audit_matches_the_full_audit(tmp_path: Path, low_rank: bool) -> No
         assert (g.module, g.delta_norm, g.share, g.inert) == (f.module, f.delta_norm, f.share, f.inert)
     measured = [g for g in gate.modules if g.effective_rank is not None]
     assert len(measured) == (len(full.modules) - 1 if low_rank else 1)  # only the live modules AD312 needed
+
+
+def test_threaded_audit_equals_the_one_thread_audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Modules measured on two threads give the one-thread audit exactly: entries in file order, every number
+    bitwise, the tensors (and so AD303's order) in read order, the bytes read."""
+    import adapterdoc.audit as audit_mod
+
+    rng = np.random.default_rng(11)
+    r = 8
+    modules = {}
+    for i in range(12):
+        for leaf in ("q_proj", "v_proj"):
+            a, b = rng.standard_normal((r, 40 + i)) * 0.02, rng.standard_normal((24 + i, r)) * 0.01
+            if i in (3, 7) and leaf == "v_proj":
+                b[0, 0] = np.nan  # AD303 twice: their order is the read order
+            modules[f"model.layers.{i}.self_attn.{leaf}"] = (a, b)
+    _write_adapter(tmp_path / "ad", modules, r)
+    ckpt = open_checkpoint(str(tmp_path / "ad"))
+    assert audit_mod._workers(ckpt, 24) == min(2, len(os.sched_getaffinity(0)))
+    threaded = audit_checkpoint(ckpt)
+    monkeypatch.setattr(audit_mod, "WORKERS", 1)
+    single = audit_checkpoint(ckpt)
+    assert threaded == single  # dataclass equality: modules, tensors, findings, notes, bytes_read
+    assert list(threaded.tensors) == list(single.tensors)
+    assert [f.key for f in threaded.findings if f.code == "AD303"] == [
+        f"base_model.model.model.layers.{i}.self_attn.v_proj.lora_B.weight" for i in (3, 7)
+    ]
+    assert threaded.bytes_read == sum(2 * (a.size + b.size) for a, b in modules.values())
