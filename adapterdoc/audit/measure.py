@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import AdapterConfig, fused_expert_owner
 from adapterdoc.audit.read import FactorPair, Reader
-from adapterdoc.audit.stacked import GRAM_SAFE, core_singular_values, stacked_grams, stacked_measure
+from adapterdoc.audit.stacked import (
+    GRAM_SAFE,
+    core_singular_values,
+    narrow_ok,
+    stacked_grams,
+    stacked_measure,
+)
 from adapterdoc.layouts import EXPERT_SPELLINGS
 from adapterdoc.report.audit_report import ENERGY, INERT_RELATIVE, ModuleDelta, TensorRead
 
@@ -62,8 +68,13 @@ def measure(
     """The module's entries (one per expert for fused experts), measured together from stacked ``r × r`` Gram
     matrices (:mod:`adapterdoc.audit.stacked`); ``ranks=False`` leaves the effective and numerical ranks ``None``
     (the delta norms, hence the inert test and the shares, do not need them)."""
-    a = _read(g.a, reader, 0)
-    b = _read(g.b, reader, 1)
+    owner = fused_expert_owner(g.module)
+    fused = owner.endswith(".experts") and (cfg is None or cfg.targets_parameter(owner) or owner != g.module)
+    shape = reader.ckpt.tensors[g.a].shape if g.a is not None else ()
+    experts = _expert_count(cfg, owner, shape[0]) if fused and len(shape) == 2 else 1
+    narrow = narrow_ok(experts, shape[0] // experts) if shape else False
+    a = _read(g.a, reader, 0, narrow)
+    b = _read(g.b, reader, 1, narrow)
     reads: dict[str, TensorRead] = {}
     for name, arr in ((g.a, a), (g.b, b)):
         if name is not None and arr is None:
@@ -77,14 +88,8 @@ def measure(
     info = reader.ckpt.tensors[g.a or ""]
     dtype = info.dtype
     group, layer, leaf, expert = place(g.module)
-    owner = fused_expert_owner(g.module)
-    fused = owner.endswith(".experts") and (cfg is None or cfg.targets_parameter(owner) or owner != g.module)
     rows = a.shape[0]
     scaling = cfg.scaling_for(owner) if cfg is not None else None
-    experts = 1
-    if fused and cfg is not None:
-        r = cfg.rank_for(owner)
-        experts = rows // r if r and rows % r == 0 and rows > r else 1
     kind = "embedding" if experts == 1 and g.embedding else ("experts" if fused else "linear")
     r = rows // experts
     ga, gb = stacked_grams(np, a, b, experts)
@@ -125,12 +130,20 @@ def measure(
     return Measured(tuple(out), _in_order(g, reads))
 
 
+def _expert_count(cfg: AdapterConfig | None, owner: str, rows: int) -> int:
+    """Experts in a fused module whose ``lora_A`` has ``rows`` rows (1 unless the config's rank divides them)."""
+    if cfg is None:
+        return 1
+    r = cfg.rank_for(owner)
+    return rows // r if r and rows % r == 0 and rows > r else 1
+
+
 def _in_order(g: FactorPair, reads: dict[str, TensorRead]) -> tuple[tuple[str, TensorRead], ...]:
     return tuple((name, reads[name]) for name in (g.a, g.b) if name is not None and name in reads)
 
 
-def _read(name: str | None, reader: Reader, slot: int) -> NDArray | None:
-    return None if name is None else reader.read(name, slot)
+def _read(name: str | None, reader: Reader, slot: int, narrow: bool) -> NDArray | None:
+    return None if name is None else reader.read(name, slot, narrow=narrow)
 
 
 def _scan(np: ModuleType, arr: NDArray, gram: NDArray | None) -> tuple[TensorRead, NDArray]:

@@ -31,17 +31,26 @@ _EINSUM_RANK = 4
 """Up to this rank the per-expert Grams are einsum sums (a few passes); above it, BLAS products per slice."""
 
 
+def narrow_ok(experts: int, r: int) -> bool:
+    """Whether :func:`stacked_grams` takes float32 factors for this shape (the einsum route widens them to
+    float64 as it multiplies; the BLAS routes need float64)."""
+    return experts > 1 and r <= _EINSUM_RANK
+
+
 def stacked_grams(np: ModuleType, a: NDArray, b: NDArray, experts: int) -> tuple[NDArray, NDArray]:
-    """The per-slice Gram matrices ``A_e A_eᵀ`` and ``B_eᵀ B_e``, each ``[experts, r, r]`` (layouts as in
-    :func:`stacked_measure`). Their traces sum to ``‖A‖_F²`` and ``‖B‖_F²``: the audit reads its finite and
+    """The per-slice Gram matrices ``A_e A_eᵀ`` and ``B_eᵀ B_e``, each ``[experts, r, r]`` float64 (layouts as
+    in :func:`stacked_measure`; float32 factors only where :func:`narrow_ok`). Their traces sum to ``‖A‖_F²`` and ``‖B‖_F²``: the audit reads its finite and
     non-zero checks from them instead of one more pass over the factors."""
     r = a.shape[0] // experts
     if experts == 1:
         return (a @ a.T)[None], (b.T @ b)[None]
     a3 = a.reshape(experts, r, a.shape[1])
     b3 = b.reshape(b.shape[0], r, experts)
-    if r <= _EINSUM_RANK:
-        return np.einsum("eji,eki->ejk", a3, a3), np.einsum("oje,oke->ejk", b3, b3)
+    if (
+        r <= _EINSUM_RANK
+    ):  # float32 factors (exact decodes) are widened inside einsum: the float64 result bitwise
+        f64 = np.float64
+        return np.einsum("eji,eki->ejk", a3, a3, dtype=f64), np.einsum("oje,oke->ejk", b3, b3, dtype=f64)
     c = np.ascontiguousarray(b3.transpose(2, 0, 1))
     return a3 @ a3.transpose(0, 2, 1), c.transpose(0, 2, 1) @ c
 
@@ -80,8 +89,8 @@ def stacked_measure(
     for e in range(experts):
         if zero[e] or (trusted[e] and (not ranks or svs[e] is not None)):
             continue
-        a_e = a[e * r : (e + 1) * r]
-        b_e = b[:, e::experts] if experts > 1 else b
+        a_e = np.asarray(a[e * r : (e + 1) * r], dtype=np.float64)
+        b_e = np.asarray(b[:, e::experts] if experts > 1 else b, dtype=np.float64)
         sv = core_singular_values(np, a_e, b_e)
         if ranks:
             svs[e] = sv.tolist()
