@@ -7,8 +7,8 @@ gate) against the full audit on a written adapter. numpy only."""
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -195,7 +195,9 @@ def test_narrow_reads_give_the_float64_audit_bitwise(
     float64 reads' bitwise, zero and cancelling experts (the per-slice fallback) included."""
     import importlib
 
-    measure_mod = importlib.import_module("adapterdoc.audit.measure")  # the package's `measure` is the function
+    measure_mod = importlib.import_module(
+        "adapterdoc.audit.measure"
+    )  # the package's `measure` is the function
     rng = np.random.default_rng(3)
     r, experts, fan_in, out = 2, 6, 40, 24
     folder = tmp_path / "ad"
