@@ -218,7 +218,9 @@ elif mode == "peft_gpm":  # PEFT's own check as a user writes it: get_peft_model
     pm.load_adapter(a, adapter_name="default")
     out = {"verify_s": time.perf_counter() - t1}
 out["total_s"] = time.perf_counter() - t0
-out["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+usage = resource.getrusage(resource.RUSAGE_SELF)
+out["peak_mb"] = usage.ru_maxrss / 1024
+out["cpu_s"] = usage.ru_utime + usage.ru_stime
 print(json.dumps(out))
 """
 
@@ -327,7 +329,10 @@ def main() -> None:
                 if fast and anchor:
                     ratios.append(
                         f"{name}: verify ({label}) / {alabel} = "
-                        f"{fast['wall_s'] / anchor['wall_s']:.3f}x wall, "
+                        f"{fast['wall_s'] / anchor['wall_s']:.3f}x wall "
+                        f"({fast['wall_s']:.2f} / {anchor['wall_s']:.2f} s), "
+                        f"{fast['cpu_s'] / anchor['cpu_s']:.3f}x CPU "
+                        f"({fast['cpu_s']:.2f} / {anchor['cpu_s']:.2f} s), "
                         f"{fast['peak_mb'] / anchor['peak_mb']:.3f}x peak RSS"
                     )
     for line in ratios:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 WRAPPER = "base_model.model."
 """The prefix PEFT puts in front of every module path in a saved LoRA adapter."""
@@ -54,6 +55,7 @@ class LoraKey:
         return fused_expert_owner(self.module)
 
 
+@lru_cache(maxsize=1 << 16)  # inspect parses every name in several places; a LoraKey is immutable
 def parse_key(key: str) -> LoraKey:
     """Split a tensor name into wrapper, module path, role and optional adapter name."""
     wrapped = key.startswith(WRAPPER)

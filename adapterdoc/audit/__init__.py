@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from dataclasses import replace
+from types import ModuleType
 
+from adapterdoc.adapter import AdapterConfig
 from adapterdoc.audit.findings import INERT_WARN_SHARE, RANK_WASTE_FACTOR, audit_findings
 from adapterdoc.audit.measure import (
     GRAM_SAFE,
+    Measured,
     classify,
     core_singular_values,
     effective_rank,
@@ -94,48 +97,98 @@ def audit_checkpoint(ckpt: Checkpoint, *, ranks: bool = True) -> Audit:
 
     ``ranks=False`` (verify's gate) measures the delta norms only, then the effective ranks of just the modules
     the rank finding (AD312) has to see before it can be ruled out (usually one per rank); the findings, norms
-    and summary are the same, ``effective_rank``/``numerical_rank`` are ``None`` where not measured."""
+    and summary are the same, ``effective_rank``/``numerical_rank`` are ``None`` where not measured.
+
+    Modules are measured on up to :data:`WORKERS` threads (numpy's decoding and BLAS calls release the GIL; each
+    BLAS call stays single-threaded, so every number is what one thread computes), results kept in file order."""
     np = require_numpy(ckpt.spec)
     if ckpt.spec.startswith("hf://"):
         raise UnsupportedInputError(
             ckpt.spec, "--weights reads tensor data, and hf:// inputs are read header-only; download it first"
         )
     path = ckpt.weights_path or ckpt.root
-    audit = Audit(path=path)
     cfg = ckpt.adapter_config
-    reader = Reader(ckpt, np)
-    groups = factor_pairs(ckpt)
-    if any(g.magnitude for g in groups.values()) or (cfg is not None and cfg.use_dora):
-        audit.notes.append(DORA_NOTE)
-    spans: list[tuple[FactorPair, int, int]] = []
-    for g in groups.values():
-        start = len(audit.modules)
-        audit.modules += measure(g, cfg, reader, audit, np, ranks=ranks)
-        spans.append((g, start, len(audit.modules)))
-    audit.bytes_read = reader.bytes_read
-    classify(audit.modules)
+    groups = list(factor_pairs(ckpt).values())
+    notes = [DORA_NOTE] if any(g.magnitude for g in groups) or (cfg is not None and cfg.use_dora) else []
+    results, bytes_read = _measure_all(ckpt, groups, cfg, np, ranks)
+    modules = [m for res in results for m in res.modules]
+    classify(modules)
     if not ranks:
-        _ranks_for_findings(audit, spans, cfg, reader, np)
-    audit.findings = sort_findings(audit_findings(audit, ckpt.spec))
-    return audit
+        _ranks_for_findings(ckpt, groups, results, cfg, np)
+    audit = Audit(
+        path=path,
+        modules=modules,
+        tensors={name: read for res in results for name, read in res.reads},
+        notes=notes,
+        bytes_read=bytes_read,
+    )
+    return replace(audit, findings=sort_findings(audit_findings(audit, ckpt.spec)))
+
+
+WORKERS = 2
+"""Threads the audit measures modules on at most (the machines it runs on for every commit have two cores; a
+thread holds two buffers of its largest factor)."""
+
+
+def _workers(ckpt: Checkpoint, jobs: int) -> int:
+    if ckpt.weights_format == "bin" or jobs < 2:  # .bin factors come from one torch.load
+        return 1
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(WORKERS, cpus, jobs))
+
+
+def _measure_all(
+    ckpt: Checkpoint, groups: list[FactorPair], cfg: AdapterConfig | None, np: ModuleType, ranks: bool
+) -> tuple[list[Measured], int]:
+    """Every module's :class:`Measured`, in ``groups``' order, and the bytes read."""
+    workers = _workers(ckpt, len(groups))
+    if workers == 1:
+        reader = Reader(ckpt, np)
+        return [measure(g, cfg, reader, np, ranks=ranks) for g in groups], reader.bytes_read
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    local = threading.local()
+    readers: list[Reader] = []
+    lock = threading.Lock()
+
+    def one(g: FactorPair) -> Measured:
+        reader: Reader | None = getattr(local, "reader", None)
+        if reader is None:
+            reader = local.reader = Reader(ckpt, np)
+            with lock:
+                readers.append(reader)
+        return measure(g, cfg, reader, np, ranks=ranks)
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="adapterdoc-audit") as pool:
+        results = list(pool.map(one, groups))
+    return results, sum(r.bytes_read for r in readers)
 
 
 def _ranks_for_findings(
-    audit: Audit, spans: list[tuple[FactorPair, int, int]], cfg: Any, reader: Reader, np: Any
+    ckpt: Checkpoint,
+    groups: list[FactorPair],
+    results: list[Measured],
+    cfg: AdapterConfig | None,
+    np: ModuleType,
 ) -> None:
     """Measure the effective ranks AD312 needs, module by module in file order, until each rank (of at least
     :data:`RANK_WASTE_FACTOR`) has a live module needing more than ``rank / RANK_WASTE_FACTOR`` (no AD312) or all
-    its live modules are measured (AD312 decided on all of them, as with ``ranks=True``)."""
-    pending = {m.rank for m in audit.measured if not m.inert and m.rank >= RANK_WASTE_FACTOR}
-    for g, start, end in spans:
+    its live modules are measured (AD312 decided on all of them, as with ``ranks=True``). The bytes read again
+    are not counted."""
+    measured = [m for res in results for m in res.modules if m.delta_norm is not None]
+    pending = {m.rank for m in measured if not m.inert and m.rank >= RANK_WASTE_FACTOR}
+    reader = Reader(ckpt, np)
+    for g, res in zip(groups, results):
         if not pending:
             return
-        entries = audit.modules[start:end]
+        entries = res.modules
         if not any(m.rank in pending and not m.inert and m.delta_norm is not None for m in entries):
             continue
-        read = reader.bytes_read
-        again = measure(g, cfg, reader, Audit(path=audit.path), np, ranks=True)
-        reader.bytes_read = read
+        again = measure(g, cfg, reader, np, ranks=True).modules
         for m, n in zip(entries, again):
             m.effective_rank, m.numerical_rank = n.effective_rank, n.numerical_rank
             if (
@@ -180,7 +233,7 @@ def report_section(adapter: str | os.PathLike[str], out_dir: str | os.PathLike[s
     return "\n".join(lines)
 
 
-def require_numpy(what: str | None) -> Any:
+def require_numpy(what: str | None) -> ModuleType:
     """numpy, or a one-line error naming the extra. When this imports it first, OpenBLAS gets one thread (unless
     ``OPENBLAS_NUM_THREADS`` is set): the audit's products are ``r``-sized, and spinning BLAS threads made it
     3× slower on a loaded 2-core machine (1.46 s against 4.1 s for 0.1 GiB)."""

@@ -5,16 +5,28 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import AdapterConfig, fused_expert_owner
 from adapterdoc.audit.read import FactorPair, Reader
-from adapterdoc.audit.stacked import GRAM_SAFE, core_singular_values, stacked_measure
+from adapterdoc.audit.stacked import (
+    GRAM_SAFE,
+    core_singular_values,
+    narrow_ok,
+    stacked_grams,
+    stacked_measure,
+)
 from adapterdoc.layouts import EXPERT_SPELLINGS
-from adapterdoc.report.audit_report import ENERGY, INERT_RELATIVE, Audit, ModuleDelta, TensorRead
+from adapterdoc.report.audit_report import ENERGY, INERT_RELATIVE, ModuleDelta, TensorRead
+
+if TYPE_CHECKING:
+    from numpy import ndarray as NDArray
 
 __all__ = [
     "GRAM_SAFE",
+    "Measured",
     "classify",
     "core_singular_values",
     "effective_rank",
@@ -41,37 +53,57 @@ def place(module: str) -> tuple[str, int | None, str, int | None]:
     return m["group"], int(m["idx"]), rest, expert
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One module's audit: its entries (one per expert for fused experts) and what reading each factor found,
+    in the order the factors were read."""
+
+    modules: tuple[ModuleDelta, ...]
+    reads: tuple[tuple[str, TensorRead], ...]
+
+
 def measure(
-    g: FactorPair, cfg: AdapterConfig | None, reader: Reader, audit: Audit, np: Any, *, ranks: bool = True
-) -> list[ModuleDelta]:
+    g: FactorPair, cfg: AdapterConfig | None, reader: Reader, np: ModuleType, *, ranks: bool = True
+) -> Measured:
     """The module's entries (one per expert for fused experts), measured together from stacked ``r × r`` Gram
     matrices (:mod:`adapterdoc.audit.stacked`); ``ranks=False`` leaves the effective and numerical ranks ``None``
     (the delta norms, hence the inert test and the shares, do not need them)."""
-    a = _read(g.a, reader, audit, np, 0)
-    b = _read(g.b, reader, audit, np, 1)
+    owner = fused_expert_owner(g.module)
+    fused = owner.endswith(".experts") and (cfg is None or cfg.targets_parameter(owner) or owner != g.module)
+    shape = reader.ckpt.tensors[g.a].shape if g.a is not None else ()
+    experts = _expert_count(cfg, owner, shape[0]) if fused and len(shape) == 2 else 1
+    narrow = narrow_ok(experts, shape[0] // experts) if shape else False
+    a = _read(g.a, reader, 0, narrow)
+    b = _read(g.b, reader, 1, narrow)
+    reads: dict[str, TensorRead] = {}
+    for name, arr in ((g.a, a), (g.b, b)):
+        if name is not None and arr is None:
+            reads[name] = TensorRead(scanned=False)
     if a is None or b is None or a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
-        return []  # incomplete or inconsistent pairs are inspect's findings (AD206, AD210); their reads still count
+        # incomplete or inconsistent pairs are inspect's findings (AD206, AD210); their reads still count
+        for name, arr in ((g.a, a), (g.b, b)):
+            if name is not None and arr is not None:
+                reads[name] = _scan(np, arr, None)[0]
+        return Measured((), _in_order(g, reads))
     info = reader.ckpt.tensors[g.a or ""]
     dtype = info.dtype
     group, layer, leaf, expert = place(g.module)
-    owner = fused_expert_owner(g.module)
-    fused = owner.endswith(".experts") and (cfg is None or cfg.targets_parameter(owner) or owner != g.module)
     rows = a.shape[0]
     scaling = cfg.scaling_for(owner) if cfg is not None else None
-    bad = audit.tensors[g.a or ""].nonfinite + audit.tensors[g.b or ""].nonfinite
-    experts = 1
-    if fused and cfg is not None:
-        r = cfg.rank_for(owner)
-        experts = rows // r if r and rows % r == 0 and rows > r else 1
     kind = "embedding" if experts == 1 and g.embedding else ("experts" if fused else "linear")
     r = rows // experts
+    ga, gb = stacked_grams(np, a, b, experts)
+    read_a, a = _scan(np, a, ga)
+    read_b, b = _scan(np, b, gb)
+    reads[g.a or ""], reads[g.b or ""] = read_a, read_b
+    bad = read_a.nonfinite + read_b.nonfinite
     if bad:
         out = [
             ModuleDelta(g.module, kind, r, scaling, None, None, None, nonfinite=bad) for _ in range(experts)
         ]
     else:
         s = abs(scaling) if scaling is not None else 1.0
-        norms, svs = stacked_measure(np, a, b, experts, ranks=ranks)
+        norms, svs = stacked_measure(np, a, b, experts, ranks=ranks, grams=(ga, gb))
         dim = max(b.shape[0], a.shape[1])
         out = [
             ModuleDelta(
@@ -95,28 +127,43 @@ def measure(
             m.expert = expert
         if param:
             m.leaf = f"{leaf}.{param}"
-    return out
+    return Measured(tuple(out), _in_order(g, reads))
 
 
-def _read(name: str | None, reader: Reader, audit: Audit, np: Any, slot: int) -> Any | None:
-    if name is None:
-        return None
-    arr = reader.read(name, slot)
-    if arr is None:
-        audit.tensors[name] = TensorRead(scanned=False)
-        return None
-    flat = arr.reshape(-1)
-    ss = float(np.dot(flat, flat)) if flat.size else 0.0  # one BLAS pass: finite and > 0 settles both counts
+def _expert_count(cfg: AdapterConfig | None, owner: str, rows: int) -> int:
+    """Experts in a fused module whose ``lora_A`` has ``rows`` rows (1 unless the config's rank divides them)."""
+    if cfg is None:
+        return 1
+    r = cfg.rank_for(owner)
+    return rows // r if r and rows % r == 0 and rows > r else 1
+
+
+def _in_order(g: FactorPair, reads: dict[str, TensorRead]) -> tuple[tuple[str, TensorRead], ...]:
+    return tuple((name, reads[name]) for name in (g.a, g.b) if name is not None and name in reads)
+
+
+def _read(name: str | None, reader: Reader, slot: int, narrow: bool) -> NDArray | None:
+    return None if name is None else reader.read(name, slot, narrow=narrow)
+
+
+def _scan(np: ModuleType, arr: NDArray, gram: NDArray | None) -> tuple[TensorRead, NDArray]:
+    """What reading the factor found, and the factor with NaN/Inf zeroed. The sum of squares comes from the
+    Gram matrices' traces when the caller has them (they hold every squared element), else one BLAS pass:
+    finite and > 0 settles both counts; otherwise (zero, underflowing, overflowing or NaN/Inf) they are
+    counted exactly."""
+    if gram is not None:
+        ss = float(np.einsum("ejj->", gram))
+    else:
+        flat = arr.reshape(-1)
+        ss = float(np.dot(flat, flat)) if flat.size else 0.0
     if ss > 0 and math.isfinite(ss):
-        nonzero, bad = True, 0
-    else:  # zero, underflowing, overflowing or NaN/Inf: count exactly
-        finite = np.isfinite(arr)
-        bad = int(arr.size - np.count_nonzero(finite))
-        nonzero = bool(np.any(arr != 0))  # NaN counts as non-zero, as in the bit scanner; -0.0 does not
-        if bad:
-            arr = np.where(finite, arr, 0.0)
-    audit.tensors[name] = TensorRead(scanned=True, nonzero=nonzero, nonfinite=bad)
-    return arr
+        return TensorRead(scanned=True, nonzero=True, nonfinite=0), arr
+    finite = np.isfinite(arr)
+    bad = int(arr.size - np.count_nonzero(finite))
+    nonzero = bool(np.any(arr != 0))  # NaN counts as non-zero, as in the bit scanner; -0.0 does not
+    if bad:
+        arr = np.where(finite, arr, 0.0)
+    return TensorRead(scanned=True, nonzero=nonzero, nonfinite=bad), arr
 
 
 def effective_rank(sv: list[float], energy: float = ENERGY) -> int:

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.checkpoint import Checkpoint, load_bin
 
+if TYPE_CHECKING:
+    import torch
+    from numpy import ndarray as NDArray
+
 DTYPES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")
 """dtypes the audit decodes (others are reported as not read, AD304)."""
+NARROW_DTYPES = ("F32", "F16", "BF16")
+"""dtypes whose every value float32 holds exactly (``read(..., narrow=True)`` gives them as float32)."""
 
 
 @dataclass
@@ -55,25 +62,30 @@ def factor_pairs(ckpt: Checkpoint) -> dict[str, FactorPair]:
 class Reader:
     """Decode one tensor at a time to a float64 numpy array (exact for every dtype in :data:`DTYPES`)."""
 
-    def __init__(self, ckpt: Checkpoint, np: Any) -> None:
+    def __init__(self, ckpt: Checkpoint, np: ModuleType) -> None:
         self.ckpt = ckpt
         self.np = np
         self.headers = {h.path: h for h in ckpt.headers}
         self.bytes_read = 0
-        self._bin: dict[str, Any] | None = None
-        self._slots: dict[int, Any] = {}
+        self._bin: dict[str, torch.Tensor] | None = None
+        self._slots: dict[tuple[int, bool], NDArray] = {}
         self._scratch = np.empty(_STEP, dtype=np.uint32)
 
-    def _buffer(self, slot: int, n: int) -> Any:
-        """``n`` float64s of slot ``slot``'s buffer, grown as needed and reused (no fresh pages per tensor)."""
-        buf = self._slots.get(slot)
+    def _buffer(self, slot: int, n: int, narrow: bool = False) -> NDArray:
+        """``n`` float64s (float32s when ``narrow``) of slot ``slot``'s buffer, grown as needed and reused (no
+        fresh pages per tensor)."""
+        dtype = self.np.float32 if narrow else self.np.float64
+        key = (slot, narrow)
+        buf = self._slots.get(key)
         if buf is None or buf.size < n:
-            buf = self._slots[slot] = self.np.empty(n, dtype=self.np.float64)
+            buf = self._slots[key] = self.np.empty(n, dtype=dtype)
         return buf[:n]
 
-    def read(self, name: str, slot: int = 0) -> Any | None:
+    def read(self, name: str, slot: int = 0, *, narrow: bool = False) -> NDArray | None:
         """The tensor as float64 (its own shape), or ``None`` when its dtype is not one the audit decodes. The
-        array is slot ``slot``'s buffer: valid until the next read into the same slot."""
+        array is slot ``slot``'s buffer: valid until the next read into the same slot. ``narrow``: the dtypes of
+        :data:`NARROW_DTYPES` come as float32 instead (exact too, half the memory traffic), for callers that widen
+        to float64 as they compute (:func:`adapterdoc.audit.stacked.stacked_grams`)."""
         info = self.ckpt.tensors[name]
         if self.ckpt.weights_format == "bin":
             return self._read_bin(name)
@@ -83,14 +95,15 @@ class Reader:
 
         np = self.np
         header = self.headers[self.ckpt.tensor_file[name]]
-        out = self._buffer(slot, info.numel)
+        narrow = narrow and info.dtype in NARROW_DTYPES
+        out = self._buffer(slot, info.numel, narrow)
         width = _WIDTH[info.dtype]
         for offset, buf in tensor_windows(header, name):
             start = offset // width
             raw = np.frombuffer(buf, dtype=_RAW[info.dtype])
-            if (
-                info.dtype == "BF16"
-            ):  # through a cache-sized uint32 scratch: bfloat16 is the top half of a float32
+            if info.dtype == "BF16" and narrow:  # bfloat16 is the top half of a float32: one shift
+                np.left_shift(raw, 16, out=out[start : start + raw.size].view(np.uint32), dtype=np.uint32)
+            elif info.dtype == "BF16":  # through a cache-sized uint32 scratch
                 u = self._scratch
                 for i in range(0, raw.size, _STEP):
                     part = raw[i : i + _STEP]
@@ -104,7 +117,7 @@ class Reader:
             self.bytes_read += n * width
         return out.reshape(info.shape)
 
-    def _read_bin(self, name: str) -> Any:
+    def _read_bin(self, name: str) -> NDArray | None:
         if self._bin is None:
             self._bin = load_bin(self.ckpt.weights_path or self.ckpt.root)
         t = self._bin[name].detach()
@@ -119,10 +132,10 @@ _RAW = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 for _d in DTYPES:
     _WIDTH.setdefault(_d, 1)
     _RAW.setdefault(_d, "u1")
-_FP8_TABLES: dict[str, Any] = {}
+_FP8_TABLES: dict[str, NDArray] = {}
 
 
-def _decode(np: Any, raw: Any, dtype: str) -> Any:
+def _decode(np: ModuleType, raw: NDArray, dtype: str) -> NDArray:
     if dtype in ("F64", "F32", "F16"):
         return raw  # numpy's IEEE types are exact; the assignment widens to float64 exactly
     if dtype == "BF16":  # bfloat16 is the top half of a float32

@@ -15,7 +15,11 @@ the per-slice route, exactly as before."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from numpy import ndarray as NDArray
 
 GRAM_SAFE = 1e-8
 """The Gram route is kept when every singular value of ``B A`` is at least ``sqrt(GRAM_SAFE)`` (1e-4) of the
@@ -27,27 +31,45 @@ _EINSUM_RANK = 4
 """Up to this rank the per-expert Grams are einsum sums (a few passes); above it, BLAS products per slice."""
 
 
-def stacked_measure(
-    np: Any, a: Any, b: Any, experts: int, *, ranks: bool = True
-) -> tuple[list[float], list[Any]]:
-    """``‖B_e A_e‖_F`` of each slice (``A`` [experts·r, in] with expert ``e`` in rows ``e·r … e·r+r-1``; ``B``
-    [out, r·experts] with column ``j·experts + e``: PEFT's fused layout) and, with ``ranks``, each slice's
-    singular values as a list (else ``None``)."""
+def narrow_ok(experts: int, r: int) -> bool:
+    """Whether :func:`stacked_grams` takes float32 factors for this shape (the einsum route widens them to
+    float64 as it multiplies; the BLAS routes need float64)."""
+    return experts > 1 and r <= _EINSUM_RANK
+
+
+def stacked_grams(np: ModuleType, a: NDArray, b: NDArray, experts: int) -> tuple[NDArray, NDArray]:
+    """The per-slice Gram matrices ``A_e A_eᵀ`` and ``B_eᵀ B_e``, each ``[experts, r, r]`` float64 (layouts as
+    in :func:`stacked_measure`; float32 factors only where :func:`narrow_ok`). Their traces sum to ``‖A‖_F²`` and ``‖B‖_F²``: the audit reads its finite and
+    non-zero checks from them instead of one more pass over the factors."""
     r = a.shape[0] // experts
     if experts == 1:
-        ga = (a @ a.T)[None]
-        gb = (b.T @ b)[None]
-    else:
-        a3 = a.reshape(experts, r, a.shape[1])
-        b3 = b.reshape(b.shape[0], r, experts)
-        if r <= _EINSUM_RANK:
-            ga = np.einsum("eji,eki->ejk", a3, a3)
-            gb = np.einsum("oje,oke->ejk", b3, b3)
-        else:
-            ga = a3 @ a3.transpose(0, 2, 1)
-            c = np.ascontiguousarray(b3.transpose(2, 0, 1))
-            gb = c.transpose(0, 2, 1) @ c
-            del c
+        return (a @ a.T)[None], (b.T @ b)[None]
+    a3 = a.reshape(experts, r, a.shape[1])
+    b3 = b.reshape(b.shape[0], r, experts)
+    if (
+        r <= _EINSUM_RANK
+    ):  # float32 factors (exact decodes) are widened inside einsum: the float64 result bitwise
+        f64 = np.float64
+        return np.einsum("eji,eki->ejk", a3, a3, dtype=f64), np.einsum("oje,oke->ejk", b3, b3, dtype=f64)
+    c = np.ascontiguousarray(b3.transpose(2, 0, 1))
+    return a3 @ a3.transpose(0, 2, 1), c.transpose(0, 2, 1) @ c
+
+
+def stacked_measure(
+    np: ModuleType,
+    a: NDArray,
+    b: NDArray,
+    experts: int,
+    *,
+    ranks: bool = True,
+    grams: tuple[NDArray, NDArray] | None = None,
+) -> tuple[list[float], list[list[float] | None]]:
+    """``‖B_e A_e‖_F`` of each slice (``A`` [experts·r, in] with expert ``e`` in rows ``e·r … e·r+r-1``; ``B``
+    [out, r·experts] with column ``j·experts + e``: PEFT's fused layout) and, with ``ranks``, each slice's
+    singular values as a list (else ``None``). ``grams``: :func:`stacked_grams` of the same factors, if the
+    caller has them already."""
+    r = a.shape[0] // experts
+    ga, gb = grams if grams is not None else stacked_grams(np, a, b, experts)
     sq = np.einsum("ejk,ejk->e", gb, ga)
     scale = np.einsum("ejj->e", gb) * np.einsum("ejj->e", ga)
     zero = scale == 0  # a zero factor, unless squares underflowed (tiny F64 values): then the slow route
@@ -56,7 +78,7 @@ def stacked_measure(
         zero[e] = not (a[e * r : (e + 1) * r].any() and b_e.any())
     trusted = zero | ((sq > 0) & (scale <= TRACE_SAFE * sq))
     norms = np.sqrt(np.where(trusted, sq, 0.0)).tolist()
-    svs: list[Any] = [None] * experts
+    svs: list[list[float] | None] = [None] * experts
     if ranks:
         live = [e for e in range(experts) if not zero[e]]
         for e, sv in zip(live, _gram_singular_values(np, ga[live], gb[live])):
@@ -67,8 +89,8 @@ def stacked_measure(
     for e in range(experts):
         if zero[e] or (trusted[e] and (not ranks or svs[e] is not None)):
             continue
-        a_e = a[e * r : (e + 1) * r]
-        b_e = b[:, e::experts] if experts > 1 else b
+        a_e = np.asarray(a[e * r : (e + 1) * r], dtype=np.float64)
+        b_e = np.asarray(b[:, e::experts] if experts > 1 else b, dtype=np.float64)
         sv = core_singular_values(np, a_e, b_e)
         if ranks:
             svs[e] = sv.tolist()
@@ -77,7 +99,7 @@ def stacked_measure(
     return norms, svs
 
 
-def _gram_singular_values(np: Any, ga: Any, gb: Any) -> list[Any]:
+def _gram_singular_values(np: ModuleType, ga: NDArray, gb: NDArray) -> list[list[float] | None]:
     """Singular values (descending lists) from stacked Grams, ``None`` for slices the fast route cannot vouch for."""
     n = ga.shape[0]
     if n == 0:
@@ -100,7 +122,7 @@ def _gram_singular_values(np: Any, ga: Any, gb: Any) -> list[Any]:
     return [row if good else None for row, good in zip(rows, ok.tolist())]
 
 
-def core_singular_values(np: Any, a: Any, b: Any) -> Any:
+def core_singular_values(np: ModuleType, a: NDArray, b: NDArray) -> NDArray:
     """Singular values of ``B A`` (``A`` [r, in], ``B`` [out, r]) from an ``r × r`` core, largest first.
 
     Fast route: the Gram matrices ``BᵀB = V_B Λ_B V_Bᵀ`` and ``AAᵀ = V_A Λ_A V_Aᵀ`` (BLAS-3, symmetric ``eigh``)
@@ -120,7 +142,7 @@ def core_singular_values(np: Any, a: Any, b: Any) -> Any:
     return np.linalg.svd(_tsqr_r(np, b) @ _tsqr_r(np, a.T).T, compute_uv=False)
 
 
-def _tsqr_r(np: Any, x: Any) -> Any:
+def _tsqr_r(np: ModuleType, x: NDArray) -> NDArray:
     """The ``R`` of a tall matrix's QR, from the stacked ``R``s of row blocks (same ``R`` up to row signs)."""
     if x.shape[0] <= 2 * _TSQR_ROWS:
         return np.linalg.qr(x, mode="r")

@@ -7,11 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from adapterdoc.report.github import render_github
-from adapterdoc.report.junit import render_junit
-from adapterdoc.report.registry import text_renderer
-from adapterdoc.report.sarif import render_sarif
-
 if TYPE_CHECKING:
     from adapterdoc.report.base import Envelope
 
@@ -20,6 +15,8 @@ Emitter = Callable[..., str]
 
 def emit_text(report: Envelope, **options: object) -> str:
     """The report kind's registered human renderer (options such as ``width`` or ``verbose`` pass through)."""
+    from adapterdoc.report.registry import text_renderer  # each emitter imports its renderer when used
+
     return text_renderer(report)(report, **options)
 
 
@@ -30,12 +27,30 @@ def emit_json(report: Envelope, **_: object) -> str:
     return to_json(report.to_dict()) + "\n"
 
 
+def emit_junit(report: Envelope, **_: object) -> str:
+    from adapterdoc.report.junit import render_junit
+
+    return render_junit(report)
+
+
+def emit_github(report: Envelope, **_: object) -> str:
+    from adapterdoc.report.github import render_github
+
+    return render_github(report)
+
+
+def emit_sarif(report: Envelope, **_: object) -> str:
+    from adapterdoc.report.sarif import render_sarif
+
+    return render_sarif(report)
+
+
 EMITTERS: dict[str, Emitter] = {
     "text": emit_text,
     "json": emit_json,
-    "junit": lambda report, **_: render_junit(report),
-    "github": lambda report, **_: render_github(report),
-    "sarif": lambda report, **_: render_sarif(report),
+    "junit": emit_junit,
+    "github": emit_github,
+    "sarif": emit_sarif,
 }
 FORMATS = tuple(EMITTERS)
 """Every format name, in the order ``--format`` lists them."""

@@ -12,10 +12,11 @@ import math
 import os
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import and_, itemgetter, mul, rshift, sub
-from typing import Any, NamedTuple
+from typing import NamedTuple, NoReturn
 
 from adapterdoc.errors import HeaderError
 from adapterdoc.st.dtypes import DTYPE_BITS
@@ -52,10 +53,7 @@ class TensorInfo(NamedTuple):
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass
@@ -113,7 +111,30 @@ def read_header(path: str | os.PathLike[str]) -> Header:
         raise _fail(spath, f"cannot read: {e.strerror or e}") from e
     if len(raw) != n:
         raise _fail(spath, f"file shrank while reading: header of {n} bytes announced, {len(raw)} read")
-    return parse_header(spath, raw, size)
+    seen = _PARSED.get((spath, size))
+    if seen is not None and seen.raw == raw:  # the same bytes parse the same: copies of the last result
+        meta = None if seen.metadata is None else dict(seen.metadata)
+        return Header(spath, size, len(raw), meta, dict(seen.tensors), raw)
+    header = parse_header(spath, raw, size)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.pop(next(iter(_PARSED)))
+    meta = None if header.metadata is None else dict(header.metadata)
+    _PARSED[(spath, size)] = Header(
+        spath, size, len(raw), meta, dict(header.tensors), raw
+    )  # the caller's may change
+    return header
+
+
+_PARSED: dict[tuple[str, int], Header] = {}
+"""The last few headers :func:`read_header` parsed, by (path, file size). A command often reads one file's
+header twice (format detection, then the checkpoint); when the header bytes read again are the same, the result
+is a copy of the first parse (validation is a function of those bytes and the file size alone)."""
+_PARSED_MAX = 8
+
+
+def forget_parsed_headers() -> None:
+    """Empty :func:`read_header`'s memo (benchmarks timing the parse itself call this first)."""
+    _PARSED.clear()
 
 
 def _is_regular(mode: int) -> bool:
@@ -157,8 +178,8 @@ def _parse_header(path: str, raw: bytes, file_size: int) -> Header:
     if text.startswith("\ufeff"):
         raise _fail(path, "invalid JSON in header: starts with a byte order mark")
     data_bytes = file_size - 8 - len(raw)
-    pairs = _load_json_fast(text)
-    fast = _fast_header(pairs, data_bytes) if pairs is not None else None
+    parsed = _load_json_fast(text)
+    fast = _fast_header(parsed, data_bytes) if parsed is not None else None
     if fast is not None:
         metadata, tensors = fast
     else:  # the exact parse and checks, in the reference's order, find the first violation and name it
@@ -171,11 +192,11 @@ def _parse_header(path: str, raw: bytes, file_size: int) -> Header:
     )
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
+def _load_json(path: str, text: str) -> list[tuple[str, object]]:
     """Parse the header; the top level is returned as ordered (key, value) pairs so duplicates stay visible."""
     stripped = text.strip(_JSON_WS)
     if not stripped.startswith("{"):
@@ -183,9 +204,9 @@ def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
         raise _fail(path, f"invalid JSON in header: {kind}")
     # substring tests first: both odd spellings need a backslash or "-0", and most headers have neither
     odd = ("\\" in text or "-0" in text) and _ODD_JSON.search(text) is not None
-    top: list[tuple[str, Any]] | None = None
+    top: list[tuple[str, object]] | None = None
 
-    def hook(pairs: list[tuple[str, Any]]) -> Any:
+    def hook(pairs: list[tuple[str, object]]) -> dict[str, object]:
         nonlocal top
         top = pairs  # the outermost object is the last one completed
         d = dict(pairs)
@@ -207,33 +228,44 @@ def _load_json(path: str, text: str) -> list[tuple[str, Any]]:
     return top
 
 
-def _load_json_fast(text: str) -> list[tuple[str, Any]] | None:
+def _load_json_fast(text: str) -> _Parsed | None:
     """Parse with the C scanner alone (no per-object hook), for :func:`_fast_header` to prove there are no
     repeated keys.
 
-    With no backslash in the text every key is spelled literally, so each tensor entry holding the three fields
-    contributes one literal ``"data_offsets"``, ``"dtype"`` and ``"shape"``: if the literal counts of the three
-    equal the number of entries parsed, ``__metadata__`` appears at most once, and every entry turns out to be
-    an object holding exactly the three (:func:`_fast_header` checks), no tensor name and no field was
-    repeated. Anything else returns ``None`` (or fails there) and the exact, slower path decides.
-    """
+    With no backslash in the text every string is spelled literally between two quotes, so the text holds
+    exactly ``2 × (number of strings)`` quote characters. A repeated key drops at least its own key string from
+    the parsed result, so when :func:`_fast_header` finds the parsed header well-formed and counts as many strings
+    in it (each entry's three field names and its dtype, each metadata key and value, each top-level name) as
+    the text spells, no key anywhere was repeated. Anything else returns ``None`` (or fails there) and the
+    exact, slower path decides (repeated metadata keys, which are legal, take that route too)."""
     if "\\" in text or ("-0" in text and _ODD_JSON.search(text) is not None):
         return None
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError):
         return None  # the exact path reports the error
-    if type(obj) is not dict or text.count('"__metadata__"') > 1:
+    if type(obj) is not dict:
         return None
-    n = len(obj) - (METADATA_KEY in obj)
-    for fld in ('"data_offsets"', '"dtype"', '"shape"'):
-        if text.count(fld) != n:
-            return None
-    return list(obj.items())
+    return _Parsed(obj, text.count('"'))
+
+
+class _Parsed(NamedTuple):
+    """A header parsed by the C scanner alone, and the number of quote characters its text holds."""
+
+    obj: dict[str, object]
+    quotes: int
+
+
+_FIELDS = frozenset(("dtype", "shape", "data_offsets"))
+_ONLY_INT = {int}
+_ONLY_DICT = {dict}
+_ONLY_LIST = {list}
+_ONLY_THREE = {3}
+_ONLY_TWO = {2}
 
 
 def _fast_header(
-    pairs: list[tuple[str, Any]], data_bytes: int
+    parsed: _Parsed, data_bytes: int
 ) -> tuple[dict[str, str] | None, dict[str, TensorInfo]] | None:
     """The metadata and tensors of a well-formed header, checked in bulk (C-level ``map``/``set``/list
     comparisons, no per-tensor Python code), or ``None`` when any check might fail: then the exact checks run
@@ -241,75 +273,82 @@ def _fast_header(
 
     Well-formed: metadata absent, null or an object of strings; every entry exactly ``dtype`` (a known one),
     ``shape`` and ``data_offsets`` (lists of ints in ``[0, 2^64)``, two offsets; no zero dimension: those take
-    the exact route, which replays the reference's checked multiplication), names unique, and the entries tile
-    the data section exactly, each spanning ``numel × bits / 8`` bytes below 2^64."""
+    the exact route, which replays the reference's checked multiplication), no key repeated anywhere (the
+    quote count, see :func:`_load_json_fast`), and the entries tile the data section exactly, each spanning
+    ``numel × bits / 8`` bytes below 2^64."""
+    obj = parsed.obj
+    strings = len(obj)  # the top-level names
+    names = list(obj)
+    entries = list(obj.values())
     metadata: dict[str, str] | None = None
-    infos: list[TensorInfo] = []
-    append = infos.append
-    new = tuple.__new__
-    seen_metadata = False
-    for name, e in pairs:
-        if name == METADATA_KEY:
-            if seen_metadata or not (e is None or (type(e) is dict and _all_str(e.values()))):
+    if METADATA_KEY in obj:
+        at = names.index(METADATA_KEY)
+        del names[at]
+        e = entries.pop(at)
+        if e is not None:
+            if type(e) is not dict or not _all_str(e.values()):
                 return None
-            metadata, seen_metadata = e, True
-        elif type(e) is dict and len(e) == 3:
-            try:
-                shape, off = e["shape"], e["data_offsets"]
-                if type(shape) is not list or type(off) is not list:
-                    return None
-                append(new(TensorInfo, (name, e["dtype"], tuple(shape), *off)))
-            except KeyError:
-                return None
-        else:
-            return None
-    if infos and set(map(len, infos)) != {5}:  # two data_offsets each
+            metadata = e
+            strings += 2 * len(e)
+    n = len(entries)
+    if parsed.quotes != 2 * (strings + 4 * n):  # three field names and a dtype string per entry
         return None
-    names = list(map(itemgetter(0), infos))
-    dtypes = list(map(itemgetter(1), infos))
-    shapes = list(map(itemgetter(2), infos))
+    if not n:
+        return (metadata, {}) if data_bytes == 0 else None
+    if set(map(type, entries)) != _ONLY_DICT or set(map(len, entries)) != _ONLY_THREE:
+        return None
     try:
-        if len(set(names)) != len(names) or not set(dtypes) <= DTYPE_BITS.keys():
+        dtypes = list(map(itemgetter("dtype"), entries))
+        shape_lists = list(map(itemgetter("shape"), entries))
+        offsets = list(map(itemgetter("data_offsets"), entries))
+        if not set(dtypes) <= DTYPE_BITS.keys():
             return None
-    except TypeError:  # an unhashable dtype
+    except (KeyError, TypeError):  # a missing field; an unhashable dtype
         return None
-    begins = list(map(itemgetter(3), infos))
-    ends = list(map(itemgetter(4), infos))
-    flat = list(chain.from_iterable(shapes))
-    flat += begins
-    flat += ends
-    if flat and (not set(map(type, flat)) <= {int} or min(flat) < 0 or max(flat) > _U64_MAX):
+    if (
+        set(map(type, shape_lists)) != _ONLY_LIST
+        or set(map(type, offsets)) != _ONLY_LIST
+        or set(map(len, offsets)) != _ONLY_TWO
+    ):
         return None
-    if 0 in chain.from_iterable(shapes):
-        return None
+    begins = list(map(itemgetter(0), offsets))
+    ends = list(map(itemgetter(1), offsets))
+    dims = list(chain.from_iterable(shape_lists))
+    if set(map(type, chain(dims, begins, ends))) != _ONLY_INT or (dims and min(dims) < 1):
+        return None  # not all ints (bools and floats included); a zero dimension, or a negative one
+    # No other range checks: each dimension is below the product checked against 2^64 next, and offsets that
+    # tile [0, data_bytes) with positive sizes (checked last) all lie inside it.
+    shapes = list(map(tuple, shape_lists))
     bits = list(map(mul, map(math.prod, shapes), map(DTYPE_BITS.__getitem__, dtypes)))
-    if bits and (max(bits) > _U64_MAX or any(map(and_, bits, repeat(7)))):
+    if max(bits) > _U64_MAX or any(map(and_, bits, repeat(7))):
         return None
     if list(map(sub, ends, begins)) != list(map(rshift, bits, repeat(3))):
         return None
-    order = sorted(range(len(infos)), key=begins.__getitem__)
-    starts = list(map(begins.__getitem__, order))
-    stops = list(map(ends.__getitem__, order))
-    if infos and (starts[0] != 0 or starts[1:] != stops[:-1] or stops[-1] != data_bytes):
+    starts = sorted(begins)
+    if starts == begins:  # written in data order, as most writers do
+        stops = ends
+    else:
+        order = sorted(range(n), key=begins.__getitem__)
+        stops = list(map(ends.__getitem__, order))
+    if starts[0] != 0 or starts[1:] != stops[:-1] or stops[-1] != data_bytes:
         return None
-    if not infos and data_bytes != 0:
-        return None
+    infos = map(tuple.__new__, repeat(TensorInfo), zip(names, dtypes, shapes, begins, ends))
     return metadata, dict(zip(names, infos))
 
 
-def _all_str(values: Any) -> bool:
+def _all_str(values: Iterable[object]) -> bool:
     return set(map(type, values)) <= {str}
 
 
-def _parse_int(s: str) -> Any:
+def _parse_int(s: str) -> int | float:
     if s == "-0":
         return -0.0  # serde_json reads `-0` as a float, which no shape or offset accepts
     return int(s)
 
 
-def _check_surrogates(path: str, pairs: list[tuple[str, Any]]) -> None:
+def _check_surrogates(path: str, pairs: list[tuple[str, object]]) -> None:
     """Refuse a lone surrogate escape (``"\\ud800"``) anywhere, as the reference does."""
-    stack: list[Any] = [pairs]
+    stack: list[object] = [pairs]
     while stack:
         v = stack.pop()
         if isinstance(v, str):
@@ -325,10 +364,10 @@ def _check_surrogates(path: str, pairs: list[tuple[str, Any]]) -> None:
             stack.extend(v)
 
 
-def _check_ignored(path: str, name: str, value: Any) -> None:
+def _check_ignored(path: str, name: str, value: object) -> None:
     """Extra fields of a tensor entry are ignored by the reference but must still be JSON it can read:
     nesting below serde_json's limit and numbers within f64 range."""
-    stack: list[tuple[Any, int]] = [(value, 3)]  # top object, entry object, this value
+    stack: list[tuple[object, int]] = [(value, 3)]  # top object, entry object, this value
     while stack:
         v, depth = stack.pop()
         if isinstance(v, (dict, list)):
@@ -351,18 +390,18 @@ def _json_reason(e: BaseException) -> str:
 class _PairsDict(dict):  # type: ignore[type-arg]
     """A dict that remembers its raw (key, value) pairs, so nested duplicates can be detected."""
 
-    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+    def __init__(self, pairs: list[tuple[str, object]]) -> None:
         super().__init__(pairs)
         self.pairs = pairs
 
 
 def _split_entries(
-    path: str, pairs: list[tuple[str, Any]]
-) -> tuple[dict[str, str] | None, list[tuple[str, Any]]]:
+    path: str, pairs: list[tuple[str, object]]
+) -> tuple[dict[str, str] | None, list[tuple[str, object]]]:
     metadata: dict[str, str] | None = None
     seen_metadata = False
     seen: set[str] = set()
-    entries: list[tuple[str, Any]] = []
+    entries: list[tuple[str, object]] = []
     for key, value in pairs:
         if key == METADATA_KEY:
             if seen_metadata:
@@ -379,7 +418,7 @@ def _split_entries(
     return metadata, entries
 
 
-def _check_metadata(path: str, value: Any) -> dict[str, str] | None:
+def _check_metadata(path: str, value: object) -> dict[str, str] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -393,7 +432,7 @@ def _check_metadata(path: str, value: Any) -> dict[str, str] | None:
     return out
 
 
-def _kind(v: Any) -> str:
+def _kind(v: object) -> str:
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -409,22 +448,22 @@ def _kind(v: Any) -> str:
     return "an object"
 
 
-def _is_uint(v: Any) -> bool:
+def _is_uint(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _U64_MAX
 
 
-def _uint_list(values: list[Any]) -> bool:
+def _uint_list(values: list[object]) -> bool:
     for v in values:
         if type(v) is not int or v < 0 or v > _U64_MAX:
             return _all_uint_slow(values)
     return True
 
 
-def _all_uint_slow(values: list[Any]) -> bool:
+def _all_uint_slow(values: list[object]) -> bool:
     return all(_is_uint(v) for v in values)
 
 
-def _build_tensors(path: str, entries: list[tuple[str, Any]]) -> dict[str, TensorInfo]:
+def _build_tensors(path: str, entries: list[tuple[str, object]]) -> dict[str, TensorInfo]:
     tensors: dict[str, TensorInfo] = {}
     for name, entry in entries:
         if isinstance(entry, list) and len(entry) == 3:
@@ -498,7 +537,7 @@ def serialize_header(
 ) -> bytes:
     """Compact JSON for a header, ``__metadata__`` first, tensors in the given order (no padding)."""
     items = tensors.values() if isinstance(tensors, dict) else tensors
-    obj: dict[str, Any] = {}
+    obj: dict[str, object] = {}
     if metadata is not None:
         obj[METADATA_KEY] = metadata
     for t in items:

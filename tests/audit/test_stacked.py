@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,77 @@ def test_gate_audit_matches_the_full_audit(tmp_path: Path, low_rank: bool) -> No
         assert (g.module, g.delta_norm, g.share, g.inert) == (f.module, f.delta_norm, f.share, f.inert)
     measured = [g for g in gate.modules if g.effective_rank is not None]
     assert len(measured) == (len(full.modules) - 1 if low_rank else 1)  # only the live modules AD312 needed
+
+
+def test_threaded_audit_equals_the_one_thread_audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Modules measured on two threads give the one-thread audit exactly: entries in file order, every number
+    bitwise, the tensors (and so AD303's order) in read order, the bytes read."""
+    import adapterdoc.audit as audit_mod
+
+    rng = np.random.default_rng(11)
+    r = 8
+    modules = {}
+    for i in range(12):
+        for leaf in ("q_proj", "v_proj"):
+            a, b = rng.standard_normal((r, 40 + i)) * 0.02, rng.standard_normal((24 + i, r)) * 0.01
+            if i in (3, 7) and leaf == "v_proj":
+                b[0, 0] = np.nan  # AD303 twice: their order is the read order
+            modules[f"model.layers.{i}.self_attn.{leaf}"] = (a, b)
+    _write_adapter(tmp_path / "ad", modules, r)
+    ckpt = open_checkpoint(str(tmp_path / "ad"))
+    assert audit_mod._workers(ckpt, 24) == min(2, len(os.sched_getaffinity(0)))
+    threaded = audit_checkpoint(ckpt)
+    monkeypatch.setattr(audit_mod, "WORKERS", 1)
+    single = audit_checkpoint(ckpt)
+    assert threaded == single  # dataclass equality: modules, tensors, findings, notes, bytes_read
+    assert list(threaded.tensors) == list(single.tensors)
+    assert [f.key for f in threaded.findings if f.code == "AD303"] == [
+        f"base_model.model.model.layers.{i}.self_attn.v_proj.lora_B.weight" for i in (3, 7)
+    ]
+    assert threaded.bytes_read == sum(2 * (a.size + b.size) for a, b in modules.values())
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])
+def test_narrow_reads_give_the_float64_audit_bitwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str
+) -> None:
+    """Fused experts at r ≤ 4 are read as float32 (exact) and widened inside einsum: every number equals the
+    float64 reads' bitwise, zero and cancelling experts (the per-slice fallback) included."""
+    import importlib
+
+    measure_mod = importlib.import_module(
+        "adapterdoc.audit.measure"
+    )  # the package's `measure` is the function
+    rng = np.random.default_rng(3)
+    r, experts, fan_in, out = 2, 6, 40, 24
+    folder = tmp_path / "ad"
+    folder.mkdir()
+    header: dict[str, Any] = {}
+    blobs, pos = [], 0
+    for layer in range(3):
+        a = rng.standard_normal((experts * r, fan_in)) * 0.02
+        b = rng.standard_normal((out, r * experts)) * 0.01
+        b[:, 1::experts] = 0  # expert 1: zero B
+        a[2 * r + 1] = -a[2 * r] * (1 + 1e-3)  # expert 2: rows that nearly cancel (B's two columns equal)
+        b[:, 2 + experts] = b[:, 2]
+        for role, x in (("lora_A", a), ("lora_B", b)):
+            if dtype == "BF16":
+                raw = (x.astype(np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+            else:
+                raw = x.astype("<f2" if dtype == "F16" else "<f4").tobytes()
+            name = f"base_model.model.model.layers.{layer}.mlp.experts.{role}.weight"
+            header[name] = {"dtype": dtype, "shape": list(x.shape), "data_offsets": [pos, pos + len(raw)]}
+            blobs.append(raw)
+            pos += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    (folder / "adapter_model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    cfg = {"peft_type": "LORA", "r": r, "lora_alpha": 4, "target_modules": [], "task_type": "CAUSAL_LM"}
+    cfg["target_parameters"] = ["mlp.experts.gate_up_proj"]
+    (folder / "adapter_config.json").write_text(json.dumps(cfg))
+    ckpt = open_checkpoint(str(folder))
+    narrow = audit_checkpoint(ckpt)
+    assert [m.kind for m in narrow.modules] == ["experts"] * 3 * experts
+    assert narrow.modules[1].delta_norm == 0 and narrow.modules[2].delta_norm
+    monkeypatch.setattr(measure_mod, "narrow_ok", lambda experts, r: False)
+    assert audit_checkpoint(ckpt) == narrow

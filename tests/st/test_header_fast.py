@@ -109,3 +109,63 @@ def test_near_misses_take_the_exact_route(label: str, mutate: Any) -> None:
         return  # the exact route named it
     # legal after all (a zero dimension, an extra field, a list entry): the exact route accepted it
     assert label in ("zero dim", "extra field", "list entry") and whole.tensors
+
+
+_ENTRY = '{"dtype":"F32","shape":[1],"data_offsets":[0,4]}'
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        # the first spelling of a repeated name holds no tensor fields: the literal field counts cannot see it
+        ('{"x":5,"x":' + _ENTRY + "}", "duplicate tensor name"),
+        ('{"x":"F32","x":' + _ENTRY + "}", "duplicate tensor name"),
+        ('{"x":[],"x":' + _ENTRY + "}", "duplicate tensor name"),
+        ('{"x":null,"x":' + _ENTRY + "}", "duplicate tensor name"),
+        ('{"x":{},"x":' + _ENTRY + "}", "duplicate tensor name"),
+        ('{"__metadata__":null,"__metadata__":{},"x":' + _ENTRY + "}", "duplicate field `__metadata__`"),
+        ('{"x":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}', "duplicate field"),
+    ],
+)
+def test_a_repeated_key_is_refused_whatever_its_first_value(text: str, reason: str) -> None:
+    raw = text.encode()
+    with pytest.raises(HeaderError, match=reason):
+        H.parse_header("f", raw, 8 + len(raw) + 4)
+
+
+def test_repeated_metadata_keys_keep_the_last_through_either_route() -> None:
+    text = '{"__metadata__":{"a":"b","a":"c"},"x":' + _ENTRY + "}"
+    raw = text.encode()
+    assert H.parse_header("f", raw, 8 + len(raw) + 4).metadata == {"a": "c"}
+
+
+@pytest.mark.parametrize("dim", ['"4"', "[4]", "null", "-4", "4.0", "true"])
+def test_a_dimension_of_another_type_takes_the_exact_route(dim: str) -> None:
+    text = '{"x":{"dtype":"F32","shape":[1,' + dim + '],"data_offsets":[0,16]}}'
+    raw = text.encode()
+    assert H._fast_header(H._load_json_fast(text), 16) is None  # type: ignore[arg-type]
+    with pytest.raises(HeaderError, match="invalid shape"):
+        H.parse_header("f", raw, 8 + len(raw) + 16)
+
+
+def test_a_header_read_again_is_a_fresh_copy_and_a_changed_one_is_parsed_again(tmp_path: Any) -> None:
+    from adapterdoc.st.header import read_header
+
+    def write(shape: list[int], meta: dict[str, str]) -> None:
+        obj = {"__metadata__": meta, "x": {"dtype": "F32", "shape": shape, "data_offsets": [0, 16]}}
+        text = json.dumps(obj, separators=(",", ":")).encode()
+        path.write_bytes(len(text).to_bytes(8, "little") + text + bytes(16))
+
+    path = tmp_path / "a.safetensors"
+    write([4], {"k": "v"})
+    first = read_header(path)
+    first.tensors.clear()  # a caller changing its result changes nothing for the next reader
+    assert first.metadata is not None
+    first.metadata["k"] = "changed"
+    again = read_header(path)
+    assert list(again.tensors) == ["x"] and again.tensors["x"].shape == (4,) and again.metadata == {"k": "v"}
+    write([2, 2], {"k": "v"})  # same size, other bytes
+    assert read_header(path).tensors["x"].shape == (2, 2)
+    path.write_bytes(path.read_bytes()[:-1])  # now invalid: the memo never answers for other bytes or sizes
+    with pytest.raises(HeaderError, match="file truncated"):
+        read_header(path)
