@@ -6,15 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import FrozenReport
 
 MAPPING_SAMPLE = 1000
 """The JSON form lists at most this many renames (``mapping_total`` says how many there are)."""
-
-_FROZEN = Report.__dataclass_params__.frozen  # type: ignore[attr-defined]
-"""A frozen dataclass cannot subclass a non-frozen one (and the other way round): :class:`RemapReport` is frozen
-exactly when :class:`~adapterdoc.report.base.Report` is. Nothing assigns to a report's fields after
-:func:`build_remap_report` made it either way (tests/remap/test_remap_report.py)."""
 
 
 @dataclass(frozen=True)
@@ -34,8 +29,8 @@ class ConfigChange:
         return {"field": self.field, "old": self.old, "new": self.new, "how": self.how}
 
 
-@dataclass(frozen=_FROZEN)
-class RemapReport(Report):
+@dataclass(frozen=True)
+class RemapReport(FrozenReport):
     """What a remap did (or, with ``dry_run``, would do)."""
 
     input: str
