@@ -10,6 +10,10 @@ from adapterdoc.report.findings import Finding
 from adapterdoc.st.dtypes import DTYPE_BITS
 from adapterdoc.st.header import Header, TensorInfo
 
+HEADERS, META_MODEL = "headers", "meta-model"
+"""The two planners (:mod:`~adapterdoc.merge.header_plan`, :mod:`~adapterdoc.merge.plan`), as ``merge --json``
+names the one that ran (``plan``)."""
+
 
 @dataclass
 class Edit:
@@ -60,3 +64,7 @@ class Plan:
     """Output tensors the base does not have (an untied weight)."""
     experts: Any = None
     """The :class:`~adapterdoc.merge.experts.ExpertConversion` (per-expert LoRA converted as PEFT converts it)."""
+    planner: str = META_MODEL
+    """Which planner made the plan: :data:`HEADERS` or :data:`META_MODEL`."""
+    fallback: str | None = None
+    """Why the header plan could not vouch for this merge (the meta-model plan ran), if it was tried."""

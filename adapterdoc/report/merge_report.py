@@ -29,6 +29,11 @@ class MergeReport(Report):
     """Tensors changed by the adapter."""
     bytes_written: int = 0
     seconds: float = 0.0
+    plan: str | None = None
+    """The planner that ran: ``headers`` (config files and headers alone) or ``meta-model`` (transformers and
+    PEFT on the meta device)."""
+    plan_fallback: str | None = None
+    """Why the header plan could not vouch for this merge, where the meta-model plan ran instead."""
 
     def body(self) -> dict[str, Any]:
         return {
@@ -43,6 +48,8 @@ class MergeReport(Report):
             "merged_tensors": self.merged_tensors,
             "bytes_written": self.bytes_written,
             "seconds": round(self.seconds, 3),
+            "plan": self.plan,
+            "plan_fallback": self.plan_fallback,
         }
 
     def to_dict(self) -> dict[str, Any]:
