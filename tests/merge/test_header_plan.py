@@ -38,21 +38,7 @@ def _summary(plan: Plan) -> dict[str, object]:
     for rel, header, outs in plan.shards:
         rows = []
         for o in outs:
-            edits = [
-                (
-                    e.kind,
-                    e.label,
-                    sorted(e.keys.items()),
-                    (e.target.kind, e.target.param, e.target.scaling, e.target.rank, e.target.a_shape)
-                    + (
-                        e.target.b_shape,
-                        e.target.fan_in_fan_out,
-                        e.target.magnitude_shape,
-                        e.target.lora_bias,
-                    ),
-                )
-                for e in o.edits
-            ]
+            edits = [(e.kind, e.label, sorted(e.keys.items()), e.target) for e in o.edits]
             piece = plan.pieces.get(o.name) if o.edits else None
             rows.append((o.name, o.dtype, tuple(o.shape), o.source, o.source_file, edits, piece))
         shards.append((rel, header.path, rows))
