@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import WRAPPER, parse_key
 from adapterdoc.checkpoint import Checkpoint, safe_shard_name
@@ -18,8 +18,10 @@ from adapterdoc.st.dtypes import CAST_DTYPES, FLOAT_DTYPES
 from adapterdoc.st.header import Header
 
 if TYPE_CHECKING:
+    from adapterdoc.adapter import LoraKey
     from adapterdoc.merge.experts import ExpertConversion
-    from adapterdoc.ml.names import Piece
+    from adapterdoc.ml.inject import Injection
+    from adapterdoc.ml.names import NameMap, Piece
 
 
 def make_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
@@ -116,7 +118,9 @@ def _refused(adapter: Checkpoint, base: Checkpoint, model_class: str, finding: F
 class _Placer:
     """Places adapter tensors on the base's in-memory parameters, collecting findings as it goes."""
 
-    def __init__(self, adapter: Checkpoint, name_map: Any, inv: Any, experts: Any) -> None:
+    def __init__(
+        self, adapter: Checkpoint, name_map: NameMap, inv: Injection, experts: ExpertConversion
+    ) -> None:
         self.adapter = adapter
         self.experts = experts
         self.name_map = name_map
@@ -141,7 +145,7 @@ class _Placer:
         self.unused.append(label)
         self.findings.append(make("AD501", f"`{label}` {why}", key=key or label))
 
-    def whole_weights(self, full: list[Any]) -> None:
+    def whole_weights(self, full: list[LoraKey]) -> None:
         """1. Whole weights first: PEFT loads them before it merges anything."""
         from adapterdoc.ml import names
 
@@ -271,15 +275,15 @@ class _Placer:
             self.applied.append(module)
 
     def per_disk_tensor(
-        self, piece_cls: Any
-    ) -> tuple[dict[str, list[Edit]], dict[str, Any], dict[str, tuple[str, str]]]:
+        self, piece_cls: type[Piece]
+    ) -> tuple[dict[str, list[Edit]], dict[str, Piece], dict[str, tuple[str, str]]]:
         """4. Edits per on-disk tensor; tied parameters that end up different get their own tensor.
 
         Returns (on-disk tensor → its edits, output tensor → its piece, untied new tensor → (its parameter, the
         on-disk tensor it copies))."""
         name_map, member_edits = self.name_map, self.member_edits
         by_disk_edits: dict[str, list[Edit]] = {}
-        pieces_by_out: dict[str, Any] = {}
+        pieces_by_out: dict[str, Piece] = {}
         added: dict[str, tuple[str, str]] = {}
         for param, plist in name_map.by_param.items():
             mine = member_edits.get(param, [])
