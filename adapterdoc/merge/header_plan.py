@@ -29,23 +29,10 @@ from adapterdoc.merge.plan import finish_plan
 from adapterdoc.ml.inject import LoraTarget
 from adapterdoc.ml.names import Piece
 from adapterdoc.st.dtypes import FLOAT_DTYPES
+from adapterdoc.verify.expected_config import METADATA, TASK_TYPES
 
 _OFF = (None, False, {}, [], 0, "", ())
 """Values of a LoraConfig field that switch nothing on."""
-_METADATA = frozenset(
-    {
-        "peft_type",
-        "peft_version",
-        "base_model_name_or_path",
-        "revision",
-        "auto_mapping",
-        "inference_mode",
-        "megatron_core",
-        "qalora_group_size",
-        "runtime_config",
-    }
-)
-"""Fields that change nothing the merge computes (``qalora_group_size`` only with ``use_qalora``, which is off)."""
 _HANDLED = frozenset(
     {
         "r",
@@ -62,11 +49,10 @@ _HANDLED = frozenset(
         "task_type",
         "init_lora_weights",
         "fan_in_fan_out",
-        "loftq_config",
     }
 )
-_TASK_TYPES = (None, "CAUSAL_LM", "FEATURE_EXTRACTION")
-"""Task types whose PeftModel adds no modules of its own."""
+"""Fields this planner reads (beside :data:`~adapterdoc.verify.expected_config.METADATA`, the fields that change
+nothing PEFT creates, shared with verify's registry path)."""
 _RENAMED_LEAVES = ("gamma", "beta", "weight_g", "weight_v")
 """Parameter names transformers renames on load for every model (legacy LayerNorm and weight-norm spellings)."""
 _ROLES = {LINEAR: ("lora_A", "lora_B"), EMBEDDING: ("lora_embedding_A", "lora_embedding_B")}
@@ -165,10 +151,10 @@ def _check_config(raw: Mapping[str, object]) -> None:
     if str(raw.get("peft_type") or "LORA").upper() != "LORA":
         raise Unvouched("peft_type is not LORA")
     for key, value in raw.items():
-        if key in _METADATA or key in _HANDLED or value in _OFF:
+        if key in METADATA or key in _HANDLED or value in _OFF:
             continue
         raise Unvouched(f"adapter config field `{key}` = {value!r}")
-    if raw.get("task_type") not in _TASK_TYPES:
+    if raw.get("task_type") not in TASK_TYPES:
         raise Unvouched(f"task_type {raw.get('task_type')!r}")
     if raw.get("bias", "none") != "none":
         raise Unvouched(f"bias {raw.get('bias')!r}")

@@ -9,12 +9,13 @@ import json
 import os
 import shutil
 import struct
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable
 
 from adapterdoc.merge.delta import AdapterTensors, Scratch, blocks
 from adapterdoc.merge.edits import Output, Plan
 from adapterdoc.merge.writer import Writer
-from adapterdoc.st.atomic import TEMP_PREFIX, atomic_folder, slow_point, write_marker
+from adapterdoc.st.atomic import TEMP_PREFIX, atomic_folder, fsync, slow_point, write_marker
 from adapterdoc.st.dtypes import CONFIG_DTYPES
 from adapterdoc.st.header import TensorInfo, serialize_header
 
@@ -45,23 +46,13 @@ def write(
     plan: Plan, out_path: str, dtype: str, *, force: bool, progress: Progress | None
 ) -> tuple[int, int, int]:
     """Write the merged checkpoint to ``out_path``; (tensors written, tensors merged, bytes written)."""
-    with atomic_folder(out_path, force=force) as tmp, _torch_threads(COMPUTE_THREADS):
+    from adapterdoc.train.runtime import torch_threads
+
+    with atomic_folder(out_path, force=force) as tmp, torch_threads(COMPUTE_THREADS):
         counts = _fill(plan, tmp, dtype, progress)
         write_marker(tmp, "merge", adapter=plan.adapter.spec, base=plan.base.spec, dtype=dtype)
         slow_point("merge-before-rename")
     return counts
-
-
-@contextlib.contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _return_freed_memory() -> None:
@@ -97,6 +88,7 @@ def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tup
     weight_map: dict[str, str] = {}
     written_bytes = 0
     writer = Writer()
+    flushing: list[threading.Thread] = []
     scratch = Scratch(writer.depth + 2)  # the writer's queue, its running job, and the block being computed
     try:
         for rel, header, outs in plan.shards:
@@ -122,12 +114,24 @@ def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tup
                         progress(done, total)
                 writer.flush()
             written_bytes += len(head) + sum(o.nbytes for o in outs)
+            flushing.append(_flush_early(dest))
             slow_point("merge-shard")
     finally:
         writer.close()
+        for t in flushing:
+            t.join()
     _write_index(plan, folder, weight_map, total)
     _copy_side_files(plan, folder, dtype)
     return n_tensors, n_merged, written_bytes
+
+
+def _flush_early(path: str) -> threading.Thread:
+    """Start writing a finished shard back to disk on a helper thread while the next one is computed. Only a head
+    start: the output folder's own fsync before its rename (:func:`adapterdoc.st.atomic.fsync_tree`) is the
+    guarantee, and then finds the pages clean (measured: 2 s of a 1.1 GiB merge's wall time spent in it)."""
+    t = threading.Thread(target=fsync, args=(path,), name="adapterdoc-merge-fsync", daemon=True)
+    t.start()
+    return t
 
 
 def _write_index(plan: Plan, folder: str, weight_map: dict[str, str], total: int) -> None:

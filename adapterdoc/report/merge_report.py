@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapterdoc.report.base import Report, envelope
 from adapterdoc.report.findings import sort_findings
@@ -35,7 +34,7 @@ class MergeReport(Report):
     plan_fallback: str | None = None
     """Why the header plan could not vouch for this merge, where the meta-model plan ran instead."""
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         return {
             "adapter": self.adapter,
             "base": self.base,
@@ -52,6 +51,6 @@ class MergeReport(Report):
             "plan_fallback": self.plan_fallback,
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The envelope with the findings in their sorted order (they are collected as the plan finds them)."""
         return envelope(self.ok, sort_findings(self.findings), self.body())
