@@ -29,30 +29,14 @@ from adapterdoc.merge.plan import finish_plan
 from adapterdoc.ml.inject import LoraTarget
 from adapterdoc.ml.names import Piece
 from adapterdoc.st.dtypes import FLOAT_DTYPES
-from adapterdoc.verify.expected_config import METADATA, TASK_TYPES
+from adapterdoc.verify.expected_config import METADATA, MODELLED, TASK_TYPES
 
 _OFF = (None, False, {}, [], 0, "", ())
 """Values of a LoraConfig field that switch nothing on."""
-_HANDLED = frozenset(
-    {
-        "r",
-        "lora_alpha",
-        "target_modules",
-        "exclude_modules",
-        "layers_to_transform",
-        "layers_pattern",
-        "rank_pattern",
-        "alpha_pattern",
-        "use_rslora",
-        "lora_dropout",
-        "bias",
-        "task_type",
-        "init_lora_weights",
-        "fan_in_fan_out",
-    }
-)
-"""Fields this planner reads (beside :data:`~adapterdoc.verify.expected_config.METADATA`, the fields that change
-nothing PEFT creates, shared with verify's registry path)."""
+_HANDLED = MODELLED - {"modules_to_save", "target_parameters", "use_dora", "lora_bias"}
+"""The fields this planner reads: those verify's registry path models (:data:`~adapterdoc.verify.expected_config.MODELLED`)
+but the four that make layers or keys it leaves to the meta-model plan (set to anything but off, they send it there).
+:data:`~adapterdoc.verify.expected_config.METADATA` are the fields that change nothing PEFT creates."""
 _RENAMED_LEAVES = ("gamma", "beta", "weight_g", "weight_v")
 """Parameter names transformers renames on load for every model (legacy LayerNorm and weight-norm spellings)."""
 _ROLES = {LINEAR: ("lora_A", "lora_B"), EMBEDDING: ("lora_embedding_A", "lora_embedding_B")}
