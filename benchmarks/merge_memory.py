@@ -12,7 +12,8 @@ checkpoint on disk (the anchor: ``from_pretrained`` → ``PeftModel.from_pretrai
 
     python benchmarks/merge_memory.py [--gib 2.0] [--runs 1] [--workdir DIR] [--keep]
 
-Runs alternate the order of the two tools; medians are reported.
+Runs alternate the order of the two tools; medians are reported, with the load average before and after (others'
+work on a shared machine swings wall times) and the planner adapterdoc's merge used (``plan`` in its JSON).
 """
 
 from __future__ import annotations
@@ -102,13 +103,17 @@ def _warm(folder: str) -> None:
                     pass
 
 
-def measure(cmd: list[str], warm: str) -> tuple[float, int, float]:
-    """(wall seconds, peak RSS bytes, user+system CPU seconds) of ``cmd`` in a fresh process."""
+def measure(cmd: list[str], warm: str, stdout: str | None = None) -> tuple[float, int, float]:
+    """(wall seconds, peak RSS bytes, user+system CPU seconds) of ``cmd`` in a fresh process; its stdout goes to
+    the file ``stdout`` (or nowhere)."""
     _warm(warm)
+    sink = open(stdout, "wb") if stdout else subprocess.DEVNULL  # noqa: SIM115 (closed below)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
+    if stdout:
+        sink.close()
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
@@ -147,6 +152,14 @@ def spot_check(ours: str, peft: str) -> str:
         equal += int(torch.equal(a, b))
         within += int(ratio <= 1.0)
     return f"{len(names)} tensors of {first}: {equal} bitwise equal, {within} within 1 ulp (worst {worst:.2f} ulp)"
+
+
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "n/a"
 
 
 def main() -> None:
@@ -202,10 +215,19 @@ def main() -> None:
             ],
             names[1]: [sys.executable, "-c", PEFT_CHILD, base, adapter, outs[names[1]]],
         }
+        print("load average before:", _loadavg())
+        report_json = os.path.join(workdir, "merge-report.json")
         for run in range(args.runs):
             for name in names if run % 2 == 0 else names[::-1]:
                 shutil.rmtree(outs[name], ignore_errors=True)
-                results[name].append(measure(cmds[name], base))
+                results[name].append(measure(cmds[name], base, report_json if name == names[0] else None))
+        print("load average after:", _loadavg())
+        with open(report_json) as f:
+            report = json.load(f)
+        print(
+            f"adapterdoc's plan: {report['plan']}"
+            + (f" ({report['plan_fallback']})" if report["plan_fallback"] else "")
+        )
         anchor_wall = statistics.median(w for w, _, _ in results[names[1]])
         anchor_rss = statistics.median(r for _, r, _ in results[names[1]])
         anchor_cpu = statistics.median(c for _, _, c in results[names[1]])

@@ -4,11 +4,17 @@ edits it makes, what blocks a streaming merge of it, and the remap that would pl
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import LoraKey, parse_key
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.merge.edits import Edit
+
+if TYPE_CHECKING:
+    import torch
+
+    from adapterdoc.ml.inject import LoraTarget
+    from adapterdoc.ml.names import NameMap, Piece
 
 
 def group_keys(
@@ -39,7 +45,9 @@ def group_keys(
     return groups, full, tokens, strays
 
 
-def check_shapes(shape_of: Callable[[str], tuple[int, ...]], keys: dict[str, str], target: Any) -> str | None:
+def check_shapes(
+    shape_of: Callable[[str], tuple[int, ...]], keys: dict[str, str], target: LoraTarget
+) -> str | None:
     """What is wrong with ``keys``' shapes (``shape_of(key)``) for PEFT's layer ``target``, if anything."""
     if target.kind == "tokens":
         return "is a trainable-token module, not LoRA"
@@ -62,7 +70,7 @@ def check_shapes(shape_of: Callable[[str], tuple[int, ...]], keys: dict[str, str
     return None
 
 
-def lora_edits(module: str, keys: dict[str, str], target: Any) -> list[Edit]:
+def lora_edits(module: str, keys: dict[str, str], target: LoraTarget) -> list[Edit]:
     emb = target.kind == "embedding"
     ab = {
         "A": keys["lora_embedding_A" if emb else "lora_A"],
@@ -78,7 +86,9 @@ def lora_edits(module: str, keys: dict[str, str], target: Any) -> list[Edit]:
     return out
 
 
-def merge_blocker(target: Any, name_map: Any, canonical: str, pieces: list[Any], e: list[Edit]) -> str | None:
+def merge_blocker(
+    target: LoraTarget, name_map: NameMap, canonical: str, pieces: list[Piece], e: list[Edit]
+) -> str | None:
     if target.kind not in ("linear", "embedding", "experts"):
         return f"LoRA on a {target.kind} layer is not supported by the streaming merge"
     if target.variant and target.variant not in ("DoraLinearVariant", "DoraEmbeddingVariant"):
@@ -96,7 +106,9 @@ def merge_blocker(target: Any, name_map: Any, canonical: str, pieces: list[Any],
     return None
 
 
-def unused_hint(unused: list[str], targets: dict[str, Any], model: Any, spec: str, base: str) -> str:
+def unused_hint(
+    unused: list[str], targets: dict[str, LoraTarget], model: torch.nn.Module, spec: str, base: str
+) -> str:
     """Name the registry move that makes the unused modules land on modules PEFT creates, if one does: the layouts'
     move search (:func:`adapterdoc.layouts.moves.candidate_moves`), onto the layouts of the base's class."""
     from adapterdoc.layouts import LAYOUTS, rename

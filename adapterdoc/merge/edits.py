@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.report.findings import Finding
 from adapterdoc.st.dtypes import DTYPE_BITS
 from adapterdoc.st.header import Header, TensorInfo
 
+if TYPE_CHECKING:
+    from adapterdoc.merge.experts import ExpertConversion
+    from adapterdoc.ml.inject import LoraTarget
+    from adapterdoc.ml.names import Piece
 
-@dataclass
+HEADERS, META_MODEL = "headers", "meta-model"
+"""The two planners (:mod:`~adapterdoc.merge.header_plan`, :mod:`~adapterdoc.merge.plan`), as ``merge --json``
+names the one that ran (``plan``)."""
+
+
+@dataclass(frozen=True)
 class Edit:
     """One change to one in-memory parameter: ``replace`` / ``lora`` / ``dora`` / ``bias`` / ``tokens``."""
 
@@ -19,11 +28,11 @@ class Edit:
     label: str
     keys: dict[str, str]
     """Role → adapter tensor name."""
-    target: Any = None
+    target: LoraTarget | None = None
     """The :class:`~adapterdoc.ml.inject.LoraTarget` (not for ``replace``)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Output:
     """One tensor of the merged checkpoint."""
 
@@ -43,7 +52,7 @@ class Output:
         return n * DTYPE_BITS[self.dtype] // 8
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     base: Checkpoint
     adapter: Checkpoint
@@ -52,11 +61,15 @@ class Plan:
     applied: list[str]
     unused: list[str]
     findings: list[Finding]
-    pieces: dict[str, Any]
+    pieces: dict[str, Piece]
     """Output tensor name → its :class:`~adapterdoc.ml.names.Piece`."""
     untie: bool
     model_class: str
     added: list[str] = field(default_factory=list)
     """Output tensors the base does not have (an untied weight)."""
-    experts: Any = None
+    experts: ExpertConversion | None = None
     """The :class:`~adapterdoc.merge.experts.ExpertConversion` (per-expert LoRA converted as PEFT converts it)."""
+    planner: str = META_MODEL
+    """Which planner made the plan: :data:`HEADERS` or :data:`META_MODEL`."""
+    fallback: str | None = None
+    """Why the header plan could not vouch for this merge (the meta-model plan ran), if it was tried."""

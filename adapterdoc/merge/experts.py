@@ -14,10 +14,18 @@ layer at a time, while the merge writes. The merge then sees exactly the adapter
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import WRAPPER
 from adapterdoc.report.findings import Finding, make
+
+if TYPE_CHECKING:
+    import torch
+    from peft import LoraConfig, PeftModel
+
+    from adapterdoc.checkpoint import Checkpoint
+    from adapterdoc.ml.inject import Injection
+    from adapterdoc.ml.names import NameMap
 
 _ROLES = ("lora_A", "lora_B")
 
@@ -32,7 +40,7 @@ class Converted:
     """The adapter tensors PEFT converts together into this tensor (and its lora_A/lora_B partner)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExpertConversion:
     """The per-expert modules converted to PEFT's fused layers, and how to compute the fused tensors."""
 
@@ -46,15 +54,17 @@ class ExpertConversion:
     parameter for this config (PEFT converts per-expert LoRA only for the model types its tables know)."""
     unused: list[str] = field(default_factory=list)
     """Per-expert modules that land on a fused layer but cannot be converted (each group has its AD509)."""
-    peft_model: Any = None
-    peft_config: Any = None
+    peft_model: PeftModel | None = None
+    peft_config: LoraConfig | None = None
 
-    def convert(self, tensors: dict[str, Any]) -> dict[str, Any]:
+    def convert(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """PEFT's conversion of real per-expert tensors (saved naming) into its fused tensors (saved naming)."""
         return _peft_convert(self.peft_model, self.peft_config, tensors)
 
 
-def _peft_convert(pm: Any, config: Any, tensors: dict[str, Any]) -> dict[str, Any]:
+def _peft_convert(
+    pm: PeftModel | None, config: LoraConfig | None, tensors: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
     import copy
 
     from peft.utils.transformers_weight_conversion import convert_peft_adapter_state_dict_for_transformers
@@ -68,14 +78,29 @@ def _peft_convert(pm: Any, config: Any, tensors: dict[str, Any]) -> dict[str, An
 
 
 def convert_experts(
-    groups: dict[str, dict[str, str]], adapter: Any, name_map: Any, inv: Any, config: Any
+    groups: dict[str, dict[str, str]],
+    adapter: Checkpoint,
+    name_map: NameMap,
+    inv: Injection,
+    config: LoraConfig,
 ) -> ExpertConversion:
     """Replace, in ``groups`` (module → role → key), the per-expert modules PEFT converts by the fused modules of
     ``inv`` (the meta injection) they become. ``config`` is the adapter's LoraConfig as written (PEFT converts the
     weights against it). Modules that land on no fused layer are left for the usual placement (and its AD501)."""
     import torch
 
-    out = ExpertConversion(peft_model=inv.pm, peft_config=config)
+    converted: dict[str, Converted] = {}
+    sources_of: dict[str, list[str]] = {}
+    findings: list[Finding] = []
+    unconverted: dict[str, str] = {}
+    unused: list[str] = []
+
+    def refuse(modules: list[str], finding: Finding) -> None:
+        findings.append(finding)
+        for m in modules:
+            groups.pop(m, None)
+        unused.extend(sorted(modules))
+
     by_param = {t.param: t for t in inv.targets.values() if t.kind == "experts"}
     members: dict[str, list[str]] = {}
     for module in groups:
@@ -86,32 +111,32 @@ def convert_experts(
             continue
         target = by_param.get(mem)
         if target is None:
-            out.unconverted[module] = mem
+            unconverted[module] = mem
         else:
             members.setdefault(target.module, []).append(module)
     for fused, modules in members.items():
         if fused in groups:
-            out.findings.append(
+            refuse(
+                modules,
                 make(
                     "AD509",
                     f"`{fused}` has both fused LoRA tensors and per-expert ones (e.g. `{modules[0]}`); "
                     "PEFT would load one over the other",
                     key=fused,
-                )
+                ),
             )
-            _drop(groups, modules, out)
             continue
         extra = sorted({r for m in modules for r in groups[m] if r not in _ROLES})
         if extra:
-            out.findings.append(
+            refuse(
+                modules,
                 make(
                     "AD509",
                     f"per-expert modules of `{fused}` carry {', '.join(extra)}; PEFT converts only lora_A "
                     "and lora_B of per-expert LoRA",
                     key=fused,
-                )
+                ),
             )
-            _drop(groups, modules, out)
             continue
         sources = tuple(sorted(groups[m][r] for m in modules for r in _ROLES if r in groups[m]))
         meta = {k: torch.empty(adapter.tensors[k].shape, device="meta") for k in sources}
@@ -120,53 +145,55 @@ def convert_experts(
         except Exception as e:  # PEFT's own refusal (stacking a partial expert set, mixed dims)
             from adapterdoc.ml.build import first_line
 
-            out.findings.append(
+            refuse(
+                modules,
                 make(
                     "AD509",
                     f"PEFT cannot convert the {len(modules)} per-expert modules of `{fused}` to its fused "
                     f"layout: {first_line(e)}",
                     key=fused,
-                )
+                ),
             )
-            _drop(groups, modules, out)
             continue
         want = {f"{WRAPPER}{fused}.{r}.weight": r for r in _ROLES}
         if set(result) != set(want):
             got = ", ".join(sorted(set(result) - set(sources))) or "nothing new"
-            out.findings.append(
+            refuse(
+                modules,
                 make(
                     "AD509",
                     f"PEFT's conversion of the per-expert modules of `{fused}` gives {got}, not the fused "
                     "layer's lora_A and lora_B",
                     key=fused,
-                )
+                ),
             )
-            _drop(groups, modules, out)
             continue
         for key in want:
-            out.converted[key] = Converted(key, tuple(int(d) for d in result[key].shape), sources)
+            converted[key] = Converted(key, tuple(int(d) for d in result[key].shape), sources)
         groups[fused] = {role: key for key, role in want.items()}
         for m in modules:
             del groups[m]
-        out.sources[fused] = sorted(modules)
-    if out.sources:
-        n = sum(len(v) for v in out.sources.values())
-        out.findings.append(
+        sources_of[fused] = sorted(modules)
+    if sources_of:
+        n = sum(len(v) for v in sources_of.values())
+        findings.append(
             make(
                 "AD508",
-                f"{n} per-expert LoRA modules converted to PEFT's fused layout on {len(out.sources)} expert "
+                f"{n} per-expert LoRA modules converted to PEFT's fused layout on {len(sources_of)} expert "
                 "parameters (e.g. "
-                f"`{next(iter(out.sources.values()))[0]}` → `{next(iter(out.sources))}`), as PEFT converts them "
+                f"`{next(iter(sources_of.values()))[0]}` → `{next(iter(sources_of))}`), as PEFT converts them "
                 "at load",
             )
         )
-    return out
-
-
-def _drop(groups: dict[str, dict[str, str]], modules: list[str], out: ExpertConversion) -> None:
-    for m in modules:
-        groups.pop(m, None)
-    out.unused.extend(sorted(modules))
+    return ExpertConversion(
+        converted=converted,
+        sources=sources_of,
+        findings=findings,
+        unconverted=unconverted,
+        unused=unused,
+        peft_model=inv.pm,
+        peft_config=config,
+    )
 
 
 def unconverted_finding(module: str, param: str, spec: str) -> Finding:

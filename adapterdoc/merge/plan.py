@@ -5,16 +5,23 @@ split tied tensors the adapter changes differently, and lay out the output shard
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import WRAPPER, parse_key
 from adapterdoc.checkpoint import Checkpoint, safe_shard_name
 from adapterdoc.merge.checks import check_shapes, group_keys, lora_edits, merge_blocker, unused_hint
-from adapterdoc.merge.edits import Edit, Output, Plan
+from adapterdoc.merge.edits import META_MODEL, Edit, Output, Plan
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.st.dtypes import CAST_DTYPES, FLOAT_DTYPES
 from adapterdoc.st.header import Header
+
+if TYPE_CHECKING:
+    from adapterdoc.adapter import LoraKey
+    from adapterdoc.merge.experts import ExpertConversion
+    from adapterdoc.ml.inject import Injection
+    from adapterdoc.ml.names import NameMap, Piece
 
 
 def make_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
@@ -50,19 +57,57 @@ def make_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
             replace(f, hint=hint) if f.code == "AD501" and f.hint is None else f for f in placer.findings
         ]
     by_disk_edits, pieces, added = placer.per_disk_tensor(names.Piece)
-    _check_float(base, by_disk_edits, placer.findings)
+    return finish_plan(
+        adapter,
+        base,
+        dtype,
+        by_disk_edits,
+        pieces,
+        applied=placer.applied,
+        model_class=name_map.model_class,
+        planner=META_MODEL,
+        findings=placer.findings,
+        unused=placer.unused,
+        member_edits=placer.member_edits,
+        added=added,
+        experts=experts,
+    )
+
+
+def finish_plan(
+    adapter: Checkpoint,
+    base: Checkpoint,
+    dtype: str,
+    by_disk_edits: dict[str, list[Edit]],
+    pieces: Mapping[str, Piece],
+    *,
+    applied: list[str],
+    model_class: str,
+    planner: str,
+    findings: list[Finding] | None = None,
+    unused: list[str] | None = None,
+    member_edits: dict[str, list[Edit]] | None = None,
+    added: dict[str, tuple[str, str]] | None = None,
+    experts: ExpertConversion | None = None,
+) -> Plan:
+    """The plan both planners end with: the edits per on-disk tensor checked (floating point only) and laid out
+    in the output shards, in ``dtype``."""
+    findings = list(findings or [])
+    added = added or {}
+    _check_float(base, by_disk_edits, findings)
     return Plan(
         base=base,
         adapter=adapter,
-        shards=_shards(base, dtype, by_disk_edits, placer.member_edits, added),
-        applied=placer.applied,
-        unused=placer.unused,
-        findings=placer.findings,
-        pieces=pieces,
+        shards=_shards(base, dtype, by_disk_edits, member_edits or {}, added),
+        applied=applied,
+        unused=list(unused or []),
+        findings=findings,
+        pieces=dict(pieces),
         untie=bool(added),
-        model_class=name_map.model_class,
+        model_class=model_class,
         added=list(added),
         experts=experts,
+        planner=planner,
     )
 
 
@@ -73,7 +118,9 @@ def _refused(adapter: Checkpoint, base: Checkpoint, model_class: str, finding: F
 class _Placer:
     """Places adapter tensors on the base's in-memory parameters, collecting findings as it goes."""
 
-    def __init__(self, adapter: Checkpoint, name_map: Any, inv: Any, experts: Any) -> None:
+    def __init__(
+        self, adapter: Checkpoint, name_map: NameMap, inv: Injection, experts: ExpertConversion
+    ) -> None:
         self.adapter = adapter
         self.experts = experts
         self.name_map = name_map
@@ -98,7 +145,7 @@ class _Placer:
         self.unused.append(label)
         self.findings.append(make("AD501", f"`{label}` {why}", key=key or label))
 
-    def whole_weights(self, full: list[Any]) -> None:
+    def whole_weights(self, full: list[LoraKey]) -> None:
         """1. Whole weights first: PEFT loads them before it merges anything."""
         from adapterdoc.ml import names
 
@@ -228,15 +275,15 @@ class _Placer:
             self.applied.append(module)
 
     def per_disk_tensor(
-        self, piece_cls: Any
-    ) -> tuple[dict[str, list[Edit]], dict[str, Any], dict[str, tuple[str, str]]]:
+        self, piece_cls: type[Piece]
+    ) -> tuple[dict[str, list[Edit]], dict[str, Piece], dict[str, tuple[str, str]]]:
         """4. Edits per on-disk tensor; tied parameters that end up different get their own tensor.
 
         Returns (on-disk tensor → its edits, output tensor → its piece, untied new tensor → (its parameter, the
         on-disk tensor it copies))."""
         name_map, member_edits = self.name_map, self.member_edits
         by_disk_edits: dict[str, list[Edit]] = {}
-        pieces_by_out: dict[str, Any] = {}
+        pieces_by_out: dict[str, Piece] = {}
         added: dict[str, tuple[str, str]] = {}
         for param, plist in name_map.by_param.items():
             mine = member_edits.get(param, [])

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
 from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.merge.delta import NotFinite
+from adapterdoc.merge.edits import Plan
+from adapterdoc.merge.header_plan import Unvouched, header_plan
 from adapterdoc.merge.plan import make_plan
 from adapterdoc.merge.write import Progress, write
 from adapterdoc.report.findings import has_errors, make
@@ -40,34 +43,45 @@ def merge(
     adapter_ckpt = _open_adapter(aspec)
     base_ckpt = _open_base(bspec)
     out_path = _check_out(ospec, base_ckpt, adapter_ckpt, force=force)
-    plan = make_plan(adapter_ckpt, base_ckpt, dtype)
-    report = MergeReport(
+    plan = choose_plan(adapter_ckpt, base_ckpt, dtype)
+    findings = list(plan.findings)
+    written: tuple[int, int, int] | None = None
+    if not has_errors(findings):
+        try:
+            written = write(plan, out_path, dtype, force=force, progress=progress)
+        except NotFinite as e:
+            findings.append(
+                make(
+                    "AD506",
+                    f"merging gives non-finite values in `{e.tensor}`; nothing was written",
+                    key=e.tensor,
+                )
+            )
+    tensors, merged_tensors, bytes_written = written or (0, 0, 0)
+    return MergeReport(
         adapter=aspec,
         base=bspec,
-        out=None,
+        out=out_path if written is not None else None,
         dtype=dtype,
         applied=plan.applied,
         unused=plan.unused,
-        findings=plan.findings,
+        findings=findings,
         model_class=plan.model_class,
+        tensors=tensors,
+        merged_tensors=merged_tensors,
+        bytes_written=bytes_written,
+        seconds=time.perf_counter() - started,
+        plan=plan.planner,
+        plan_fallback=plan.fallback,
     )
-    if has_errors(plan.findings):
-        report.seconds = time.perf_counter() - started
-        return report
+
+
+def choose_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
+    """The header plan where it can vouch for the merge (no transformers, no peft), else the meta-model plan."""
     try:
-        written = write(plan, out_path, dtype, force=force, progress=progress)
-    except NotFinite as e:
-        report.findings.append(
-            make(
-                "AD506", f"merging gives non-finite values in `{e.tensor}`; nothing was written", key=e.tensor
-            )
-        )
-        report.seconds = time.perf_counter() - started
-        return report
-    report.out = out_path
-    report.tensors, report.merged_tensors, report.bytes_written = written
-    report.seconds = time.perf_counter() - started
-    return report
+        return header_plan(adapter, base, dtype)
+    except Unvouched as e:
+        return replace(make_plan(adapter, base, dtype), fallback=str(e))
 
 
 def _open_adapter(spec: str) -> Checkpoint:

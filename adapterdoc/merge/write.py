@@ -9,13 +9,13 @@ import json
 import os
 import shutil
 import struct
+import threading
 from collections.abc import Callable
-from typing import Any
 
-from adapterdoc.merge.delta import AdapterTensors, blocks
+from adapterdoc.merge.delta import AdapterTensors, Scratch, blocks
 from adapterdoc.merge.edits import Output, Plan
 from adapterdoc.merge.writer import Writer
-from adapterdoc.st.atomic import TEMP_PREFIX, atomic_folder, slow_point, write_marker
+from adapterdoc.st.atomic import TEMP_PREFIX, atomic_folder, fsync, slow_point, write_marker
 from adapterdoc.st.dtypes import CONFIG_DTYPES
 from adapterdoc.st.header import TensorInfo, serialize_header
 
@@ -23,6 +23,12 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msg
 
 Progress = Callable[[int, int], None]
 """Called with (bytes written, bytes in all) as the merge writes."""
+
+COMPUTE_THREADS = 1
+"""torch intra-op threads while merging. The row blocks are memory-bound passes beside a reader and a writer
+thread: a second OpenMP thread buys little, and on a busy machine its spin-waits tripled the CPU time and doubled
+the wall time of a 1.1 GiB merge (10 s / 44 s with one thread, 30 s / 110 s with two, load ~12). The bytes are the
+same (the products split rows between threads, never a sum)."""
 
 
 def _header_bytes(metadata: dict[str, str] | None, outs: list[Output]) -> bytes:
@@ -40,7 +46,9 @@ def write(
     plan: Plan, out_path: str, dtype: str, *, force: bool, progress: Progress | None
 ) -> tuple[int, int, int]:
     """Write the merged checkpoint to ``out_path``; (tensors written, tensors merged, bytes written)."""
-    with atomic_folder(out_path, force=force) as tmp:
+    from adapterdoc.train.runtime import torch_threads
+
+    with atomic_folder(out_path, force=force) as tmp, torch_threads(COMPUTE_THREADS):
         counts = _fill(plan, tmp, dtype, progress)
         write_marker(tmp, "merge", adapter=plan.adapter.spec, base=plan.base.spec, dtype=dtype)
         slow_point("merge-before-rename")
@@ -80,6 +88,8 @@ def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tup
     weight_map: dict[str, str] = {}
     written_bytes = 0
     writer = Writer()
+    flushing: list[threading.Thread] = []
+    scratch = Scratch(writer.depth + 2)  # the writer's queue, its running job, and the block being computed
     try:
         for rel, header, outs in plan.shards:
             dest = os.path.join(folder, rel)
@@ -93,7 +103,7 @@ def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tup
                     if not o.edits and o.dtype == o.source.dtype:
                         writer.copy(f, src, start, o.source.nbytes)  # in the kernel, no buffers here
                     else:
-                        for block in blocks(o, src, start, plan, tensors):
+                        for block in blocks(o, src, start, plan, tensors, scratch):
                             writer.put(f, block)
                         n_merged += 1 if o.edits else 0
                         tensors.done_with(o.edits)
@@ -104,12 +114,24 @@ def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tup
                         progress(done, total)
                 writer.flush()
             written_bytes += len(head) + sum(o.nbytes for o in outs)
+            flushing.append(_flush_early(dest))
             slow_point("merge-shard")
     finally:
         writer.close()
+        for t in flushing:
+            t.join()
     _write_index(plan, folder, weight_map, total)
     _copy_side_files(plan, folder, dtype)
     return n_tensors, n_merged, written_bytes
+
+
+def _flush_early(path: str) -> threading.Thread:
+    """Start writing a finished shard back to disk on a helper thread while the next one is computed. Only a head
+    start: the output folder's own fsync before its rename (:func:`adapterdoc.st.atomic.fsync_tree`) is the
+    guarantee, and then finds the pages clean (measured: 2 s of a 1.1 GiB merge's wall time spent in it)."""
+    t = threading.Thread(target=fsync, args=(path,), name="adapterdoc-merge-fsync", daemon=True)
+    t.start()
+    return t
 
 
 def _write_index(plan: Plan, folder: str, weight_map: dict[str, str], total: int) -> None:
@@ -150,7 +172,7 @@ def _copy_side_files(plan: Plan, folder: str, dtype: str) -> None:
             shutil.copyfile(src, dst)
 
 
-def _edit_config(cfg: Any, dtype: str | None, untie: bool) -> None:
+def _edit_config(cfg: object, dtype: str | None, untie: bool) -> None:
     if isinstance(cfg, dict):
         for k in list(cfg):
             if dtype and k in ("dtype", "torch_dtype") and isinstance(cfg[k], str):

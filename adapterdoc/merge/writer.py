@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import BinaryIO
 
 from adapterdoc.errors import UnsupportedInputError
+
+Job = Callable[[], None]
 
 _COPY_CHUNK = 8 << 20
 """Buffer size of the fallback copy where ``sendfile`` cannot copy between files."""
@@ -20,7 +23,9 @@ class Writer:
         import queue
         import threading
 
-        self.q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.depth = depth
+        """Blocks that may wait in the queue; with the one being written, ``depth + 1`` blocks are held here."""
+        self.q: queue.Queue[Job | None] = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="adapterdoc-merge-writer", daemon=True)
         self.thread.start()
@@ -36,12 +41,12 @@ class Writer:
                 except BaseException as e:  # re-raised on the main thread
                     self.error = e
 
-    def _submit(self, job: Any) -> None:
+    def _submit(self, job: Job) -> None:
         if self.error is not None:
             raise self.error
         self.q.put(job)
 
-    def put(self, f: Any, data: Any) -> None:
+    def put(self, f: BinaryIO, data: bytes | bytearray | memoryview) -> None:
         def job() -> None:
             view = memoryview(data)
             while view:
@@ -50,7 +55,7 @@ class Writer:
 
         self._submit(job)
 
-    def copy(self, f: Any, src: Any, offset: int, n: int) -> None:
+    def copy(self, f: BinaryIO, src: BinaryIO, offset: int, n: int) -> None:
         out_fd, in_fd = f.fileno(), src.fileno()
 
         def job() -> None:

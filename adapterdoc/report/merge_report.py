@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from adapterdoc.report.base import Report, envelope
+from adapterdoc.report.base import FrozenReport, envelope
 from adapterdoc.report.findings import sort_findings
 
 
-@dataclass
-class MergeReport(Report):
+@dataclass(frozen=True)
+class MergeReport(FrozenReport):
     """What a merge did (or would have done) and why it passed or failed."""
 
     adapter: str
@@ -29,8 +28,13 @@ class MergeReport(Report):
     """Tensors changed by the adapter."""
     bytes_written: int = 0
     seconds: float = 0.0
+    plan: str | None = None
+    """The planner that ran: ``headers`` (config files and headers alone) or ``meta-model`` (transformers and
+    PEFT on the meta device)."""
+    plan_fallback: str | None = None
+    """Why the header plan could not vouch for this merge, where the meta-model plan ran instead."""
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         return {
             "adapter": self.adapter,
             "base": self.base,
@@ -43,8 +47,10 @@ class MergeReport(Report):
             "merged_tensors": self.merged_tensors,
             "bytes_written": self.bytes_written,
             "seconds": round(self.seconds, 3),
+            "plan": self.plan,
+            "plan_fallback": self.plan_fallback,
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The envelope with the findings in their sorted order (they are collected as the plan finds them)."""
         return envelope(self.ok, sort_findings(self.findings), self.body())
