@@ -44,7 +44,11 @@ def _fills(paths: list[Path], fields: set[str]) -> list[str]:
                 targets = [t for tt in node.targets for t in (tt.elts if isinstance(tt, ast.Tuple) else [tt])]
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
                 targets = [node.target]
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in MUTATORS
+            ):
                 targets = [node.func.value]
             out += [f"{path.name}:{node.lineno}: {ast.unparse(t)}" for t in targets if hit(t)]
     return out
@@ -81,7 +85,9 @@ def test_roundtrip_report_is_frozen_and_built_once() -> None:
 
 def test_convert_report_is_frozen_and_built_once() -> None:
     assert issubclass(ConvertReport, FrozenReport) and _frozen(ConvertReport)
-    report = ConvertReport(input="a", source_format="mlx", target_format="peft", out="b", route=("mlx", "peft"))
+    report = ConvertReport(
+        input="a", source_format="mlx", target_format="peft", out="b", route=("mlx", "peft")
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.notes = ("n",)  # type: ignore[misc]
     assert report.to_dict()["route"] == ["mlx", "peft"] and report.to_dict()["notes"] == []
