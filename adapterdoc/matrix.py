@@ -111,19 +111,18 @@ class LayoutBench:
 
     def _remap(self) -> tuple[bool, str]:
         from adapterdoc.checkpoint import open_checkpoint
-        from adapterdoc.roundtrip import RoundtripReport, byte_roundtrips, copy_adapter, reachable_layouts
+        from adapterdoc.roundtrip import byte_roundtrips, copy_adapter, reachable_layouts
 
         assert self.adapter
         if not reachable_layouts(self.layout):
             return True, "no registry moves from this layout"
-        rt = RoundtripReport(input=self.adapter, layout=self.layout, base=None)
         work = tempfile.mkdtemp(dir=self.work)
         original = copy_adapter(open_checkpoint(self.adapter), os.path.join(work, "original"))
-        byte_roundtrips(rt, original, self.layout, work)
-        bad = [c.name for c in rt.checks if c.status != "pass"]
+        checks = byte_roundtrips(original, self.layout, work)
+        bad = [c.name for c in checks if c.status != "pass"]
         return (
             not bad,
-            f"{len(rt.checks)} moves there and back byte-identical" if not bad else f"failed: {bad}",
+            f"{len(checks)} moves there and back byte-identical" if not bad else f"failed: {bad}",
         )
 
     def _verify(self) -> tuple[bool, str]:

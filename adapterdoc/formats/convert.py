@@ -112,20 +112,22 @@ def convert(
             raise
         finally:
             shutil.rmtree(hub, ignore_errors=True)
-    report = ConvertReport(
+    findings, notes = [], []
+    for note in done.notes:
+        m = _CODE_NOTE.match(note)
+        if m:
+            findings.append(make(m[1], m[2], path=os.fspath(done.out)))
+        else:
+            notes.append(note)
+    return ConvertReport(
         input=spec,
         source_format=found.format,
         target_format=to,
         out=os.fspath(done.out),
         tensors=done.tensors,
-        evidence=list(found.evidence),
-        route=route,
+        evidence=tuple(found.evidence),
+        route=tuple(route),
         outtype=outtype,
+        notes=tuple(notes),
+        findings=findings,
     )
-    for note in done.notes:
-        m = _CODE_NOTE.match(note)
-        if m:
-            report.findings.append(make(m[1], m[2], path=report.out))
-        else:
-            report.notes.append(note)
-    return report

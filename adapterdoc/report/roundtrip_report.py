@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import FrozenReport
 from adapterdoc.report.findings import has_errors
 
 
@@ -19,14 +20,15 @@ class Check:
     seconds: float = 0.0
 
 
-@dataclass
-class RoundtripReport(Report):
-    """Every round trip of one adapter: ``ok`` when none failed and no finding is an error."""
+@dataclass(frozen=True, kw_only=True)
+class RoundtripReport(FrozenReport):
+    """Every round trip of one adapter: ``ok`` when none failed and no finding is an error. Built once, by
+    :func:`~adapterdoc.roundtrip.roundtrip`, from the checks every trip returned."""
 
     input: str
     layout: str
     base: str | None
-    checks: list[Check] = field(default_factory=list)
+    checks: Sequence[Check] = ()
 
     @property
     def ok(self) -> bool:

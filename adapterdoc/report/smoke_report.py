@@ -1,11 +1,13 @@
 """The report of `adapterdoc train-smoke` (:class:`SmokeReport`): one :class:`LayoutRun` per layout, each with the
-result of every doctor check (:class:`CheckResult`), in the order of :data:`CHECK_NAMES`."""
+result of every doctor check (:class:`CheckResult`), in the order of :data:`CHECK_NAMES`. All three are frozen:
+each is built once, from the finished step's results (issue 28)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from adapterdoc.report.base import Report, pick
+from adapterdoc.report.base import FrozenReport, pick
 from adapterdoc.report.findings import Finding, has_errors
 
 CHECK_NAMES = (
@@ -23,7 +25,7 @@ CHECK_NAMES = (
 """The doctor checks train-smoke runs on each trained adapter, in order."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckResult:
     """One check on one layout's run: passed, failed or skipped, what it measured, and how."""
 
@@ -42,7 +44,7 @@ class CheckResult:
         return {**pick(self, ("ok", "detail", "implementation", "value")), "seconds": round(self.seconds, 4)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class LayoutRun:
     """One layout's reference run: its losses and accuracies, its checks, where it wrote, or why it failed."""
 
@@ -55,13 +57,13 @@ class LayoutRun:
     accuracy_before: float | None = None
     accuracy_after: float | None = None
     """Answer-token accuracy (masked tokens for MLM, classes for the pooled head) on the validation rows."""
-    checks: list[CheckResult] = field(default_factory=list)
+    checks: Sequence[CheckResult] = ()
     seconds: float = 0.0
     train_seconds: float = 0.0
     out: str | None = None
     adapter_dir: str | None = None
     error: str | None = None
-    findings: list[Finding] = field(default_factory=list)
+    findings: Sequence[Finding] = ()
 
     @property
     def ok(self) -> bool:
@@ -90,11 +92,11 @@ class LayoutRun:
         }
 
 
-@dataclass
-class SmokeReport(Report):
+@dataclass(frozen=True, kw_only=True)
+class SmokeReport(FrozenReport):
     """Every layout's run and checks; ``ok`` only when every run passed and no finding is an error."""
 
-    runs: list[LayoutRun]
+    runs: Sequence[LayoutRun]
     steps: int
     out: str | None
     """``None`` when the outputs went to a temporary folder that is gone."""

@@ -9,7 +9,7 @@ import shutil
 from adapterdoc.adapter import ADAPTER_CONFIG
 from adapterdoc.checkpoint import ADAPTER_WEIGHTS
 from adapterdoc.layouts import LAYOUTS, remap_path
-from adapterdoc.report.roundtrip_report import Check, RoundtripReport
+from adapterdoc.report.roundtrip_report import Check
 from adapterdoc.roundtrip.common import Fail, Skip, read_json, same_tensors, sha, timed, weights_file
 
 
@@ -20,20 +20,21 @@ def reachable_layouts(layout: str) -> list[str]:
     return [name for name in LAYOUTS if name != layout and remap_path(layout, name) is not None]
 
 
-def byte_roundtrips(report: RoundtripReport, original: str, layout: str, work: str) -> None:
+def byte_roundtrips(original: str, layout: str, work: str) -> list[Check]:
+    """Every registry remap from ``layout`` there and back on copies of ``original``: one check each (or one
+    skipped check saying why there is none)."""
     from adapterdoc.remap import remap
 
     weights = weights_file(original)
     if weights is None:
-        report.checks.append(Check("remap", "skipped", "the adapter has no .safetensors weights to remap"))
-        return
+        return [Check("remap", "skipped", "the adapter has no .safetensors weights to remap")]
     targets = reachable_layouts(layout)
     if not targets:
         why = f"layout {layout!r} has no registry moves" if layout in LAYOUTS else f"layout is {layout}"
-        report.checks.append(Check("remap", "skipped", why))
-        return
+        return [Check("remap", "skipped", why)]
     want_w = sha(weights)
     want_c = read_json(os.path.join(original, ADAPTER_CONFIG))
+    checks = []
     for target in targets:
 
         def there_and_back(target: str = target) -> str:
@@ -58,7 +59,8 @@ def byte_roundtrips(report: RoundtripReport, original: str, layout: str, work: s
                 f"weights byte-identical, {note}"
             )
 
-        timed(report, f"remap:{layout}→{target}→{layout}", there_and_back)
+        checks.append(timed(f"remap:{layout}→{target}→{layout}", there_and_back))
+    return checks
 
 
 def _config_difference(want: object, got: object, via: str) -> str:
@@ -78,7 +80,7 @@ def _config_difference(want: object, got: object, via: str) -> str:
     raise Fail("adapter_config.json differs from the input")
 
 
-def format_roundtrip(report: RoundtripReport, original: str, work: str) -> None:
+def format_roundtrip(original: str, work: str) -> Check:
     def convert() -> str:
         try:
             import torch
@@ -110,4 +112,4 @@ def format_roundtrip(report: RoundtripReport, original: str, work: str) -> None:
         same_tensors(ref, back, ".bin → safetensors")
         return f"{len(ref)} tensors: names, dtypes, shapes and values identical both ways"
 
-    timed(report, "format:safetensors↔bin", convert)
+    return timed("format:safetensors↔bin", convert)

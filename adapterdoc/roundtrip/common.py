@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import ADAPTER_WEIGHTS, Checkpoint
 from adapterdoc.errors import AdapterdocError
-from adapterdoc.report.roundtrip_report import Check, RoundtripReport
+from adapterdoc.report.roundtrip_report import Check
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +48,8 @@ def copy_adapter(src: Checkpoint, folder: str) -> str:
     return folder
 
 
-def timed(report: RoundtripReport, name: str, fn: Callable[[], str]) -> None:
+def timed(name: str, fn: Callable[[], str]) -> Check:
+    """Run one round trip ``fn`` (its detail, or :class:`Fail` / :class:`Skip`) and give its timed verdict."""
     t = time.perf_counter()
     try:
         detail, status = fn(), "pass"
@@ -58,7 +59,7 @@ def timed(report: RoundtripReport, name: str, fn: Callable[[], str]) -> None:
         detail, status = str(e), "skipped"
     except AdapterdocError as e:
         detail, status = f"refused: {e}", "fail"
-    report.checks.append(Check(name, status, detail, round(time.perf_counter() - t, 3)))
+    return Check(name, status, detail, round(time.perf_counter() - t, 3))
 
 
 def sha(path: str) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from adapterdoc import formats
 from adapterdoc.errors import AdapterdocError, MissingExtraError
-from adapterdoc.report.roundtrip_report import RoundtripReport
+from adapterdoc.report.roundtrip_report import Check
 from adapterdoc.roundtrip.common import Fail, Skip, timed, weights_file
 
 if TYPE_CHECKING:
@@ -26,7 +26,9 @@ ROUNDING = {"F32": 2.0**-22, "F16": 2.0**-9, "BF16": 2.0**-6}
 """The relative bound on a delta after one rounding of ``lora_B`` per element (two ulps, in float64 products)."""
 
 
-def convert_roundtrips(report: RoundtripReport, original: str, work: str, base: str | None = None) -> None:
+def convert_roundtrips(original: str, work: str, base: str | None = None) -> list[Check]:
+    """PEFT → FORMAT → PEFT for every other format this install has: one check each."""
+    checks = []
     for name in formats.FORMATS:
         if name == "peft":
             continue
@@ -38,7 +40,8 @@ def convert_roundtrips(report: RoundtripReport, original: str, work: str, base: 
         def trip(mod: ModuleType = mod, name: str = name) -> str:
             return _trip(mod, name, original, os.path.join(work, f"convert-{name}"), base)
 
-        timed(report, f"convert: peft → {name} → peft", trip)
+        checks.append(timed(f"convert: peft → {name} → peft", trip))
+    return checks
 
 
 def _trip(mod: ModuleType, name: str, original: str, folder: str, base: str | None = None) -> str:

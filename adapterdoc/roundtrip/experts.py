@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import open_checkpoint
 from adapterdoc.errors import AdapterdocError
-from adapterdoc.report.roundtrip_report import Check, RoundtripReport
+from adapterdoc.report.roundtrip_report import Check
 from adapterdoc.roundtrip.common import Fail, Skip, weights_file
 
 if TYPE_CHECKING:
@@ -92,7 +92,8 @@ def _rank_doubled(shape: tuple[int, ...], role: str) -> tuple[int, ...]:
     return (2 * shape[0], shape[1]) if role == "lora_A" else (shape[0], 2 * shape[1])
 
 
-def expert_check(report: RoundtripReport, original: str, work: str, trip: dict[str, str]) -> None:
+def expert_check(original: str, work: str, trip: dict[str, str]) -> Check:
+    """The expert trip's check; on a pass ``trip`` holds what the model trips compare (else it stays empty)."""
     t = time.perf_counter()
     try:
         trip.update(expert_trip(original, work))
@@ -103,9 +104,9 @@ def expert_check(report: RoundtripReport, original: str, work: str, trip: dict[s
         status, detail, name = "fail", str(e), "experts"
     except AdapterdocError as e:
         status, detail, name = "fail", f"refused: {e}", "experts"
-    report.checks.append(Check(name, status, detail, round(time.perf_counter() - t, 3)))
     if status != "pass":
         trip.clear()
+    return Check(name, status, detail, round(time.perf_counter() - t, 3))
 
 
 def expert_outputs_match(reference: torch.Tensor, got: torch.Tensor, what: str) -> str:

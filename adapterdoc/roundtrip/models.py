@@ -10,7 +10,7 @@ from adapterdoc.adapter import ADAPTER_CONFIG
 from adapterdoc.checkpoint import ADAPTER_WEIGHTS
 from adapterdoc.layouts import LAYOUTS
 from adapterdoc.ml.quiet import quiet_transformers
-from adapterdoc.report.roundtrip_report import Check, RoundtripReport
+from adapterdoc.report.roundtrip_report import Check
 from adapterdoc.roundtrip.common import Fail, Skip, bitwise_equal, same_tensors, timed, weights_file
 from adapterdoc.roundtrip.experts import (
     EXPERT_RTOL,
@@ -33,8 +33,9 @@ MERGE_RTOL = 1e-4
 
 
 def model_roundtrips(
-    report: RoundtripReport, original: str, layout: str, base_spec: str, work: str, trip: dict[str, str]
-) -> None:
+    original: str, layout: str, base_spec: str, work: str, trip: dict[str, str]
+) -> list[Check]:
+    """Reload, merge, counterpart and the expert trip's outputs on ``base_spec``'s weights: one check each."""
     from adapterdoc.bases import resolve_base
     from adapterdoc.ml.build import require_ml
 
@@ -42,37 +43,37 @@ def model_roundtrips(
     quiet_transformers()
     base = resolve_base(base_spec)
     if not base.has_weights:
-        report.checks.append(
+        return [
             Check(
                 "load/save/merge/counterpart",
                 "skipped",
                 f"{base_spec} has no weights (config only): the model-level round trips need them",
             )
-        )
-        return
+        ]
     if not os.path.exists(os.path.join(original, ADAPTER_CONFIG)):
-        report.checks.append(
+        return [
             Check(
                 "load/save/merge/counterpart",
                 "skipped",
                 "the adapter has no adapter_config.json, so PEFT cannot load it",
             )
-        )
-        return
+        ]
     from adapterdoc.ml.load import load_base
 
     state: State = {}
-    timed(report, "reload:load→save→load", lambda: _reload(state, base, original, work, trip))
+    checks = [timed("reload:load→save→load", lambda: _reload(state, base, original, work, trip))]
     if "outputs" not in state:
-        return
-    timed(report, "merge:merged=unmerged", lambda: _merge(state, base, original, work))
-    timed(
-        report,
-        "counterpart:remapped on text class",
-        lambda: _counterpart(state, load_base(base), layout, original, work),
+        return checks
+    checks.append(timed("merge:merged=unmerged", lambda: _merge(state, base, original, work)))
+    checks.append(
+        timed(
+            "counterpart:remapped on text class",
+            lambda: _counterpart(state, load_base(base), layout, original, work),
+        )
     )
     if trip:
-        timed(report, f"experts:outputs {trip['path']}", lambda: _expert_outputs(state, base, trip))
+        checks.append(timed(f"experts:outputs {trip['path']}", lambda: _expert_outputs(state, base, trip)))
+    return checks
 
 
 def _peft_outputs(model: torch.nn.Module, adapter_dir: str) -> tuple[PeftModel, torch.Tensor]:

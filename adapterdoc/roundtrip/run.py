@@ -10,7 +10,7 @@ import tempfile
 from adapterdoc.checkpoint import open_checkpoint
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.layouts import detect_layout
-from adapterdoc.report.findings import make
+from adapterdoc.report.findings import Finding, make
 from adapterdoc.report.roundtrip_report import Check, RoundtripReport
 from adapterdoc.roundtrip.bytes import byte_roundtrips, format_roundtrip
 from adapterdoc.roundtrip.common import copy_adapter, weights_file
@@ -31,7 +31,6 @@ def roundtrip(
     modules = {parse_key(k).module for k in src.tensors if parse_key(k).is_lora}
     hint = src.adapter_config.layout_hints if src.adapter_config else None
     layout = detect_layout(modules, hint).name
-    report = RoundtripReport(input=src.spec, layout=layout, base=base)
     from adapterdoc.st.atomic import ensure_folder, writing
 
     if keep is not None:
@@ -40,14 +39,14 @@ def roundtrip(
         work = tempfile.mkdtemp(prefix="adapterdoc-roundtrip-", dir=keep)
     try:
         original = copy_adapter(src, os.path.join(work, "original"))
-        _identity_warning(report, original)
-        byte_roundtrips(report, original, layout, work)
-        format_roundtrip(report, original, work)
-        convert_roundtrips(report, original, work, base)
+        findings = _identity_warning(original, src.spec)
+        checks = byte_roundtrips(original, layout, work)
+        checks.append(format_roundtrip(original, work))
+        checks += convert_roundtrips(original, work, base)
         trip: dict[str, str] = {}
-        expert_check(report, original, work, trip)
+        checks.append(expert_check(original, work, trip))
         if base is None:
-            report.checks.append(
+            checks.append(
                 Check(
                     "load/save/merge/counterpart",
                     "skipped",
@@ -56,19 +55,19 @@ def roundtrip(
                 )
             )
         else:
-            model_roundtrips(report, original, layout, base, work, trip)
+            checks += model_roundtrips(original, layout, base, work, trip)
     finally:
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    for c in report.checks:
-        if c.status == "fail":
-            report.findings.append(
-                make(_CODE_FOR.get(c.name.split(":")[0], "AD701"), f"{c.name}: {c.detail}", path=report.input)
-            )
-    return report
+    findings += [
+        make(_CODE_FOR.get(c.name.split(":")[0], "AD701"), f"{c.name}: {c.detail}", path=src.spec)
+        for c in checks
+        if c.status == "fail"
+    ]
+    return RoundtripReport(input=src.spec, layout=layout, base=base, checks=tuple(checks), findings=findings)
 
 
-def _identity_warning(report: RoundtripReport, original: str) -> None:
+def _identity_warning(original: str, spec: str) -> list[Finding]:
     """An all-zero lora_B adapter is the identity: every output comparison then passes trivially. Say so."""
     from adapterdoc.adapter import parse_key
     from adapterdoc.st.header import read_header
@@ -76,18 +75,19 @@ def _identity_warning(report: RoundtripReport, original: str) -> None:
 
     weights = weights_file(original)
     if weights is None:
-        return
+        return []
     header = read_header(weights)
     bs = [k for k in header.tensors if parse_key(k).is_b]
     if bs and all(scan_tensor(header, k, finite=False, stop_at_nonzero=True).all_zero for k in bs):
-        report.findings.append(
+        return [
             make(
                 "AD706",
                 f"all {len(bs)} lora_B tensors are zero: the adapter is the identity, so the output "
                 "comparisons below cannot tell a good move from a bad one",
-                path=report.input,
+                path=spec,
             )
-        )
+        ]
+    return []
 
 
 _CODE_FOR = {

@@ -4,6 +4,7 @@ direct-PEFT checks can be told apart and swapped."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import traceback
@@ -348,8 +349,7 @@ def run_check(check: Check, ctx: Ctx) -> CheckResult:
         if os.environ.get("ADAPTERDOC_DEBUG", "") not in ("", "0"):
             traceback.print_exc()
         res = CheckResult(name, False, f"crashed: {type(e).__name__}: {one_line(e)}", "-", code="AD609")
-    res.seconds = time.perf_counter() - t0
-    return res
+    return dataclasses.replace(res, seconds=time.perf_counter() - t0)
 
 
 def one_line(e: BaseException) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -13,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError, RefusedError
 from adapterdoc.layouts import forward_layout, smoke_layouts, tiny_layouts
-from adapterdoc.report.findings import make, sort_findings
-from adapterdoc.report.smoke_report import LayoutRun, SmokeReport
+from adapterdoc.report.findings import Finding, make, sort_findings
+from adapterdoc.report.smoke_report import CheckResult, LayoutRun, SmokeReport
 from adapterdoc.smoke.checks import CHECKS, one_line, run_check
 from adapterdoc.smoke.compare import Ctx, outputs
 
@@ -88,7 +89,6 @@ def _run_layout(
     from adapterdoc.train import loop
 
     t0 = time.perf_counter()
-    run = LayoutRun(layout, out=work)
     emit = on_event or (lambda e: None)
     try:
         _prepare_folder(work)
@@ -97,13 +97,11 @@ def _run_layout(
             layout, work, settings, data=D.DEFAULT_DATA if data is None else data, on_event=on_event
         )
     except AdapterdocError as e:
-        run.error = str(e)
         code = {"TowerLeakError": "AD601", "EmptyAdapterStateError": "AD602"}.get(type(e).__name__, "AD609")
         if isinstance(e, RefusedError):
             raise
-        run.findings.append(make(code, f"{layout}: training refused: {e.reason}", path=work))
-        run.seconds = time.perf_counter() - t0
-        return run
+        found = make(code, f"{layout}: training refused: {e.reason}", path=work)
+        return _failed(layout, work, str(e), found, t0)
     except Exception as e:
         from adapterdoc.st.atomic import is_write_refusal, not_writable
 
@@ -113,29 +111,44 @@ def _run_layout(
             raise not_writable(work, e) from e
         if os.environ.get("ADAPTERDOC_DEBUG", "") not in ("", "0"):
             traceback.print_exc()
-        run.error = f"{type(e).__name__}: {one_line(e)}"
-        run.findings.append(make("AD609", f"{layout}: training crashed: {run.error}", path=work))
-        run.seconds = time.perf_counter() - t0
-        return run
-    run.train_seconds = result.seconds
-    run.objective = result.objective
-    run.adapter_dir = result.adapter_dir
-    run.train_loss_before, run.train_loss_after = result.train_before.loss, result.train_after.loss
-    if result.val_before and result.val_after:
-        run.val_loss_before, run.val_loss_after = result.val_before.loss, result.val_after.loss
-        run.accuracy_before, run.accuracy_after = result.val_before.accuracy, result.val_after.accuracy
+        error = f"{type(e).__name__}: {one_line(e)}"
+        return _failed(
+            layout, work, error, make("AD609", f"{layout}: training crashed: {error}", path=work), t0
+        )
     saved = forward_layout(layout) if settings.unwrap_forward else layout
     ctx = Ctx(layout, result, work, saved)
     ctx.reference = outputs(result.model, result.val_batch, result.objective)
+    checks: list[CheckResult] = []
+    findings: list[Finding] = []
     for check in CHECKS:
         emit({"event": "check_start", "layout": layout, "check": check.__name__.removeprefix("check_")})
         res = run_check(check, ctx)
-        run.checks.append(res)
+        checks.append(res)
         emit({"event": "check", "layout": layout, "check": res.name, "ok": res.ok, "detail": res.detail})
         if res.ok is False:
-            run.findings.append(make(res.code or "AD609", f"{layout}: {res.name}: {res.detail}", path=work))
-    run.seconds = time.perf_counter() - t0
-    return run
+            findings.append(make(res.code or "AD609", f"{layout}: {res.name}: {res.detail}", path=work))
+    val = (result.val_before, result.val_after) if result.val_before and result.val_after else None
+    return LayoutRun(
+        layout,
+        objective=result.objective,
+        train_loss_before=result.train_before.loss,
+        train_loss_after=result.train_after.loss,
+        val_loss_before=val[0].loss if val else None,
+        val_loss_after=val[1].loss if val else None,
+        accuracy_before=val[0].accuracy if val else None,
+        accuracy_after=val[1].accuracy if val else None,
+        checks=tuple(checks),
+        seconds=time.perf_counter() - t0,
+        train_seconds=result.seconds,
+        out=work,
+        adapter_dir=result.adapter_dir,
+        findings=tuple(findings),
+    )
+
+
+def _failed(layout: str, work: str, error: str, finding: Finding, t0: float) -> LayoutRun:
+    """The run of a layout whose training did not finish: its error and the one finding that says so."""
+    return LayoutRun(layout, out=work, error=error, findings=(finding,), seconds=time.perf_counter() - t0)
 
 
 def run_smoke(
@@ -161,7 +174,7 @@ def run_smoke(
 
     s = settings or TrainSettings()
     if steps is not None:
-        s.steps = steps
+        s = dataclasses.replace(s, steps=steps)
     emit = on_event or (lambda e: None)
     tmp = None
     if out is None:
@@ -179,8 +192,8 @@ def run_smoke(
             for i, layout in enumerate(layouts):
                 emit({"event": "layout_start", "layout": layout, "index": i, "total": len(layouts)})
                 run = run_layout(layout, os.path.join(root, layout), s, on_event, data=data)
-                if tmp:
-                    run.out = run.adapter_dir = None
+                if tmp:  # the folder is gone with the temporary root: say so rather than name it
+                    run = dataclasses.replace(run, out=None, adapter_dir=None)
                 runs.append(run)
                 emit({"event": "layout_done", "layout": layout, "ok": run.ok, "seconds": run.seconds})
     finally:
@@ -188,7 +201,12 @@ def run_smoke(
             shutil.rmtree(tmp, ignore_errors=True)
     findings = sort_findings([f for r in runs for f in r.findings])
     return SmokeReport(
-        runs, s.steps, None if tmp else root, time.perf_counter() - t0, import_seconds, findings=findings
+        runs=tuple(runs),
+        steps=s.steps,
+        out=None if tmp else root,
+        seconds=time.perf_counter() - t0,
+        import_seconds=import_seconds,
+        findings=findings,
     )
 
 

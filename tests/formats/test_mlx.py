@@ -433,15 +433,12 @@ def test_verify_finds_what_load_adapters_refuses(tmp_path: Path, cli: Any) -> No
 
 def test_roundtrip_covers_peft_mlx_peft(tmp_path: Path) -> None:
     """`roundtrip`'s convert trip (called directly: the whole command runs every other trip too, ~20 s)."""
-    from adapterdoc.report.roundtrip_report import RoundtripReport
     from adapterdoc.roundtrip.common import Fail
     from adapterdoc.roundtrip.convert import _compare, convert_roundtrips
 
     src = peft_folder(tmp_path / "peft", dense())
-    report = RoundtripReport(input=str(src), layout="unknown", base=None)
     (tmp_path / "work").mkdir()
-    convert_roundtrips(report, str(src), str(tmp_path / "work"))
-    checks = {c.name: c for c in report.checks}
+    checks = {c.name: c for c in convert_roundtrips(str(src), str(tmp_path / "work"))}
     assert checks["convert: peft → mlx → peft"].status == "pass", checks
     assert "bit for bit" in checks["convert: peft → mlx → peft"].detail
     # and it fails when a value changes
