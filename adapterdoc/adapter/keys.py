@@ -103,7 +103,9 @@ def module_counts(modules: Iterable[str]) -> tuple[dict[str, int], dict[str, int
     per_prefix: dict[str, int] = {}
     per_leaf: dict[str, int] = {}
     for m in modules:
-        at = _INDEX.search(m)  # one regex pass per name: the prefix is what comes before the first layer index
+        at = _INDEX.search(
+            m
+        )  # one regex pass per name: the prefix is what comes before the first layer index
         prefix = m[: at.start()] if at else m.rpartition(".")[0] or m
         per_prefix[prefix] = per_prefix.get(prefix, 0) + 1
         leaf = m.rpartition(".")[2]

@@ -180,7 +180,9 @@ def _ranks_for_findings(
     module needing more than ``rank / RANK_WASTE_FACTOR`` (no AD312) or all its live modules are measured (AD312
     decided on all of them, as with ``ranks=True``). The bytes read again are not counted."""
     out = list(modules)
-    pending = {m.rank for m in out if m.delta_norm is not None and not m.inert and m.rank >= RANK_WASTE_FACTOR}
+    pending = {
+        m.rank for m in out if m.delta_norm is not None and not m.inert and m.rank >= RANK_WASTE_FACTOR
+    }
     reader = Reader(ckpt, np)
     start = 0
     for g, res in zip(groups, results):
@@ -188,7 +190,9 @@ def _ranks_for_findings(
             break
         span = range(start, start + len(res.modules))
         start = span.stop
-        if not any(out[i].rank in pending and not out[i].inert and out[i].delta_norm is not None for i in span):
+        if not any(
+            out[i].rank in pending and not out[i].inert and out[i].delta_norm is not None for i in span
+        ):
             continue
         again = measure(g, cfg, reader, np, ranks=True).modules
         for i, n in zip(span, again):

@@ -17,7 +17,9 @@ from adapterdoc.facts import _group_modules, header_facts
 from adapterdoc.matrix import NOT_APPLICABLE, LayoutBench
 from tests.small_adapters import write_small_adapter
 
-QWEN_EXPERTS = Path(__file__).resolve().parents[2] / "fixtures" / "old_stack" / "qwen3_moe" / "adapter_experts"
+QWEN_EXPERTS = (
+    Path(__file__).resolve().parents[2] / "fixtures" / "old_stack" / "qwen3_moe" / "adapter_experts"
+)
 
 
 def _results(tmp_path: Path) -> dict[str, Any]:
