@@ -45,6 +45,7 @@ FUSED_PROJECTIONS = ("gate_up", "down")
 _PER_EXPERT = re.compile(r"^(?P<block>.+\.experts)\.(?P<e>\d+)\.(?P<leaf>[^.]+)$")
 _FUSED = re.compile(r"^(?P<block>.+\.experts)(?P<inner>(?:\.base_layer)*)$")
 _THREE_D = re.compile(r"^(?P<block>.+\.experts)\.(?P<leaf>[^.]+)$")
+_FACTORS = ("lora_A", "lora_B")
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class ExpertKey:
     shape: tuple[int, ...] = ()
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExpertBlock:
     """The expert LoRA of one MoE block."""
 
@@ -117,7 +118,7 @@ class ExpertBlock:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExpertPicture:
     """The expert layout and coverage of a whole adapter."""
 
@@ -178,6 +179,19 @@ def _spellings() -> Sequence[Experts]:
     return EXPERT_SPELLINGS
 
 
+_SHARED: dict[int, frozenset[str]] = {}
+"""The shared-expert segment names of :data:`EXPERT_SPELLINGS`, per registry size (a registration makes a new
+entry; lookups cost nothing)."""
+
+
+def _shared_names() -> frozenset[str]:
+    n = len(EXPERT_SPELLINGS)
+    names = _SHARED.get(n)
+    if names is None:
+        names = _SHARED[n] = frozenset(s for sp in EXPERT_SPELLINGS for s in sp.shared)
+    return names
+
+
 def split_per_expert(module: str) -> tuple[str, int, str] | None:
     """``(block, expert, leaf)`` of a per-expert module path ``{block}.{e}.{leaf}`` (``block`` ending in
     ``.experts``); ``None`` for any other path. The one reading of a per-expert path (inspect, verify, remap)."""
@@ -201,15 +215,14 @@ def _fused_projection(leaf: str) -> str | None:
 
 def is_shared_expert(module: str) -> bool:
     """Whether ``module`` sits in (or is) a shared expert of an MoE block (``...mlp.shared_expert.gate_proj``)."""
-    names = {s for sp in _spellings() for s in sp.shared}
-    return any(seg in names for seg in module.split("."))
+    return not _shared_names().isdisjoint(module.split("."))
 
 
 def classify(key: LoraKey, shape: Sequence[int] = (), *, fused_hint: str | None = None) -> ExpertKey | None:
     """The expert reading of one LoRA factor (``lora_A``/``lora_B``), or ``None`` for a key that is not a routed
     expert's. A fused key's projection follows the nesting (``base_layer``: ``gate_up``; the outer wrapper:
     ``down``) unless ``fused_hint`` names the one fused projection the config targets."""
-    if key.role not in ("lora_A", "lora_B"):
+    if key.role not in _FACTORS or ".experts" not in key.module:  # every expert form has `.experts` in it
         return None
     m = _PER_EXPERT.match(key.module)
     if m:
@@ -256,43 +269,49 @@ def expert_picture(
     *,
     config: AdapterConfig | None = None,
     num_experts: int | None = None,
+    keys: Sequence[LoraKey] | None = None,
 ) -> ExpertPicture:
     """Classify every expert key of an adapter (tensor name → shape) and gather them per MoE block.
 
     ``config`` (the adapter's) tells a lone fused wrapper's parameter and the rank that turns fused rows into an
-    experts count; ``num_experts`` (the base config's routed-experts count) makes per-expert coverage exact."""
-    items = shapes.items() if isinstance(shapes, Mapping) else shapes
-    parsed = [(parse_key(k), tuple(s)) for k, s in items]
+    experts count; ``num_experts`` (the base config's routed-experts count) makes per-expert coverage exact.
+    ``keys``: the names already parsed (``parse_key`` of each name of ``shapes``, in its order), so a caller that
+    has them does not parse them again."""
+    items = list(shapes.items() if isinstance(shapes, Mapping) else shapes)
+    parsed = keys if keys is not None else [parse_key(k) for k, _ in items]
     targeted = _targeted_fused(config)
     lone_hint = targeted[0] if len(targeted) == 1 else None
-    blocks: dict[str, ExpertBlock] = {}
-    shared: list[str] = []
+    factors: list[tuple[LoraKey, Sequence[int], str | None]] = []  # (key, shape, fused block) of each A/B
     fused_modules: dict[str, set[str]] = {}
-    for k, _ in parsed:
-        m = _FUSED.match(k.module)
-        if m and k.role in ("lora_A", "lora_B"):
-            fused_modules.setdefault(m["block"], set()).add(k.module)
-    for k, shape in parsed:
-        if k.role not in ("lora_A", "lora_B"):
+    for k, (_, shape) in zip(parsed, items):
+        if k.role not in _FACTORS:
             continue
+        m = _FUSED.match(k.module) if ".experts" in k.module else None
+        if m:
+            fused_modules.setdefault(m["block"], set()).add(k.module)
+        factors.append((k, shape, m["block"] if m else None))
+    block_keys: dict[str, list[ExpertKey]] = {}
+    shared: list[str] = []
+    seen: set[str] = set()  # modules already looked at for a shared expert
+    for k, shape, fused_block in factors:
         hint = None
-        m = _FUSED.match(k.module)
-        if m and len(fused_modules.get(m["block"], ())) == 1:
+        if fused_block is not None and len(fused_modules[fused_block]) == 1:
             hint = lone_hint or "?"
         ek = classify(k, shape, fused_hint=hint)
         if ek is None:
-            if is_shared_expert(k.module) and k.module not in shared:
-                shared.append(k.module)
+            if k.module not in seen:
+                seen.add(k.module)
+                if is_shared_expert(k.module):
+                    shared.append(k.module)
             continue
-        b = blocks.setdefault(ek.block, ExpertBlock(ek.block, None))
-        b.keys.append(ek)
+        block_keys.setdefault(ek.block, []).append(ek)
+    block_shared: dict[str, list[str]] = {p: [] for p in block_keys}
     for mod in shared:  # attach each shared expert to the block with the same parent (``...mlp``)
-        parent = _shared_parent(mod)
-        path = f"{parent}.experts"
-        blocks.setdefault(path, ExpertBlock(path, None)).shared.append(mod)
-    for b in blocks.values():
-        _settle(b, config, num_experts)
-    ordered = [blocks[p] for p in sorted(blocks, key=_natural)]
+        block_shared.setdefault(f"{_shared_parent(mod)}.experts", []).append(mod)
+    ordered = [
+        _block(p, block_keys.get(p, []), block_shared[p], config, num_experts)
+        for p in sorted(block_shared, key=_natural)
+    ]
     forms = {b.layout for b in ordered if b.layout is not None}
     layout = None if not forms else forms.pop() if len(forms) == 1 else "mixed"
     counted = [b for b in ordered if b.experts is not None]
@@ -302,7 +321,7 @@ def expert_picture(
 
 
 def _shared_parent(module: str) -> str:
-    names = {s for sp in _spellings() for s in sp.shared}
+    names = _shared_names()
     parts = module.split(".")
     for i, seg in enumerate(parts):
         if seg in names:
@@ -311,36 +330,50 @@ def _shared_parent(module: str) -> str:
 
 
 def _natural(path: str) -> list[int | str]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
+    return [int(t) if t.isdigit() else t for t in _DIGITS.split(path)]
 
 
-def _settle(b: ExpertBlock, config: AdapterConfig | None, num_experts: int | None) -> None:
-    """The block's layout, experts count and coverage from its classified keys."""
-    forms = {k.form for k in b.keys}
-    b.layout = None if not forms else forms.pop() if len(forms) == 1 else "mixed"
-    per = [k for k in b.keys if k.form == "per-expert"]
-    other = [k for k in b.keys if k.form != "per-expert"]
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _block(
+    path: str,
+    keys: list[ExpertKey],
+    shared: list[str],
+    config: AdapterConfig | None,
+    num_experts: int | None,
+) -> ExpertBlock:
+    """One block, whole: its layout, experts count and coverage from its classified keys."""
+    forms = {k.form for k in keys}
+    layout = None if not forms else forms.pop() if len(forms) == 1 else "mixed"
+    per = [k for k in keys if k.form == "per-expert"]
+    other = [k for k in keys if k.form != "per-expert"]
+    experts: int | None = None
+    experts_from: str | None = None
     if num_experts:
-        b.experts, b.experts_from = num_experts, "config"
+        experts, experts_from = num_experts, "config"
     else:
-        rows = _fused_count(other, config, b.path)
+        rows = _fused_count(other, config, path)
         if rows is not None:
-            b.experts, b.experts_from = rows, "rank"
+            experts, experts_from = rows, "rank"
         elif per:
-            b.experts, b.experts_from = max(k.expert or 0 for k in per) + 1, "keys"
+            experts, experts_from = max(k.expert or 0 for k in per) + 1, "keys"
     roles: dict[tuple[int | None, str], set[str]] = {}
     for k in per:
         roles.setdefault((k.expert, k.projection), set()).add(k.role)
+    covered: dict[str, list[int]] = {}
     for k in per:
-        have = b.covered.setdefault(k.projection, [])
+        have = covered.setdefault(k.projection, [])
         if k.expert is not None and roles[(k.expert, k.projection)] == {"lora_A", "lora_B"}:
             have.append(k.expert)
-    for proj, have in b.covered.items():
-        b.covered[proj] = sorted(set(have))
+    for proj, have in covered.items():
+        covered[proj] = sorted(set(have))
+    fused_rank: dict[str, int] = {}
     for k in other:
-        b.covered[k.projection] = list(range(b.experts)) if b.experts else []
-        if b.experts and k.role == "lora_A" and len(k.shape) == 2 and k.shape[0] % b.experts == 0:
-            b.fused_rank[k.projection] = k.shape[0] // b.experts
+        covered[k.projection] = list(range(experts)) if experts else []
+        if experts and k.role == "lora_A" and len(k.shape) == 2 and k.shape[0] % experts == 0:
+            fused_rank[k.projection] = k.shape[0] // experts
+    return ExpertBlock(path, layout, experts, experts_from, covered, keys, shared, fused_rank)
 
 
 def _fused_count(keys: list[ExpertKey], config: AdapterConfig | None, block: str) -> int | None:

@@ -19,7 +19,7 @@ _SAVED_WHOLE = ("lm_head", "embed_tokens", "score", "classifier", "embed_out", "
 _PT_FORMATS = ("pt", "tf", "flax", "mlx")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModuleLora:
     """The LoRA tensors of one module, as the header describes them."""
 
@@ -43,7 +43,7 @@ class ModuleLora:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeaderFacts:
     """The header-only examination of one checkpoint: what ``inspect`` reports and ``verify`` starts from."""
 
@@ -75,7 +75,7 @@ def header_facts(ckpt: Checkpoint) -> HeaderFacts:
         findings += _adapter_findings(ckpt, keys, modules, path)
         hint = ckpt.adapter_config.layout_hints if ckpt.adapter_config else None
         layout = detect_layout((m for m in modules), hint)
-        experts = _experts(ckpt, layout)
+        experts = _experts(ckpt, layout, keys)
         if experts is not None:
             findings += expert_findings(experts, path, spec=ckpt.spec)
     else:
@@ -117,9 +117,9 @@ def is_moe_adapter(pic: ExpertPicture, layout: str | None, names: list[str]) -> 
     return any(re.search(MOE_NAME_HINT, n, re.IGNORECASE) for n in names)
 
 
-def _experts(ckpt: Checkpoint, layout: Detection) -> ExpertPicture | None:
-    shapes = {k: t.shape for k, t in ckpt.tensors.items()}
-    pic = expert_picture(shapes, config=ckpt.adapter_config)
+def _experts(ckpt: Checkpoint, layout: Detection, keys: list[LoraKey]) -> ExpertPicture | None:
+    shapes = [(k, t.shape) for k, t in ckpt.tensors.items()]
+    pic = expert_picture(shapes, config=ckpt.adapter_config, keys=keys)
     names = ckpt.adapter_config.layout_hints if ckpt.adapter_config else []
     return pic if is_moe_adapter(pic, layout.name, names) else None
 
@@ -203,35 +203,36 @@ def _format_findings(ckpt: Checkpoint, dtypes: Counter[str], path: str) -> list[
     return out
 
 
+_A_ROLES = frozenset(("lora_A", "lora_embedding_A"))
+_B_ROLES = frozenset(("lora_B", "lora_embedding_B"))
+_MODULE_ROLES = _A_ROLES | _B_ROLES | {"magnitude", "lora_B.bias"}
+
+
 def _group_modules(tensors: dict[str, TensorInfo], keys: list[LoraKey]) -> dict[str, ModuleLora]:
-    modules: dict[str, ModuleLora] = {}
+    """Each module's LoRA tensors, gathered by module in one pass, then each :class:`ModuleLora` built once."""
+    acc: dict[str, list[object]] = {}  # module -> [a, b, embedding, magnitude, bias]
     for k in keys:
-        if k.role not in (
-            "lora_A",
-            "lora_B",
-            "lora_embedding_A",
-            "lora_embedding_B",
-            "magnitude",
-            "lora_B.bias",
-        ):
+        role = k.role
+        if role not in _MODULE_ROLES:
             continue
-        m = modules.setdefault(k.module, ModuleLora(k.module))
-        info = tensors[k.key]
-        if k.is_a:
-            m.a = info
-        elif k.is_b:
-            m.b = info
-        elif k.role == "magnitude":
-            m.magnitude = True
-        elif k.role == "lora_B.bias":
-            m.bias = True
-        if k.role.startswith("lora_embedding"):
-            m.embedding = True
-    return modules
+        slot = acc.get(k.module)
+        if slot is None:
+            slot = acc[k.module] = [None, None, False, False, False]
+        if role in _A_ROLES:  # the last of several A (or B) tensors wins, as it always has
+            slot[0] = tensors[k.key]
+        elif role in _B_ROLES:
+            slot[1] = tensors[k.key]
+        elif role == "magnitude":
+            slot[3] = True
+        else:
+            slot[4] = True
+        if role.startswith("lora_embedding"):
+            slot[2] = True
+    return {m: ModuleLora(m, *s) for m, s in acc.items()}  # type: ignore[arg-type]
 
 
 def _lora_summary(cfg: AdapterConfig | None, modules: dict[str, ModuleLora]) -> LoraSummary:
-    ranks = Counter(m.rank for m in modules.values() if m.rank is not None)
+    ranks = Counter(r for r in (m.rank for m in modules.values()) if r is not None)
     per_prefix, per_leaf = module_counts(modules)
     default_scaling = None
     if cfg is not None:

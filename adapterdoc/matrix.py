@@ -40,7 +40,7 @@ NOT_APPLICABLE.update(
 moves of a layout without routed experts, with their reasons."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Cell:
     layout: str
     operation: str

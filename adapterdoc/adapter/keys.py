@@ -95,14 +95,18 @@ def fused_expert_owner(module: str) -> str:
     return module
 
 
+_INDEX = re.compile(r"\.\d+\.")
+
+
 def module_counts(modules: Iterable[str]) -> tuple[dict[str, int], dict[str, int]]:
     """Count modules per prefix (path up to the layer index) and per leaf name."""
     per_prefix: dict[str, int] = {}
     per_leaf: dict[str, int] = {}
     for m in modules:
-        prefix = (
-            re.split(r"\.\d+\.", m, maxsplit=1)[0] if re.search(r"\.\d+\.", m) else m.rpartition(".")[0] or m
-        )
+        at = _INDEX.search(
+            m
+        )  # one regex pass per name: the prefix is what comes before the first layer index
+        prefix = m[: at.start()] if at else m.rpartition(".")[0] or m
         per_prefix[prefix] = per_prefix.get(prefix, 0) + 1
         leaf = m.rpartition(".")[2]
         if m.endswith(".experts") or ".experts.base_layer" in m:

@@ -111,10 +111,9 @@ def audit_checkpoint(ckpt: Checkpoint, *, ranks: bool = True) -> Audit:
     groups = list(factor_pairs(ckpt).values())
     notes = [DORA_NOTE] if any(g.magnitude for g in groups) or (cfg is not None and cfg.use_dora) else []
     results, bytes_read = _measure_all(ckpt, groups, cfg, np, ranks)
-    modules = [m for res in results for m in res.modules]
-    classify(modules)
+    modules = classify([m for res in results for m in res.modules])
     if not ranks:
-        _ranks_for_findings(ckpt, groups, results, cfg, np)
+        modules = _ranks_for_findings(ckpt, groups, results, modules, cfg, np)
     audit = Audit(
         path=path,
         modules=modules,
@@ -172,31 +171,39 @@ def _ranks_for_findings(
     ckpt: Checkpoint,
     groups: list[FactorPair],
     results: list[Measured],
+    modules: list[ModuleDelta],
     cfg: AdapterConfig | None,
     np: ModuleType,
-) -> None:
-    """Measure the effective ranks AD312 needs, module by module in file order, until each rank (of at least
-    :data:`RANK_WASTE_FACTOR`) has a live module needing more than ``rank / RANK_WASTE_FACTOR`` (no AD312) or all
-    its live modules are measured (AD312 decided on all of them, as with ``ranks=True``). The bytes read again
-    are not counted."""
-    measured = [m for res in results for m in res.modules if m.delta_norm is not None]
-    pending = {m.rank for m in measured if not m.inert and m.rank >= RANK_WASTE_FACTOR}
+) -> list[ModuleDelta]:
+    """``modules`` (the classified entries of ``results``, in order) with the effective ranks AD312 needs:
+    measured module by module in file order, until each rank (of at least :data:`RANK_WASTE_FACTOR`) has a live
+    module needing more than ``rank / RANK_WASTE_FACTOR`` (no AD312) or all its live modules are measured (AD312
+    decided on all of them, as with ``ranks=True``). The bytes read again are not counted."""
+    out = list(modules)
+    pending = {
+        m.rank for m in out if m.delta_norm is not None and not m.inert and m.rank >= RANK_WASTE_FACTOR
+    }
     reader = Reader(ckpt, np)
+    start = 0
     for g, res in zip(groups, results):
         if not pending:
-            return
-        entries = res.modules
-        if not any(m.rank in pending and not m.inert and m.delta_norm is not None for m in entries):
+            break
+        span = range(start, start + len(res.modules))
+        start = span.stop
+        if not any(
+            out[i].rank in pending and not out[i].inert and out[i].delta_norm is not None for i in span
+        ):
             continue
         again = measure(g, cfg, reader, np, ranks=True).modules
-        for m, n in zip(entries, again):
-            m.effective_rank, m.numerical_rank = n.effective_rank, n.numerical_rank
+        for i, n in zip(span, again):
+            m = out[i] = replace(out[i], effective_rank=n.effective_rank, numerical_rank=n.numerical_rank)
             if (
                 not m.inert
                 and m.delta_norm is not None
                 and (n.effective_rank or 0) * RANK_WASTE_FACTOR > m.rank
             ):
                 pending.discard(m.rank)
+    return out
 
 
 def render_heatmap(audit: Audit, path: str | os.PathLike[str]) -> str:

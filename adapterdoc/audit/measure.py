@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -97,36 +97,42 @@ def measure(
     read_b, b = _scan(np, b, gb)
     reads[g.a or ""], reads[g.b or ""] = read_a, read_b
     bad = read_a.nonfinite + read_b.nonfinite
+    param = _fused_parameter(cfg, g.module) if fused else None
+
+    def entry(e: int, norm: float | None, eff: int | None, num: int | None) -> ModuleDelta:
+        """Expert ``e``'s entry (the module's own for a module that is not fused), built whole."""
+        return ModuleDelta(
+            g.module,
+            kind,
+            r,
+            scaling,
+            norm,
+            eff,
+            num,
+            expert=expert if expert is not None else (e if experts > 1 else None),
+            parameter=param,
+            layer=layer,
+            group=group,
+            leaf=f"{leaf}.{param}" if param else leaf,
+            dtype=dtype,
+            nonfinite=bad,
+        )
+
     if bad:
-        out = [
-            ModuleDelta(g.module, kind, r, scaling, None, None, None, nonfinite=bad) for _ in range(experts)
-        ]
+        out = [entry(e, None, None, None) for e in range(experts)]
     else:
         s = abs(scaling) if scaling is not None else 1.0
         norms, svs = stacked_measure(np, a, b, experts, ranks=ranks, grams=(ga, gb))
         dim = max(b.shape[0], a.shape[1])
         out = [
-            ModuleDelta(
-                g.module,
-                kind,
-                r,
-                scaling,
+            entry(
+                e,
                 s * n,
                 None if sv is None else effective_rank(sv),
                 None if sv is None else numerical_rank(sv, dim),
             )
-            for n, sv in zip(norms, svs)
+            for e, (n, sv) in enumerate(zip(norms, svs))
         ]
-    if experts > 1:
-        for e, m in enumerate(out):
-            m.expert = e
-    param = _fused_parameter(cfg, g.module) if fused else None
-    for m in out:
-        m.group, m.layer, m.leaf, m.dtype, m.parameter = group, layer, leaf, dtype, param
-        if expert is not None:
-            m.expert = expert
-        if param:
-            m.leaf = f"{leaf}.{param}"
     return Measured(tuple(out), _in_order(g, reads))
 
 
@@ -213,11 +219,19 @@ def _module_order(name: str) -> int:
     return known.index(name) if name in known else len(known)
 
 
-def classify(modules: list[ModuleDelta]) -> None:
+def classify(modules: list[ModuleDelta]) -> list[ModuleDelta]:
+    """``modules`` with each measured entry's share of ``‖ΔW‖_F²`` and its inert flag set (copies; the
+    entries are frozen)."""
     measured = [m for m in modules if m.delta_norm is not None]
     sq = sum(m.delta_norm**2 for m in measured)  # type: ignore[operator]
     rms = math.sqrt(sq / len(measured)) if measured else 0.0
-    for m in measured:
-        assert m.delta_norm is not None
-        m.share = m.delta_norm**2 / sq if sq else 0.0
-        m.inert = m.delta_norm == 0 or m.delta_norm <= INERT_RELATIVE * rms
+    out = []
+    for m in modules:
+        if m.delta_norm is not None:
+            m = replace(
+                m,
+                share=m.delta_norm**2 / sq if sq else 0.0,
+                inert=m.delta_norm == 0 or m.delta_norm <= INERT_RELATIVE * rms,
+            )
+        out.append(m)
+    return out

@@ -21,7 +21,7 @@ NARROW_DTYPES = ("F32", "F16", "BF16")
 """dtypes whose every value float32 holds exactly (``read(..., narrow=True)`` gives them as float32)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class FactorPair:
     """One LoRA module's factor names (A, B), its kind, and where its first factor sits in the files."""
 
@@ -34,29 +34,35 @@ class FactorPair:
 
 
 def factor_pairs(ckpt: Checkpoint) -> dict[str, FactorPair]:
-    """LoRA modules in file order, so the reads stream through each file once."""
-    out: dict[str, FactorPair] = {}
+    """LoRA modules in file order, so the reads stream through each file once (each pair built once)."""
+    acc: dict[str, list[object]] = {}  # module -> [a, b, embedding, magnitude]
     for name in ckpt.tensors:
         k = parse_key(name)
         if k.role == "magnitude":
-            out.setdefault(k.module, FactorPair(k.module)).magnitude = True
+            acc.setdefault(k.module, [None, None, False, False])[3] = True
             continue
         if not k.is_lora:
             continue
-        g = out.setdefault(k.module, FactorPair(k.module))
-        if k.is_a:
-            g.a = name
-        else:
-            g.b = name
-        g.embedding = g.embedding or k.role.startswith("lora_embedding")
+        slot = acc.setdefault(k.module, [None, None, False, False])
+        slot[0 if k.is_a else 1] = name
+        slot[2] = slot[2] or k.role.startswith("lora_embedding")
     files = {p: i for i, p in enumerate(dict.fromkeys(ckpt.tensor_file.values()))}
 
     def position(name: str) -> tuple[int, int]:
         return files.get(ckpt.tensor_file.get(name, ""), 0), ckpt.tensors[name].begin
 
-    for g in out.values():
-        g.order = min((position(n) for n in (g.a, g.b) if n), default=(0, 0))
-    return dict(sorted(out.items(), key=lambda kv: kv[1].order))
+    out = [
+        FactorPair(
+            module,
+            a,  # type: ignore[arg-type]
+            b,  # type: ignore[arg-type]
+            bool(emb),
+            bool(mag),
+            min((position(n) for n in (a, b) if n), default=(0, 0)),  # type: ignore[arg-type]
+        )
+        for module, (a, b, emb, mag) in acc.items()
+    ]
+    return {g.module: g for g in sorted(out, key=lambda g: g.order)}
 
 
 class Reader:

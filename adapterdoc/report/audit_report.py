@@ -1,6 +1,6 @@
 """The weights audit's result types: one :class:`ModuleDelta` per LoRA module (or expert), :class:`TensorRead` per
-factor, and the :class:`Audit` of one adapter with the thresholds it reports. Data only; :mod:`adapterdoc.audit`
-fills them."""
+factor, and the :class:`Audit` of one adapter with the thresholds it reports. Data only, frozen; :mod:`adapterdoc.audit`
+builds them once."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ MODULE_JSON = (
 """The JSON fields of one audited module (``modules`` of ``inspect --weights --json``), in order."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModuleDelta:
     """One LoRA module's (or one expert's) change, as the audit measured it."""
 
@@ -77,7 +77,7 @@ class TensorRead:
     nonfinite: int = 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class Audit:
     """The weights audit of one adapter."""
 

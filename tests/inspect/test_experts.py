@@ -79,6 +79,17 @@ def test_partial_coverage_and_non_moe_adapters(tmp_path: Path) -> None:
     assert dense.layout is None and not dense.blocks
 
 
+def test_names_parsed_once_give_the_same_picture() -> None:
+    """``header_facts`` hands ``expert_picture`` the names it parsed; the picture is the one a fresh parse gives,
+    and a name without ``.experts`` (no expert form lacks it) is rejected before any regex."""
+    for folder in (QWEN / "adapter_experts", QWEN / "adapter_one_sided", MIXTRAL / "adapter_experts"):
+        shapes = _shapes(folder)
+        keys = [parse_key(k) for k in shapes]
+        assert expert_picture(list(shapes.items()), keys=keys) == expert_picture(shapes)
+    attn = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+    assert classify(parse_key(attn), (2, 8)) is None
+
+
 def test_experts_module_needs_no_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
