@@ -15,6 +15,8 @@ VL_DECODER = r"^model\.language_model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
 TEXT_DECODER = r"^model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
 BERT_LEAF = r"\.(Wqkv|Wi|Wo)$"
 
+DENSE_MLP = r"\.mlp\.(gate_proj|up_proj|down_proj)$"
+"""A dense MLP's projections right under a decoder layer's ``mlp`` (not a shared or routed expert's)."""
 EXPERT_LORA = r"\.mlp\.experts(\.base_layer|\.\d+\.(gate_proj|up_proj|down_proj))?$"
 """Routed-expert LoRA in either layout: PEFT's fused wrappers or one module per expert and projection."""
 QWEN_MOE_EXPERTS = Experts(served_fused=False)

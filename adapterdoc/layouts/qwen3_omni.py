@@ -8,6 +8,7 @@ from functools import partial
 
 from adapterdoc.layouts.common import (
     ATTN,
+    BERT_LEAF,
     DECODER,
     EXPERT_LORA,
     FUSED_EXPERTS,
@@ -368,11 +369,14 @@ ENTRIES: tuple[Layout, ...] = (
         counterpart_config="text_config",
         model_type="qwen3_omni_moe_thinker",
         description="Qwen3-Omni thinker alone (model.language_model.*, audio and vision towers)",
-        requires=(VL_LM, EXPERT_LORA),
-        forbids=(LINEAR_ATTN, r"\.shared_expert\."),
+        requires=(VL_LM,),
+        forbids=(LINEAR_ATTN, r"\.shared_expert\.", r"(^|\.)mtp\."),
         signals=(
-            (r"^model\.language_model\.layers\.\d+\.self_attn\.", "full attention only (no Gated DeltaNet)"),
+            (EXPERT_LORA, "routed-expert LoRA"),
+            (r"^model\.audio_tower\.", "Omni audio_tower modules"),
+            (r"^model\.visual\.merger_list\.", "deepstack merger_list modules (Omni vision tower)"),
         ),
+        attention_layers="full",
         experts=OMNI_EXPERTS,
         towers=("audio_tower", "visual"),
         remaps={
@@ -390,8 +394,10 @@ ENTRIES: tuple[Layout, ...] = (
         model_module="transformers.models.qwen3_moe.modeling_qwen3_moe",
         model_type="qwen3_moe",
         description="Qwen3-MoE text class, the text stand-in for the Omni thinker (model.layers.*)",
-        requires=(TEXT_LM, EXPERT_LORA),
-        forbids=(LINEAR_ATTN, r"\.shared_expert\."),
+        requires=(TEXT_LM,),
+        forbids=(LINEAR_ATTN, r"\.shared_expert\.", r"(^|\.)mtp\.", BERT_LEAF, r"^visual\."),
+        signals=((EXPERT_LORA, "routed-expert LoRA"),),
+        attention_layers="full",
         experts=QWEN_MOE_EXPERTS,
         remaps={"qwen3_omni_thinker": (ADD_LANGUAGE_MODEL,)},
         tiny=Tiny("Qwen3MoeConfig", lambda: {**_omni_text(), "num_local_experts": 4}),
