@@ -9,7 +9,7 @@ from adapterdoc.layouts.common import (
     BERT_LEAF,
     DECODER,
     DENSE_MLP,
-    EXPERT_LORA,
+    EXPERT_SIGNALS,
     LINEAR_ATTN,
     MLP,
     MOE,
@@ -250,7 +250,6 @@ def _pair(moe: bool) -> tuple[Layout, Layout]:
     tiny_text = _qwen3_5_moe_text if moe else _qwen3_5_text
     deltanet = "Gated-DeltaNet linear-attention modules"
     shared_expert = (r"\.mlp\.shared_expert\.", "shared-expert MLP (Qwen3.5-MoE)")
-    routed = (EXPERT_LORA, "routed-expert LoRA")
     return (
         Layout(
             name=vl,
@@ -265,7 +264,7 @@ def _pair(moe: bool) -> tuple[Layout, Layout]:
             requires=(VL_LM,) if moe else (_VL_DECODER_OR_DELTANET,),
             forbids=(r"^thinker\.", DENSE_MLP, *_OMNI_THINKER_ONLY) if moe else (MOE, r"^thinker\."),
             signals=(
-                ((LINEAR_ATTN, deltanet), shared_expert, routed)
+                ((LINEAR_ATTN, deltanet), shared_expert, *EXPERT_SIGNALS)
                 if moe
                 else (
                     (r"\.linear_attn\.in_proj_qkv$", "Gated-DeltaNet in_proj_qkv (Qwen3.5 linear attention)"),
@@ -289,7 +288,7 @@ def _pair(moe: bool) -> tuple[Layout, Layout]:
             description=f"Qwen3.5 {kind}, text-only class (model.layers.*)",
             requires=(TEXT_LM,) if moe else (_TEXT_DECODER_OR_DELTANET,),
             forbids=(DENSE_MLP, BERT_LEAF, r"^visual\.") if moe else (MOE, BERT_LEAF),
-            signals=((LINEAR_ATTN, deltanet), shared_expert, routed)
+            signals=((LINEAR_ATTN, deltanet), shared_expert, *EXPERT_SIGNALS)
             if moe
             else ((LINEAR_ATTN, f"{deltanet} (Qwen3.5)"),),
             experts=QWEN35_MOE_TEXT_EXPERTS if moe else None,
