@@ -15,8 +15,15 @@ VL_DECODER = r"^model\.language_model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
 TEXT_DECODER = r"^model\.layers\.\d+\.(self_attn|mlp)\.[^.]+$"
 BERT_LEAF = r"\.(Wqkv|Wi|Wo)$"
 
+DENSE_MLP = r"\.mlp\.(gate_proj|up_proj|down_proj)$"
+"""A dense MLP's projections right under a decoder layer's ``mlp`` (not a shared or routed expert's)."""
 EXPERT_LORA = r"\.mlp\.experts(\.base_layer|\.\d+\.(gate_proj|up_proj|down_proj))?$"
 """Routed-expert LoRA in either layout: PEFT's fused wrappers or one module per expert and projection."""
+EXPERT_SIGNALS = (
+    (EXPERT_LORA, "routed-expert LoRA"),
+    (FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),
+)
+"""Detection evidence every MoE layout gives alike (so that neither tips a tie between MoE families)."""
 QWEN_MOE_EXPERTS = Experts(served_fused=False)
 """Qwen3-MoE and the Omni thinker: ``mlp.experts.{e}.{gate,up,down}_proj`` / fused ``gate_up_proj``, ``down_proj``;
 no shared expert. vLLM's ``Qwen3MoeForCausalLM`` leaves ``is_3d_moe_weight`` at ``False`` (per-expert LoRA)."""

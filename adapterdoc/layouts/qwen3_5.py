@@ -8,7 +8,8 @@ from adapterdoc.layouts.common import (
     ATTN,
     BERT_LEAF,
     DECODER,
-    FUSED_EXPERTS,
+    DENSE_MLP,
+    EXPERT_SIGNALS,
     LINEAR_ATTN,
     MLP,
     MOE,
@@ -25,8 +26,12 @@ from adapterdoc.layouts.vision import vision_blocks, vision_sizes
 
 _DELTANET = ("in_proj_qkv", "in_proj_z", "out_proj")
 _EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
-_QWEN35_MARK = r"\.(linear_attn|mlp\.shared_expert)\."
-"""Gated DeltaNet or a shared expert: what tells Qwen3.5-MoE from the Omni thinker / Qwen3-MoE."""
+_OMNI_THINKER_ONLY = (r"(^|\.)audio_tower\.", r"\.visual\.merger_list\.")
+"""Modules only the Omni thinker has (its audio tower, its vision tower's deepstack mergers): a Qwen3.5-MoE VL
+adapter never carries them. What tells Qwen3.5-MoE from the thinker / Qwen3-MoE otherwise: Gated-DeltaNet or
+shared-expert LoRA, or LoRA on layers without self-attention LoRA (:attr:`Layout.attention_layers`); an adapter
+with none of these (attention only, or attention on the full-attention layers only) fits both, and only a hint
+tells."""
 _VL_DECODER_OR_DELTANET = r"^model\.language_model\.layers\.\d+\.(self_attn|mlp|linear_attn)\.[^.]+$"
 _TEXT_DECODER_OR_DELTANET = r"^model\.layers\.\d+\.(self_attn|mlp|linear_attn)\.[^.]+$"
 """Qwen3.5 adapters that skip the Gated-DeltaNet projections look like any decoder's: then only a hint tells."""
@@ -240,7 +245,7 @@ def _pair(moe: bool) -> tuple[Layout, Layout]:
         model_module=f"transformers.models.{fam}.modeling_{fam}",
         lora_leaves=ATTN + MLP + _DELTANET,
         target_parameters=_EXPERTS if moe else (),
-        hint=r"qwen3[._-]?[56].*(a\d+b|moe)" if moe else r"qwen3[._-]?[56]",
+        hint=r"qwen3[._-]?[56].*(a\d+b|moe)" if moe else r"qwen3[._-]?[56](?!.*(a\d+b|moe))",
     )
     tiny_text = _qwen3_5_moe_text if moe else _qwen3_5_text
     deltanet = "Gated-DeltaNet linear-attention modules"
@@ -256,20 +261,17 @@ def _pair(moe: bool) -> tuple[Layout, Layout]:
                 if moe
                 else "Qwen3.5 / Qwen3.6 dense vision-language (model.language_model.*, model.visual)"
             ),
-            requires=(VL_LM, MOE, _QWEN35_MARK) if moe else (_VL_DECODER_OR_DELTANET,),
-            forbids=(r"^thinker\.",) if moe else (MOE, r"^thinker\."),
+            requires=(VL_LM,) if moe else (_VL_DECODER_OR_DELTANET,),
+            forbids=(r"^thinker\.", DENSE_MLP, *_OMNI_THINKER_ONLY) if moe else (MOE, r"^thinker\."),
             signals=(
-                (
-                    (LINEAR_ATTN, deltanet),
-                    shared_expert,
-                    (FUSED_EXPERTS, "fused-expert LoRA (target_parameters)"),
-                )
+                ((LINEAR_ATTN, deltanet), shared_expert, *EXPERT_SIGNALS)
                 if moe
                 else (
                     (r"\.linear_attn\.in_proj_qkv$", "Gated-DeltaNet in_proj_qkv (Qwen3.5 linear attention)"),
                 )
             ),
             experts=QWEN35_MOE_EXPERTS if moe else None,
+            attention_layers="hybrid",
             towers=("visual", "mtp"),
             remaps={text: (STRIP_LANGUAGE_MODEL,)},
             text_counterpart=text,
@@ -284,12 +286,13 @@ def _pair(moe: bool) -> tuple[Layout, Layout]:
             model_class=f"{cls}ForCausalLM",
             model_type=text,
             description=f"Qwen3.5 {kind}, text-only class (model.layers.*)",
-            requires=(TEXT_LM, MOE, _QWEN35_MARK) if moe else (_TEXT_DECODER_OR_DELTANET,),
-            forbids=() if moe else (MOE, BERT_LEAF),
-            signals=((LINEAR_ATTN, deltanet), shared_expert)
+            requires=(TEXT_LM,) if moe else (_TEXT_DECODER_OR_DELTANET,),
+            forbids=(DENSE_MLP, BERT_LEAF, r"^visual\.") if moe else (MOE, BERT_LEAF),
+            signals=((LINEAR_ATTN, deltanet), shared_expert, *EXPERT_SIGNALS)
             if moe
             else ((LINEAR_ATTN, f"{deltanet} (Qwen3.5)"),),
             experts=QWEN35_MOE_TEXT_EXPERTS if moe else None,
+            attention_layers="hybrid",
             towers=("mtp",),
             remaps={vl: (ADD_LANGUAGE_MODEL,)},
             tiny=Tiny(f"{cls}TextConfig", tiny_text),

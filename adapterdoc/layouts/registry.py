@@ -180,6 +180,11 @@ class Layout:
     which PEFT's loader also applies to adapter keys."""
     peft_moe: PeftMoeConversion | None = None
     """PEFT's per-expert → fused config and key rewrite for ``model_type`` (``None``: PEFT has none for it)."""
+    attention_layers: str = ""
+    """Which decoder layers hold self-attention, as detection evidence from the layers an adapter's LoRA sits on:
+    ``"hybrid"`` (some layers replace it, e.g. by linear attention: LoRA on layers with no ``self_attn`` LoRA while
+    others have it, when no linear-attention LoRA already says so), ``"full"`` (every layer: ``self_attn`` LoRA on
+    every layer that carries expert LoRA), ``""`` (no such evidence)."""
 
     @property
     def exclude_regex(self) -> str | None:
@@ -303,7 +308,9 @@ def detect_layout(module_paths: Iterable[str], hint: str | Iterable[str] | None 
     ``hint`` is corroborating text, or several, most precise first (PEFT's ``auto_mapping.base_model_class``,
     ``base_model_name_or_path``); it only breaks ties between layouts that match the keys equally well.
     """
-    paths = _shapes(module_paths)
+    raw = set(module_paths)
+    paths = _shapes(raw)
+    census = _layer_census(raw)
     if not paths:
         return Detection("unknown", ("no LoRA modules",))
     scored: list[tuple[int, str, list[str]]] = []
@@ -324,6 +331,10 @@ def detect_layout(module_paths: Iterable[str], hint: str | Iterable[str] | None 
             if n:
                 score += 1
                 evidence.append(f"{text}: {n} module(s)")
+        pattern = census.get(layout.attention_layers)
+        if pattern:
+            score += 1
+            evidence.append(pattern)
         scored.append((score, layout.name, evidence))
     if not scored:
         total = sum(p.count for p in paths)
@@ -341,6 +352,43 @@ def detect_layout(module_paths: Iterable[str], hint: str | Iterable[str] | None 
         names = tuple(s[1] for s in best)
         return Detection("ambiguous", tuple(best[0][2]), names)
     return Detection(best[0][1], tuple(best[0][2]), tuple(s[1] for s in scored[1:]))
+
+
+_LAYER = re.compile(r"^(?:thinker\.)?(?:model\.)?(?:language_model\.)?layers\.(\d+)\.(.+)$")
+
+
+def _layer_census(module_paths: Iterable[str]) -> dict[str, str]:
+    """The self-attention pattern the decoder layers' LoRA shows (tower modules left out), as evidence text by
+    :attr:`Layout.attention_layers` value: ``hybrid`` when some layers carry LoRA but no ``self_attn`` LoRA while
+    others carry ``self_attn`` LoRA (and no ``linear_attn`` LoRA is there to say so itself), ``full`` when
+    every layer with expert LoRA also carries ``self_attn`` LoRA."""
+    lora: set[int] = set()
+    attn: set[int] = set()
+    experts: set[int] = set()
+    linear = False
+    for path in module_paths:
+        m = _LAYER.match(path)
+        if m is None or tower_segment(path) is not None:
+            continue
+        layer, rest = int(m.group(1)), m.group(2)
+        lora.add(layer)
+        if rest.startswith("self_attn."):
+            attn.add(layer)
+        elif rest.startswith("linear_attn."):
+            linear = True
+        elif rest.startswith("mlp.experts"):
+            experts.add(layer)
+    out: dict[str, str] = {}
+    if attn and lora - attn and not linear:
+        out["hybrid"] = (
+            f"{len(lora - attn)} of {len(lora)} decoder layers carry LoRA but no self-attention LoRA "
+            "(hybrid attention: the others are linear-attention layers)"
+        )
+    if experts and experts <= attn:
+        out["full"] = (
+            f"self-attention LoRA on all {len(experts)} decoder layers with expert LoRA (full attention)"
+        )
+    return out
 
 
 def _hint_matches(layout: Layout, hint: str) -> bool:
