@@ -169,21 +169,26 @@ def run_smoke(
     t0 = time.perf_counter()
     data = D.DEFAULT_DATA if data is None else data
     D.load_dataset(data)
-    import_seconds = _import_ml()
+    tmp = None
+    if out is None:
+        tmp = tempfile.mkdtemp(prefix="adapterdoc-smoke-")
+        root = tmp
+    else:  # a refused --out is said before the seconds of importing torch, transformers and peft
+        from adapterdoc.st.atomic import ensure_folder
+
+        root = ensure_folder(os.fspath(out))
+    try:
+        import_seconds = _import_ml()
+    except BaseException:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     from adapterdoc.train.settings import TrainSettings
 
     s = settings or TrainSettings()
     if steps is not None:
         s = dataclasses.replace(s, steps=steps)
     emit = on_event or (lambda e: None)
-    tmp = None
-    if out is None:
-        tmp = tempfile.mkdtemp(prefix="adapterdoc-smoke-")
-        root = tmp
-    else:
-        from adapterdoc.st.atomic import ensure_folder
-
-        root = ensure_folder(os.fspath(out))
     runs: list[LayoutRun] = []
     from adapterdoc.train.runtime import quiet_libraries, torch_threads
 

@@ -94,11 +94,21 @@ def test_an_out_folder_that_is_a_file_is_exit_3(
     assert target.is_symlink() == (kind == "link-to-file")
 
 
-def test_train_smoke_out_onto_a_file_is_exit_3(tmp_path: Path) -> None:
+def test_train_smoke_out_onto_a_file_is_exit_3_before_torch_is_imported(tmp_path: Path) -> None:
+    """The refusal comes first: before, the user waited for torch, transformers and peft (11 s quiet) to be told
+    that --out is a file."""
     target = tmp_path / "afile"
     target.write_text("mine\n")
-    r = _run("train-smoke", "--layout", "qwen3_5_vl", "--steps", "1", "--out", str(target))
-    assert r.returncode == 3, r.stderr
+    code = (
+        "import sys\n"
+        "from adapterdoc.cli import main\n"
+        "try:\n"
+        "    main(['train-smoke', '--layout', 'qwen3_5_vl', '--steps', '1', '--out', sys.argv[1]])\n"
+        "except SystemExit as e:\n"
+        "    print('exit', e.code, 'torch' in sys.modules)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True)
+    assert r.stdout.split() == ["exit", "3", "False"], r.stdout + r.stderr
     assert "afile" in _one_error_line(r.stderr)
     assert target.read_text() == "mine\n"
 

@@ -28,7 +28,19 @@ def benches(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Layo
     yield out
 
 
-@pytest.mark.parametrize(("layout", "operation"), cells_for())
+HEAVY = ("omni", "moe")
+"""Layouts whose cells are the heaviest (a tiny MoE or Omni model per operation): marked ``slow`` so the default
+run stays within its time (CI runs ``-m slow``); the same operations run on every other layout by default."""
+
+
+def _cells() -> list[object]:
+    return [
+        pytest.param(layout, op, marks=pytest.mark.slow) if any(h in layout for h in HEAVY) else (layout, op)
+        for layout, op in cells_for()
+    ]
+
+
+@pytest.mark.parametrize(("layout", "operation"), _cells())
 def test_cell(benches: dict[str, LayoutBench], layout: str, operation: str) -> None:
     cell = benches[layout].run(operation)
     if (layout, operation) in NOT_APPLICABLE:

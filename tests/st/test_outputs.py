@@ -96,6 +96,7 @@ def test_output_file_on_a_null_device_is_written_through(cli: Any, adapter: Path
     assert not [n for n in os.listdir(null_device.parent) if n.startswith(TEMP_PREFIX)]
 
 
+@pytest.mark.slow  # a fresh process with the meta-device verify (torch, transformers, peft): ~15 s
 def test_output_file_through_a_link_to_stdout_writes_stdout_and_keeps_the_link(
     adapter: Path, tmp_path: Path
 ) -> None:
@@ -107,6 +108,7 @@ def test_output_file_through_a_link_to_stdout_writes_stdout_and_keeps_the_link(
     assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
 
 
+@pytest.mark.slow  # a fresh process with the meta-device verify (torch, transformers, peft): ~15 s
 def test_output_file_on_a_descriptor_like_process_substitution(adapter: Path) -> None:
     """``--output-file >(wc -c)`` hands us ``/dev/fd/N``, the write end of a pipe."""
     r, w = os.pipe()

@@ -621,7 +621,14 @@ def _registry_equals_meta_device(layout: str, how: Any) -> None:
     assert outcomes.count("declined") <= 0.7 * len(outcomes), outcomes
 
 
-@pytest.mark.parametrize("layout", DIFFERENTIAL)
+_HEAVIEST = ("qwen3_omni", "qwen3_omni:audio")
+"""The whole Omni model (thinker, talker, code2wav; with audio): its FAST run is the slowest test of the default
+run, and ``test_registry_equals_meta_device_slow`` runs the same layouts with more examples under ``-m slow``."""
+
+
+@pytest.mark.parametrize(
+    "layout", [pytest.param(x, marks=pytest.mark.slow) if x in _HEAVIEST else x for x in DIFFERENTIAL]
+)
 def test_registry_equals_meta_device(layout: str) -> None:
     _registry_equals_meta_device(layout, FAST)
 
