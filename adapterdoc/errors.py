@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 
 class AdapterdocError(Exception):
@@ -54,3 +56,46 @@ class MissingExtraError(UnsupportedInputError):
             f"this needs `{package}`, which is not installed; install the ML extra: "
             "pip install torch==2.13.0 'adapterdoc[ml]'",
         )
+
+
+# ------------------------------------------------------------------------------------------------ Ctrl-C
+
+_interrupted = False
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    """Python's own SIGINT behaviour (raise KeyboardInterrupt), remembered: a KeyboardInterrupt raised while a
+    finaliser or weakref callback runs is printed as "Exception ignored" and lost, and a long run then went on as if
+    Ctrl-C had never been pressed. :func:`raise_if_interrupted` raises it again at the next safe point."""
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def remembered_interrupts() -> Iterator[None]:
+    """For a command's run: SIGINT as Python raises it, and remembered for :func:`raise_if_interrupted` (only in the
+    main thread, and only where SIGINT has Python's default handler: a caller's own handler is left alone)."""
+    global _interrupted
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    _interrupted = False
+    signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _interrupted = False
+
+
+def raise_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C was pressed during this command, even where Python swallowed it (long
+    loops call this between their steps)."""
+    if _interrupted:
+        raise KeyboardInterrupt

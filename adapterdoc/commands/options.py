@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 from typing_extensions import Self
 
-from adapterdoc.errors import AdapterdocError
+from adapterdoc.errors import AdapterdocError, remembered_interrupts
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -82,7 +82,8 @@ def handle_errors(func: F) -> F:
             output = Output("json" if kwargs.get("as_json") else str(kwargs.get("fmt") or "text"))
         as_json = output.json
         try:
-            return func(*args, **kwargs)
+            with remembered_interrupts():
+                return func(*args, **kwargs)
         except AdapterdocError as e:
             _refuse(e, output)
         except KeyboardInterrupt:

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from adapterdoc.errors import AdapterdocError, RefusedError
+from adapterdoc.errors import AdapterdocError, RefusedError, raise_if_interrupted
 from adapterdoc.layouts import forward_layout, smoke_layouts, tiny_layouts
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.smoke_report import CheckResult, LayoutRun, SmokeReport
@@ -195,6 +195,7 @@ def run_smoke(
     try:
         with torch_threads(s.threads), quiet_libraries():
             for i, layout in enumerate(layouts):
+                raise_if_interrupted()  # a Ctrl-C swallowed in a finaliser during the last layout's checks
                 emit({"event": "layout_start", "layout": layout, "index": i, "total": len(layouts)})
                 run = run_layout(layout, os.path.join(root, layout), s, on_event, data=data)
                 if tmp:  # the folder is gone with the temporary root: say so rather than name it

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from adapterdoc.errors import AdapterdocError
+from adapterdoc.errors import AdapterdocError, raise_if_interrupted
 from adapterdoc.train import checkpoints as C
 from adapterdoc.train import data as D
 from adapterdoc.train import lora as L
@@ -281,6 +281,7 @@ def _fit(r: _Run, optimizer: torch.optim.Optimizer) -> None:
             r.log("step", **row, total=s.steps)
             if s.save_steps and step % s.save_steps == 0:
                 _save_checkpoint(r, optimizer, step)
+            raise_if_interrupted()  # a Ctrl-C that Python swallowed inside a finaliser during the step
     except KeyboardInterrupt:
         r.log("interrupted", step=step, last_checkpoint=C.last_checkpoint(r.out) if r.main else None)
         raise
