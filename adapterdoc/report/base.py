@@ -1,7 +1,8 @@
 """The report model every command returns and every emitter consumes: ``ok``, ``findings`` and the JSON envelope.
 
-A command's report is a dataclass that subclasses :class:`Report` and adds its own fields; it writes those fields
-in :meth:`Report.body`, never the envelope itself. The envelope (``ok``, ``findings``, then the body) is built
+A command's report is a frozen dataclass that subclasses :class:`FrozenReport` and adds its own fields, built once
+at the end of its run from the checks' results; it writes those fields in :meth:`Envelope.body`, never the envelope
+itself. The envelope (``ok``, ``findings``, then the body) is built
 here once, and so is the envelope of an input that could not be used at all (finding ``AD100``, exit code 3).
 """
 
@@ -41,7 +42,7 @@ def unusable_finding(message: str, *, path: str | None = None, key: str | None =
 
 class Envelope:
     """What every report is, whoever built it: its ``findings``, ``ok`` (no error finding), the exit code and the
-    JSON envelope. :class:`FrozenReport` and :class:`Report` add the ``findings`` field."""
+    JSON envelope. :class:`FrozenReport` adds the ``findings`` field."""
 
     findings: Sequence[Finding]
 
@@ -69,33 +70,3 @@ class FrozenReport(Envelope):
     fields first, positional or not."""
 
     findings: Sequence[Finding] = field(default_factory=list)
-
-
-@dataclass(kw_only=True)
-class Report(Envelope):
-    """The base of a report that is still filled in as its run goes (verify, remap, merge, roundtrip, convert,
-    train-smoke until their builders assemble them once; a dataclass may not be frozen over a mutable base, nor
-    mutable over a frozen one, so the two bases share :class:`Envelope`)."""
-
-    findings: list[Finding] = field(default_factory=list)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Unusable(FrozenReport):
-    """The report of a run whose input could not be used at all (exit code 3), for the formats that always need a
-    document (``junit``, ``sarif``, ``github``): one group holding the error, as ``--json`` holds finding AD100."""
-
-    command: str
-    error: str
-    path: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return False
-
-    @property
-    def exit_code(self) -> int:
-        return 3
-
-    def to_dict(self) -> dict[str, object]:
-        return envelope(False, [unusable_finding(self.error, path=self.path)], {"error": self.error})

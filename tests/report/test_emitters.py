@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from adapterdoc import __version__
-from adapterdoc.report.base import Report
+from adapterdoc.report.base import FrozenReport
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.report.formats import FORMATS, render
 from adapterdoc.report.registry import TEXT_MODULES, Group, View, register, view_of
@@ -36,8 +36,8 @@ GOLDEN_NAMES = {
 }
 
 
-@dataclass
-class SampleReport(Report):
+@dataclass(frozen=True)
+class SampleReport(FrozenReport):
     """A report of two adapters and one unusable input, as a command would return it."""
 
     subjects: dict[str, list[Finding]] = field(default_factory=dict)
@@ -176,8 +176,8 @@ def test_sarif_is_a_2_1_0_log(report: SampleReport) -> None:
 
 
 def test_a_report_without_a_view_is_one_group() -> None:
-    @dataclass
-    class PlainReport(Report):
+    @dataclass(frozen=True)
+    class PlainReport(FrozenReport):
         pass
 
     plain = PlainReport(findings=[make("AD229", "scaling 2", path="x.safetensors"), make("AD229", "no path")])
