@@ -70,3 +70,24 @@ class FrozenReport(Envelope):
     fields first, positional or not."""
 
     findings: Sequence[Finding] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unusable(FrozenReport):
+    """The report of a run whose input could not be used at all (exit code 3), for the formats that always need a
+    document (``junit``, ``sarif``, ``github``): one group holding the error, as ``--json`` holds finding AD100."""
+
+    command: str
+    error: str
+    path: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return False
+
+    @property
+    def exit_code(self) -> int:
+        return 3
+
+    def to_dict(self) -> dict[str, object]:
+        return envelope(False, [unusable_finding(self.error, path=self.path)], {"error": self.error})
