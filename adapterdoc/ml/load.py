@@ -38,7 +38,7 @@ PROBE_TOKENS = (1, 17, 42, 99, 256, 511, 7, 3)
 """Token ids of the probe input (taken modulo the vocabulary size)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoadResult:
     lora_modules: int = 0
     missing: list[str] = field(default_factory=list)

@@ -165,7 +165,7 @@ def to_device(batch: Batch, device: torch.device | str) -> Batch:
     return {k: v.to(device) for k, v in batch.items()}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Metrics:
     """A token-weighted evaluation over a split, summed across processes."""
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from adapterdoc.train.data import Batch
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainResult:
     layout: str
     objective: str
