@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from source_scan import attribute_writes
 
 from adapterdoc.report.base import FrozenReport
 from adapterdoc.report.convert_report import ConvertReport
@@ -19,7 +20,6 @@ from adapterdoc.report.roundtrip_report import Check, RoundtripReport
 from adapterdoc.report.smoke_report import CheckResult, LayoutRun, SmokeReport
 
 ROOT = Path(__file__).resolve().parents[2]
-MUTATORS = ("append", "extend", "update", "insert", "clear", "pop", "remove")
 
 
 def _fields(*types: type) -> set[str]:
@@ -27,31 +27,11 @@ def _fields(*types: type) -> set[str]:
 
 
 def _fills(paths: list[Path], fields: set[str]) -> list[str]:
-    """Every assignment to (or in-place change of) an attribute named like a report field, ``self`` aside."""
-
-    def hit(node: ast.expr) -> bool:
-        return (
-            isinstance(node, ast.Attribute)
-            and node.attr in fields
-            and not (isinstance(node.value, ast.Name) and node.value.id == "self")
-        )
-
-    out = []
-    for path in paths:
-        for node in ast.walk(ast.parse(path.read_text())):
-            targets: list[ast.expr] = []
-            if isinstance(node, ast.Assign):
-                targets = [t for tt in node.targets for t in (tt.elts if isinstance(tt, ast.Tuple) else [tt])]
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-                targets = [node.target]
-            elif (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in MUTATORS
-            ):
-                targets = [node.func.value]
-            out += [f"{path.name}:{node.lineno}: {ast.unparse(t)}" for t in targets if hit(t)]
-    return out
+    """Every write to an attribute named like a report field, ``self`` aside, whatever variable holds it."""
+    return attribute_writes(
+        paths,
+        lambda a: a.attr in fields and not (isinstance(a.value, ast.Name) and a.value.id == "self"),
+    )
 
 
 def _frozen(cls: type) -> bool:

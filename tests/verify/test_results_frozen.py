@@ -10,6 +10,7 @@ import pkgutil
 from pathlib import Path
 
 import pytest
+from source_scan import attribute_writes
 
 import adapterdoc
 from adapterdoc import engines, verify
@@ -42,29 +43,9 @@ def test_every_result_dataclass_is_frozen(name: str) -> None:
 
 
 def _attribute_writes(path: Path) -> list[str]:
-    """``x.field = ...``, ``x.field[k] = ...``, ``x.field += ...`` and ``x.field.append/extend/update(...)`` where
-    ``x`` is named like a report (``report``, ``run``, ``rep``, ``r``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    """Writes to a field of a variable named like a report (``report``, ``run``, ``rep``, ``r``)."""
     names = {"report", "run", "rep", "r"}
-    out = []
-    for node in ast.walk(tree):
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = list(node.targets)
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-            targets = [node.target]
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("append", "extend", "update", "setdefault")
-        ):
-            targets = [node.func.value]
-        for t in targets:
-            for el in t.elts if isinstance(t, ast.Tuple) else [t]:
-                el = el.value if isinstance(el, ast.Subscript) else el  # report.field[key] = ...
-                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id in names:
-                    out.append(f"{path.relative_to(ROOT)}:{el.lineno}")
-    return out
+    return attribute_writes([path], lambda a: isinstance(a.value, ast.Name) and a.value.id in names)
 
 
 def test_no_report_is_changed_after_it_is_made() -> None:
