@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 
 
@@ -65,8 +66,9 @@ _interrupted = False
 
 def _on_sigint(signum: int, frame: object) -> None:
     """Python's own SIGINT behaviour (raise KeyboardInterrupt), remembered: a KeyboardInterrupt raised while a
-    finaliser or weakref callback runs is printed as "Exception ignored" and lost, and a long run then went on as if
-    Ctrl-C had never been pressed. :func:`raise_if_interrupted` raises it again at the next safe point."""
+    finaliser or weakref callback runs is printed as "Exception ignored" (a traceback) and lost, and a long run then
+    went on as if Ctrl-C had never been pressed. :func:`raise_if_interrupted` raises it again at the next safe point,
+    and :func:`remembered_interrupts` keeps that lost one from printing a traceback."""
     global _interrupted
     _interrupted = True
     raise KeyboardInterrupt
@@ -86,11 +88,21 @@ def remembered_interrupts() -> Iterator[None]:
         yield
         return
     _interrupted = False
+    hook = sys.unraisablehook
+
+    def unraisable(u: sys.UnraisableHookArgs) -> None:
+        if not isinstance(
+            u.exc_value, KeyboardInterrupt
+        ):  # ours: raised again at the next step, no traceback
+            hook(u)
+
     signal.signal(signal.SIGINT, _on_sigint)
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = hook
         _interrupted = False
 
 
