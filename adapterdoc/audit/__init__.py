@@ -1,9 +1,9 @@
 """The weights audit: what each LoRA module changes (``‖scaling · B A‖_F``), its effective rank, and which
 modules are inert, from the factors alone (``B A`` is never formed).
 
-Reads only the LoRA factors (``lora_A``/``lora_B``, ``lora_embedding_A``/``B``), one module at a time through
-:func:`adapterdoc.st.tensors.tensor_windows`, decoded exactly to float64 with numpy (BF16 and the FP8 formats by
-bit manipulation), so memory is a small multiple of the largest tensor and torch is never imported for
+Reads only the LoRA factors (``lora_A``/``lora_B``, ``lora_embedding_A``/``B``), one module at a time in
+positioned reads (:meth:`adapterdoc.st.tensors.TensorSource.windows_into`), decoded exactly to float64 with numpy
+(BF16 and the FP8 formats by bit manipulation), so memory is a small multiple of the largest tensor and torch is never imported for
 safetensors inputs. numpy is the ``weights`` extra (torch installs it too).
 
 Numerics. ``B A`` and a small ``r × r`` core ``R_B R_Aᵀ`` have the same singular values and Frobenius norm
@@ -147,7 +147,10 @@ def _measure_all(
     workers = _workers(ckpt, len(groups))
     if workers == 1:
         reader = Reader(ckpt, np)
-        return [measure(g, cfg, reader, np, ranks=ranks) for g in groups], reader.bytes_read
+        try:
+            return [measure(g, cfg, reader, np, ranks=ranks) for g in groups], reader.bytes_read
+        finally:
+            reader.close()
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -163,8 +166,12 @@ def _measure_all(
                 readers.append(reader)
         return measure(g, cfg, reader, np, ranks=ranks)
 
-    with ThreadPoolExecutor(workers, thread_name_prefix="adapterdoc-audit") as pool:
-        results = list(pool.map(one, groups))
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="adapterdoc-audit") as pool:
+            results = list(pool.map(one, groups))
+    finally:
+        for reader in readers:
+            reader.close()
     return results, sum(r.bytes_read for r in readers)
 
 
@@ -187,16 +194,21 @@ def _ranks_for_findings(
     out = list(results)
     pending = {res.rank for res in out if res.rank >= RANK_WASTE_FACTOR and any(live(res))}
     reader = Reader(ckpt, np)
-    for i, (g, res) in enumerate(zip(groups, results)):
-        if not pending:
-            break
-        alive = live(res)
-        if res.rank not in pending or not any(alive):
-            continue
-        again = measure(g, cfg, reader, np, ranks=True)
-        out[i] = replace(res, effective=again.effective, numerical=again.numerical)
-        if any(ok and (eff or 0) * RANK_WASTE_FACTOR > res.rank for ok, eff in zip(alive, again.effective)):
-            pending.discard(res.rank)
+    try:
+        for i, (g, res) in enumerate(zip(groups, results)):
+            if not pending:
+                break
+            alive = live(res)
+            if res.rank not in pending or not any(alive):
+                continue
+            again = measure(g, cfg, reader, np, ranks=True)
+            out[i] = replace(res, effective=again.effective, numerical=again.numerical)
+            if any(
+                ok and (eff or 0) * RANK_WASTE_FACTOR > res.rank for ok, eff in zip(alive, again.effective)
+            ):
+                pending.discard(res.rank)
+    finally:
+        reader.close()
     return out
 
 
