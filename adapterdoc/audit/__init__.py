@@ -1,9 +1,9 @@
 """The weights audit: what each LoRA module changes (``‖scaling · B A‖_F``), its effective rank, and which
 modules are inert, from the factors alone (``B A`` is never formed).
 
-Reads only the LoRA factors (``lora_A``/``lora_B``, ``lora_embedding_A``/``B``), one module at a time through
-:func:`adapterdoc.st.tensors.tensor_windows`, decoded exactly to float64 with numpy (BF16 and the FP8 formats by
-bit manipulation), so memory is a small multiple of the largest tensor and torch is never imported for
+Reads only the LoRA factors (``lora_A``/``lora_B``, ``lora_embedding_A``/``B``), one module at a time in
+positioned reads (:meth:`adapterdoc.st.tensors.TensorSource.windows_into`), decoded exactly to float64 with numpy
+(BF16 and the FP8 formats by bit manipulation), so memory is a small multiple of the largest tensor and torch is never imported for
 safetensors inputs. numpy is the ``weights`` extra (torch installs it too).
 
 Numerics. ``B A`` and a small ``r × r`` core ``R_B R_Aᵀ`` have the same singular values and Frobenius norm
@@ -47,6 +47,7 @@ from adapterdoc.audit.measure import (
     classify,
     core_singular_values,
     effective_rank,
+    inert_limit,
     measure,
     numerical_rank,
     place,
@@ -111,9 +112,9 @@ def audit_checkpoint(ckpt: Checkpoint, *, ranks: bool = True) -> Audit:
     groups = list(factor_pairs(ckpt).values())
     notes = [DORA_NOTE] if any(g.magnitude for g in groups) or (cfg is not None and cfg.use_dora) else []
     results, bytes_read = _measure_all(ckpt, groups, cfg, np, ranks)
-    modules = classify([m for res in results for m in res.modules])
     if not ranks:
-        modules = _ranks_for_findings(ckpt, groups, results, modules, cfg, np)
+        results = _ranks_for_findings(ckpt, groups, results, cfg, np)
+    modules = classify(results)
     audit = Audit(
         path=path,
         modules=modules,
@@ -146,7 +147,10 @@ def _measure_all(
     workers = _workers(ckpt, len(groups))
     if workers == 1:
         reader = Reader(ckpt, np)
-        return [measure(g, cfg, reader, np, ranks=ranks) for g in groups], reader.bytes_read
+        try:
+            return [measure(g, cfg, reader, np, ranks=ranks) for g in groups], reader.bytes_read
+        finally:
+            reader.close()
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -162,8 +166,12 @@ def _measure_all(
                 readers.append(reader)
         return measure(g, cfg, reader, np, ranks=ranks)
 
-    with ThreadPoolExecutor(workers, thread_name_prefix="adapterdoc-audit") as pool:
-        results = list(pool.map(one, groups))
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="adapterdoc-audit") as pool:
+            results = list(pool.map(one, groups))
+    finally:
+        for reader in readers:
+            reader.close()
     return results, sum(r.bytes_read for r in readers)
 
 
@@ -171,38 +179,36 @@ def _ranks_for_findings(
     ckpt: Checkpoint,
     groups: list[FactorPair],
     results: list[Measured],
-    modules: list[ModuleDelta],
     cfg: AdapterConfig | None,
     np: ModuleType,
-) -> list[ModuleDelta]:
-    """``modules`` (the classified entries of ``results``, in order) with the effective ranks AD312 needs:
-    measured module by module in file order, until each rank (of at least :data:`RANK_WASTE_FACTOR`) has a live
-    module needing more than ``rank / RANK_WASTE_FACTOR`` (no AD312) or all its live modules are measured (AD312
-    decided on all of them, as with ``ranks=True``). The bytes read again are not counted."""
-    out = list(modules)
-    pending = {
-        m.rank for m in out if m.delta_norm is not None and not m.inert and m.rank >= RANK_WASTE_FACTOR
-    }
+) -> list[Measured]:
+    """``results`` with the effective ranks AD312 needs: measured module by module in file order, until each rank
+    (of at least :data:`RANK_WASTE_FACTOR`) has a live module needing more than ``rank / RANK_WASTE_FACTOR`` (no
+    AD312) or all its live modules are measured (AD312 decided on all of them, as with ``ranks=True``). The
+    bytes read again are not counted."""
+    _, limit = inert_limit(results)
+
+    def live(res: Measured) -> list[bool]:  # measured and not inert, per entry
+        return [n is not None and not (n == 0 or n <= limit) for n in res.norms]
+
+    out = list(results)
+    pending = {res.rank for res in out if res.rank >= RANK_WASTE_FACTOR and any(live(res))}
     reader = Reader(ckpt, np)
-    start = 0
-    for g, res in zip(groups, results):
-        if not pending:
-            break
-        span = range(start, start + len(res.modules))
-        start = span.stop
-        if not any(
-            out[i].rank in pending and not out[i].inert and out[i].delta_norm is not None for i in span
-        ):
-            continue
-        again = measure(g, cfg, reader, np, ranks=True).modules
-        for i, n in zip(span, again):
-            m = out[i] = replace(out[i], effective_rank=n.effective_rank, numerical_rank=n.numerical_rank)
-            if (
-                not m.inert
-                and m.delta_norm is not None
-                and (n.effective_rank or 0) * RANK_WASTE_FACTOR > m.rank
+    try:
+        for i, (g, res) in enumerate(zip(groups, results)):
+            if not pending:
+                break
+            alive = live(res)
+            if res.rank not in pending or not any(alive):
+                continue
+            again = measure(g, cfg, reader, np, ranks=True)
+            out[i] = replace(res, effective=again.effective, numerical=again.numerical)
+            if any(
+                ok and (eff or 0) * RANK_WASTE_FACTOR > res.rank for ok, eff in zip(alive, again.effective)
             ):
-                pending.discard(m.rank)
+                pending.discard(res.rank)
+    finally:
+        reader.close()
     return out
 
 

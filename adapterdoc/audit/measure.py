@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -55,11 +56,21 @@ def place(module: str) -> tuple[str, int | None, str, int | None]:
 
 @dataclass(frozen=True)
 class Measured:
-    """One module's audit: its entries (one per expert for fused experts) and what reading each factor found,
-    in the order the factors were read."""
+    """One module's audit before the adapter's total is known: each entry's delta norm and ranks (one entry per
+    expert for fused experts; a norm is ``None`` when a factor holds NaN/Inf), the fields its entries share, and
+    what reading each factor found, in the order the factors were read. :func:`classify` builds the entries,
+    once, with their shares and inert flags."""
 
-    modules: tuple[ModuleDelta, ...]
     reads: tuple[tuple[str, TensorRead], ...]
+    norms: tuple[float | None, ...] = ()
+    effective: tuple[int | None, ...] = ()
+    numerical: tuple[int | None, ...] = ()
+    experts: tuple[int | None, ...] = ()
+    """Each entry's ``expert``."""
+    rank: int = 0
+    common: dict[str, object] = field(default_factory=dict)
+    """Every :class:`ModuleDelta` field, in field order, with the values the module's entries share (the per-entry
+    ones above, the share and the inert flag are placeholders)."""
 
 
 def measure(
@@ -84,9 +95,8 @@ def measure(
         for name, arr in ((g.a, a), (g.b, b)):
             if name is not None and arr is not None:
                 reads[name] = _scan(np, arr, None)[0]
-        return Measured((), _in_order(g, reads))
+        return Measured(_in_order(g, reads))
     info = reader.ckpt.tensors[g.a or ""]
-    dtype = info.dtype
     group, layer, leaf, expert = place(g.module)
     rows = a.shape[0]
     scaling = cfg.scaling_for(owner) if cfg is not None else None
@@ -98,42 +108,40 @@ def measure(
     reads[g.a or ""], reads[g.b or ""] = read_a, read_b
     bad = read_a.nonfinite + read_b.nonfinite
     param = _fused_parameter(cfg, g.module) if fused else None
-
-    def entry(e: int, norm: float | None, eff: int | None, num: int | None) -> ModuleDelta:
-        """Expert ``e``'s entry (the module's own for a module that is not fused), built whole."""
-        return ModuleDelta(
-            g.module,
-            kind,
-            r,
-            scaling,
-            norm,
-            eff,
-            num,
-            expert=expert if expert is not None else (e if experts > 1 else None),
-            parameter=param,
-            layer=layer,
-            group=group,
-            leaf=f"{leaf}.{param}" if param else leaf,
-            dtype=dtype,
-            nonfinite=bad,
-        )
-
+    common: dict[str, object] = {
+        "module": g.module,
+        "kind": kind,
+        "rank": r,
+        "scaling": scaling,
+        "delta_norm": None,
+        "effective_rank": None,
+        "numerical_rank": None,
+        "share": None,
+        "inert": False,
+        "expert": None,
+        "parameter": param,
+        "layer": layer,
+        "group": group,
+        "leaf": f"{leaf}.{param}" if param else leaf,
+        "dtype": info.dtype,
+        "nonfinite": bad,
+    }
+    labels = (expert,) * experts if expert is not None or experts == 1 else tuple(range(experts))
+    none: tuple[None, ...] = (None,) * experts
     if bad:
-        out = [entry(e, None, None, None) for e in range(experts)]
-    else:
-        s = abs(scaling) if scaling is not None else 1.0
-        norms, svs = stacked_measure(np, a, b, experts, ranks=ranks, grams=(ga, gb))
-        dim = max(b.shape[0], a.shape[1])
-        out = [
-            entry(
-                e,
-                s * n,
-                None if sv is None else effective_rank(sv),
-                None if sv is None else numerical_rank(sv, dim),
-            )
-            for e, (n, sv) in enumerate(zip(norms, svs))
-        ]
-    return Measured(tuple(out), _in_order(g, reads))
+        return Measured(_in_order(g, reads), none, none, none, labels, r, common)
+    s = abs(scaling) if scaling is not None else 1.0
+    norms, svs = stacked_measure(np, a, b, experts, ranks=ranks, grams=(ga, gb))
+    dim = max(b.shape[0], a.shape[1])
+    return Measured(
+        _in_order(g, reads),
+        tuple([s * n for n in norms]),
+        tuple([None if sv is None else effective_rank(sv) for sv in svs]),
+        tuple([None if sv is None else numerical_rank(sv, dim) for sv in svs]),
+        labels,
+        r,
+        common,
+    )
 
 
 def _expert_count(cfg: AdapterConfig | None, owner: str, rows: int) -> int:
@@ -219,19 +227,35 @@ def _module_order(name: str) -> int:
     return known.index(name) if name in known else len(known)
 
 
-def classify(modules: list[ModuleDelta]) -> list[ModuleDelta]:
-    """``modules`` with each measured entry's share of ``‖ΔW‖_F²`` and its inert flag set (copies; the
-    entries are frozen)."""
-    measured = [m for m in modules if m.delta_norm is not None]
-    sq = sum(m.delta_norm**2 for m in measured)  # type: ignore[operator]
-    rms = math.sqrt(sq / len(measured)) if measured else 0.0
-    out = []
-    for m in modules:
-        if m.delta_norm is not None:
-            m = replace(
-                m,
-                share=m.delta_norm**2 / sq if sq else 0.0,
-                inert=m.delta_norm == 0 or m.delta_norm <= INERT_RELATIVE * rms,
+def inert_limit(results: Sequence[Measured]) -> tuple[float, float]:
+    """``Σ delta_norm²`` over every measured entry of ``results`` (in order) and the delta norm at or under which
+    an entry is inert (:data:`INERT_RELATIVE` × the root-mean-square delta norm)."""
+    sq = sum(n**2 for res in results for n in res.norms if n is not None)
+    count = sum(1 for res in results for n in res.norms if n is not None)
+    return sq, INERT_RELATIVE * (math.sqrt(sq / count) if count else 0.0)
+
+
+def classify(results: Sequence[Measured]) -> list[ModuleDelta]:
+    """Every entry of ``results``, in order, each built once with its share of ``‖ΔW‖_F²`` and its inert flag
+    (the entries are frozen)."""
+    sq, limit = inert_limit(results)
+    new = object.__new__
+    out: list[ModuleDelta] = []
+    add = out.append
+    for res in results:
+        common = res.common
+        for n, eff, num, expert in zip(res.norms, res.effective, res.numerical, res.experts):
+            # ModuleDelta(**common, ...) without its per-field frozen __init__ (3× faster; no __post_init__):
+            # the same fields in the same order (tests/audit/test_entries.py)
+            m = new(ModuleDelta)
+            m.__dict__.update(
+                common,
+                delta_norm=n,
+                effective_rank=eff,
+                numerical_rank=num,
+                share=None if n is None else (n**2 / sq if sq else 0.0),
+                inert=n is not None and (n == 0 or n <= limit),
+                expert=expert,
             )
-        out.append(m)
+            add(m)
     return out

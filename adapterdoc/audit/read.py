@@ -4,12 +4,14 @@ float64 (BF16 and the FP8 formats by bit manipulation; ``.bin`` through torch)."
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.checkpoint import Checkpoint, load_bin
+from adapterdoc.st.tensors import TensorSource
 
 if TYPE_CHECKING:
     import torch
@@ -66,7 +68,8 @@ def factor_pairs(ckpt: Checkpoint) -> dict[str, FactorPair]:
 
 
 class Reader:
-    """Decode one tensor at a time to a float64 numpy array (exact for every dtype in :data:`DTYPES`)."""
+    """Decode one tensor at a time to a float64 numpy array (exact for every dtype in :data:`DTYPES`). Reads are
+    positioned reads into one small reused buffer (no mapping, no fresh pages); :meth:`close` closes the files."""
 
     def __init__(self, ckpt: Checkpoint, np: ModuleType) -> None:
         self.ckpt = ckpt
@@ -75,17 +78,30 @@ class Reader:
         self.bytes_read = 0
         self._bin: dict[str, torch.Tensor] | None = None
         self._slots: dict[tuple[int, bool], NDArray] = {}
-        self._scratch = np.empty(_STEP, dtype=np.uint32)
+        self._sources: dict[str, TensorSource] = {}
+        self._window = bytearray(_WINDOW)
+        self._scratch = np.zeros(_STEP + 1, dtype=np.uint32)
+
+    def close(self) -> None:
+        for src in self._sources.values():
+            src.close()
+        self._sources.clear()
 
     def _buffer(self, slot: int, n: int, narrow: bool = False) -> NDArray:
         """``n`` float64s (float32s when ``narrow``) of slot ``slot``'s buffer, grown as needed and reused (no
-        fresh pages per tensor)."""
+        fresh pages per tensor); one more element lies past them (the BF16 decode writes two bytes into it)."""
         dtype = self.np.float32 if narrow else self.np.float64
         key = (slot, narrow)
         buf = self._slots.get(key)
-        if buf is None or buf.size < n:
-            buf = self._slots[key] = self.np.empty(n, dtype=dtype)
-        return buf[:n]
+        if buf is None or buf.size < n + 1:
+            buf = self._slots[key] = self.np.empty(n + 1, dtype=dtype)
+        return buf[: n + 1]
+
+    def _source(self, path: str) -> TensorSource:
+        src = self._sources.get(path)
+        if src is None:
+            src = self._sources[path] = TensorSource(self.headers[path])
+        return src
 
     def read(self, name: str, slot: int = 0, *, narrow: bool = False) -> NDArray | None:
         """The tensor as float64 (its own shape), or ``None`` when its dtype is not one the audit decodes. The
@@ -97,30 +113,38 @@ class Reader:
             return self._read_bin(name)
         if info.dtype not in DTYPES:
             return None
-        from adapterdoc.st.tensors import tensor_windows
-
         np = self.np
-        header = self.headers[self.ckpt.tensor_file[name]]
         narrow = narrow and info.dtype in NARROW_DTYPES
-        out = self._buffer(slot, info.numel, narrow)
+        n = info.numel
+        buf = self._buffer(slot, n, narrow)
+        out = buf[:n]
+        if n == 0:
+            return out.reshape(info.shape)
         width = _WIDTH[info.dtype]
-        for offset, buf in tensor_windows(header, name):
+        # bfloat16 is the top half of a float32: on a little-endian host, each value zero-extended to 32 bits and
+        # stored 2 bytes early lands in the top half of its float32 (the zero half in the next one's bottom half)
+        bf16 = info.dtype == "BF16" and _LITTLE
+        if bf16 and narrow:
+            wide = buf.view(np.uint8)[2 : 2 + 4 * n].view(np.uint32)
+            buf.view(np.uint16)[0] = 0  # the first value's bottom half
+        elif bf16:
+            wide = self._scratch.view(np.uint8)[2 : 2 + 4 * _STEP].view(np.uint32)  # bytes 0-1 stay zero
+            floats = self._scratch[:_STEP].view(np.float32)
+        for offset, window in self._source(self.ckpt.tensor_file[name]).windows_into(name, self._window):
             start = offset // width
-            raw = np.frombuffer(buf, dtype=_RAW[info.dtype])
-            if info.dtype == "BF16" and narrow:  # bfloat16 is the top half of a float32: one shift
-                np.left_shift(raw, 16, out=out[start : start + raw.size].view(np.uint32), dtype=np.uint32)
-            elif info.dtype == "BF16":  # through a cache-sized uint32 scratch
-                u = self._scratch
+            raw = np.frombuffer(window, dtype=_RAW[info.dtype])
+            if bf16 and narrow:
+                np.copyto(wide[start : start + raw.size], raw, casting="unsafe")
+            elif bf16:  # through a cache-sized float32 scratch
                 for i in range(0, raw.size, _STEP):
                     part = raw[i : i + _STEP]
-                    np.left_shift(part, 16, out=u[: part.size], dtype=np.uint32)
-                    out[start + i : start + i + part.size] = u[: part.size].view(np.float32)
-                part = None  # no view of the window may outlive it
+                    np.copyto(wide[: part.size], part, casting="unsafe")
+                    out[start + i : start + i + part.size] = floats[: part.size]
+            elif info.dtype == "BF16" and narrow:  # big-endian host
+                np.left_shift(raw, 16, out=out[start : start + raw.size].view(np.uint32), dtype=np.uint32)
             else:
                 out[start : start + raw.size] = _decode(np, raw, info.dtype)
-            n = raw.size
-            del raw  # the window's mmap closes when the generator resumes; no view may outlive it
-            self.bytes_read += n * width
+            self.bytes_read += raw.size * width
         return out.reshape(info.shape)
 
     def _read_bin(self, name: str) -> NDArray | None:
@@ -131,6 +155,9 @@ class Reader:
         return t.double().numpy() if t.is_floating_point() else None
 
 
+_WINDOW = 1 << 20
+"""Bytes read at a time (1 MiB: the window stays in the L2 cache while it is decoded)."""
+_LITTLE = sys.byteorder == "little"
 _STEP = 1 << 15
 """Elements decoded per step through the BF16 scratch (128 KiB: stays in cache)."""
 _WIDTH = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}

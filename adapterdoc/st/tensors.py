@@ -207,6 +207,37 @@ class TensorSource:
             i = j
         return out
 
+    def windows_into(self, name: str, buf: bytearray) -> Iterator[tuple[int, memoryview]]:
+        """(byte offset inside the tensor, bytes) windows over tensor ``name``, each read into ``buf`` (reused: a
+        view is valid only until the next one is taken), at most ``len(buf)`` bytes and a whole number of elements.
+        No mapping and no fresh buffer: a small ``buf`` stays in cache for the caller's pass over it."""
+        info = self.header.tensors[name]
+        if info.nbytes == 0:
+            return
+        begin, end = self._span(name)
+        chunk = len(buf) - len(buf) % _element_width(info.dtype)
+        if chunk <= 0:
+            raise ValueError(f"a {len(buf)}-byte buffer holds no {info.dtype} element")
+        whole = memoryview(buf)
+        pos = begin
+        while pos < end:
+            n = min(chunk, end - pos)
+            view = whole[:n]
+            got = self._preadv(view, pos)
+            while got < n:  # a short read: go on from where it stopped
+                more = self._preadv(view[got:], pos + got)
+                if not more:
+                    raise HeaderError(self.header.path, "file ended early (changed since it was read?)")
+                got += more
+            yield pos - begin, view
+            pos += n
+
+    def _preadv(self, view: memoryview, pos: int) -> int:
+        if hasattr(os, "preadv"):
+            return os.preadv(self._fd, [view], pos)
+        self._f.seek(pos)  # pragma: no cover - hosts without preadv (Windows)
+        return self._f.readinto(view) or 0  # pragma: no cover
+
     def chunks(self, name: str, chunk: int = CHUNK_BYTES) -> Iterator[bytes]:
         """The bytes of tensor ``name`` in pieces of at most ``chunk`` bytes (memory bounded by ``chunk``)."""
         begin, end = self._span(name)
@@ -229,9 +260,7 @@ def _windows(header: Header, info: TensorInfo, chunk: int | None = None) -> Iter
         return
     begin = header.data_start + info.begin
     end = header.data_start + info.end
-    width = max(
-        1, _FLOAT_BITS[info.dtype].width if info.dtype in _FLOAT_BITS else _INT_WIDTH.get(info.dtype, 1)
-    )
+    width = _element_width(info.dtype)
     chunk = chunk or CHUNK_BYTES
     chunk = max(width, chunk - chunk % width)
     gran = mmap.ALLOCATIONGRANULARITY
@@ -263,6 +292,11 @@ def _windows(header: Header, info: TensorInfo, chunk: int | None = None) -> Iter
             pos = stop
     finally:
         os.close(fd)
+
+
+def _element_width(dtype: str) -> int:
+    """Bytes per element word (1 for the sub-byte formats: windows are whole bytes)."""
+    return max(1, _FLOAT_BITS[dtype].width if dtype in _FLOAT_BITS else _INT_WIDTH.get(dtype, 1))
 
 
 def _np():  # type: ignore[no-untyped-def]

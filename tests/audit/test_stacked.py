@@ -187,20 +187,11 @@ def test_threaded_audit_equals_the_one_thread_audit(tmp_path: Path, monkeypatch:
     assert threaded.bytes_read == sum(2 * (a.size + b.size) for a, b in modules.values())
 
 
-@pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])
-def test_narrow_reads_give_the_float64_audit_bitwise(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str
-) -> None:
-    """Fused experts at r ≤ 4 are read as float32 (exact) and widened inside einsum: every number equals the
-    float64 reads' bitwise, zero and cancelling experts (the per-slice fallback) included."""
-    import importlib
-
-    measure_mod = importlib.import_module(
-        "adapterdoc.audit.measure"
-    )  # the package's `measure` is the function
+def _write_fused_adapter(folder: Path, dtype: str, experts: int = 6) -> None:
+    """Three layers of fused experts (PEFT's ``target_parameters``, r=2) in ``dtype``: expert 1 has a zero B,
+    expert 2 rows that nearly cancel (B's two columns equal)."""
     rng = np.random.default_rng(3)
-    r, experts, fan_in, out = 2, 6, 40, 24
-    folder = tmp_path / "ad"
+    r, fan_in, out = 2, 40, 24
     folder.mkdir()
     header: dict[str, Any] = {}
     blobs, pos = [], 0
@@ -225,6 +216,22 @@ def test_narrow_reads_give_the_float64_audit_bitwise(
     cfg = {"peft_type": "LORA", "r": r, "lora_alpha": 4, "target_modules": [], "task_type": "CAUSAL_LM"}
     cfg["target_parameters"] = ["mlp.experts.gate_up_proj"]
     (folder / "adapter_config.json").write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])
+def test_narrow_reads_give_the_float64_audit_bitwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: str
+) -> None:
+    """Fused experts at r ≤ 4 are read as float32 (exact) and widened inside einsum: every number equals the
+    float64 reads' bitwise, zero and cancelling experts (the per-slice fallback) included."""
+    import importlib
+
+    measure_mod = importlib.import_module(
+        "adapterdoc.audit.measure"
+    )  # the package's `measure` is the function
+    experts = 6
+    folder = tmp_path / "ad"
+    _write_fused_adapter(folder, dtype, experts)
     ckpt = open_checkpoint(str(folder))
     narrow = audit_checkpoint(ckpt)
     assert [m.kind for m in narrow.modules] == ["experts"] * 3 * experts
