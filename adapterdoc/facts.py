@@ -3,9 +3,11 @@ belongs to, its dtypes, the LoRA picture and the findings. ``inspect`` reports i
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass
+from operator import attrgetter
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, module_counts, parse_key
 from adapterdoc.checkpoint import Checkpoint
@@ -17,6 +19,8 @@ from adapterdoc.st.header import TensorInfo
 
 _SAVED_WHOLE = ("lm_head", "embed_tokens", "score", "classifier", "embed_out", "wte", "word_embeddings")
 _PT_FORMATS = ("pt", "tf", "flax", "mlx")
+_DTYPE = attrgetter("dtype")
+_SHAPE = attrgetter("shape")
 
 
 @dataclass(frozen=True)
@@ -59,14 +63,15 @@ class HeaderFacts:
 def header_facts(ckpt: Checkpoint) -> HeaderFacts:
     """What the header (and adapter_config.json) alone say about ``ckpt``: the detected layout, the dtypes, the
     LoRA summary and the findings (sorted), without reading tensor data."""
-    dtypes = Counter(t.dtype for t in ckpt.tensors.values())
-    parameters = sum(t.numel for t in ckpt.tensors.values())
-    keys = [parse_key(k) for k in ckpt.tensors]
-    lora_keys = [k for k in keys if k.is_lora]
+    infos = ckpt.tensors.values()
+    dtypes = Counter(map(_DTYPE, infos))
+    parameters = sum(map(math.prod, map(_SHAPE, infos)))  # each TensorInfo.numel, without its property call
+    keys = list(map(parse_key, ckpt.tensors))
+    has_lora = any(k.is_lora for k in keys)
     findings: list[Finding] = []
     path = ckpt.weights_path or ckpt.root
     findings += _format_findings(ckpt, dtypes, path)
-    is_adapter = ckpt.adapter_config is not None or bool(lora_keys)
+    is_adapter = ckpt.adapter_config is not None or has_lora
     lora = None
     experts = None
     if is_adapter:
@@ -92,7 +97,7 @@ def header_facts(ckpt: Checkpoint) -> HeaderFacts:
                     "the weights use transformers' on-disk names",
                 ),
             )
-    if is_adapter and layout.name in ("unknown", "ambiguous") and lora_keys:
+    if is_adapter and layout.name in ("unknown", "ambiguous") and has_lora:
         cands = f" (candidates: {', '.join(layout.candidates)})" if layout.candidates else ""
         findings.append(make("AD209", f"layout is {layout.name}{cands}", path=path))
     return HeaderFacts(

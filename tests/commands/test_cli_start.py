@@ -32,7 +32,10 @@ NOT_AT_START = (
     "adapterdoc.bases",  # open_checkpoint of a repo id, not of a path
     "adapterdoc.report.audit_report",  # --weights
     "adapterdoc.report.render",  # the text renderers (to_json lives in report.base)
-    "adapterdoc.formats.mlx_plan",  # MLX conversions, not MLX detection
+    "adapterdoc.formats.mlx",  # a file is no MLX folder and holds no GGUF magic (formats.SCREENS)
+    "adapterdoc.formats.mlx_plan",
+    "adapterdoc.formats.gguf",
+    "adapterdoc.formats.gguf_header",
     "adapterdoc.codes.serving",  # get_code reads the area module of the code it is asked for
     "adapterdoc.codes.convert",
     "adapterdoc.codes.weights",
@@ -46,7 +49,7 @@ def _run(*args: str) -> dict[str, object]:
 
 
 def test_inspect_json_leaves_other_commands_modules_out(tmp_path: Path) -> None:
-    adapter = write_small_adapter(tmp_path / "a")
+    adapter = write_small_adapter(tmp_path / "a") / "adapter_model.safetensors"  # a file, as row 4 reads
     res = _run("inspect", "--json", str(adapter))
     loaded = set(res["loaded"])  # type: ignore[arg-type]
     assert not loaded & set(NOT_AT_START), sorted(loaded & set(NOT_AT_START))
