@@ -3,6 +3,7 @@ belongs to, its dtypes, the LoRA picture and the findings. ``inspect`` reports i
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 from collections import Counter
@@ -62,7 +63,21 @@ class HeaderFacts:
 
 def header_facts(ckpt: Checkpoint) -> HeaderFacts:
     """What the header (and adapter_config.json) alone say about ``ckpt``: the detected layout, the dtypes, the
-    LoRA summary and the findings (sorted), without reading tensor data."""
+    LoRA summary and the findings (sorted), without reading tensor data.
+
+    The cyclic garbage collector is paused meanwhile, as for the header parse: a parsed key, a module's LoRA and
+    a classified expert key per name are tens of thousands of containers, none in a cycle, and each collection
+    they would trigger walks them all."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _header_facts(ckpt)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _header_facts(ckpt: Checkpoint) -> HeaderFacts:
     infos = ckpt.tensors.values()
     dtypes = Counter(map(_DTYPE, infos))
     parameters = sum(map(math.prod, map(_SHAPE, infos)))  # each TensorInfo.numel, without its property call

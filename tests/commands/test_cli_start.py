@@ -85,3 +85,26 @@ def test_get_code_reads_one_area_module_first() -> None:
         check=True,
     )
     assert p.stdout.split(" ", 1) == ["AD209", "['adapterdoc.codes.keys']\n"]
+
+
+def test_header_facts_pauses_the_collector_and_restores_it(tmp_path: Path) -> None:
+    import gc
+
+    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.facts import header_facts
+
+    ckpt = open_checkpoint(write_small_adapter(tmp_path / "a"))
+    seen: list[bool] = []
+    real = gc.disable
+    try:
+        gc.disable = lambda: (seen.append(gc.isenabled()), real())[1]  # type: ignore[assignment]
+        assert gc.isenabled()
+        facts = header_facts(ckpt)
+        assert gc.isenabled() and seen == [True]  # paused while it ran, collecting again after
+        real()
+        header_facts(ckpt)
+        assert not gc.isenabled()  # a caller's paused collector stays paused
+    finally:
+        gc.disable = real  # type: ignore[assignment]
+        gc.enable()
+    assert facts.lora is not None and facts.lora.modules == 1
