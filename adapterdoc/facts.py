@@ -248,7 +248,22 @@ def _group_modules(tensors: dict[str, TensorInfo], keys: list[LoraKey]) -> dict[
             slot[4] = True
         if role.startswith("lora_embedding"):
             slot[2] = True
-    return {m: ModuleLora(m, *s) for m, s in acc.items()}  # type: ignore[arg-type]
+    return {m: _module_lora(m, *s) for m, s in acc.items()}  # type: ignore[arg-type]
+
+
+_new = object.__new__
+
+
+def _module_lora(
+    module: str, a: TensorInfo | None, b: TensorInfo | None, embedding: bool, magnitude: bool, bias: bool
+) -> ModuleLora:
+    """``ModuleLora(module, a, b, embedding, magnitude, bias)`` without the frozen ``__init__``'s six
+    ``object.__setattr__`` calls (half of the grouping pass): the same instance, its fields written to its
+    ``__dict__`` (a ModuleLora has no ``__post_init__`` and no slots; ``tests/commands/test_cli_start.py`` compares
+    the two)."""
+    m = _new(ModuleLora)
+    m.__dict__.update(module=module, a=a, b=b, embedding=embedding, magnitude=magnitude, bias=bias)
+    return m
 
 
 def _lora_summary(cfg: AdapterConfig | None, modules: dict[str, ModuleLora]) -> LoraSummary:
