@@ -59,21 +59,29 @@ GGUF_MAGIC = b"GGUF"
 """The first four bytes of a GGUF file (:data:`adapterdoc.formats.gguf_header.MAGIC`; a test keeps them equal)."""
 
 
+def _folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a name too long, a folder we may not look into: no adapter of any format
+        return False
+
+
 def _gguf_magic(path: Path) -> bool:
     try:
         if not path.is_file():
             return False
         with open(path, "rb") as f:
             return f.read(4) == GGUF_MAGIC
-    except OSError:
+    except (OSError, ValueError):
         return False
 
 
-SCREENS: dict[str, Callable[[Path], bool]] = {"mlx": Path.is_dir, "gguf": _gguf_magic}
+SCREENS: dict[str, Callable[[Path], bool]] = {"mlx": _folder, "gguf": _gguf_magic}
 """For a format, a test every input its ``detect`` recognises passes (an mlx-lm adapter is a folder; a GGUF file
-starts with the magic), made without importing its module: :func:`detect` asks a format module only about inputs
-that pass its screen, so a ``.safetensors`` file imports neither MLX's nor GGUF's machinery (``tests/formats``
-checks the screens against each module's ``detect``). A format without a screen is always asked."""
+starts with the magic), made without importing its module and never raising (``detect`` never does): :func:`detect`
+asks a format module only about inputs that pass its screen, so a ``.safetensors`` file imports neither MLX's nor
+GGUF's machinery (``tests/formats`` checks the screens against each module's ``detect``). A format without a
+screen is always asked."""
 
 
 def detect(path: Path) -> Detection | None:

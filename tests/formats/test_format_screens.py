@@ -46,6 +46,7 @@ def _inputs(tmp_path: Path, cli: Any) -> list[Path]:
         short,
     ]
     out += [tmp_path / "missing", tmp_path / "mlx" / "adapters.safetensors", tmp_path]
+    out += [tmp_path / ("x" * 300), small / "adapter_model.safetensors" / "below", Path("a\0b")]  # stat fails
     gguf = pytest.importorskip("gguf", reason="llama.cpp's gguf-py writes the GGUF inputs")
     del gguf
     from tests.formats.gguf_helpers import lora_tensors, write_gguf
@@ -60,6 +61,15 @@ def _inputs(tmp_path: Path, cli: Any) -> list[Path]:
 
 def test_gguf_magic_is_the_gguf_reader_s() -> None:
     assert formats.GGUF_MAGIC == MAGIC
+
+
+def test_a_path_that_cannot_be_stat_ed_is_no_adapter(tmp_path: Path) -> None:
+    """A name too long for the file system (``stat`` raises ENAMETOOLONG, which ``Path.is_dir`` passes on) is no
+    adapter of any format, as each module's ``detect`` says: the screens never raise."""
+    long = tmp_path / ("x" * 300)
+    for screen in formats.SCREENS.values():
+        assert screen(long) is False
+    assert formats.detect(long) is None
 
 
 def test_every_detected_input_passes_its_screen_and_detect_is_unchanged(tmp_path: Path, cli: Any) -> None:
