@@ -10,7 +10,6 @@ import os
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import ADAPTER_CONFIG, AdapterConfig
-from adapterdoc.bases import match_repo_id, resolve_cached_repo
 from adapterdoc.errors import (
     ConfigError,
     HeaderError,
@@ -23,6 +22,8 @@ from adapterdoc.st.header import Header, TensorInfo, read_header
 
 if TYPE_CHECKING:
     import torch
+
+    from adapterdoc.bases import resolve_cached_repo  # re-exported, imported when first asked (__getattr__)
 
 TORCH_TO_ST = {
     "torch.bool": "BOOL",
@@ -58,6 +59,8 @@ def open_checkpoint(spec: str | os.PathLike[str], *, read_bin: bool = True) -> C
         return open_remote(s)
     if os.path.lexists(s):
         return _open_path(s, s, read_bin=read_bin)
+    from adapterdoc.bases import match_repo_id, resolve_cached_repo  # a repo id: not a local path's start
+
     m = match_repo_id(s)
     if m:
         snapshot = resolve_cached_repo(m["repo"], m["rev"])
@@ -230,6 +233,15 @@ def describe_bin(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
             raise UnsupportedInputError(path, f"dtype {t.dtype} has no safetensors equivalent", key=name)
         out[name] = (dtype, tuple(t.shape))
     return out
+
+
+def __getattr__(name: str) -> object:
+    """``resolve_cached_repo`` stays importable from here without importing :mod:`adapterdoc.bases` at start."""
+    if name == "resolve_cached_repo":
+        from adapterdoc.bases import resolve_cached_repo
+
+        return resolve_cached_repo
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

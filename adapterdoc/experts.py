@@ -281,23 +281,25 @@ def expert_picture(
     parsed = keys if keys is not None else [parse_key(k) for k, _ in items]
     targeted = _targeted_fused(config)
     lone_hint = targeted[0] if len(targeted) == 1 else None
-    factors: list[tuple[LoraKey, Sequence[int], str | None]] = []  # (key, shape, fused block) of each A/B
+    # (key, shape, fused block, whether an expert form may fit: `.experts` in the module) of each A/B
+    factors: list[tuple[LoraKey, Sequence[int], str | None, bool]] = []
     fused_modules: dict[str, set[str]] = {}
     for k, (_, shape) in zip(parsed, items):
         if k.role not in _FACTORS:
             continue
-        m = _FUSED.match(k.module) if ".experts" in k.module else None
+        expert = ".experts" in k.module
+        m = _FUSED.match(k.module) if expert else None
         if m:
             fused_modules.setdefault(m["block"], set()).add(k.module)
-        factors.append((k, shape, m["block"] if m else None))
+        factors.append((k, shape, m["block"] if m else None, expert))
     block_keys: dict[str, list[ExpertKey]] = {}
     shared: list[str] = []
     seen: set[str] = set()  # modules already looked at for a shared expert
-    for k, shape, fused_block in factors:
+    for k, shape, fused_block, expert in factors:
         hint = None
         if fused_block is not None and len(fused_modules[fused_block]) == 1:
             hint = lone_hint or "?"
-        ek = classify(k, shape, fused_hint=hint)
+        ek = classify(k, shape, fused_hint=hint) if expert else None  # classify's own first test
         if ek is None:
             if k.module not in seen:
                 seen.add(k.module)

@@ -3,9 +3,12 @@ belongs to, its dtypes, the LoRA picture and the findings. ``inspect`` reports i
 
 from __future__ import annotations
 
+import gc
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass
+from operator import attrgetter
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, module_counts, parse_key
 from adapterdoc.checkpoint import Checkpoint
@@ -17,6 +20,8 @@ from adapterdoc.st.header import TensorInfo
 
 _SAVED_WHOLE = ("lm_head", "embed_tokens", "score", "classifier", "embed_out", "wte", "word_embeddings")
 _PT_FORMATS = ("pt", "tf", "flax", "mlx")
+_DTYPE = attrgetter("dtype")
+_SHAPE = attrgetter("shape")
 
 
 @dataclass(frozen=True)
@@ -58,15 +63,30 @@ class HeaderFacts:
 
 def header_facts(ckpt: Checkpoint) -> HeaderFacts:
     """What the header (and adapter_config.json) alone say about ``ckpt``: the detected layout, the dtypes, the
-    LoRA summary and the findings (sorted), without reading tensor data."""
-    dtypes = Counter(t.dtype for t in ckpt.tensors.values())
-    parameters = sum(t.numel for t in ckpt.tensors.values())
-    keys = [parse_key(k) for k in ckpt.tensors]
-    lora_keys = [k for k in keys if k.is_lora]
+    LoRA summary and the findings (sorted), without reading tensor data.
+
+    The cyclic garbage collector is paused meanwhile, as for the header parse: a parsed key, a module's LoRA and
+    a classified expert key per name are tens of thousands of containers, none in a cycle, and each collection
+    they would trigger walks them all."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _header_facts(ckpt)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _header_facts(ckpt: Checkpoint) -> HeaderFacts:
+    infos = ckpt.tensors.values()
+    dtypes = Counter(map(_DTYPE, infos))
+    parameters = sum(map(math.prod, map(_SHAPE, infos)))  # each TensorInfo.numel, without its property call
+    keys = list(map(parse_key, ckpt.tensors))
+    has_lora = any(k.is_lora for k in keys)
     findings: list[Finding] = []
     path = ckpt.weights_path or ckpt.root
     findings += _format_findings(ckpt, dtypes, path)
-    is_adapter = ckpt.adapter_config is not None or bool(lora_keys)
+    is_adapter = ckpt.adapter_config is not None or has_lora
     lora = None
     experts = None
     if is_adapter:
@@ -92,7 +112,7 @@ def header_facts(ckpt: Checkpoint) -> HeaderFacts:
                     "the weights use transformers' on-disk names",
                 ),
             )
-    if is_adapter and layout.name in ("unknown", "ambiguous") and lora_keys:
+    if is_adapter and layout.name in ("unknown", "ambiguous") and has_lora:
         cands = f" (candidates: {', '.join(layout.candidates)})" if layout.candidates else ""
         findings.append(make("AD209", f"layout is {layout.name}{cands}", path=path))
     return HeaderFacts(
@@ -228,7 +248,22 @@ def _group_modules(tensors: dict[str, TensorInfo], keys: list[LoraKey]) -> dict[
             slot[4] = True
         if role.startswith("lora_embedding"):
             slot[2] = True
-    return {m: ModuleLora(m, *s) for m, s in acc.items()}  # type: ignore[arg-type]
+    return {m: _module_lora(m, *s) for m, s in acc.items()}  # type: ignore[arg-type]
+
+
+_new = object.__new__
+
+
+def _module_lora(
+    module: str, a: TensorInfo | None, b: TensorInfo | None, embedding: bool, magnitude: bool, bias: bool
+) -> ModuleLora:
+    """``ModuleLora(module, a, b, embedding, magnitude, bias)`` without the frozen ``__init__``'s six
+    ``object.__setattr__`` calls (half of the grouping pass): the same instance, its fields written to its
+    ``__dict__`` (a ModuleLora has no ``__post_init__`` and no slots; ``tests/commands/test_cli_start.py`` compares
+    the two)."""
+    m = _new(ModuleLora)
+    m.__dict__.update(module=module, a=a, b=b, embedding=embedding, magnitude=magnitude, bias=bias)
+    return m
 
 
 def _lora_summary(cfg: AdapterConfig | None, modules: dict[str, ModuleLora]) -> LoraSummary:

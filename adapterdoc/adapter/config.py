@@ -3,7 +3,6 @@ and scaling, the problems PEFT would hit, and which modules the config targets. 
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -236,6 +235,8 @@ class AdapterConfig:
         return out
 
     def _unknown(self, name: str) -> ConfigProblem:
+        import difflib  # only for a typo's suggestion: kept out of every start
+
         close = difflib.get_close_matches(name, sorted(LORA_CONFIG_FIELDS), n=1, cutoff=0.75)
         guess = close[0] if close else None
         dropped = f'`{name}` is not a LoraConfig field: PEFT drops it with an "Unexpected keyword arguments" warning'

@@ -52,9 +52,26 @@ def catalogue() -> dict[str, Code]:
     return _CATALOGUE
 
 
+_BY_AREA: dict[str, dict[str, Code]] = {}
+"""Each area module's codes, read when a code of that area is first asked for (:func:`get_code`)."""
+
+
 def get_code(code: str) -> Code:
+    """The catalogued ``code``. It is looked up in its area's module first (``AD209`` in ``keys``), so a command that
+    makes one finding imports one area module, not the whole catalogue; a code not found there goes to
+    :func:`catalogue`, which reads every area (and refuses duplicates: ``tests/codes``)."""
+    upper = code.upper()
+    area = area_of(upper)
+    if _CATALOGUE is None and area in AREAS:
+        codes = _BY_AREA.get(area)
+        if codes is None:
+            mod = importlib.import_module(f"adapterdoc.codes.{area}")
+            codes = _BY_AREA[area] = {c.code: c for c in mod.CODES}
+        found = codes.get(upper)
+        if found is not None:
+            return found
     try:
-        return catalogue()[code.upper()]
+        return catalogue()[upper]
     except KeyError:
         raise KeyError(f"unknown finding code {code!r}") from None
 

@@ -18,7 +18,6 @@ from functools import wraps
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-from typing_extensions import Self
 
 from adapterdoc.errors import AdapterdocError, remembered_interrupts
 

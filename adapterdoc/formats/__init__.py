@@ -18,6 +18,7 @@ is atomic (``adapterdoc.st.atomic``).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -54,9 +55,41 @@ def module(name: str) -> ModuleType:
     return importlib.import_module(f"adapterdoc.formats.{name}")
 
 
+GGUF_MAGIC = b"GGUF"
+"""The first four bytes of a GGUF file (:data:`adapterdoc.formats.gguf_header.MAGIC`; a test keeps them equal)."""
+
+
+def _folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a name too long, a folder we may not look into: no adapter of any format
+        return False
+
+
+def _gguf_magic(path: Path) -> bool:
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as f:
+            return f.read(4) == GGUF_MAGIC
+    except (OSError, ValueError):
+        return False
+
+
+SCREENS: dict[str, Callable[[Path], bool]] = {"mlx": _folder, "gguf": _gguf_magic}
+"""For a format, a test every input its ``detect`` recognises passes (an mlx-lm adapter is a folder; a GGUF file
+starts with the magic), made without importing its module and never raising (``detect`` never does): :func:`detect`
+asks a format module only about inputs that pass its screen, so a ``.safetensors`` file imports neither MLX's nor
+GGUF's machinery (``tests/formats`` checks the screens against each module's ``detect``). A format without a
+screen is always asked."""
+
+
 def detect(path: Path) -> Detection | None:
     """The first format that recognises ``path``; non-PEFT formats are asked first (a PEFT folder is the fallback)."""
     for name in (*(f for f in FORMATS if f != "peft"), "peft"):
+        screen = SCREENS.get(name)
+        if screen is not None and not screen(Path(path)):
+            continue
         try:
             mod = module(name)
         except ImportError:  # a format whose module is not written yet

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 from adapterdoc.errors import AdapterdocError, RefusedError, UnsupportedInputError
 from adapterdoc.formats import Converted, Detection
 from adapterdoc.formats.mlx_folder import CONFIG, LEAVES, WEIGHTS, MlxAdapter, lora_parameters, open_mlx
-from adapterdoc.formats.mlx_plan import Factor, Plan, Target
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import LoraKey
     from adapterdoc.formats.mlx_names import BaseFacts
+    from adapterdoc.formats.mlx_plan import Factor, Plan, Target
     from adapterdoc.formats.peft import PeftAdapter
     from adapterdoc.report.findings import Finding
     from adapterdoc.st.header import Header
@@ -136,6 +136,7 @@ def _via_per_expert(src: Path, out: Path, *, base: str | None, outtype: str | No
 def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
     from adapterdoc.adapter import AdapterConfig, parse_key
     from adapterdoc.formats.mlx_names import base_facts, to_mlx
+    from adapterdoc.formats.mlx_plan import Factor, Plan, Target
     from adapterdoc.layouts import LAYOUTS, detect_layout
 
     cfg = AdapterConfig(adapter.raw, os.path.join(adapter.folder, CONFIG))

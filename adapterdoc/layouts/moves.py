@@ -5,7 +5,6 @@ and merge's unused-module hint both call it)."""
 from __future__ import annotations
 
 import re
-import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -83,6 +82,8 @@ class Move:
     def command(self, spec: str, detected: str | None = None) -> str:
         """The ``adapterdoc remap`` call that performs this move (``--from`` when detection would pick another
         source layout)."""
+        import shlex  # a finding's command only: not every start
+
         q = shlex.quote(spec)
         if self.kind == "wrapper":
             return f"adapterdoc remap {q} --rule '^(?!base_model\\.model\\.)=>base_model.model.'"

@@ -405,14 +405,16 @@ class _Shape(str):
     count: int
 
 
-_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
+_INDEX = re.compile(r"\.\d+(?=\.|$)")
+"""A numeric segment with the dot before it (replaced by ``.0``: the same as matching the digits after a dot with
+a lookbehind, and faster, the search starting at each dot)."""
 
 
 def _shapes(module_paths: Iterable[str]) -> list[_Shape]:
     """Collapse module paths that differ only in numeric indices: detection cost stays O(distinct shapes)."""
     counts: dict[str, int] = {}
     for p in set(module_paths):
-        key = _INDEX.sub("0", p)
+        key = _INDEX.sub(".0", p)
         counts[key] = counts.get(key, 0) + 1
     out = []
     for key in sorted(counts):
@@ -445,10 +447,13 @@ def all_tower_segments() -> frozenset[str]:
 def tower_segment(module_path: str) -> str | None:
     """The tower/projector/talker segment a module path runs through, if any."""
     towers = all_tower_segments()
-    for seg in module_path.split("."):
+    parts = module_path.split(".")
+    if towers.isdisjoint(parts):  # most paths: one C-level test
+        return None
+    for seg in parts:
         if seg in towers:
             return seg
-    return None
+    return None  # pragma: no cover  (isdisjoint said one is there)
 
 
 def tower_probes(segment: str) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ here once, and so is the envelope of an input that could not be used at all (fin
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -15,6 +16,20 @@ from adapterdoc.report.findings import Finding, has_errors
 
 UNUSABLE = "AD100"
 """The code of "this input cannot be used at all" (exit code 3), in every command's JSON."""
+
+
+def to_json(obj: Mapping[str, object]) -> str:
+    """Exactly one JSON object, as the contract asks (here, not in :mod:`~adapterdoc.report.render`: ``--json``
+    needs no text renderer)."""
+    return json.dumps(obj, indent=2, ensure_ascii=False, default=_default)
+
+
+def _default(o: object) -> object:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
 
 
 def envelope(

@@ -22,7 +22,7 @@ def emit_text(report: Envelope, **options: object) -> str:
 
 def emit_json(report: Envelope, **_: object) -> str:
     """Exactly one JSON object: the report's envelope."""
-    from adapterdoc.report.render import to_json
+    from adapterdoc.report.base import to_json
 
     return to_json(report.to_dict()) + "\n"
 

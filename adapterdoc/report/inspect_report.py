@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import Detection
-from adapterdoc.report.audit_report import Audit
 from adapterdoc.report.base import FrozenReport
 
 if TYPE_CHECKING:
     from adapterdoc.experts import ExpertPicture
+    from adapterdoc.report.audit_report import Audit  # only with --weights, which builds it
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,14 @@ without ``NO_COLOR``.
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
+
+from adapterdoc.report.base import to_json as to_json  # its home before; --json imports base alone
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -30,19 +31,6 @@ MIN_WIDTH = 40
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 SEVERITIES = ("error", "warning", "info")
 MORE = "--json lists them"
-
-
-def to_json(obj: Mapping[str, object]) -> str:
-    """Exactly one JSON object, as the contract asks."""
-    return json.dumps(obj, indent=2, ensure_ascii=False, default=_default)
-
-
-def _default(o: object) -> object:
-    if hasattr(o, "to_dict"):
-        return o.to_dict()
-    if isinstance(o, (set, frozenset, tuple)):
-        return list(o)
-    return str(o)
 
 
 def _isatty(stream: IO[str] | None) -> bool:

@@ -63,6 +63,72 @@ def test_parse_key(key: str, module: str, role: str, name: str | None) -> None:
     assert k.wrapped == key.startswith(W)
 
 
+_SEGMENTS = [
+    "lora_A",
+    "lora_B",
+    "q_proj",
+    "0",
+    "default",
+    "weight",
+    "bias",
+    "",
+    "x\ny",
+    "lora_A\n",
+    "experts",
+]
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.lists(st.sampled_from(_SEGMENTS), min_size=0, max_size=6),
+    st.sampled_from(["lora_A", "lora_B", "lora_Ab", "lora_a"]),
+    st.sampled_from(["weight", "bias", "weight\n", "weights"]),
+    st.booleans(),
+)
+def test_parse_key_fast_path_equals_the_regexes(
+    parts: list[str], role: str, param: str, wrapped: bool
+) -> None:
+    """The split without a regex of ``<module>.lora_A.weight`` gives what the regexes give, on names built to
+    trip it: modules ending in ``.lora_A``/``.lora_B`` (an adapter name then matches first), empty modules and
+    segments, newlines (``.`` does not match them), near-miss roles and params."""
+    from adapterdoc.adapter import keys
+
+    key = (W if wrapped else "") + ".".join([*parts, role, param])
+    rest = key[len(W) :] if wrapped else key
+    fast = keys.parse_key.__wrapped__(key)
+    assert fast == keys._parse_key_rx(key, wrapped, rest)
+
+
+def test_a_parsed_key_is_the_dataclass_built_by_its_init() -> None:
+    """parse_key builds its LoraKeys without the frozen ``__init__``: the instances are those ``__init__`` makes."""
+    import dataclasses
+
+    from adapterdoc.adapter.keys import LoraKey
+
+    assert not hasattr(LoraKey, "__post_init__") and not hasattr(LoraKey, "__slots__")
+    for key in (
+        W + "m.q.lora_A.weight",
+        "m.q.lora_B.default.bias",
+        W + "lm_head.weight",
+        W + "e.lora_embedding_A",
+    ):
+        k = parse_key(key)
+        built = LoraKey(**{f.name: getattr(k, f.name) for f in dataclasses.fields(LoraKey)})
+        assert vars(k) == vars(built) and k == built and hash(k) == hash(built) and repr(k) == repr(built)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            k.module = "x"  # type: ignore[misc]
+
+
+def test_parse_key_fast_path_edge_cases() -> None:
+    assert (parse_key(W + "m.lora_A.lora_B.weight").module, parse_key(W + "m.lora_A.lora_B.weight").role) == (
+        "m",
+        "lora_A",
+    )
+    assert parse_key(W + "m.lora_A.lora_B.weight").adapter_name == "lora_B"
+    assert parse_key(W + ".lora_A.weight").role == "full"  # no module before the role: not a LoRA factor
+    assert parse_key("a\nb.lora_A.weight").role == "full"
+
+
 def test_fused_expert_target_collapses_base_layer() -> None:
     assert (
         parse_key(W + "model.layers.0.mlp.experts.base_layer.lora_A.weight").target

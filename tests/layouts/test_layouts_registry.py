@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
 from adapterdoc import layouts as L
@@ -224,3 +226,23 @@ def test_a_layout_without_a_tiny_config_must_say_why(monkeypatch: pytest.MonkeyP
         registry.register(bare)
     with pytest.raises(ValueError, match="registered twice"):
         registry.register(L.LAYOUTS["qwen3_5_text"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["model", "layers", "0", "12", "x1", "1x", "", "\n", "3\n", "٣", "visual", "mtp"]),
+        max_size=7,
+    )
+)
+def test_detection_shapes_and_towers_read_paths_as_before(segments: list[str]) -> None:
+    """The shape key (numeric segments as ``0``) and the tower segment of a path are what the earlier readings
+    gave: a lookbehind regex, and a loop over the split path."""
+    import re
+
+    from adapterdoc.layouts import registry as R
+
+    path = ".".join(segments)
+    assert R._INDEX.sub(".0", path) == re.sub(r"(?<=\.)\d+(?=\.|$)", "0", path)
+    towers = R.all_tower_segments()
+    assert R.tower_segment(path) == next((s for s in path.split(".") if s in towers), None)

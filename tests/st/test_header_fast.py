@@ -169,3 +169,49 @@ def test_a_header_read_again_is_a_fresh_copy_and_a_changed_one_is_parsed_again(t
     path.write_bytes(path.read_bytes()[:-1])  # now invalid: the memo never answers for other bytes or sizes
     with pytest.raises(HeaderError, match="file truncated"):
         read_header(path)
+
+
+@pytest.mark.parametrize("rounding", ["up", "down"])
+@pytest.mark.parametrize("numel", [1, 2, 3, 4, 6, 8])
+@pytest.mark.parametrize("dtype", ["F4", "F6_E2M3", "F8_E4M3"])
+def test_sub_byte_dtypes_take_the_bulk_route_only_on_whole_bytes(
+    dtype: str, numel: int, rounding: str
+) -> None:
+    """The whole-byte pass runs only when a sub-byte dtype is there: a sub-byte tensor of whole bytes is accepted
+    in bulk (the exact result), one that ends inside a byte goes to the exact route, which names it (offsets
+    rounded down agree with ``bits >> 3``: then the whole-byte pass alone sends it there)."""
+    bits = numel * DTYPE_BITS[dtype]
+    size = -(-bits // 8) if rounding == "up" else bits // 8
+    obj = {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
+    obj["b"] = {"dtype": dtype, "shape": [numel], "data_offsets": [8, 8 + size]}
+    if bits % 8:
+        text = json.dumps(obj, separators=(",", ":"))
+        parsed = H._load_json_fast(text)
+        assert parsed is not None and H._fast_header(parsed, 8 + size) is None
+        with pytest.raises(HeaderError, match="byte boundary"):
+            H.parse_header("f", text.encode(), 8 + len(text) + 8 + size)
+    else:
+        fast, (exact, whole) = _both(obj, 8 + size)
+        assert fast is not None and list(fast[1].items()) == list(exact[1].items()) == list(
+            whole.tensors.items()
+        )
+
+
+@pytest.mark.parametrize("dims", [[2**58], [2**57, 2], [2**29, 2**29, 1]])
+def test_the_two_to_the_64_bound_holds_where_a_tiling_entry_can_reach_it(dims: list[int]) -> None:
+    """bits < 2^64 is checked only for a data section of 2^61 bytes or more (below, tiling implies it): an entry of
+    2^64 bits that tiles such a section still takes the exact route, which refuses it."""
+    numel = 1
+    for d in dims:
+        numel *= d
+    size = numel * 8  # F64: 2^64 bits when numel is 2^58
+    obj = {"x": {"dtype": "F64", "shape": dims, "data_offsets": [0, size]}}
+    text = json.dumps(obj, separators=(",", ":"))
+    parsed = H._load_json_fast(text)
+    assert parsed is not None
+    assert numel * 64 == 2**64 and size > H._U64_MAX >> 3
+    assert H._fast_header(parsed, size) is None
+    with pytest.raises(HeaderError):
+        H.parse_header("f", text.encode(), 8 + len(text) + size)
+    small = {"x": {"dtype": "F64", "shape": [2**20], "data_offsets": [0, 2**23]}}  # far below: bulk
+    assert H._fast_header(H._load_json_fast(json.dumps(small)), 2**23) is not None

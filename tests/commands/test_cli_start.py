@@ -1,0 +1,145 @@
+"""What ``adapterdoc inspect --json`` imports in a fresh process (issue 26, row 4): the modules only other commands
+or outputs need stay out of its start, and the output is the one the full imports give."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.small_adapters import write_small_adapter
+
+CHILD = """
+import io, json, sys
+from contextlib import redirect_stdout
+from adapterdoc.cli import main
+out = io.StringIO()
+with redirect_stdout(out):
+    try:
+        main(sys.argv[1:], prog_name="adapterdoc")
+    except SystemExit:
+        pass
+print(json.dumps({"out": out.getvalue(), "loaded": sorted(sys.modules)}))
+"""
+
+NOT_AT_START = (
+    "typing_extensions",  # commands.options needs `Self` for its annotations only
+    "difflib",  # adapter.config's typo suggestions
+    "shlex",  # layouts.moves' remap commands in findings
+    "adapterdoc.bases",  # open_checkpoint of a repo id, not of a path
+    "adapterdoc.report.audit_report",  # --weights
+    "adapterdoc.report.render",  # the text renderers (to_json lives in report.base)
+    "adapterdoc.formats.mlx",  # a file is no MLX folder and holds no GGUF magic (formats.SCREENS)
+    "adapterdoc.formats.mlx_plan",
+    "adapterdoc.formats.gguf",
+    "adapterdoc.formats.gguf_header",
+    "adapterdoc.codes.serving",  # get_code reads the area module of the code it is asked for
+    "adapterdoc.codes.convert",
+    "adapterdoc.codes.weights",
+    "rich",  # --json prints no rich text
+)
+
+
+def _run(*args: str) -> dict[str, object]:
+    p = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_inspect_json_leaves_other_commands_modules_out(tmp_path: Path) -> None:
+    adapter = write_small_adapter(tmp_path / "a") / "adapter_model.safetensors"  # a file, as row 4 reads
+    res = _run("inspect", "--json", str(adapter))
+    loaded = set(res["loaded"])  # type: ignore[arg-type]
+    assert not loaded & set(NOT_AT_START), sorted(loaded & set(NOT_AT_START))
+    assert "adapterdoc.codes.keys" in loaded  # the AD2xx finding it made came from its area module
+    body = json.loads(str(res["out"]))
+    assert body["tensors"] == 2 and body["lora"]["modules"] == 1
+
+
+def test_get_code_by_area_is_the_catalogue_s_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    import adapterdoc.codes as codes
+
+    full = dict(codes.catalogue())
+    monkeypatch.setattr(codes, "_CATALOGUE", None)  # as in a fresh process: the area route
+    monkeypatch.setattr(codes, "_BY_AREA", {})
+    for code, info in full.items():
+        assert codes.get_code(code) is info
+        assert codes.get_code(code.lower()) is info
+    assert codes._CATALOGUE is None  # every code was found in its own area module
+    with pytest.raises(KeyError, match="AD999"):
+        codes.get_code("AD999")
+
+
+def test_get_code_reads_one_area_module_first() -> None:
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, adapterdoc.codes as c; i = c.get_code('AD209'); "
+            "print(i.code, sorted(m for m in sys.modules if m.startswith('adapterdoc.codes.')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert p.stdout.split(" ", 1) == ["AD209", "['adapterdoc.codes.keys']\n"]
+
+
+def test_header_facts_pauses_the_collector_and_restores_it(tmp_path: Path) -> None:
+    import gc
+
+    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.facts import header_facts
+
+    ckpt = open_checkpoint(write_small_adapter(tmp_path / "a"))
+    seen: list[bool] = []
+    real = gc.disable
+    try:
+        gc.disable = lambda: (seen.append(gc.isenabled()), real())[1]  # type: ignore[assignment]
+        assert gc.isenabled()
+        facts = header_facts(ckpt)
+        assert gc.isenabled() and seen == [True]  # paused while it ran, collecting again after
+        real()
+        header_facts(ckpt)
+        assert not gc.isenabled()  # a caller's paused collector stays paused
+    finally:
+        gc.disable = real  # type: ignore[assignment]
+        gc.enable()
+    assert facts.lora is not None and facts.lora.modules == 1
+
+
+def test_grouped_modules_are_the_dataclass_built_by_its_init(tmp_path: Path) -> None:
+    """_group_modules builds its ModuleLoras without the frozen ``__init__``: the instances are those it makes."""
+    import dataclasses
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from adapterdoc.adapter import parse_key
+    from adapterdoc.checkpoint import open_checkpoint
+    from adapterdoc.facts import ModuleLora, _group_modules
+
+    assert not hasattr(ModuleLora, "__post_init__") and not hasattr(ModuleLora, "__slots__")
+    w = "base_model.model.model.layers.0."
+    one = np.ones((2, 4), np.float32)
+    tensors = {
+        f"{w}q_proj.lora_A.weight": one,
+        f"{w}q_proj.lora_B.weight": one.T.copy(),
+        f"{w}q_proj.lora_B.bias": np.ones(4, np.float32),
+        f"{w}v_proj.lora_magnitude_vector": np.ones(4, np.float32),
+        f"{w}embed.lora_embedding_A": one,
+    }
+    save_file(tensors, str(tmp_path / "a.safetensors"))
+    ckpt = open_checkpoint(tmp_path / "a.safetensors")
+    modules = _group_modules(ckpt.tensors, [parse_key(k) for k in ckpt.tensors])
+    assert len(modules) == 3
+    for m in modules.values():
+        built = ModuleLora(**{f.name: getattr(m, f.name) for f in dataclasses.fields(ModuleLora)})
+        assert vars(m) == vars(built) and m == built and hash(m) == hash(built) and repr(m) == repr(built)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            m.bias = True  # type: ignore[misc]
+    q = modules["model.layers.0.q_proj"]
+    assert q.a is not None and q.b is not None and q.bias and not q.embedding and q.rank == 2
+    assert modules["model.layers.0.v_proj"].magnitude and modules["model.layers.0.embed"].embedding
