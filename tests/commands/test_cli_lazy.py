@@ -40,14 +40,22 @@ with redirect_stdout(out):
         main(sys.argv[1:], prog_name="adapterdoc")
     except SystemExit:
         pass
-print(json.dumps({"out": out.getvalue(),
-                  "loaded": sorted(m for m in sys.modules if m.startswith("adapterdoc.commands.") and m.endswith("_cmd"))}))
+print(json.dumps({"out": out.getvalue(), "loaded": sorted(sys.modules)}))
 """
 
 
-def _run(*args: str) -> dict[str, object]:
+def run_fresh(*args: str) -> dict[str, object]:
+    """``adapterdoc ARGS`` in a fresh interpreter: its stdout (``out``) and every module it had imported
+    (``loaded``), for the tests of what a command's start imports."""
     p = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, check=True)
     return json.loads(p.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _run(*args: str) -> dict[str, object]:
+    res = run_fresh(*args)
+    loaded = res["loaded"]
+    res["loaded"] = [m for m in loaded if m.startswith("adapterdoc.commands.") and m.endswith("_cmd")]  # type: ignore[union-attr]
+    return res
 
 
 def test_help_lists_every_command_and_imports_none() -> None:

@@ -10,20 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.commands.test_cli_lazy import run_fresh
 from tests.small_adapters import write_small_adapter
-
-CHILD = """
-import io, json, sys
-from contextlib import redirect_stdout
-from adapterdoc.cli import main
-out = io.StringIO()
-with redirect_stdout(out):
-    try:
-        main(sys.argv[1:], prog_name="adapterdoc")
-    except SystemExit:
-        pass
-print(json.dumps({"out": out.getvalue(), "loaded": sorted(sys.modules)}))
-"""
 
 NOT_AT_START = (
     "typing_extensions",  # commands.options needs `Self` for its annotations only
@@ -43,9 +31,7 @@ NOT_AT_START = (
 )
 
 
-def _run(*args: str) -> dict[str, object]:
-    p = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, check=True)
-    return json.loads(p.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+_run = run_fresh
 
 
 def test_inspect_json_leaves_other_commands_modules_out(tmp_path: Path) -> None:
