@@ -62,6 +62,28 @@ def peft_adapter(model: Any, folder: Path, seed: int = 1, autocast: bool = True,
     return folder
 
 
+def fused_expert_peft(model: Any, folder: Path, *, r: int, std: float) -> Any:
+    """PEFT's fused expert LoRA (``target_parameters`` on the experts, ``q_proj``/``v_proj`` beside them) on
+    ``model``, every LoRA factor drawn from N(0, std²) (seed 0, alpha 2r), saved to ``folder``; the PEFT model."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    cfg = LoraConfig(
+        r=r,
+        lora_alpha=2 * r,
+        target_modules=["q_proj", "v_proj"],
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+    )
+    pm = get_peft_model(model, cfg)
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_" in n:
+                p.normal_(0, std)
+    pm.save_pretrained(folder)
+    return pm
+
+
 def config_of(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "adapter_config.json").read_text())
 

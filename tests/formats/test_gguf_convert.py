@@ -18,6 +18,7 @@ from adapterdoc.formats.gguf_header import PROVENANCE, read_header
 from tests.formats.gguf_helpers import (
     LINEAR,
     LINEAR_ATTN,
+    fused_expert_peft,
     generic_model,
     peft_adapter,
     save_config,
@@ -309,24 +310,10 @@ def test_gguf_moe_experts_stacked(tmp_path: Path, tiny_model, cli, layout: str) 
     per-expert` every expert's pair is stacked into llama.cpp's ``ffn_*_exps`` [E, ...] tensors, exactly. On
     Qwen3.5-MoE the per-expert adapter keeps ``target_parameters`` (PEFT loads it through transformers' expert
     conversion): its per-expert pairs convert, the attention pairs beside them too."""
-    import torch
-    from peft import LoraConfig, get_peft_model
 
     model, base = _registry_base(tiny_model, layout, tmp_path / "base")
-    torch.manual_seed(0)
-    cfg = LoraConfig(
-        r=3,
-        lora_alpha=6,
-        target_modules=["q_proj", "v_proj"],
-        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
-    )
-    pm = get_peft_model(model, cfg)
-    with torch.no_grad():
-        for n, p in pm.named_parameters():
-            if "lora_" in n:
-                p.normal_(0, 0.3)
     fused = tmp_path / "fused"
-    pm.save_pretrained(fused)
+    fused_expert_peft(model, fused, r=3, std=0.3)
     msg = _refused(tmp_path, fused, str(base), "AD874")
     assert "--experts per-expert" in msg
     per = tmp_path / "per"

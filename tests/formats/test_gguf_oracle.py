@@ -22,6 +22,7 @@ from adapterdoc.formats.gguf_verify import verify_gguf
 from tests.formats.gguf_helpers import (
     LINEAR,
     LINEAR_ATTN,
+    fused_expert_peft,
     generic_model,
     llama_cpp_qwen35,
     peft_adapter,
@@ -359,26 +360,13 @@ def test_gguf_oracle_expert_lora(llama, tmp_path: Path, tiny_model, cli, layout:
     ``remap --experts per-expert``, then our GGUF (stacked ``ffn_*_exps``): llama.cpp's routed experts with it give
     PEFT's logits of the fused adapter."""
     import numpy as np
-    import torch
-    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft import PeftModel
 
     model = llama_cpp_qwen35(layout) if layout.startswith("qwen3_5") else tiny_model(layout)
     base_dir, base_gguf = _base(llama, tmp_path, model)
     want_base = _torch_logits(model, IDS)
-    torch.manual_seed(0)
-    cfg = LoraConfig(
-        r=4,
-        lora_alpha=8,
-        target_modules=["q_proj", "v_proj"],
-        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
-    )
-    pm = get_peft_model(model, cfg)
-    with torch.no_grad():
-        for n, p in pm.named_parameters():
-            if "lora_" in n:
-                p.normal_(0, 0.15)  # an effect of ~0.2 on logits ~1, as the other cases
     fused = tmp_path / "fused"
-    pm.save_pretrained(fused)
+    pm = fused_expert_peft(model, fused, r=4, std=0.15)  # an effect of ~0.2 on logits ~1, as the other cases
     pm.unload()
     peft_model = PeftModel.from_pretrained(model, fused).eval()
     want = _torch_logits(peft_model, IDS)
