@@ -14,6 +14,7 @@ from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, modul
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.experts import ExpertPicture, expert_picture
 from adapterdoc.layouts import LAYOUTS, MOE_NAME_HINT, Detection, detect_layout, tower_segment
+from adapterdoc.records import frozen_record
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.inspect_report import LoraSummary
 from adapterdoc.st.header import TensorInfo
@@ -251,19 +252,15 @@ def _group_modules(tensors: dict[str, TensorInfo], keys: list[LoraKey]) -> dict[
     return {m: _module_lora(m, *s) for m, s in acc.items()}  # type: ignore[arg-type]
 
 
-_new = object.__new__
-
-
 def _module_lora(
     module: str, a: TensorInfo | None, b: TensorInfo | None, embedding: bool, magnitude: bool, bias: bool
 ) -> ModuleLora:
-    """``ModuleLora(module, a, b, embedding, magnitude, bias)`` without the frozen ``__init__``'s six
-    ``object.__setattr__`` calls (half of the grouping pass): the same instance, its fields written to its
-    ``__dict__`` (a ModuleLora has no ``__post_init__`` and no slots; ``tests/commands/test_cli_start.py`` compares
-    the two)."""
-    m = _new(ModuleLora)
-    m.__dict__.update(module=module, a=a, b=b, embedding=embedding, magnitude=magnitude, bias=bias)
-    return m
+    """``ModuleLora(module, a, b, embedding, magnitude, bias)`` without the frozen ``__init__`` (half of the
+    grouping pass: :func:`~adapterdoc.records.frozen_record`; ``tests/commands/test_cli_start.py`` compares the
+    two)."""
+    return frozen_record(
+        ModuleLora, module=module, a=a, b=b, embedding=embedding, magnitude=magnitude, bias=bias
+    )
 
 
 def _lora_summary(cfg: AdapterConfig | None, modules: dict[str, ModuleLora]) -> LoraSummary:

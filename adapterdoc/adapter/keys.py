@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from adapterdoc.records import frozen_record
+
 WRAPPER = "base_model.model."
 """The prefix PEFT puts in front of every module path in a saved LoRA adapter."""
 
@@ -56,16 +58,14 @@ class LoraKey:
 
 
 _PLAIN_AB = (".lora_A", ".lora_B")
-_new = object.__new__
 
 
 def _lora_key(key: str, wrapped: bool, module: str, role: str, adapter_name: str | None = None) -> LoraKey:
-    """``LoraKey(key, wrapped, module, role, adapter_name)`` without the frozen ``__init__``'s five
-    ``object.__setattr__`` calls (a third of a parse): the same instance, its fields written to its ``__dict__``
-    (a LoraKey has no ``__post_init__`` and no slots; ``tests/adapter/test_adapter.py`` compares the two)."""
-    k = _new(LoraKey)
-    k.__dict__.update(key=key, wrapped=wrapped, module=module, role=role, adapter_name=adapter_name)
-    return k
+    """``LoraKey(key, wrapped, module, role, adapter_name)`` without the frozen ``__init__`` (a third of a parse:
+    :func:`~adapterdoc.records.frozen_record`; ``tests/adapter/test_adapter.py`` compares the two)."""
+    return frozen_record(
+        LoraKey, key=key, wrapped=wrapped, module=module, role=role, adapter_name=adapter_name
+    )
 
 
 @lru_cache(maxsize=1 << 16)  # inspect parses every name in several places; a LoraKey is immutable
