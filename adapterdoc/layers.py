@@ -45,7 +45,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("layouts", "adapter", "experts", "bases"),
     ),
     ("storage", "safetensors without tensors: headers, rewrites, tensor reads, atomic writes", ("st",)),
-    ("base", "errors and the version", ("errors", "__init__", "layers")),
+    ("base", "errors, the version, hot-path records", ("errors", "__init__", "layers", "records")),
 )
 """(name, what it holds, the modules and packages under ``adapterdoc.``), top first."""
 
