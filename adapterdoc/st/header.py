@@ -240,13 +240,13 @@ def _load_json_fast(text: str) -> _Parsed | None:
     exact, slower path decides (repeated metadata keys, which are legal, take that route too)."""
     if "\\" in text or ("-0" in text and _ODD_JSON.search(text) is not None):
         return None
-    try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+    try:  # a float anywhere fails here (no field of a well-formed header holds one): no type pass needs to find it
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_reject_float)
     except (ValueError, RecursionError):
         return None  # the exact path reports the error
     if type(obj) is not dict:
         return None
-    return _Parsed(obj, text.count('"'))
+    return _Parsed(obj, text.count('"'), "true" in text or "false" in text)
 
 
 class _Parsed(NamedTuple):
@@ -254,6 +254,12 @@ class _Parsed(NamedTuple):
 
     obj: dict[str, object]
     quotes: int
+    bools: bool
+    """Whether the text spells ``true`` or ``false`` anywhere (in a name, too): only then can a number be a bool."""
+
+
+def _reject_float(s: str) -> NoReturn:
+    raise ValueError(f"a float ({s})")
 
 
 _FIELDS = frozenset(("dtype", "shape", "data_offsets"))
@@ -275,9 +281,10 @@ def _fast_header(
     ``shape`` and ``data_offsets`` (lists of ints in ``[0, 2^64)``, two offsets; no zero dimension: those take
     the exact route, which replays the reference's checked multiplication), no key repeated anywhere (the
     quote count, see :func:`_load_json_fast`), and the entries tile the data section exactly, each spanning
-    ``numel × bits / 8`` bytes below 2^64. Two passes run only where they can fail: the whole-byte one with a
-    sub-byte dtype present, the 2^64 one for a data section of 2^61 bytes or more (below it the tiling implies
-    the bound; ``tests/st/test_header_fast.py`` pins both)."""
+    ``numel × bits / 8`` bytes below 2^64. Three passes run only where they can fail: the int-type one when the
+    text spells ``true`` or ``false`` (floats fail the parse, other types the arithmetic), the whole-byte one
+    with a sub-byte dtype present, the 2^64 one for a data section of 2^61 bytes or more (below it the tiling
+    implies the bound; ``tests/st/test_header_fast.py`` pins all three)."""
     obj = parsed.obj
     strings = len(obj)  # the top-level names
     names = list(obj)
@@ -316,18 +323,34 @@ def _fast_header(
         return None
     begins = list(map(itemgetter(0), offsets))
     ends = list(map(itemgetter(1), offsets))
-    dims = list(chain.from_iterable(shape_lists))
-    if set(map(type, chain(dims, begins, ends))) != _ONLY_INT or (dims and min(dims) < 1):
-        return None  # not all ints (bools and floats included); a zero dimension, or a negative one
-    # No other range checks: each dimension is below the product checked against 2^64 next, and offsets that
-    # tile [0, data_bytes) with positive sizes (checked last) all lie inside it.
     shapes = list(map(tuple, shape_lists))
-    bits = list(map(mul, map(math.prod, shapes), map(DTYPE_BITS.__getitem__, dtypes)))
-    # a whole number of bytes: only a sub-byte dtype (F4, F6_*) can miss it, so the pass runs only with one
-    if any(DTYPE_BITS[d] & 7 for d in kinds) and any(map(and_, bits, repeat(7))):
+    # a bool compares and subtracts like an int: the type pass must find it
+    if parsed.bools and set(map(type, chain(chain.from_iterable(shapes), begins, ends))) != _ONLY_INT:
         return None
-    if list(map(sub, ends, begins)) != list(map(rshift, bits, repeat(3))):
+    # With no float (refused by the parse) and no bool, a number is an int; a value of any other type (string,
+    # null, list, object) raises TypeError in the comparisons and arithmetic below, which send it to the exact
+    # route: min() compares every dimension with one of the first's type, then the minimum with 1, and ``sub``
+    # takes ints alone. No other range checks: each dimension is below the product checked against 2^64 next,
+    # and offsets that tile [0, data_bytes) with positive sizes (checked last) all lie inside it.
+    try:
+        if min(chain.from_iterable(shapes), default=1) < 1:
+            return None  # a zero dimension, or a negative one
+        sizes = list(map(sub, ends, begins))
+        prods = list(map(math.prod, shapes))
+    except TypeError:
         return None
+    bits: list[int] | None = None
+    one_bits = DTYPE_BITS[next(iter(kinds))] if len(kinds) == 1 else 0
+    if one_bits and not one_bits & 7:  # one dtype of whole bytes, as most files hold: bytes = numel × width
+        if sizes != list(map(mul, prods, repeat(one_bits >> 3))):
+            return None
+    else:
+        bits = list(map(mul, prods, map(DTYPE_BITS.__getitem__, dtypes)))
+        # a whole number of bytes: only a sub-byte dtype (F4, F6_*) can miss it, so the pass runs only with one
+        if any(DTYPE_BITS[d] & 7 for d in kinds) and any(map(and_, bits, repeat(7))):
+            return None
+        if sizes != list(map(rshift, bits, repeat(3))):
+            return None
     starts = sorted(begins)
     if starts == begins:  # written in data order, as most writers do
         stops = ends
@@ -339,8 +362,11 @@ def _fast_header(
     # The reference's bound, bits < 2^64: the entries tile the data section (checked above), so each spans
     # bits >> 3 <= data_bytes bytes and bits <= 8 * data_bytes + 7, below 2^64 unless the section holds 2^61
     # bytes or more; only then is the pass needed.
-    if data_bytes > _U64_MAX >> 3 and max(bits) > _U64_MAX:
-        return None
+    if data_bytes > _U64_MAX >> 3:
+        if bits is None:
+            bits = list(map(mul, prods, repeat(one_bits)))
+        if max(bits) > _U64_MAX:
+            return None
     infos = map(tuple.__new__, repeat(TensorInfo), zip(names, dtypes, shapes, begins, ends))
     return metadata, dict(zip(names, infos))
 

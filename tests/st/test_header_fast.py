@@ -143,7 +143,8 @@ def test_repeated_metadata_keys_keep_the_last_through_either_route() -> None:
 def test_a_dimension_of_another_type_takes_the_exact_route(dim: str) -> None:
     text = '{"x":{"dtype":"F32","shape":[1,' + dim + '],"data_offsets":[0,16]}}'
     raw = text.encode()
-    assert H._fast_header(H._load_json_fast(text), 16) is None  # type: ignore[arg-type]
+    parsed = H._load_json_fast(text)  # a float fails the parse itself
+    assert (parsed is None) == (dim == "4.0") and (parsed is None or H._fast_header(parsed, 16) is None)
     with pytest.raises(HeaderError, match="invalid shape"):
         H.parse_header("f", raw, 8 + len(raw) + 16)
 
@@ -215,3 +216,54 @@ def test_the_two_to_the_64_bound_holds_where_a_tiling_entry_can_reach_it(dims: l
         H.parse_header("f", text.encode(), 8 + len(text) + size)
     small = {"x": {"dtype": "F64", "shape": [2**20], "data_offsets": [0, 2**23]}}  # far below: bulk
     assert H._fast_header(H._load_json_fast(json.dumps(small)), 2**23) is not None
+
+
+@pytest.mark.parametrize("name", ["x", "x.true", "falsehood"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        '"shape":[1,true],"data_offsets":[0,4]',
+        '"shape":[false],"data_offsets":[0,0]',
+        '"shape":[1],"data_offsets":[false,4]',
+        '"shape":[1],"data_offsets":[0,"4"]',
+        '"shape":[1],"data_offsets":[null,4]',
+        '"shape":[1],"data_offsets":[[0],[4]]',
+        '"shape":[1],"data_offsets":[{},{}]',
+        '"shape":["a","b"],"data_offsets":[0,4]',
+        '"shape":[null],"data_offsets":[0,4]',
+        '"shape":[[1]],"data_offsets":[0,4]',
+        '"shape":[{}],"data_offsets":[0,4]',
+        '"shape":[1,"1"],"data_offsets":[0,4]',
+        '"shape":[1],"data_offsets":[0,4e0]',
+    ],
+)
+def test_a_number_that_is_no_int_never_passes_the_bulk_route(name: str, entry: str) -> None:
+    """Bools need the type pass (``"true"``/``"false"`` spelled anywhere, a name too, turns it on); floats fail the
+    parse; every other type fails a comparison or a subtraction. Each goes to the exact route, which refuses it."""
+    text = '{"' + name + '":{"dtype":"F32",' + entry + "}}"
+    parsed = H._load_json_fast(text)
+    assert parsed is None or H._fast_header(parsed, 4) is None
+    with pytest.raises(HeaderError):
+        H.parse_header("f", text.encode(), 8 + len(text) + 4)
+
+
+def test_one_dtype_and_many_dtypes_give_the_exact_sizes() -> None:
+    """The one-dtype shortcut (bytes = numel × width) and the general one agree with the exact route: an entry
+    one byte short is refused through both, and a mixed file of whole-byte dtypes is read exactly."""
+    for dtypes in (["BF16"] * 3, ["BF16", "F32", "I8"]):
+        obj: dict[str, Any] = {}
+        pos = 0
+        for i, d in enumerate(dtypes):
+            nbytes = 6 * DTYPE_BITS[d] // 8
+            obj[f"t{i}"] = {"dtype": d, "shape": [2, 3], "data_offsets": [pos, pos + nbytes]}
+            pos += nbytes
+        fast, (exact, whole) = _both(obj, pos)
+        assert fast is not None and list(fast[1].items()) == list(exact[1].items()) == list(
+            whole.tensors.items()
+        )
+        obj["t2"]["data_offsets"][1] -= 1
+        text = json.dumps(obj, separators=(",", ":"))
+        parsed = H._load_json_fast(text)
+        assert parsed is not None and H._fast_header(parsed, pos - 1) is None
+        with pytest.raises(HeaderError, match="invalid shape, dtype or offsets"):
+            H.parse_header("f", text.encode(), 8 + len(text) + pos - 1)
