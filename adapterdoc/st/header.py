@@ -262,7 +262,6 @@ def _reject_float(s: str) -> NoReturn:
     raise ValueError(f"a float ({s})")
 
 
-_FIELDS = frozenset(("dtype", "shape", "data_offsets"))
 _ONLY_INT = {int}
 _ONLY_DICT = {dict}
 _ONLY_LIST = {list}
