@@ -1,6 +1,6 @@
 """`python -m adapterdoc` entry point."""
 
-from adapterdoc.cli import main
+from adapterdoc.cli import run
 
 if __name__ == "__main__":
-    main()
+    run()

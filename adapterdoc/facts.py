@@ -14,7 +14,7 @@ from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, modul
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.experts import ExpertPicture, expert_picture
 from adapterdoc.layouts import LAYOUTS, MOE_NAME_HINT, Detection, detect_layout, tower_segment
-from adapterdoc.records import frozen_record
+from adapterdoc.records import frozen_maker
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.inspect_report import LoraSummary
 from adapterdoc.st.header import TensorInfo
@@ -252,15 +252,9 @@ def _group_modules(tensors: dict[str, TensorInfo], keys: list[LoraKey]) -> dict[
     return {m: _module_lora(m, *s) for m, s in acc.items()}  # type: ignore[arg-type]
 
 
-def _module_lora(
-    module: str, a: TensorInfo | None, b: TensorInfo | None, embedding: bool, magnitude: bool, bias: bool
-) -> ModuleLora:
-    """``ModuleLora(module, a, b, embedding, magnitude, bias)`` without the frozen ``__init__`` (half of the
-    grouping pass: :func:`~adapterdoc.records.frozen_record`; ``tests/commands/test_cli_start.py`` compares the
-    two)."""
-    return frozen_record(
-        ModuleLora, module=module, a=a, b=b, embedding=embedding, magnitude=magnitude, bias=bias
-    )
+_module_lora = frozen_maker(ModuleLora)
+"""``ModuleLora(module, a, b, embedding, magnitude, bias)`` without the frozen ``__init__`` (half of the grouping
+pass: :func:`~adapterdoc.records.frozen_maker`; ``tests/commands/test_cli_start.py`` compares the two)."""
 
 
 def _lora_summary(cfg: AdapterConfig | None, modules: dict[str, ModuleLora]) -> LoraSummary:

@@ -53,3 +53,48 @@ def test_classes_the_shortcut_would_build_wrongly_are_refused() -> None:
     for cls in (Mutable, Derived, Slotted, int):
         with pytest.raises(TypeError):
             frozen_record(cls, x=1)
+
+
+def test_a_maker_builds_the_instance_init_builds() -> None:
+    from adapterdoc.records import frozen_maker
+
+    make = frozen_maker(Point)
+    for args, kwargs in (((1,), {}), ((1, 2), {}), ((1, 2, "p"), {}), ((1,), {"label": "q"}), ((), {"x": 5})):
+        made, plain = make(*args, **kwargs), Point(*args, **kwargs)
+        assert type(made) is Point and vars(made) == vars(plain) and list(vars(made)) == ["x", "y", "label"]
+        assert made == plain and hash(made) == hash(plain) and repr(made) == repr(plain)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        make(1).x = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        make()  # x has no default, as Point(): the maker's parameters are the fields'
+    with pytest.raises(TypeError):
+        make(1, 2, "p", 4)
+
+
+def test_a_maker_refuses_what_it_would_build_wrongly() -> None:
+    from adapterdoc.records import frozen_maker
+
+    @dataclasses.dataclass(frozen=True)
+    class Factory:
+        x: list[int] = dataclasses.field(default_factory=list)
+
+    @dataclasses.dataclass(frozen=True)
+    class Hidden:
+        x: int
+        y: int = dataclasses.field(default=0, init=False)
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class KeywordOnly:
+        x: int
+
+    @dataclasses.dataclass(frozen=True)
+    class Clash:
+        __records_new__: int
+
+    @dataclasses.dataclass
+    class Mutable:
+        x: int
+
+    for cls in (Factory, Hidden, KeywordOnly, Clash, Mutable, int):
+        with pytest.raises(TypeError):
+            frozen_maker(cls)

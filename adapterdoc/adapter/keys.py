@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from adapterdoc.records import frozen_record
+from adapterdoc.records import frozen_maker
 
 WRAPPER = "base_model.model."
 """The prefix PEFT puts in front of every module path in a saved LoRA adapter."""
@@ -60,12 +60,9 @@ class LoraKey:
 _PLAIN_AB = (".lora_A", ".lora_B")
 
 
-def _lora_key(key: str, wrapped: bool, module: str, role: str, adapter_name: str | None = None) -> LoraKey:
-    """``LoraKey(key, wrapped, module, role, adapter_name)`` without the frozen ``__init__`` (a third of a parse:
-    :func:`~adapterdoc.records.frozen_record`; ``tests/adapter/test_adapter.py`` compares the two)."""
-    return frozen_record(
-        LoraKey, key=key, wrapped=wrapped, module=module, role=role, adapter_name=adapter_name
-    )
+_lora_key = frozen_maker(LoraKey)
+"""``LoraKey(key, wrapped, module, role, adapter_name=None)`` without the frozen ``__init__`` (two thirds of a
+parse: :func:`~adapterdoc.records.frozen_maker`; ``tests/adapter/test_adapter.py`` compares the two)."""
 
 
 @lru_cache(maxsize=1 << 16)  # inspect parses every name in several places; a LoraKey is immutable

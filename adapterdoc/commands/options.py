@@ -172,7 +172,7 @@ def _emit_error_report(e: AdapterdocError, output: Output) -> None:
 def emit(text: str) -> None:
     """Write rendered output to stdout (one write, newline-terminated); a stdout that cannot take it (a full disk,
     ``> /dev/full``) is one exit-3 line naming stdout."""
-    from adapterdoc.st.atomic import writing
+    from adapterdoc.st.paths import writing  # not st.atomic: stdout needs none of its writers
 
     with writing("stdout"):
         click.echo(text.rstrip("\n"))

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FileSummary:
+    """One weights file of the checkpoint: its path, size, header size and tensor count."""
+
     path: str
     bytes: int
     header_bytes: int
@@ -24,6 +26,8 @@ class FileSummary:
 
 @dataclass(frozen=True)
 class LoraSummary:
+    """The adapter's LoRA: module count, ranks, scaling, what its config targets, and modules per prefix and leaf."""
+
     modules: int
     ranks: dict[int, int]
     """rank → number of modules (the rank dimension of lora_A; fused experts count r·E)."""
