@@ -78,5 +78,7 @@ def frozen_maker(cls: type[T], /) -> Callable[..., T]:
     exec(src, env)  # field names are identifiers (dataclasses checked them); the rest are the dunders above
     make = env["make"]
     make.__qualname__ = make.__name__ = f"make_{cls.__name__}"  # type: ignore[attr-defined]
-    make.__doc__ = f"``{cls.__name__}(...)`` built by writing its ``__dict__`` (adapterdoc.records.frozen_maker)."
+    make.__doc__ = (
+        f"``{cls.__name__}(...)`` built by writing its ``__dict__`` (adapterdoc.records.frozen_maker)."
+    )
     return make  # type: ignore[return-value]
