@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
 from adapterdoc import __version__
@@ -91,17 +93,21 @@ def _with_shared_options(cmd: click.Command) -> click.Command:
 
 
 def run() -> None:
-    """The program (the ``adapterdoc`` script, ``python -m adapterdoc``): :data:`main`, then an exit without the
-    interpreter's last full collection.
+    """The program (the ``adapterdoc`` script, ``python -m adapterdoc``): :data:`main` run by :func:`as_program`."""
+    as_program(main)
 
-    When the command is done, every object it made moves to the cyclic collector's permanent generation
-    (:func:`gc.freeze`): the exit still runs the atexit hooks, flushes the streams and frees each object by its
-    reference count, but no longer walks them all once more looking for cycles first (11 of 105 ms of an
-    ``inspect --json`` of 4,096 tensors; ``tests/commands/test_cli_start.py``). In-process callers (tests, the
-    pre-commit hook) call :data:`main` and keep their collector as it was."""
+
+def as_program(command: Callable[[], object]) -> None:
+    """Run ``command`` as the whole program, then exit without the interpreter's last full collection.
+
+    When the command is done (returned or raised, ``SystemExit`` included), every object it made moves to the
+    cyclic collector's permanent generation (:func:`gc.freeze`): the exit still runs the atexit hooks, flushes the
+    streams and frees each object by its reference count, but no longer walks them all once more looking for
+    cycles first (11 of 105 ms of an ``inspect --json`` of 4,096 tensors; ``tests/commands/test_cli_start.py``).
+    In-process callers (tests, library users) call :data:`main` itself and keep their collector as it was."""
     import gc
 
     try:
-        main()
+        command()
     finally:
         gc.freeze()

@@ -21,6 +21,14 @@ def adapter_dirs(paths: list[str]) -> list[str]:
     return out
 
 
+def precommit_script() -> None:
+    """The ``adapterdoc-pre-commit`` script: :func:`precommit_main` as the whole program
+    (:func:`adapterdoc.cli.as_program`: no last full collection at its exit)."""
+    from adapterdoc.cli import as_program
+
+    as_program(precommit_main)
+
+
 def precommit_main(argv: list[str] | None = None) -> None:
     """``adapterdoc-pre-commit [VERIFY OPTIONS] -- FILES...`` (pre-commit appends the changed files last)."""
     args = list(sys.argv[1:] if argv is None else argv)

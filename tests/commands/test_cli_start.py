@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,3 +130,44 @@ def test_grouped_modules_are_the_dataclass_built_by_its_init(tmp_path: Path) -> 
     q = modules["model.layers.0.q_proj"]
     assert q.a is not None and q.b is not None and q.bias and not q.embedding and q.rank == 2
     assert modules["model.layers.0.v_proj"].magnitude and modules["model.layers.0.embed"].embedding
+
+
+_AS_PROGRAM = """
+import atexit, gc, runpy, sys
+atexit.register(lambda: sys.stderr.write(f"\\nfrozen={gc.get_freeze_count()}\\n"))
+sys.argv = ["adapterdoc", *sys.argv[2:]]
+if sys.argv_mode == "module":
+    runpy.run_module("adapterdoc", run_name="__main__", alter_sys=True)
+else:
+    from adapterdoc.hooks import precommit_script
+    precommit_script()
+"""
+
+
+def _as_program(mode: str, *args: str) -> subprocess.CompletedProcess[str]:
+    code = _AS_PROGRAM.replace("sys.argv_mode", repr(mode))
+    return subprocess.run([sys.executable, "-c", code, "-", *args], capture_output=True, text=True)
+
+
+def test_the_program_exits_without_the_last_collection_and_keeps_output_and_exit_code(
+    tmp_path: Path, cli: Any
+) -> None:
+    """``python -m adapterdoc`` (and the script, ``cli.run``) freezes the collector once the command is done: the
+    atexit hooks still run after it, the report and exit code are those of ``main`` in-process, and a failure is
+    still one line and exit 3. The pre-commit script does the same; in-process ``main`` freezes nothing."""
+    import gc
+
+    adapter = write_small_adapter(tmp_path / "a")
+    res = _as_program("module", "inspect", "--json", str(adapter))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip().splitlines()[-1] != "frozen=0" and "frozen=" in res.stderr
+    in_process = cli("inspect", "--json", str(adapter))
+    assert json.loads(res.stdout) == json.loads(in_process.stdout) and in_process.exit_code == 0
+    assert gc.get_freeze_count() == 0
+
+    missing = _as_program("module", "inspect", "--json", str(tmp_path / "nope"))
+    assert missing.returncode == 3 and "frozen=" in missing.stderr and missing.stderr.count("Traceback") == 0
+    assert json.loads(missing.stdout)["ok"] is False
+
+    hook = _as_program("hook", "--", str(adapter / "adapter_config.json"))
+    assert "frozen=" in hook.stderr and hook.stderr.strip().splitlines()[-1] != "frozen=0", hook.stderr
