@@ -172,10 +172,14 @@ def _emit_error_report(e: AdapterdocError, output: Output) -> None:
 def emit(text: str) -> None:
     """Write rendered output to stdout (one write, newline-terminated); a stdout that cannot take it (a full disk,
     ``> /dev/full``) is one exit-3 line naming stdout."""
-    from adapterdoc.st.paths import writing  # not st.atomic: stdout needs none of its writers
-
-    with writing("stdout"):
+    try:
         click.echo(text.rstrip("\n"))
+    except OSError as e:  # st.paths.writing("stdout"), its module imported only when it is needed
+        from adapterdoc.st.paths import is_write_refusal, not_writable
+
+        if not is_write_refusal(e):
+            raise
+        raise not_writable("stdout", e) from e
 
 
 def is_quiet() -> bool:

@@ -13,16 +13,10 @@ tests.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from adapterdoc.layouts import embeddinggemma, mistral3, modernbert, qwen3_5, qwen3_omni, qwen_vl
 from adapterdoc.layouts.common import MIXTRAL_EXPERTS, MOE_NAME_HINT
-from adapterdoc.layouts.moves import (
-    VL_RULES,
-    apply_move,
-    move_rules,
-    move_words,
-    rename,
-    strip_infix_in_regex,
-)
 from adapterdoc.layouts.registry import (
     ADD_LANGUAGE_MODEL,
     EXPERT_SPELLINGS,
@@ -52,6 +46,33 @@ from adapterdoc.layouts.registry import (
     tower_probes,
     tower_segment,
 )
+
+if TYPE_CHECKING:
+    from adapterdoc.layouts.moves import (
+        VL_RULES,
+        apply_move,
+        move_rules,
+        move_words,
+        rename,
+        strip_infix_in_regex,
+    )
+
+_FROM_MOVES = frozenset(
+    ("VL_RULES", "apply_move", "move_rules", "move_words", "rename", "strip_infix_in_regex")
+)
+"""Names :mod:`adapterdoc.layouts.moves` gives this package, imported at their first use (:func:`__getattr__`):
+what renames between layouts (remap, verify, the engines) is not what detection (inspect) needs."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _FROM_MOVES:
+        from adapterdoc.layouts import moves
+
+        value = getattr(moves, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 FAMILY_MODULES = (qwen3_5, qwen3_omni, mistral3, qwen_vl, modernbert, embeddinggemma)
 """The family modules, in registry order (detection ties and every listing follow it). Each has ``ENTRIES`` (its
