@@ -281,32 +281,40 @@ def expert_picture(
     parsed = keys if keys is not None else [parse_key(k) for k, _ in items]
     targeted = _targeted_fused(config)
     lone_hint = targeted[0] if len(targeted) == 1 else None
-    # (key, shape, fused block, whether an expert form may fit: `.experts` in the module) of each A/B
-    factors: list[tuple[LoraKey, Sequence[int], str | None, bool]] = []
+    # (index, key, shape, fused block) of each A/B whose module has `.experts` in it (every expert form does)
+    factors: list[tuple[int, LoraKey, Sequence[int], str | None]] = []
     fused_modules: dict[str, set[str]] = {}
-    for k, (_, shape) in zip(parsed, items):
+    # shared-expert modules by the index of their first A/B key: an expert form's module (`.experts` in it) and
+    # any other module never share a name, so the two passes below find each module once, in key order
+    found_shared: list[tuple[int, str]] = []
+    seen: set[str] = set()  # modules already looked at for a shared expert
+    for i, (k, (_, shape)) in enumerate(zip(parsed, items)):
         if k.role not in _FACTORS:
             continue
-        expert = ".experts" in k.module
-        m = _FUSED.match(k.module) if expert else None
+        if ".experts" not in k.module:  # no expert form: only a shared expert's test is left
+            if k.module not in seen:
+                seen.add(k.module)
+                if is_shared_expert(k.module):
+                    found_shared.append((i, k.module))
+            continue
+        m = _FUSED.match(k.module)
         if m:
             fused_modules.setdefault(m["block"], set()).add(k.module)
-        factors.append((k, shape, m["block"] if m else None, expert))
+        factors.append((i, k, shape, m["block"] if m else None))
     block_keys: dict[str, list[ExpertKey]] = {}
-    shared: list[str] = []
-    seen: set[str] = set()  # modules already looked at for a shared expert
-    for k, shape, fused_block, expert in factors:
+    for i, k, shape, fused_block in factors:
         hint = None
         if fused_block is not None and len(fused_modules[fused_block]) == 1:
             hint = lone_hint or "?"
-        ek = classify(k, shape, fused_hint=hint) if expert else None  # classify's own first test
+        ek = classify(k, shape, fused_hint=hint)
         if ek is None:
             if k.module not in seen:
                 seen.add(k.module)
                 if is_shared_expert(k.module):
-                    shared.append(k.module)
+                    found_shared.append((i, k.module))
             continue
         block_keys.setdefault(ek.block, []).append(ek)
+    shared = [mod for _, mod in sorted(found_shared)]
     block_shared: dict[str, list[str]] = {p: [] for p in block_keys}
     for mod in shared:  # attach each shared expert to the block with the same parent (``...mlp``)
         block_shared.setdefault(f"{_shared_parent(mod)}.experts", []).append(mod)

@@ -366,11 +366,13 @@ def _layer_census(module_paths: Iterable[str]) -> dict[str, str]:
     attn: set[int] = set()
     experts: set[int] = set()
     linear = False
+    towers = all_tower_segments()
     for path in module_paths:
         m = _LAYER.match(path)
-        if m is None or tower_segment(path) is not None:
+        if m is None or not towers.isdisjoint(path.split(".")):  # tower_segment(path) is not None
             continue
-        layer, rest = int(m.group(1)), m.group(2)
+        digits, rest = m.groups()
+        layer = int(digits)
         lora.add(layer)
         if rest.startswith("self_attn."):
             attn.add(layer)
