@@ -172,6 +172,58 @@ def test_a_header_read_again_is_a_fresh_copy_and_a_changed_one_is_parsed_again(t
         read_header(path)
 
 
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+@pytest.mark.parametrize("whole_pieces", [False, True])
+def test_a_long_header_read_again_is_compared_piece_by_piece(
+    tmp_path: Any, where: str, whole_pieces: bool
+) -> None:
+    """A header read again is compared with the memo's bytes 64 KiB at a time (``_reads_as``): one name changed
+    in the first, a middle or the last piece of a header of several (a whole number of pieces long, or not) makes
+    it a new parse; the same bytes give the memo's copy, at the right data start."""
+    from adapterdoc.st.header import _CHUNK, read_header
+
+    path = tmp_path / "a.safetensors"
+    count = 3000
+    names = [f"t{i:05d}" for i in range(count)]
+    obj = {n: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i, n in enumerate(names)}
+    text = json.dumps(obj, separators=(",", ":")).encode()
+    if whole_pieces:
+        text += b" " * (-len(text) % _CHUNK)  # trailing spaces: the padding the format allows
+    n = len(text)
+    assert n > 2 * _CHUNK and (n % _CHUNK == 0) == whole_pieces
+    blob = bytearray(len(text).to_bytes(8, "little") + text + bytes(4 * count))
+    path.write_bytes(bytes(blob))
+    first = read_header(path)
+    again = read_header(path)
+    assert again.raw == first.raw and again.data_start == 8 + n and list(again.tensors) == names
+
+    name = {"first": names[0], "middle": names[count // 2], "last": names[-1]}[where]
+    at = 8 + text.index(f'"{name}"'.encode()) + 1
+    assert {"first": at < 8 + _CHUNK, "middle": _CHUNK < at < n - _CHUNK, "last": at > 8 + n - _CHUNK}[where]
+    blob[at] = ord("u")  # no other name starts with u
+    path.write_bytes(bytes(blob))
+    changed = read_header(path)
+    renamed = "u" + name[1:]
+    assert renamed in changed.tensors and name not in changed.tensors and len(changed.tensors) == count
+    assert changed.raw == bytes(blob[8 : 8 + n]) and name in read_header(path).raw.decode().replace(
+        renamed, name
+    )
+
+
+def test_a_header_cut_short_after_its_first_read_is_reported(tmp_path: Any) -> None:
+    from adapterdoc.st.header import read_header
+
+    path = tmp_path / "a.safetensors"
+    obj = {f"t{i}": {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i in range(5000)}
+    text = json.dumps(obj, separators=(",", ":")).encode()
+    blob = len(text).to_bytes(8, "little") + text + bytes(4 * 5000)
+    path.write_bytes(blob)
+    read_header(path)
+    path.write_bytes(blob[: 8 + 70000])  # the prefix still announces the whole header
+    with pytest.raises(HeaderError, match=r"invalid header length|file shrank"):
+        read_header(path)
+
+
 @pytest.mark.parametrize("rounding", ["up", "down"])
 @pytest.mark.parametrize("numel", [1, 2, 3, 4, 6, 8])
 @pytest.mark.parametrize("dtype", ["F4", "F6_E2M3", "F8_E4M3"])
