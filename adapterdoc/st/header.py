@@ -103,8 +103,7 @@ def read_header(path: str | os.PathLike[str]) -> Header:
             prefix = f.read(8)
             n = _check_length(spath, prefix, size)
             seen = _PARSED.get((spath, size))
-            if seen is not None and len(seen.raw) == n and _reads_as(f, seen.raw):
-                # the same bytes parse the same: copies of the last result
+            if seen is not None and len(seen.raw) == n and _reads_as(f, seen.raw):  # the same bytes: copies
                 meta = None if seen.metadata is None else dict(seen.metadata)
                 return Header(spath, size, n, meta, dict(seen.tensors), seen.raw)
             raw = f.read(n)
