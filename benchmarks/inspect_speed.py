@@ -1,4 +1,5 @@
-"""How fast is header-only inspection? One table for a 2 GiB safetensors file of 4096 tensors (real data).
+"""How fast is header-only inspection? One table for a 2 GiB safetensors file of 4096 tensors (a real decoder
+adapter's names and shapes, random data).
 
 Rows: adapterdoc's header read, ``safe_open`` + keys, ``safetensors.torch.load_file`` (the anchor that reads
 everything), and the wall time of ``adapterdoc inspect --json`` in a fresh process against ``python -c pass``.
@@ -26,18 +27,40 @@ from pathlib import Path
 CHUNK = 8 << 20
 
 
+HIDDEN, INTER = 4096, 11008
+PROJECTIONS = (  # leaf: (in, out), a Llama-style decoder layer
+    ("self_attn.q_proj", HIDDEN, HIDDEN),
+    ("self_attn.k_proj", HIDDEN, 1024),
+    ("self_attn.v_proj", HIDDEN, 1024),
+    ("self_attn.o_proj", HIDDEN, HIDDEN),
+    ("mlp.gate_proj", HIDDEN, INTER),
+    ("mlp.up_proj", HIDDEN, INTER),
+    ("mlp.down_proj", INTER, HIDDEN),
+)
+
+
 def write_file(path: Path, gib: float, n_tensors: int) -> tuple[int, int]:
-    """A valid safetensors file of ``n_tensors`` F32 LoRA-like tensors adding up to ``gib`` GiB of real bytes."""
-    per_tensor = int(gib * (1 << 30)) // n_tensors // 4 * 4
-    cols = per_tensor // 4 // 16
+    """A valid safetensors file of ``n_tensors`` BF16 LoRA factors adding up to about ``gib`` GiB of random bytes,
+    as PEFT saves them: the seven projections of each decoder layer in turn (``lora_A`` ``r × in``, ``lora_B``
+    ``out × r``, real Llama-7B widths, grouped-query k/v), as many layers as the count takes, the rank chosen
+    for the size. Names, shapes and offsets vary as a real header's do."""
+    modules = [
+        (layer, leaf, fan_in, fan_out)
+        for layer in range(-(-n_tensors // (2 * len(PROJECTIONS))))
+        for leaf, fan_in, fan_out in PROJECTIONS
+    ][: (n_tensors + 1) // 2]
+    per_rank = sum(2 * (fan_in + fan_out) for _, _, fan_in, fan_out in modules)  # BF16 bytes at r = 1
+    r = max(1, round(gib * (1 << 30) / per_rank))
     header: dict[str, object] = {"__metadata__": {"format": "pt"}}
     pos = 0
-    for i in range(n_tensors):
-        layer, which = divmod(i, 2)
-        name = f"base_model.model.model.layers.{layer}.self_attn.q_proj.lora_{'AB'[which]}.weight"
-        shape = [16, cols] if which == 0 else [cols, 16]
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [pos, pos + 16 * cols * 4]}
-        pos += 16 * cols * 4
+    for layer, leaf, fan_in, fan_out in modules:
+        for role, shape in (("A", [r, fan_in]), ("B", [fan_out, r])):
+            if len(header) > n_tensors:
+                break
+            name = f"base_model.model.model.layers.{layer}.{leaf}.lora_{role}.weight"
+            size = 2 * shape[0] * shape[1]
+            header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [pos, pos + size]}
+            pos += size
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((8 - (8 + len(text)) % 8) % 8)
     block = os.urandom(CHUNK)
