@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, parse_key
 from adapterdoc.layouts import EXPERT_SPELLINGS, Experts
+from adapterdoc.records import frozen_dataclass
 
 PROJECTIONS = ("gate", "up", "down")
 """The per-expert projections, in the order ``Experts.per_expert`` lists their leaf names."""
@@ -48,7 +49,7 @@ _THREE_D = re.compile(r"^(?P<block>.+\.experts)\.(?P<leaf>[^.]+)$")
 _FACTORS = ("lora_A", "lora_B")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ExpertKey:
     """One expert LoRA tensor, classified."""
 
@@ -70,7 +71,7 @@ class ExpertKey:
     shape: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ExpertBlock:
     """The expert LoRA of one MoE block."""
 
@@ -118,7 +119,7 @@ class ExpertBlock:
         return out
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ExpertPicture:
     """The expert layout and coverage of a whole adapter."""
 

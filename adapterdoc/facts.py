@@ -7,14 +7,13 @@ import gc
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass
 from operator import attrgetter
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, module_counts, parse_key
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.experts import ExpertPicture, expert_picture
 from adapterdoc.layouts import LAYOUTS, MOE_NAME_HINT, Detection, detect_layout, tower_segment
-from adapterdoc.records import frozen_maker
+from adapterdoc.records import frozen_dataclass, frozen_maker
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.inspect_report import LoraSummary
 from adapterdoc.st.header import TensorInfo
@@ -25,7 +24,7 @@ _DTYPE = attrgetter("dtype")
 _SHAPE = attrgetter("shape")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ModuleLora:
     """The LoRA tensors of one module, as the header describes them."""
 
@@ -49,7 +48,7 @@ class ModuleLora:
         return None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class HeaderFacts:
     """The header-only examination of one checkpoint: what ``inspect`` reports and ``verify`` starts from."""
 

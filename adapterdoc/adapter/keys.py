@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import lru_cache
 
-from adapterdoc.records import frozen_maker
+from adapterdoc.records import frozen_dataclass, frozen_maker
 
 WRAPPER = "base_model.model."
 """The prefix PEFT puts in front of every module path in a saved LoRA adapter."""
@@ -24,7 +23,7 @@ _TOKENS = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class LoraKey:
     """One tensor name of an adapter, split into its parts."""
 

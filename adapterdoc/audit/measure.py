@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,7 @@ from adapterdoc.audit.stacked import (
     stacked_measure,
 )
 from adapterdoc.layouts import EXPERT_SPELLINGS
-from adapterdoc.records import frozen_record
+from adapterdoc.records import frozen_dataclass, frozen_record
 from adapterdoc.report.audit_report import ENERGY, INERT_RELATIVE, ModuleDelta, TensorRead
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def place(module: str) -> tuple[str, int | None, str, int | None]:
     return m["group"], int(m["idx"]), rest, expert
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Measured:
     """One module's audit before the adapter's total is known: each entry's delta norm and ranks (one entry per
     expert for fused experts; a norm is ``None`` when a factor holds NaN/Inf), the fields its entries share, and

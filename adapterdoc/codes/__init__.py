@@ -7,12 +7,13 @@ AD6xx training, AD7xx round trips, AD8xx format conversions. Codes are stable on
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+
+from adapterdoc.records import frozen_dataclass
 
 AREAS = ("format", "keys", "weights", "serving", "merge", "training", "roundtrip", "convert")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Code:
     """One finding code and its explanation (``adapterdoc explain``)."""
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
@@ -26,7 +27,7 @@ class ProfileOptions(Protocol):
     def profile_rules(self) -> Profile: ...
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ProfileInput:
     """What a profile's rules read of one adapter: ``spec`` as given, what verify knows of it (``subject``: path,
     layout, candidates, the config summary, ``keys_against``), the parsed keys, the expected model (``meta``:
@@ -41,7 +42,7 @@ class ProfileInput:
     config: AdapterConfig
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ProfileCheck:
     """A profile's result on one adapter: its findings and how the engine serves the base (the report's
     ``served_as``: ``text``, ``vl`` or ``None`` when the profile does not say)."""
@@ -50,7 +51,7 @@ class ProfileCheck:
     served_as: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class EngineNeeds:
     """What one serving engine needs an adapter to look like, as data: ``remap --for ENGINE`` makes every exact
     rewrite these fields ask for, and the engine's profile fails an adapter that does not have them."""

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+
+from adapterdoc.records import frozen_dataclass
 
 LAYER_ID = re.compile(r"layers\.(\d+)\.")
 """``get_layer_id`` (srt/layers/utils/common.py)."""
@@ -109,7 +110,7 @@ def target_of(name: str, targets: Iterable[str]) -> str | None:
     return best
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Loaded:
     """Where SGLang puts an adapter's tensors: ``layers`` maps each layer to its names after SGLang's renames
     (new name → the original keys it came from)."""

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from types import ModuleType
+
+from adapterdoc.records import frozen_dataclass
 
 FORMATS = ("peft", "mlx", "gguf")
 """The only list of format names; ``adapterdoc.formats.<name>`` is each one's module."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Detection:
     """A format recognised, and why."""
 
@@ -35,7 +37,7 @@ class Detection:
     evidence: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Converted:
     """What one conversion wrote."""
 

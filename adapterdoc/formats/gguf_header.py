@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from adapterdoc.errors import HeaderError
+from adapterdoc.records import frozen_dataclass
 
 MAGIC = b"GGUF"
 PROVENANCE = "adapterdoc.peft.source"
@@ -69,7 +70,7 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class GgufTensor:
     """One tensor info: ``shape`` is ggml's ``ne`` (innermost first: numpy's shape reversed)."""
 

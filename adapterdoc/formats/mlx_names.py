@@ -18,6 +18,7 @@ from adapterdoc.layouts.mlx_names import (
     SWITCH_PROJECTIONS,
     SWITCH_SEGMENT,
 )
+from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from adapterdoc.checkpoint import Checkpoint
@@ -27,7 +28,7 @@ _SWITCH = re.compile(rf"^(?P<owner>.+)\.{SWITCH_SEGMENT}\.(?P<proj>[^.]+)$")
 _LAYER = re.compile(r"^(?P<stack>(?:.+\.)?layers)\.(?P<n>\d+)\.(?P<key>.+)$")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class MlxPath:
     """Where one PEFT module lands in mlx-lm."""
 

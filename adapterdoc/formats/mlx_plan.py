@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from adapterdoc.records import frozen_dataclass
 
-@dataclass(frozen=True)
+
+@frozen_dataclass
 class Factor:
     """One PEFT module's LoRA (one expert of a stacked module)."""
 
@@ -30,7 +32,7 @@ class Target:
     experts: dict[int, Factor] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Plan:
     """Everything the MLX writer needs, decided (and every refusal made) before a byte is written."""
 

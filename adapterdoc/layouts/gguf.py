@@ -9,10 +9,10 @@ column permutations, so exact both ways). The tensor *names* are not here: they 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from adapterdoc.records import frozen_dataclass
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class GgufArch:
     """How llama.cpp converts one Hugging Face model class."""
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import Checkpoint
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding
 from adapterdoc.st.dtypes import DTYPE_BITS
 from adapterdoc.st.header import Header, TensorInfo
@@ -20,7 +21,7 @@ HEADERS, META_MODEL = "headers", "meta-model"
 names the one that ran (``plan``)."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Edit:
     """One change to one in-memory parameter: ``replace`` / ``lora`` / ``dora`` / ``bias`` / ``tokens``."""
 
@@ -32,7 +33,7 @@ class Edit:
     """The :class:`~adapterdoc.ml.inject.LoraTarget` (not for ``replace``)."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Output:
     """One tensor of the merged checkpoint."""
 
@@ -52,7 +53,7 @@ class Output:
         return n * DTYPE_BITS[self.dtype] // 8
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Plan:
     base: Checkpoint
     adapter: Checkpoint

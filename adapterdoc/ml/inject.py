@@ -18,6 +18,7 @@ from adapterdoc.adapter import WRAPPER, AdapterConfig, fused_expert_owner
 from adapterdoc.errors import ConfigError, UnsupportedInputError
 from adapterdoc.ml.build import first_line
 from adapterdoc.ml.quiet import no_warnings
+from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     import torch
@@ -79,7 +80,7 @@ def snapshot(cfg: LoraConfig) -> dict[str, object]:
     return out
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class LoraTarget:
     """One module PEFT wraps for the adapter, described by PEFT's own layer object."""
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import TYPE_CHECKING, Protocol
 
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.layouts import forward_module
 from adapterdoc.ml.quiet import quiet_transformers
+from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     import torch
@@ -38,7 +39,7 @@ PROBE_TOKENS = (1, 17, 42, 99, 256, 511, 7, 3)
 """Token ids of the probe input (taken modulo the vocabulary size)."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class LoadResult:
     lora_modules: int = 0
     missing: list[str] = field(default_factory=list)

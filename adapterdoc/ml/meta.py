@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Protocol
 
 from adapterdoc.adapter import WRAPPER
@@ -32,6 +32,7 @@ from adapterdoc.ml.build import (
 )
 from adapterdoc.ml.inject import ADAPTER, inject, lora_config_from_raw
 from adapterdoc.ml.quiet import no_warnings
+from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from peft import LoraConfig, PeftModel
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class KeyMatch:
     """An adapter's tensors put through PEFT's load path on the meta model."""
 
@@ -66,7 +67,7 @@ class KeyMatcher(Protocol):
     def match(self, model: ExpectedModel, shapes: Shapes) -> KeyMatch: ...
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ExpectedModel:
     """What PEFT builds for one adapter config on one base, from the registry's module tree (torch-free,
     :func:`adapterdoc.verify.expected.registry_adapter`) or from the base on the meta device with PEFT's own
@@ -115,7 +116,7 @@ class ExpectedModel:
         return isinstance(self.matcher, PeftLoad) and self.matcher.convert(state)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PeftLoad:
     """PEFT's load steps (``peft.utils.save_and_load.set_peft_model_state_dict``) on the injected meta model."""
 

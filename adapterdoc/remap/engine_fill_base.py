@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from adapterdoc.bases import BaseSpec
+from adapterdoc.records import frozen_dataclass
 
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class BaseModules:
     """The base's LoRA-capable modules (no ``base_model.model.`` wrapper)."""
 

@@ -14,10 +14,11 @@ bytes (:mod:`adapterdoc.st.compose`), so every dtype is moved bit for bit and no
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from adapterdoc.adapter import WRAPPER, AdapterConfig, LoraKey, parse_key
 from adapterdoc.errors import RefusedError
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.remap.expert_names import (
     DOWN,
     FUSED_PARAMS,
@@ -38,7 +39,7 @@ Producer = Callable[[TensorSource], Pieces]
 Group = tuple[list[Spec], Producer]
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Block:
     """One MoE projection of one layer (``gate_up_proj`` or ``down_proj`` of ``owner``), in both forms."""
 
@@ -65,7 +66,7 @@ class Block:
         return list(self.leaf_ranks)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ExpertPlan:
     """The whole rewrite: the output tensors in order with the producer of each group's bytes."""
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import pick
 from adapterdoc.report.findings import Finding
 
@@ -36,7 +37,7 @@ MODULE_JSON = (
 """The JSON fields of one audited module (``modules`` of ``inspect --weights --json``), in order."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ModuleDelta:
     """One LoRA module's (or one expert's) change, as the audit measured it."""
 
@@ -68,7 +69,7 @@ class ModuleDelta:
         return pick(self, MODULE_JSON)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class TensorRead:
     """What decoding one factor found (verify's lora_B zero scan reads these)."""
 
@@ -77,7 +78,7 @@ class TensorRead:
     nonfinite: int = 0
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Audit:
     """The weights audit of one adapter."""
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from adapterdoc.codes import Code, area_of
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ExplainReport(FrozenReport):
     """``codes`` holds the one code asked for (``listing`` false) or every code of the catalogue."""
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Literal
+
+from adapterdoc.records import frozen_dataclass
 
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Finding:
     """One observation about an input, with a stable code from the catalogue (``adapterdoc explain CODE``)."""
 

@@ -12,11 +12,12 @@ import base64
 import html
 import io
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.audit_report import Audit, ModuleDelta
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ _ANNOTATE_MAX_CELLS = 600
 """Cells per panel up to which each cell is labelled with its value."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Panel:
     title: str
     rows: list[str]

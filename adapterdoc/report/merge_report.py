@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport, envelope
 from adapterdoc.report.findings import sort_findings
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class MergeReport(FrozenReport):
     """What a merge did (or would have done) and why it passed or failed."""
 

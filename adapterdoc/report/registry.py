@@ -10,9 +10,10 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding, has_errors
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ TEXT_MODULES = (
 """The modules under ``adapterdoc.report`` that register renderers; every one must import (a test checks)."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Group:
     """Findings about one subject (an adapter, an input): a JUnit test case, a block of annotations."""
 
@@ -47,7 +48,7 @@ class Group:
         return self.error is None and not has_errors(list(self.findings))
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class View:
     """What the CI formats need of a report: the command, its groups, and the run's properties."""
 

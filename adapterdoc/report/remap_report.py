@@ -4,15 +4,16 @@ that completes the plan's report with the write's results (:func:`build_remap_re
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport
 
 MAPPING_SAMPLE = 1000
 """The JSON form lists at most this many renames (``mapping_total`` says how many there are)."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ConfigChange:
     """One adapter_config.json field the remap rewrites."""
 
@@ -29,7 +30,7 @@ class ConfigChange:
         return {"field": self.field, "old": self.old, "new": self.new, "how": self.how}
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class RemapReport(FrozenReport):
     """What a remap did (or, with ``dry_run``, would do)."""
 
@@ -92,7 +93,7 @@ class RemapReport(FrozenReport):
         }
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Written:
     """What the write did: the files written, in order, and what it noted (a link replaced, a backup kept)."""
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport, pick
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class TrainReport(FrozenReport):
     """One run of `adapterdoc train`: where it wrote, its losses, and the doctor's verdict on the adapter."""
 
@@ -33,7 +34,7 @@ class TrainReport(FrozenReport):
         return {**d, "layout": self.layout or None, "seconds": round(self.seconds, 3)}
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class EvalReport(FrozenReport):
     """`adapterdoc eval`: loss and accuracy of the base and of base + adapter on the same rows."""
 

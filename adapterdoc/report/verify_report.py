@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport, envelope, unusable_finding
 from adapterdoc.report.findings import Finding, has_errors
 
@@ -30,7 +31,7 @@ class RunOptions(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class VerifySubject:
     """What verify knows of one adapter when the checks that read it run (a serving profile's rules, the layout
     move): the report itself is built once, from every check's result, after them."""
@@ -46,7 +47,7 @@ class VerifySubject:
     """The engine's view of the base the keys are checked against (the report's ``keys_against``)."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class VerifyReport(FrozenReport):
     """The verdict on one adapter, built once from the checks' results (:func:`adapterdoc.verify.run.verify_one`).
 
@@ -145,7 +146,7 @@ def build_report(subject: VerifySubject, findings: list[Finding], **results: obj
     )
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class VerifyRun(FrozenReport):
     """One ``verify`` call: the base, the options and a report per adapter.
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError, InputNotFoundError, UnsupportedInputError
+from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -47,7 +48,7 @@ DEFAULT_DATA: Traversable = files("adapterdoc") / "data" / "smoke.jsonl"
 A :class:`pathlib.Path` for every ordinary install; anything that reads it goes through ``is_file``/``open``."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Row:
     """One bundled example: a request and the structured answer a model should produce for it."""
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import get_layout
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.train import data as D
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ def to_device(batch: Batch, device: torch.device | str) -> Batch:
     return {k: v.to(device) for k, v in batch.items()}
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Metrics:
     """A token-weighted evaluation over a split, summed across processes."""
 

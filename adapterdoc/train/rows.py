@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError, InputNotFoundError
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.train.data import IGNORE, MASK_FRACTION, Example, json_object
 from adapterdoc.train.objectives import CAUSAL, MASKED, POOLED
 
@@ -35,7 +36,7 @@ _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 ROLES = ("system", "user", "assistant", "tool")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class UserRow:
     line: int
     kind: str

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from adapterdoc.engines import PROFILES, get_profile
 from adapterdoc.engines.base import Profile
 from adapterdoc.engines.served import SERVED_AS
 from adapterdoc.engines.vllm import VLLM_DEFAULT_MAX_LORA_RANK
+from adapterdoc.records import frozen_dataclass
 
 SCAN_MODES = ("all", "lora-b", "nonzero")
 """``all``: every tensor for NaN/Inf and every lora_B for zeros; ``lora-b``: lora_B only (zeros and NaN/Inf);
 ``nonzero``: lora_B zeros only, each scan ending at its first non-zero element."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class VerifyOptions:
     profile: str = "peft"
     """A name in :data:`adapterdoc.engines.PROFILES`."""
