@@ -176,7 +176,11 @@ def test_a_subclass_that_is_no_dataclass_inherits_the_same_methods() -> None:
             pass
 
         a, b = Sub(1, 2), Sub(1, 2)
-        assert (repr(a), a == b, hash(a) == hash(b)) == (f"{Sub.__qualname__}(x=1, y=2, label=None)", True, True)
+        assert (repr(a), a == b, hash(a) == hash(b)) == (
+            f"{Sub.__qualname__}(x=1, y=2, label=None)",
+            True,
+            True,
+        )
         assert a != classes["Point"](1, 2)  # another class: never equal
 
 
