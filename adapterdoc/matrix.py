@@ -42,6 +42,8 @@ moves of a layout without routed experts, with their reasons."""
 
 @frozen_dataclass
 class Cell:
+    """One cell of the layout × operation matrix: its status and what it found."""
+
     layout: str
     operation: str
     status: str

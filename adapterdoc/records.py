@@ -143,6 +143,7 @@ def _write_methods(cls: type) -> dict[str, Any]:
         "__module__": cls.__module__,  # the methods' globals, as for cls
         "__qualname__": cls.__qualname__,  # their __qualname__ and the repr's class name
         "__annotations__": {f.name: object for f in fields},
+        "__doc__": cls.__doc__ or "",  # a class without one gets one built by inspect.signature: 4 ms cold
     }
     for f in fields:
         body[f.name] = dataclasses.field(repr=f.repr, hash=f.hash, compare=f.compare)

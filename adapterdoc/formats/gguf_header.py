@@ -107,6 +107,8 @@ class GgufTensor:
 
 @dataclass
 class GgufHeader:
+    """A GGUF file's header: version, key-value metadata and tensor table (no tensor data read)."""
+
     path: str
     version: int
     kv: dict[str, Any]

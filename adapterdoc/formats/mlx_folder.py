@@ -23,6 +23,8 @@ LEAVES = ("lora_a", "lora_b", "m")
 
 @dataclass
 class MlxAdapter:
+    """An mlx-lm adapter folder opened header-only: its config as parsed and the weights' header."""
+
     folder: str
     raw: dict[str, Any]
     """``adapter_config.json`` as parsed (unvalidated: :func:`lora_parameters` checks what it reads)."""

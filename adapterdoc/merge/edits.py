@@ -55,6 +55,8 @@ class Output:
 
 @frozen_dataclass
 class Plan:
+    """A merge worked out before any byte is written: the output shards, the edits and the findings."""
+
     base: Checkpoint
     adapter: Checkpoint
     shards: list[tuple[str, Header, list[Output]]]

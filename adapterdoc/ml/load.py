@@ -41,6 +41,8 @@ PROBE_TOKENS = (1, 17, 42, 99, 256, 511, 7, 3)
 
 @frozen_dataclass
 class LoadResult:
+    """What a real PEFT load of an adapter found: modules, missing and unexpected keys, the probe's output change."""
+
     lora_modules: int = 0
     missing: list[str] = field(default_factory=list)
     """LoRA keys PEFT created and the file did not fill (adapter name removed)."""

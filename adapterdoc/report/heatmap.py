@@ -33,6 +33,8 @@ _ANNOTATE_MAX_CELLS = 600
 
 @frozen_dataclass
 class Panel:
+    """One heat-map panel: a grid of audit entries with its row and column labels."""
+
     title: str
     rows: list[str]
     cols: list[str]

@@ -112,6 +112,8 @@ KEEP = ""
 
 @frozen_dataclass
 class Token:
+    """A span of human output and its rich style (``None``: plain)."""
+
     text: str
     style: str | None = None
 

@@ -50,6 +50,8 @@ class PickledTensor:
 
 @frozen_dataclass
 class _Storage:
+    """One storage of a pickled checkpoint: its dtype, element width and raw bytes."""
+
     dtype: str
     width: int
     data: bytes

@@ -7,9 +7,10 @@ import copy
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import asdict, field, fields, is_dataclass
 from typing import TYPE_CHECKING
 
+from adapterdoc.records import frozen_dataclass
 from adapterdoc.train import lora as L
 from adapterdoc.train.objectives import POOLED, Metrics
 from adapterdoc.train.settings import OnEvent, TrainSettings
@@ -20,8 +21,10 @@ if TYPE_CHECKING:
     from adapterdoc.train.data import Batch
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class TrainResult:
+    """One finished run: its settings, metrics before and after, history and output folders."""
+
     layout: str
     objective: str
     settings: TrainSettings

@@ -38,6 +38,8 @@ ROLES = ("system", "user", "assistant", "tool")
 
 @frozen_dataclass
 class UserRow:
+    """One validated row of a user's JSONL dataset, in the shape its file has (messages, prompt/completion or text)."""
+
     line: int
     kind: str
     messages: tuple[tuple[str, str], ...] = ()

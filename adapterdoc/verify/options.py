@@ -15,6 +15,8 @@ SCAN_MODES = ("all", "lora-b", "nonzero")
 
 @frozen_dataclass
 class VerifyOptions:
+    """What ``verify`` checks and against which engine (the command's options, resolved)."""
+
     profile: str = "peft"
     """A name in :data:`adapterdoc.engines.PROFILES`."""
     max_lora_rank: int | None = None
