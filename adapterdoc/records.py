@@ -108,7 +108,7 @@ def frozen_dataclass(cls: Any = None, /, *, kw_only: bool = False) -> Any:
     for a twin with the same fields (names and ``repr``/``compare``/``hash`` flags, in order) and they replace
     the placeholders. None of the three refers to its class (each reads ``self.__class__``), so the twin's are
     the methods the plain decorator writes. A class that defines any of them (or ``__init__``, ``__setattr__``,
-    ``__delattr__``, ``__slots__``) itself gets the plain decorator. ``tests/test_records.py`` compares both."""
+    ``__delattr__``, ``__slots__``) itself gets the plain decorator. ``tests/test_frozen_dataclass.py`` compares both."""
 
     def wrap(c: type[T]) -> type[T]:
         if any(name in c.__dict__ for name in _OWN):
@@ -141,7 +141,7 @@ def _write_methods(cls: type) -> dict[str, Any]:
     fields = dataclasses.fields(cls)  # type: ignore[arg-type]
     body: dict[str, Any] = {
         "__module__": cls.__module__,  # the methods' globals, as for cls
-        "__qualname__": cls.__qualname__,  # their __qualname__ and the repr's class name
+        "__qualname__": cls.__qualname__,  # their __qualname__ (the repr reads self.__class__'s)
         "__annotations__": {f.name: object for f in fields},
         "__doc__": cls.__doc__ or "",  # a class without one gets one built by inspect.signature: 4 ms cold
     }
