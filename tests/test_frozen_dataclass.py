@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -259,8 +260,6 @@ def test_other_pythons_agree(version: str) -> None:
     """The comparison above under each other CPython this machine has (the package supports 3.10 and newer; the
     decorator leans on dataclass writing methods that read ``self.__class__``, which each version is checked for)."""
     exe = f"/root/.pyenv/versions/{_full(version)}/bin/python{version}"
-    import os
-
     if not os.path.exists(exe):
         pytest.skip(f"no Python {version} here")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -301,8 +300,6 @@ def test_other_pythons_agree(version: str) -> None:
 
 
 def _full(version: str) -> str:
-    import os
-
     base = "/root/.pyenv/versions"
     found = sorted(v for v in os.listdir(base) if v.startswith(version + ".")) if os.path.isdir(base) else []
     return found[-1] if found else version
