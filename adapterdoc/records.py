@@ -8,7 +8,8 @@ as a function of its fields, checked once when it is made (another 2.7× faster 
 keyword packing, no per-call check).
 
 :func:`frozen_dataclass` is ``@dataclass(frozen=True)`` with ``__repr__``, ``__eq__`` and ``__hash__`` made the
-first time one is looked up (a command that starts by importing thirty result classes uses the methods of a few)."""
+first time one is looked up (a command that starts by importing thirty result classes uses the methods of a few),
+and, on Python 3.10-3.12, the frozen ``__setattr__`` and ``__delattr__`` as closures instead of compiled source."""
 
 from __future__ import annotations
 
@@ -107,13 +108,23 @@ def frozen_dataclass(cls: Any = None, /, *, kw_only: bool = False) -> Any:
     decorator, and the three methods are placeholders until first looked up, when ``dataclass`` itself writes them
     for a twin with the same fields (names and ``repr``/``compare``/``hash`` flags, in order) and they replace
     the placeholders. None of the three refers to its class (each reads ``self.__class__``), so the twin's are
-    the methods the plain decorator writes. A class that defines any of them (or ``__init__``, ``__setattr__``,
+    the methods the plain decorator writes. On Python 3.10-3.12 the frozen ``__setattr__`` and ``__delattr__``
+    (two more compiles per class, 4 ms at ``inspect``'s start) are :func:`_frozen_attr_methods`' closures, put in
+    place of ``dataclasses._frozen_get_del_attr`` while ``dataclass`` runs (found by its parameters; another
+    Python's dataclasses writes its own). A class that defines any of them (or ``__init__``, ``__setattr__``,
     ``__delattr__``, ``__slots__``) itself gets the plain decorator. ``tests/test_frozen_dataclass.py`` compares both."""
 
     def wrap(c: type[T]) -> type[T]:
         if any(name in c.__dict__ for name in _OWN):
             return dataclasses.dataclass(frozen=True, kw_only=kw_only)(c)  # type: ignore[call-overload,no-any-return]
-        dataclasses.dataclass(frozen=True, kw_only=kw_only, repr=False, eq=False)(c)  # type: ignore[call-overload]
+        if _WRITES_FROZEN_ATTRS is None:  # another Python's dataclasses: its own frozen methods
+            dataclasses.dataclass(frozen=True, kw_only=kw_only, repr=False, eq=False)(c)  # type: ignore[call-overload]
+        else:
+            dataclasses._frozen_get_del_attr = _frozen_attr_methods  # type: ignore[attr-defined]
+            try:
+                dataclasses.dataclass(frozen=True, kw_only=kw_only, repr=False, eq=False)(c)  # type: ignore[call-overload]
+            finally:
+                dataclasses._frozen_get_del_attr = _WRITES_FROZEN_ATTRS  # type: ignore[attr-defined]
         params = c.__dataclass_params__  # type: ignore[attr-defined]
         params.repr = params.eq = True
         for name in _LAZY:
@@ -121,6 +132,43 @@ def frozen_dataclass(cls: Any = None, /, *, kw_only: bool = False) -> Any:
         return c
 
     return wrap if cls is None else wrap(cls)
+
+
+def _writes_frozen_attrs() -> Callable[..., Any] | None:
+    """``dataclasses._frozen_get_del_attr``, where it is the function of Python 3.10-3.12 that returns the frozen
+    ``__setattr__`` and ``__delattr__`` of ``(cls, fields, globals)``, compiling each from source; else ``None``
+    (Python 3.13 adds both to one batch compiled with the class's other methods)."""
+    f = getattr(dataclasses, "_frozen_get_del_attr", None)
+    code = getattr(f, "__code__", None)
+    if code is None or code.co_varnames[: code.co_argcount] != ("cls", "fields", "globals"):
+        return None
+    return f  # type: ignore[no-any-return]
+
+
+_WRITES_FROZEN_ATTRS = _writes_frozen_attrs()
+
+
+def _frozen_attr_methods(cls: type, fields: list[dataclasses.Field[Any]], globals: object) -> tuple[Any, Any]:
+    """The frozen ``__setattr__`` and ``__delattr__`` ``dataclass`` writes for ``cls`` (Python 3.10-3.12's
+    ``_frozen_get_del_attr``), as closures instead of two compiles: the same test (``type(self) is cls`` or a
+    field's name), the same :class:`dataclasses.FrozenInstanceError` and message, else the next class's method.
+    :func:`frozen_dataclass` puts this in place of the original while it runs ``dataclass``."""
+    names = tuple(f.name for f in fields)
+    error = dataclasses.FrozenInstanceError
+
+    def __setattr__(self: object, name: str, value: object) -> None:
+        if type(self) is cls or name in names:
+            raise error(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)  # type: ignore[misc]
+
+    def __delattr__(self: object, name: str) -> None:
+        if type(self) is cls or name in names:
+            raise error(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)  # type: ignore[misc]
+
+    for method in (__setattr__, __delattr__):
+        method.__module__ = cls.__module__
+    return __setattr__, __delattr__
 
 
 class _Placeholder:

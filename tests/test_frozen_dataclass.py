@@ -214,7 +214,7 @@ def test_plain_and_lazy_dataclasses_mix_in_inheritance() -> None:
 def test_the_generated_methods_are_the_plain_decorator_s_bytecode() -> None:
     plain, lazy = _classes(PLAIN), _classes(_lazy)
     for name in ("Point", "Flags", "Keywords", "Empty", "Child", "Nested"):
-        for method in ("__repr__", "__eq__", "__hash__", "__init__", "__setattr__", "__delattr__"):
+        for method in ("__repr__", "__eq__", "__hash__", "__init__"):
             p, q = getattr(plain[name], method), getattr(lazy[name], method)
             p, q = getattr(p, "__wrapped__", p), getattr(q, "__wrapped__", q)  # __repr__: the recursion guard
             assert (q.__qualname__, q.__code__.co_code, q.__code__.co_consts, q.__code__.co_names) == (
@@ -224,6 +224,48 @@ def test_the_generated_methods_are_the_plain_decorator_s_bytecode() -> None:
                 p.__code__.co_names,
             ), (name, method)
             assert q.__globals__ is p.__globals__  # the defining module's namespace, as for the plain class
+
+
+def _attr_outcomes(obj: object, names: list[str]) -> list[tuple[str, str, str]]:
+    """What setting and deleting each name does to ``obj``: the exception (type and message) or ``ok``."""
+    out = []
+    for name in names:
+        for what, act in (
+            ("set", lambda n=name: setattr(obj, n, 5)),
+            ("del", lambda n=name: delattr(obj, n)),
+        ):
+            try:
+                act()
+                outcome = "ok"
+            except Exception as e:  # compared as text
+                outcome = f"{type(e).__name__}: {e}"
+            out.append((name, what, outcome))
+    return out
+
+
+def test_the_frozen_setattr_and_delattr_behave_as_the_plain_decorator_s() -> None:
+    """On Python 3.10-3.12 the lazy decorator gives each class the frozen ``__setattr__``/``__delattr__`` as
+    closures rather than compiled from source: the same outcome for a field and for another name, on the class
+    and on a subclass that is no dataclass (which may set its own attributes), with the same names."""
+    plain, lazy = _classes(PLAIN), _classes(_lazy)
+    seen: dict[str, list[object]] = {"plain": [], "lazy": []}
+    for label, classes in (("plain", plain), ("lazy", lazy)):
+        for name, objs in _samples(classes).items():
+            cls = classes[name]
+            names = [f.name for f in dataclasses.fields(cls)] + ["other"]
+
+            class Sub(cls):  # type: ignore[misc,valid-type]
+                pass
+
+            fields = {f.name: getattr(objs[0], f.name) for f in dataclasses.fields(cls) if f.init}
+            sub = Sub(**fields)
+            for method in ("__setattr__", "__delattr__"):
+                f = cls.__dict__[method]
+                seen[label].append((name, method, f.__name__, f.__qualname__, f.__module__))
+            seen[label].append((name, _attr_outcomes(objs[0], names), _attr_outcomes(sub, names)))
+    assert seen["lazy"] == seen["plain"]
+    compiled = lazy["Point"].__setattr__.__code__.co_filename == "<string>"
+    assert compiled == (sys.version_info >= (3, 13))  # 3.13 compiles all of a class's methods in one batch
 
 
 def test_the_three_methods_wait_until_first_looked_up() -> None:

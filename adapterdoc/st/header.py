@@ -322,8 +322,9 @@ def _fast_header(
         return None
     if not n:
         return (metadata, {}) if data_bytes == 0 else None
-    if set(map(type, entries)) != _ONLY_DICT or set(map(len, entries)) != _ONLY_THREE:
-        return None
+    # No type or length pass over the entries: an entry that is no object fails the field reads (a list, a
+    # string, a number or null cannot be read by a string key), and one with a field more adds its name to
+    # the quote count just checked. A list entry (which the reference reads too) takes the exact route.
     try:
         dtypes = list(map(itemgetter("dtype"), entries))
         shape_lists = list(map(itemgetter("shape"), entries))
@@ -331,24 +332,22 @@ def _fast_header(
         kinds = set(dtypes)
         if not kinds <= DTYPE_BITS.keys():
             return None
-    except (KeyError, TypeError):  # a missing field; an unhashable dtype
+        # begins and ends in one C-level transposition; strict: every offsets list as long as the others, so
+        # two rows means two offsets each (an object there is empty or adds quotes, a number fails)
+        pair = list(map(list, zip(*offsets, strict=True)))
+    except (KeyError, TypeError, ValueError):  # a missing field; an unhashable dtype; uneven offsets
         return None
-    if (
-        set(map(type, shape_lists)) != _ONLY_LIST
-        or set(map(type, offsets)) != _ONLY_LIST
-        or set(map(len, offsets)) != _ONLY_TWO
-    ):
+    if len(pair) != 2 or set(map(type, shape_lists)) != _ONLY_LIST:
         return None
-    begins = list(map(itemgetter(0), offsets))
-    ends = list(map(itemgetter(1), offsets))
+    begins, ends = pair
     shapes = list(map(tuple, shape_lists))
+    dims = list(chain.from_iterable(shape_lists))  # one list: passes over it are 2-3x faster than a chain
     # every dimension and offset an int, not a bool (which compares and subtracts like one), a string or null: one
-    # C-level pass, 0.35 ms at 4096 tensors (searching the text for `true`/`false` to skip it cost 0.64 ms). No
-    # range checks beyond the minimum: each dimension is below the product checked against 2^64 next, and
-    # offsets that tile [0, data_bytes) with positive sizes (checked last) all lie inside it.
-    if set(map(type, chain(chain.from_iterable(shapes), begins, ends))) != _ONLY_INT:
+    # C-level pass. No range checks beyond the minimum: each dimension is below the product checked against 2^64
+    # next, and offsets that tile [0, data_bytes) with positive sizes (checked last) all lie inside it.
+    if set(map(type, chain(dims, begins, ends))) != _ONLY_INT:
         return None
-    if min(chain.from_iterable(shapes), default=1) < 1:
+    if min(dims, default=1) < 1:
         return None  # a zero dimension, or a negative one
     sizes = list(map(sub, ends, begins))
     prods = list(map(math.prod, shapes))

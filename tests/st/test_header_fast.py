@@ -90,7 +90,30 @@ def _mutations() -> list[tuple[str, Any]]:
         ("metadata number", lambda o: o.__setitem__("__metadata__", {"a": 1})),
         ("metadata list", lambda o: o.__setitem__("__metadata__", ["a"])),
         ("hole", lambda o: entry(o)["data_offsets"].__setitem__(1, entry(o)["data_offsets"][1] + 1)),
+        # no type pass over the entries or the offsets: each of these must fail a field read or the transposition
+        ("empty object shape", lambda o: entry(o).__setitem__("shape", {})),
+        ("empty object offsets", lambda o: entry(o).__setitem__("data_offsets", {})),
+        ("number offsets", lambda o: entry(o).__setitem__("data_offsets", 4)),
+        ("null offsets", lambda o: entry(o).__setitem__("data_offsets", None)),
+        ("one offset", lambda o: entry(o)["data_offsets"].pop()),
+        ("no offsets", lambda o: entry(o).__setitem__("data_offsets", [])),
+        ("every offsets list empty", lambda o: [v.__setitem__("data_offsets", []) for v in _entries(o)]),
+        ("every offsets list of three", lambda o: [v["data_offsets"].append(0) for v in _entries(o)]),
+        ("number entry", lambda o: o.__setitem__("x", 5)),
+        ("null entry", lambda o: o.__setitem__("x", None)),
+        ("empty object entry", lambda o: o.__setitem__("x", {})),
+        # the first tensor in the data: `false` for its 0 tiles as well as 0 does, only the type pass sees it
+        (
+            "bool offset",
+            lambda o: next(v for v in _entries(o) if v["data_offsets"][0] == 0)["data_offsets"].__setitem__(
+                0, False
+            ),
+        ),
     ]
+
+
+def _entries(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v for k, v in obj.items() if k != "__metadata__"]
 
 
 @pytest.mark.parametrize("label,mutate", _mutations(), ids=[m[0] for m in _mutations()])
@@ -287,6 +310,13 @@ def test_the_two_to_the_64_bound_holds_where_a_tiling_entry_can_reach_it(dims: l
         '"shape":[{}],"data_offsets":[0,4]',
         '"shape":[1,"1"],"data_offsets":[0,4]',
         '"shape":[1],"data_offsets":[0,4e0]',
+        # an empty object where a list goes reads as one (iterated, it is empty): a scalar shape here, 4 bytes
+        '"shape":{},"data_offsets":[0,4]',
+        '"shape":[1],"data_offsets":{}',
+        '"shape":[1],"data_offsets":4',
+        '"shape":[1],"data_offsets":null',
+        '"shape":[1],"data_offsets":[0]',
+        '"shape":[1],"data_offsets":[0,4,4]',
     ],
 )
 def test_a_number_that_is_no_int_never_passes_the_bulk_route(name: str, entry: str) -> None:
