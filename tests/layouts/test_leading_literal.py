@@ -12,7 +12,28 @@ from hypothesis import strategies as st
 
 from adapterdoc.layouts import registry as R
 
-PIECES = ["a", "b", "_", ".", r"\.", r"\d", "^", "$", "?", "*", "+", "|", "(", ")", "(?:", "[", "]", "[^", "{2}", "\\"]
+PIECES = [
+    "a",
+    "b",
+    "_",
+    ".",
+    r"\.",
+    r"\d",
+    "^",
+    "$",
+    "?",
+    "*",
+    "+",
+    "|",
+    "(",
+    ")",
+    "(?:",
+    "[",
+    "]",
+    "[^",
+    "{2}",
+    "\\",
+]
 TEXT = st.text(alphabet="ab_.1", max_size=8)
 
 
