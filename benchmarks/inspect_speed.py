@@ -131,7 +131,14 @@ def main() -> int:
         with safe_open(str(path), framework="np") as f:
             assert len(list(f.keys())) == args.tensors
 
-        def header_cpu_times(n: int, block: int = 5) -> tuple[list[float], list[float]]:
+        def stdlib_floor() -> None:
+            """What any header read on the standard library pays before its checks: the header's bytes read,
+            decoded and given to ``json.loads`` (the only parser a torch-free install has), its tree freed."""
+            with open(path, "rb") as f:
+                raw = f.read(8 + header_len)[8:]
+            json.loads(raw.decode("utf-8"))
+
+        def header_cpu_times(n: int, block: int = 5) -> tuple[list[float], list[float], list[float]]:
             """CPU times in ms of ``n`` header reads and ``n`` ``safe_open`` + keys, in alternating blocks of
             ``block`` (a drift in the machine's speed reaches both; alternating call by call would instead make
             each header parse follow a ``safe_open``, which on this 2-core VM slows the parse by 10-30 %: the two
@@ -140,6 +147,7 @@ def main() -> int:
             Python objects trigger walk them all, which ``safe_open`` (objects in Rust) never pays."""
             hs: list[float] = []
             ss: list[float] = []
+            js: list[float] = []
             while len(hs) < n:
                 for _ in range(block):
                     t0 = time.process_time()
@@ -150,7 +158,11 @@ def main() -> int:
                     with safe_open(str(path), framework="np") as f:
                         list(f.keys())
                     ss.append((time.process_time() - t0) * 1000)
-            return hs, ss
+                for _ in range(block):
+                    t0 = time.process_time()
+                    stdlib_floor()
+                    js.append((time.process_time() - t0) * 1000)
+            return hs, ss, js
 
         def first_read_ms(n: int) -> tuple[list[float], list[float]]:
             """CPU time in ms of the first header read in each of ``n`` fresh processes, ours and ``safe_open``'s
@@ -249,7 +261,7 @@ def main() -> int:
             return out
 
         # before torch comes in (load_file, framework="pt")
-        header_cpus, safe_open_cpus = header_cpu_times(3 * fast)
+        header_cpus, safe_open_cpus, floor_cpus = header_cpu_times(3 * fast)
         cpu_header, cpu_safe_open = min(header_cpus), min(safe_open_cpus)
         first_ours, first_theirs = first_read_ms(procs)
         (cli_wall, cli_cpu), (anchor_wall, anchor_cpu) = interleaved_children(
@@ -329,6 +341,13 @@ def main() -> int:
             f"header read / safe_open + keys, {len(header_cpus)} each in alternating blocks of 5 in process: "
             f"median CPU {statistics.median(header_cpus):.1f} / {statistics.median(safe_open_cpus):.1f} ms = "
             f"{statistics.median(header_cpus) / statistics.median(safe_open_cpus):.2f}× (goal ≤ 1.5×)"
+        )
+        floor, so_med = statistics.median(floor_cpus), statistics.median(safe_open_cpus)
+        print(
+            f"  stdlib floor in the same blocks: the header read, decoded and given to json.loads alone (no "
+            f"checks, no result) {floor:.1f} ms = {floor / so_med:.2f}× safe_open + keys; the checks and the "
+            f"{args.tensors} TensorInfos add {statistics.median(header_cpus) - floor:.1f} ms = "
+            f"{(statistics.median(header_cpus) - floor) / so_med:.2f}×"
         )
         print(
             f"header read / safe_open + keys, the first read of {len(first_ours)} fresh processes each, in turn: "
