@@ -9,6 +9,8 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from adapterdoc.errors import HeaderError
 from adapterdoc.st import header as H
@@ -349,3 +351,72 @@ def test_one_dtype_and_many_dtypes_give_the_exact_sizes() -> None:
         assert parsed is not None and H._fast_header(parsed, pos - 1) is None
         with pytest.raises(HeaderError, match="invalid shape, dtype or offsets"):
             H.parse_header("f", text.encode(), 8 + len(text) + pos - 1)
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@st.composite
+def _reshaped(draw: st.DrawFn) -> tuple[str, int]:
+    """A valid random header with one to three of its values (an entry, a field, a dimension, an offset, the
+    metadata) replaced by random JSON, or a field added or dropped: the text and its data section's size."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    obj, data_bytes = _valid(rng, draw(st.integers(1, 6)))
+    names = [k for k in obj if k != "__metadata__"]
+    for _ in range(draw(st.integers(1, 3))):
+        name = draw(st.sampled_from(names))
+        entry = obj[name]
+        where = draw(st.sampled_from(["entry", "field", "dim", "offset", "add", "drop", "metadata"]))
+        value = draw(_JSON)
+        if where == "entry":
+            obj[name] = value
+        elif not isinstance(entry, dict):
+            continue
+        elif where == "field":
+            entry[draw(st.sampled_from(["dtype", "shape", "data_offsets"]))] = value
+        elif where in ("dim", "offset"):
+            seq = entry.get("shape" if where == "dim" else "data_offsets")
+            if isinstance(seq, list) and seq:
+                seq[draw(st.integers(0, len(seq) - 1))] = value
+        elif where == "add":
+            entry[draw(st.text(max_size=4))] = value
+        elif where == "drop" and entry:
+            entry.pop(draw(st.sampled_from(sorted(entry))))
+        else:
+            obj["__metadata__"] = value
+    return json.dumps(obj, separators=(",", ":")), data_bytes
+
+
+def _fast_agrees(text: str, data_bytes: int) -> None:
+    parsed = H._load_json_fast(text)
+    fast = H._fast_header(parsed, data_bytes) if parsed is not None else None
+    if fast is None:
+        return  # the exact route decides: nothing to compare
+    exact = H._split_entries(
+        "f", H._load_json("f", text)
+    )  # raises if the exact route refuses: a failure here
+    tensors = H._build_tensors("f", exact[1])
+    H._check_offsets("f", tensors, data_bytes)
+    assert fast[0] == exact[0] and list(fast[1].items()) == list(tensors.items())
+    assert all(type(t.shape) is tuple and all(type(d) is int for d in t.shape) for t in fast[1].values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(_reshaped())
+def test_what_the_bulk_route_accepts_the_exact_route_reads_the_same(case: tuple[str, int]) -> None:
+    _fast_agrees(*case)
+
+
+@pytest.mark.slow
+@settings(max_examples=20_000, deadline=None)
+@given(_reshaped())
+def test_what_the_bulk_route_accepts_the_exact_route_reads_the_same_slow(case: tuple[str, int]) -> None:
+    _fast_agrees(*case)
