@@ -283,10 +283,7 @@ def _reject_float(s: str) -> NoReturn:
 
 
 _ONLY_INT = {int}
-_ONLY_DICT = {dict}
 _ONLY_LIST = {list}
-_ONLY_THREE = {3}
-_ONLY_TWO = {2}
 
 
 def _fast_header(
