@@ -120,11 +120,13 @@ def frozen_dataclass(cls: Any = None, /, *, kw_only: bool = False) -> Any:
         if _WRITES_FROZEN_ATTRS is None:  # another Python's dataclasses: its own frozen methods
             dataclasses.dataclass(frozen=True, kw_only=kw_only, repr=False, eq=False)(c)  # type: ignore[call-overload]
         else:
+            before = dataclasses._frozen_get_del_attr  # type: ignore[attr-defined]
             dataclasses._frozen_get_del_attr = _frozen_attr_methods  # type: ignore[attr-defined]
             try:
                 dataclasses.dataclass(frozen=True, kw_only=kw_only, repr=False, eq=False)(c)  # type: ignore[call-overload]
-            finally:
-                dataclasses._frozen_get_del_attr = _WRITES_FROZEN_ATTRS  # type: ignore[attr-defined]
+            finally:  # what was there (a thread's own patch under way: the original)
+                restore = _WRITES_FROZEN_ATTRS if before is _frozen_attr_methods else before
+                dataclasses._frozen_get_del_attr = restore  # type: ignore[attr-defined]
         params = c.__dataclass_params__  # type: ignore[attr-defined]
         params.repr = params.eq = True
         for name in _LAZY:
@@ -168,6 +170,7 @@ def _frozen_attr_methods(cls: type, fields: list[dataclasses.Field[Any]], global
 
     for method in (__setattr__, __delattr__):
         method.__module__ = cls.__module__
+        method.__annotations__ = {}  # as the generated ones: inspect.signature shows (self, name, value)
     return __setattr__, __delattr__
 
 

@@ -261,7 +261,9 @@ def test_the_frozen_setattr_and_delattr_behave_as_the_plain_decorator_s() -> Non
             sub = Sub(**fields)
             for method in ("__setattr__", "__delattr__"):
                 f = cls.__dict__[method]
-                seen[label].append((name, method, f.__name__, f.__qualname__, f.__module__))
+                seen[label].append(
+                    (name, method, f.__name__, f.__qualname__, f.__module__, str(inspect.signature(f)))
+                )
             seen[label].append((name, _attr_outcomes(objs[0], names), _attr_outcomes(sub, names)))
     assert seen["lazy"] == seen["plain"]
     compiled = lazy["Point"].__setattr__.__code__.co_filename == "<string>"
@@ -401,3 +403,33 @@ def test_every_dataclass_in_the_package_has_a_docstring_and_frozen_ones_the_lazy
                 if name == "dataclass" and frozen and path != root / "records.py":
                     plain_frozen.append(where)
     assert (undocumented, plain_frozen) == ([], [])
+
+
+def test_dataclasses_is_left_as_it_was_even_when_the_decorator_fails() -> None:
+    """The frozen methods' writer is swapped only while ``dataclass`` runs: afterwards, and after a class it
+    refuses (a field without a default after one with), ``dataclass(frozen=True)`` writes its own again."""
+    before = getattr(dataclasses, "_frozen_get_del_attr", None)
+
+    @frozen_dataclass
+    class Fine:
+        """Fine."""
+
+        x: int
+
+    with pytest.raises(TypeError):
+
+        @frozen_dataclass
+        class Refused:
+            """Refused."""
+
+            x: int = 0
+            y: int  # type: ignore[misc]
+
+    assert getattr(dataclasses, "_frozen_get_del_attr", None) is before
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        x: int
+
+    assert Plain.__setattr__.__code__.co_filename == "<string>"  # compiled by dataclass, as ever
+    assert Fine(1).x == 1

@@ -461,7 +461,14 @@ def _leading_literal(rx: str) -> tuple[bool, str]:
             break
         out.append(c)
         i += 1
-    return anchored, ("".join(out) if out and not _top_level_bar(rx) else "")
+    return anchored, ("".join(out) if out and not _top_level_bar(rx) and not _inline(rx) else "")
+
+
+def _inline(rx: str) -> bool:
+    """Whether ``rx`` holds a comment group (``(?#...)``: its text is no group and may hold a ``(`` or ``|``) or
+    inline flags (``(?i)``, which Python 3.10 applies to the whole pattern wherever they stand; ``(?i:...)``):
+    patterns with either get no literal."""
+    return "(?" in rx and any(f"(?{c}" in rx for c in "#aiLmsux-")
 
 
 def _top_level_bar(rx: str) -> bool:

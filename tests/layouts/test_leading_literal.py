@@ -33,6 +33,12 @@ PIECES = [
     "[^",
     "{2}",
     "\\",
+    "(?#",
+    "(?i)",
+    "(?x)",
+    "(?i:",
+    " ",
+    "#",
 ]
 TEXT = st.text(alphabet="ab_.1", max_size=8)
 
@@ -53,6 +59,12 @@ TEXT = st.text(alphabet="ab_.1", max_size=8)
         (r"^(?:thinker\.)?model", (True, "")),
         (r"\Amodel", (False, "")),  # an escaped letter is no literal
         (r"^\d+\.x", (True, "")),
+        (r"xyz(?#()|mlp", (False, "")),  # a comment is no group: the `|` after it is top level
+        (r"^modelX(?#)?", (True, "")),  # the `?` after a comment makes the `X` optional
+        (r"MLP(?i)", (False, "")),  # Python 3.10: flags anywhere apply to the whole pattern
+        (r"^model(?x) \.", (True, "")),
+        (r"^ab(?i:c)", (True, "")),
+        (r"^ab(?:c)", (True, "ab")),  # a plain group is fine
     ],
 )
 def test_the_leading_literal_of_a_pattern(rx: str, expected: tuple[bool, str]) -> None:
@@ -94,6 +106,16 @@ def test_a_match_always_holds_the_literal(pieces: list[str], texts: list[str]) -
     for t in texts:
         if pattern.search(t) and literal:
             assert t.startswith(literal) if anchored else literal in t, (rx, t, literal)
+
+
+def test_every_registry_pattern_compiles() -> None:
+    """Detection compiles a pattern only when a module path holds its literal, so an invalid pattern would otherwise
+    show only on the adapters that hold it."""
+    for layout in R.LAYOUTS.values():
+        for rx in (*layout.requires, *layout.forbids, *(s[0] for s in layout.signals)):
+            re.compile(rx)
+        if layout.hint:
+            re.compile(layout.hint, re.IGNORECASE)
 
 
 def test_detection_skips_the_compile_of_a_pattern_no_path_can_match() -> None:
