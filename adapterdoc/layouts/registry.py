@@ -8,6 +8,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import field
+from functools import lru_cache
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -440,6 +441,7 @@ def _count(rx: str, paths: list[_Shape]) -> int:
 _REGEX_SPECIAL = frozenset(".^$*+?{}[]()|\\")
 
 
+@lru_cache(maxsize=1024)  # the registry's patterns, read once each however often detection runs
 def _leading_literal(rx: str) -> tuple[bool, str]:
     """``(anchored, text)``: literal text every match of ``rx`` starts with (at the start of the string when
     anchored by ``^``), read from the pattern's leading plain characters and escaped punctuation (``\\.``); ``""``
