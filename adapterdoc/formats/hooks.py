@@ -1,19 +1,25 @@
 """The generic hook ``inspect`` and ``verify`` use for adapters that are not PEFT folders (MLX, GGUF): which format
-an input is (:func:`adapterdoc.formats.detect`) and its format module.
+an input is (:func:`adapterdoc.formats.detect`), its format module, and its PEFT view.
 
-A format module may also provide, for these commands (each optional):
+Every check runs on the PEFT view (:func:`peft_view`: the format's exact ``to_peft`` into a temporary folder), so a
+GGUF or MLX adapter gets the same doctor as a PEFT folder. A format module adds, for these commands (each optional):
 
 - ``describe(path) -> dict``: the format's own facts for ``inspect`` (JSON-able; shown under ``format``);
 - ``tensors_file(path) -> Path | None``: a safetensors file holding its tensors, which ``inspect`` then describes
   as it describes any safetensors file;
-- ``check(path, base: str | None) -> list[Finding]``: ``verify``'s findings against ``base`` (``None``: the checks
-  that need no base, which ``inspect`` also runs). Without ``check``, ``verify`` converts the adapter to PEFT in a
-  temporary folder and verifies that.
+- ``check(path, base: str | None) -> list[Finding]``: the format's own container rules (what its runtime's loader
+  refuses) against ``base`` (``None``: the rules that need no base, which ``inspect`` also runs), added to the
+  doctor's findings, never in their place;
+- ``base_config_file(base: Path, folder: Path) -> str | None``: for a base only the format reads (a GGUF model
+  file), a model folder with the ``config.json`` facts the PEFT view needs, written into ``folder``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -35,3 +41,18 @@ def foreign(spec: str) -> tuple[Detection, ModuleType] | None:
         return found, formats.module(found.format)
     except ImportError:
         return None
+
+
+@contextlib.contextmanager
+def peft_view(path: Path, mod: ModuleType, base: str | None, *, base_file: str | None = None) -> Iterator[Path]:
+    """The adapter at ``path`` (of ``mod``'s format) as a PEFT adapter folder in a temporary folder, removed on exit:
+    the format's own exact conversion, with ``base`` (a base the PEFT side resolves) or, without one, the facts of
+    ``base_file`` (a base only the format reads). Raises what the conversion raises (exit 3)."""
+    with tempfile.TemporaryDirectory(prefix="adapterdoc-view-") as tmp:
+        view_base = base
+        derive = getattr(mod, "base_config_file", None)
+        if view_base is None and base_file is not None and derive is not None:
+            view_base = derive(Path(os.path.expanduser(base_file)), Path(tmp))
+        view = Path(tmp) / "peft"
+        mod.to_peft(Path(path), view, base=view_base, outtype=None)
+        yield view

@@ -60,13 +60,23 @@ def _source(r: VerifyReport) -> str:
     return ""
 
 
+def _layouts(r: VerifyReport) -> str:
+    """The adapter's layout and the base's; a base PEFT built on the meta device outside the layout registry (a
+    Llama, a Mistral) is said to be so, not "unknown"."""
+    if r.base_layout is None and r.expected_keys_from == "meta-device":
+        if r.layout in ("unknown", "ambiguous"):
+            return "a family outside the layout registry"
+        return f"layout {r.layout} → base outside the layout registry"
+    return f"layout {r.layout} → base {r.base_layout or 'unknown'}"
+
+
 def _render_one(w: Writer, r: VerifyReport) -> None:
     if r.error:
         w.para(("✗", "bold red"), (r.adapter, "bold"), hang=4)
         w.para("cannot be examined:", r.error, indent=2)
         return
     mark = ("✓", "bold green") if r.ok else ("✗", "bold red")
-    layouts = f"layout {r.layout} → base {r.base_layout or 'unknown'}"
+    layouts = _layouts(r)
     if 2 + len(r.adapter) + 2 + len(layouts) <= w.width:
         w.line(mark, " ", (r.adapter, "bold"), "  ", layouts)
     else:

@@ -8,7 +8,9 @@ need it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
@@ -74,8 +76,7 @@ def verify_own_bases(adapters: Iterable[str], options: VerifyOptions | None = No
     reports: dict[str, VerifyReport] = {}
     for adapter in order:
         try:
-            cfg = open_checkpoint(adapter).adapter_config
-            named = cfg.base_model if cfg else None
+            named = _named_base(adapter)
             if not named:
                 raise ConfigError(
                     adapter, "no --base given and adapter_config.json names no base_model_name_or_path"
@@ -98,17 +99,33 @@ def verify_own_bases(adapters: Iterable[str], options: VerifyOptions | None = No
     return VerifyRun(base=OWN_BASE, options=options, adapters=[reports[a] for a in order])
 
 
+def _named_base(adapter: str) -> str | None:
+    """The base ``adapter``'s config names (``base_model_name_or_path``), read from its PEFT view when it is in
+    another format (an MLX folder's ``model``, the PEFT config a GGUF written by adapterdoc carries)."""
+    from adapterdoc.formats.hooks import foreign, peft_view
+
+    other = foreign(adapter)
+    if other is None:
+        cfg = open_checkpoint(adapter).adapter_config
+        return cfg.base_model if cfg else None
+    with peft_view(Path(os.path.expanduser(adapter)), other[1], None) as view:
+        cfg = open_checkpoint(os.fspath(view)).adapter_config
+        return cfg.base_model if cfg else None
+
+
 def _foreign_run(adapters: list[str], base: str, options: VerifyOptions) -> VerifyRun | None:
-    """The run when every adapter is in a format whose module checks it against ``base`` itself
-    (:mod:`adapterdoc.formats.hooks`), else ``None``."""
+    """The run against a base only another format reads (a GGUF model file) when every adapter is in a format
+    other than PEFT (:mod:`adapterdoc.formats.hooks`), else ``None``."""
     from adapterdoc.formats.hooks import foreign
     from adapterdoc.verify.formats import verify_foreign
 
     found = [foreign(a) for a in adapters]
-    if not found or any(f is None or not hasattr(f[1], "check") for f in found):
+    if not found or any(f is None for f in found):
         return None
     reports = [
-        verify_foreign(a, *f, base, options, verify_one) for a, f in zip(adapters, found) if f is not None
+        verify_foreign(a, *f, base, options, verify_one, verify_static)
+        for a, f in zip(adapters, found)
+        if f is not None
     ]
     return VerifyRun(base=base, options=options, adapters=reports, base_info={"kind": "file"})
 
@@ -123,10 +140,10 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
     from adapterdoc.formats.hooks import foreign
 
     other = foreign(spec)
-    if other is not None:  # an MLX or GGUF adapter: its format's own checks
+    if other is not None:  # an MLX or GGUF adapter: this doctor on its PEFT view, plus its format's own rules
         from adapterdoc.verify.formats import verify_foreign
 
-        return verify_foreign(spec, *other, base, options, verify_one)
+        return verify_foreign(spec, *other, base, options, verify_one, verify_static)
     ckpt = open_checkpoint(spec)
     layout, dtypes, header = _header(ckpt, spec)
     keys = [parse_key(k) for k in ckpt.tensors]
@@ -150,6 +167,8 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
     weights = check_weights(spec, ckpt, keys, options.scan, options.max_inert_share)
     profile = options.profile_rules.check(subject, keys, kmeta, options, acfg)
     load = check_load(spec, ckpt, base.spec, meta.built_as) if options.load else None
+    if meta.layout is None:  # a base outside the registry: which registry layout the keys resemble says nothing
+        header = [f for f in header if f.code != "AD209"]
     findings = [
         *header,
         *(
@@ -180,6 +199,42 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
         move=None if key_check.move is None else dict(key_check.move),
         served_as=profile.served_as,
         load=None if load is None else dict(load.load),
+        weights=None if weights.weights is None else dict(weights.weights),
+    )
+
+
+def verify_static(spec: str, options: VerifyOptions) -> VerifyReport:
+    """The checks that need no base model, on the PEFT adapter ``spec``: its header's findings, the config it was
+    inferred from, and the weight scans (``lora_B``, NaN/Inf, the inert share). For an adapter whose base only its
+    own format reads (a GGUF adapter against a GGUF model, whose container rules compare the keys)."""
+    ckpt = open_checkpoint(spec)
+    layout, dtypes, header = _header(ckpt, spec)
+    keys = [parse_key(k) for k in ckpt.tensors]
+    acfg, inferred = adapter_config(ckpt, keys)
+    weights = check_weights(spec, ckpt, keys, options.scan, options.max_inert_share)
+    findings = [
+        *header,
+        *(
+            [make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)]
+            if inferred
+            else []
+        ),
+        *weights.findings,
+    ]
+    subject = VerifySubject(
+        adapter=spec,
+        path=ckpt.root,
+        layout=layout.name,
+        layout_candidates=tuple(layout.candidates),
+        config={},
+        keys_against=None,
+    )
+    return build_report(
+        subject,
+        sort_findings(dedupe(findings)),
+        lora_b=dict(weights.lora_b),
+        nonfinite=dict(weights.nonfinite),
+        dtypes=dtypes,
         weights=None if weights.weights is None else dict(weights.weights),
     )
 

@@ -1,0 +1,162 @@
+"""One doctor for every format: the same adapter as a PEFT folder, an MLX folder and a GGUF file gets the same
+verdict and the same codes from ``verify`` (issue 39).
+
+Each defect is made in PEFT form with real PEFT on a tiny real model, then written to MLX and GGUF by
+``adapterdoc convert`` (the exact conversions), and each of the three is verified against the same base. The
+format's own container codes (AD8xx: what mlx-lm and llama.cpp say of the file itself) are left out of the
+comparison: they are added to the doctor's findings, never in their place."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("peft")
+pytest.importorskip("gguf")
+
+from tests.formats.gguf_helpers import generic_config, peft_adapter
+
+pytestmark = pytest.mark.ml
+
+FORMATS = ("peft", "mlx", "gguf")
+TARGETS = ["q_proj", "v_proj", "down_proj"]
+
+
+def _llama(folder: Path, seed: int = 0, **overrides: Any) -> Any:
+    """A tiny Llama (outside the layout registry, the family most users train) saved with its weights."""
+    import torch
+    import transformers
+
+    cfg = generic_config("llama")
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.config.architectures = ["LlamaForCausalLM"]
+    model.save_pretrained(folder)
+    return model
+
+
+def _edit(folder: Path, change: Any) -> Path:
+    """Rewrite ``folder``'s adapter tensors with ``change(name, tensor)`` (in place)."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "adapter_model.safetensors"
+    tensors = load_file(path)
+    for name, t in tensors.items():
+        change(name, t)
+    save_file(tensors, path, metadata={"format": "pt"})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """name → (the PEFT adapter folder, the --base config folder its conversions use); and the shared base."""
+    d = tmp_path_factory.mktemp("one-doctor")
+    base_model = _llama(d / "base")
+    out: dict[str, Any] = {"base": d / "base"}
+    good = peft_adapter(base_model, d / "good", target_modules=TARGETS)
+    out["good"] = (good, d / "base")
+
+    zero = _edit(Path(shutil.copytree(good, d / "zero")), lambda n, t: t.zero_() if "lora_B" in n else None)
+    out["zero"] = (zero, d / "base")
+
+    def nan(name: str, t: Any) -> None:
+        if name.endswith("layers.0.self_attn.q_proj.lora_A.weight"):
+            t[0, 0] = math.nan
+
+    out["nan"] = (_edit(Path(shutil.copytree(good, d / "nan")), nan), d / "base")
+
+    # trained on a wider MLP: down_proj's lora_A is [r, 128] where the base builds [r, 96]
+    wide = _llama(d / "wide-base", intermediate_size=128)
+    out["shape"] = (peft_adapter(wide, d / "shape", target_modules=TARGETS), d / "wide-base")
+
+    # trained on a deeper model: the keys of layer 2 match nothing on the two-layer base
+    deep = _llama(d / "deep-base", num_hidden_layers=3)
+    out["extra"] = (peft_adapter(deep, d / "extra", target_modules=TARGETS), d / "deep-base")
+    return out
+
+
+@pytest.fixture(scope="module")
+def vl_case(tmp_path_factory: pytest.TempPathFactory, tiny_model: Any) -> tuple[Path, str]:
+    """A Qwen3.5 VL adapter (the registry's tiny model, real PEFT) with the text-only base it must not pass on."""
+    d = tmp_path_factory.mktemp("one-doctor-vl")
+    model = tiny_model("qwen3_5_vl")
+    adapter = peft_adapter(model, d / "vl", target_modules=["q_proj", "v_proj"], exclude_modules=["visual"])
+    return adapter, "tiny:qwen3_5_text"
+
+
+def _convert(cli: Any, src: Path, to: str, base: Path | str) -> Path:
+    if to == "peft":
+        return src
+    out = src.parent / (f"{src.name}.gguf" if to == "gguf" else f"{src.name}-mlx")
+    if not out.exists():
+        r = cli("convert", src, "--to", to, "--base", base, "--out", out)
+        assert r.exit_code == 0, r.output
+    return out
+
+
+def _verdict(cli: Any, adapter: Path, base: Path | str) -> tuple[int, list[str], dict[str, Any]]:
+    r = cli("verify", adapter, "--base", base, "--json")
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    (rep,) = doc["adapters"]
+    codes = sorted(
+        {f["code"] for f in rep["findings"] if f["severity"] in ("error", "warning") and not f["code"].startswith("AD8")}
+    )
+    return r.exit_code, codes, rep
+
+
+@pytest.mark.parametrize("case", ["good", "zero", "nan", "shape", "extra"])
+def test_every_format_gets_the_peft_verdict(cli: Any, cases: dict[str, Any], case: str) -> None:
+    src, own_base = cases[case]
+    got = {fmt: _verdict(cli, _convert(cli, src, fmt, own_base), cases["base"]) for fmt in FORMATS}
+    peft_rc, peft_codes, peft_rep = got["peft"]
+    expected_rc = 0 if case == "good" else 1
+    assert peft_rc == expected_rc, peft_codes
+    for fmt in ("mlx", "gguf"):
+        rc, codes, rep = got[fmt]
+        assert (rc, codes) == (peft_rc, peft_codes), fmt
+        assert rep["lora_b"] == peft_rep["lora_b"], fmt
+        assert sorted(rep["missing"]) == sorted(peft_rep["missing"]), fmt
+        assert sorted(rep["unexpected"]) == sorted(peft_rep["unexpected"]), fmt
+        assert sorted(rep["shape_mismatch"]) == sorted(peft_rep["shape_mismatch"]), fmt
+        assert rep["config"]["format"] == fmt
+    if case == "zero":
+        assert "AD301" in peft_codes and peft_rep["lora_b"]["nonzero"] == 0
+    if case == "nan":
+        assert peft_rep["nonfinite"]
+
+
+def test_vl_adapter_on_text_base(cli: Any, vl_case: tuple[Path, str]) -> None:
+    """In PEFT form a Qwen3.5 VL adapter fails on the text-only class (AD223: its keys say
+    ``model.language_model.``). Neither runtime format carries that distinction: mlx-lm's ``qwen3_5`` model wraps
+    the text model as ``language_model.model.`` for a VL and a text config alike (``mlx_lm/models/qwen3_5.py``), and
+    llama.cpp writes both classes as one architecture with one set of tensor names (``layouts/gguf.py``). So the
+    same file loads on either base, and the doctor, reading it for the base given, passes it on both."""
+    src, text_base = vl_case
+    peft_rc, peft_codes, _ = _verdict(cli, src, text_base)
+    assert peft_rc == 1 and "AD223" in peft_codes
+    for fmt in ("mlx", "gguf"):
+        converted = _convert(cli, src, fmt, "tiny:qwen3_5_vl")
+        for base in (text_base, "tiny:qwen3_5_vl"):
+            rc, codes, rep = _verdict(cli, converted, base)
+            assert (rc, codes) == (0, []), (fmt, base)
+            assert rep["lora_b"] == {"nonzero": 2, "total": 2}
+            assert not rep["missing"] and not rep["unexpected"]
+
+
+def test_a_zero_gguf_fails_against_a_gguf_model_too(cli: Any, cases: dict[str, Any], tmp_path: Path) -> None:
+    """Against a base only llama.cpp reads (a GGUF model file), the weight checks still run on the PEFT view."""
+    from tests.formats.gguf_helpers import base_tensors, write_gguf
+
+    base = write_gguf(tmp_path / "base.gguf", "llama", base_tensors(), adapter=False)
+    rc, codes, rep = _verdict(cli, _convert(cli, cases["zero"][0], "gguf", cases["base"]), base)
+    assert rc == 1 and "AD301" in codes and rep["lora_b"] == {"nonzero": 0, "total": 6}
+    rc, codes, rep = _verdict(cli, _convert(cli, cases["good"][0], "gguf", cases["base"]), base)
+    assert rc == 0 and rep["lora_b"] == {"nonzero": 6, "total": 6}
