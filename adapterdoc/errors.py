@@ -49,14 +49,16 @@ class RefusedError(AdapterdocError):
 
 
 class MissingExtraError(UnsupportedInputError):
-    """The operation needs the ML extra (torch, transformers, peft) which is not installed."""
+    """The operation needs an extra which is not installed: by default the ML extra (torch, transformers, peft);
+    ``extra`` names another (``gguf``: gguf-py and numpy; ``weights``: numpy)."""
 
-    def __init__(self, what: str | None, package: str) -> None:
-        super().__init__(
-            what,
-            f"this needs `{package}`, which is not installed; install the ML extra: "
-            "pip install torch==2.13.0 'adapterdoc[ml]'",
+    def __init__(self, what: str | None, package: str, extra: str = "ml") -> None:
+        install = (
+            "install the ML extra: pip install torch==2.13.0 'adapterdoc[ml]'"
+            if extra == "ml"
+            else f"install the {extra} extra: pip install 'adapterdoc[{extra}]'"
         )
+        super().__init__(what, f"this needs `{package}`, which is not installed; {install}")
 
 
 # ------------------------------------------------------------------------------------------------ Ctrl-C

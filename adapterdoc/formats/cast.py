@@ -27,7 +27,7 @@ def cast_bytes(buf: bytes | bytearray | memoryview, src: str, dst: str) -> tuple
     try:
         import numpy as np
     except ImportError:
-        raise MissingExtraError("convert --outtype", "numpy") from None
+        raise MissingExtraError("convert --outtype", "numpy", extra="weights") from None
     if src == "BF16":
         x = (np.frombuffer(buf, "<u2").astype("<u4") << 16).view("<f4")
     else:

@@ -1,23 +1,48 @@
 """``adapterdoc convert ADAPTER --to FORMAT``: detect the source format, go through PEFT (the hub), write ``--out``.
 
-``--out`` follows the rules of the other commands' output folders (:mod:`adapterdoc.st.atomic`): a new or empty
-folder (a GGUF target is one file, replaced atomically), never inside the input, its parent must exist; without
-``--out`` the result goes beside the input as ``<input>-<format>`` (``<input>.gguf`` for GGUF). A hop through PEFT
-(MLX → GGUF) uses a temporary folder beside the output, removed afterwards. ``--outtype`` re-casts in the last hop
-only, so values are rounded at most once. A format module's note that starts with a finding code (``AD806: ...``)
-becomes that finding of the report.
+Inputs: a PEFT adapter folder (or one ``.safetensors`` file of PEFT keys), an mlx-lm adapter folder
+(``adapters.safetensors``), one GGUF LoRA file. An input that cannot be read says why (``cannot read: Permission
+denied``, ``is a FIFO (named pipe), not a regular file``) rather than "not an adapter".
+
+``--out`` follows CLI.md's output rules (:mod:`adapterdoc.st.atomic`), as ``merge --out`` does:
+
+- a folder target (PEFT, MLX) is a new or empty folder; with ``--force`` also a previous adapterdoc output folder
+  (its :data:`~adapterdoc.st.atomic.OUTPUT_MARKER`, which convert writes into every output folder). It is built
+  beside the target and swapped in atomically; a file, a device or a symlink there is refused, ``--force`` or not;
+- a file target (GGUF) is a new file; with ``--force`` also an existing GGUF adapter (a previous output), replaced
+  atomically. Any other existing file is refused. A symlink is refused, ``--force`` or not: convert never writes
+  through a link into another file (a Hugging Face cache blob, git-annex), and CLI.md never replaces a link. A
+  character device, a FIFO or ``/dev/stdout`` is written through, the way a shell redirect does (``--out
+  /dev/null`` writes nothing anywhere; nothing is replaced, so it needs no ``--force``);
+- never the input or inside an input folder; an existing path that is one of the command's inputs (the adapter,
+  the ``--base`` folder or any file in it) or holds one is refused even with ``--force``; the parent must exist.
+
+Without ``--out`` the result goes beside the input as ``<input>-<format>`` (``<input>.gguf`` for GGUF), under the
+same rules. A hop through PEFT (MLX → GGUF) uses a temporary folder beside the output, removed afterwards.
+``--outtype`` re-casts in the last hop only, so values are rounded at most once. A format module's note that starts
+with a finding code (``AD806: ...``) becomes that finding of the report.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 from adapterdoc import formats
-from adapterdoc.errors import AdapterdocError, InputNotFoundError, RefusedError, UnsupportedInputError
+from adapterdoc.errors import (
+    AdapterdocError,
+    InputNotFoundError,
+    MissingExtraError,
+    RefusedError,
+    UnsupportedInputError,
+)
+from adapterdoc.formats import Converted
 from adapterdoc.report.convert_report import ConvertReport
 
 _CODE_NOTE = re.compile(r"^(AD\d{3}): (.+)$", re.S)
@@ -60,12 +85,18 @@ def default_out(src: str, to: str, mod: object) -> str:
 
 
 def convert(
-    spec: str, to: str, *, base: str | None = None, out: str | None = None, outtype: str | None = None
+    spec: str,
+    to: str,
+    *,
+    base: str | None = None,
+    out: str | None = None,
+    outtype: str | None = None,
+    force: bool = False,
 ) -> ConvertReport:
     """Convert the adapter ``spec`` to format ``to``; refusals raise (exit 3) before anything is written."""
     from adapterdoc.formats.cast import OUTTYPES
     from adapterdoc.report.findings import make
-    from adapterdoc.st.atomic import check_output_folder, resolve_output
+    from adapterdoc.st.atomic import check_output_folder
     from adapterdoc.st.paths import inside
 
     if to not in formats.FORMATS:
@@ -75,43 +106,39 @@ def convert(
     src = _resolve_input(spec)
     found = formats.detect(Path(src))
     if found is None:
-        raise UnsupportedInputError(
-            spec, f"is not an adapter in a format adapterdoc converts ({', '.join(formats.FORMATS)})"
-        )
+        raise _not_an_adapter(spec, src)
     source = _module(found.format, "the input's format")
     target = _module(to, "the target format")
     dest = os.path.abspath(os.path.expanduser(out)) if out else default_out(src, to, target)
+    shown = out or dest
     folder_in = (
         src if os.path.isdir(src) else None
     )  # a one-file input (GGUF): only the file itself is off limits
     if inside(src, dest) or (folder_in is not None and inside(dest, folder_in)):
-        raise RefusedError(
-            out or dest, "is the input or inside the input adapter folder; choose a path outside it"
-        )
+        raise RefusedError(shown, "is the input or inside the input adapter folder; choose a path outside it")
     parent = os.path.dirname(dest)
     if not os.path.isdir(parent):
         raise InputNotFoundError(parent, "the parent folder of --out does not exist")
+    check_not_an_input(dest, shown, src, base)
     if is_file_format(target):
-        resolve_output(dest)
+        direct = check_output_file(dest, shown, force=force)
     else:
-        check_output_folder(dest)  # a new or empty folder (convert has no --force)
+        check_output_folder(dest, force=force)
+        direct = False
     route = [found.format, to] if "peft" in (found.format, to) else [found.format, "peft", to]
-    if found.format == "peft":
-        done = target.from_peft(Path(src), Path(dest), base=base, outtype=outtype)
-    elif to == "peft":
-        done = source.to_peft(Path(src), Path(dest), base=base, outtype=outtype)
-    else:
-        hub = tempfile.mkdtemp(prefix=".adapterdoc-convert-", dir=parent)
-        try:
-            first = source.to_peft(Path(src), Path(hub) / "peft", base=base, outtype=None)
-            done = target.from_peft(Path(hub) / "peft", Path(dest), base=base, outtype=outtype)
-            done = type(done)(found.format, to, done.out, done.tensors, (*first.notes, *done.notes))
-        except AdapterdocError as e:
-            if e.what is not None and inside(e.what, hub):  # the temporary PEFT folder: name the input
-                e.what = spec
-            raise
-        finally:
-            shutil.rmtree(hub, ignore_errors=True)
+    require_extras(route)
+    done = _write(
+        source,
+        target,
+        src,
+        dest,
+        route=route,
+        names=(spec, shown),
+        base=base,
+        outtype=outtype,
+        force=force,
+        beside=None if direct else parent,
+    )
     findings, notes = [], []
     for note in done.notes:
         m = _CODE_NOTE.match(note)
@@ -131,3 +158,173 @@ def convert(
         notes=tuple(notes),
         findings=findings,
     )
+
+
+GGUF_EXTRA = ("numpy", "gguf")
+"""What reading or writing GGUF tensors imports (the ``gguf`` extra: llama.cpp's gguf-py and numpy); detecting,
+inspecting and verifying a GGUF file need neither."""
+
+
+def require_extras(route: list[str]) -> None:
+    """Exit 3 naming the extra to install when a hop of ``route`` needs a package that is not installed (a GGUF
+    hop: :data:`GGUF_EXTRA`); the MLX and PEFT hops need only the base install."""
+    import importlib.util
+
+    if "gguf" not in route:
+        return
+    for package in GGUF_EXTRA:
+        if importlib.util.find_spec(package) is None:
+            raise MissingExtraError(f"convert {' → '.join(route)}", package, extra="gguf")
+
+
+def _write(
+    source: ModuleType,
+    target: ModuleType,
+    src: str,
+    dest: str,
+    *,
+    route: list[str],
+    names: tuple[str, str],
+    base: str | None,
+    outtype: str | None,
+    force: bool,
+    beside: str | None,
+) -> Converted:
+    """Run the conversion along ``route``. A file target is written by its format module (atomically, or through
+    a device); a folder target is built in a work folder, marked as convert's output and swapped in over ``dest``
+    (over a previous output only with ``force``). The work folder (and the PEFT hop of MLX → GGUF) lies in
+    ``beside`` (the output's folder; the system's temp folder for a device) and is removed whatever happens.
+    ``names``: the input and the output as the user gave them, for errors that name a path in the work folder."""
+    from adapterdoc.st.atomic import replace_folder, write_marker
+    from adapterdoc.st.paths import inside
+
+    spec, shown = names
+    work = tempfile.mkdtemp(prefix=".adapterdoc-convert-", dir=beside)
+    hub, staged = os.path.join(work, "peft"), os.path.join(work, "out")
+    folder = not is_file_format(target)
+    into = staged if folder else dest
+    try:
+        if route[0] == "peft":
+            done = target.from_peft(Path(src), Path(into), base=base, outtype=outtype)
+        elif route[-1] == "peft":
+            done = source.to_peft(Path(src), Path(into), base=base, outtype=outtype)
+        else:
+            first = source.to_peft(Path(src), Path(hub), base=base, outtype=None)
+            done = target.from_peft(Path(hub), Path(into), base=base, outtype=outtype)
+            done = dataclasses.replace(done, source_format=route[0], notes=(*first.notes, *done.notes))
+        if folder:
+            write_marker(staged, "convert", input=spec, to=route[-1])
+            replace_folder(staged, dest, force=force)
+    except AdapterdocError as e:
+        if e.what is not None and inside(e.what, hub):  # the temporary PEFT folder: name the input
+            e.what = spec
+        elif e.what is not None and inside(e.what, staged):  # the folder being built: name the output
+            e.what = shown
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return dataclasses.replace(done, out=Path(dest))
+
+
+def check_not_an_input(dest: str, shown: str, src: str, base: str | None) -> None:
+    """Refuse an existing ``dest`` that is one of convert's inputs, lies inside one or holds one (the adapter, the
+    ``--base`` folder or a file in it), ``--force`` or not; a new path is not an input."""
+    from adapterdoc.st.paths import inside
+
+    if not os.path.lexists(dest):
+        return
+    for label, root in (("the input adapter", src), ("the --base folder", _base_root(base))):
+        if root is None:
+            continue
+        if inside(dest, root) and inside(root, dest):
+            where = f"is {label}"
+        elif inside(dest, root):
+            where = f"is inside {label} {root}"
+        elif inside(root, dest):
+            where = f"holds {label} {root}"
+        else:
+            continue
+        raise RefusedError(shown, f"{where}; convert never replaces an input (--force does not change this)")
+
+
+def _base_root(base: str | None) -> str | None:
+    """The folder ``--base`` is read from (a model folder, the folder of its config.json, a cached snapshot), or
+    the path itself when it does not resolve as a base; ``None`` for ``tiny:`` and a missing base."""
+    if base is None:
+        return None
+    from adapterdoc.bases import resolve_base
+
+    try:
+        return resolve_base(base).root
+    except AdapterdocError:
+        path = os.path.expanduser(base)
+        return path if os.path.lexists(path) else None
+
+
+def check_output_file(dest: str, shown: str, *, force: bool) -> bool:
+    """Refuse (nothing written) a file output convert may not write; return whether it is written through (a
+    device, a FIFO, a descriptor) rather than replaced. See the module's rules."""
+    from adapterdoc.st.paths import resolve_output
+
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        st = None
+    target = resolve_output(dest)  # a missing folder, a read-only file or folder, a socket: refused here
+    if target.direct:
+        return True
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise RefusedError(
+            shown,
+            f"is a symlink (to {os.path.realpath(dest)}); convert neither writes through a link into another "
+            "file nor replaces the link: give the real path or a new one",
+        )
+    if st is None:
+        return False
+    if not force:
+        raise RefusedError(
+            shown, "exists; refusing to overwrite it (pass --force to replace a previous GGUF adapter)"
+        )
+    if not _is_gguf_adapter(dest):
+        raise RefusedError(
+            shown,
+            "is not a GGUF adapter; --force replaces only a previous GGUF adapter output: choose another path",
+        )
+    return False
+
+
+def _is_gguf_adapter(path: str) -> bool:
+    """A GGUF file whose header reads as a LoRA adapter (``general.type = adapter`` or lora_a/lora_b tensors)."""
+    from adapterdoc.formats.gguf_header import is_gguf, lora_pairs, read_header
+
+    if not is_gguf(path):
+        return False
+    try:
+        header = read_header(path)
+    except AdapterdocError:
+        return False
+    return header.get_str("general.type") == "adapter" or bool(lora_pairs(header))
+
+
+_DECIDING = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", "adapters.safetensors")
+"""The files of an adapter folder whose reading decides its format (PEFT's and mlx-lm's)."""
+
+
+def _not_an_adapter(spec: str, src: str) -> AdapterdocError:
+    """Why ``src`` was not recognised: a file that decides its format cannot be read (the first one, and why), or
+    it is no adapter of any format."""
+    from adapterdoc.st.paths import cannot_read
+
+    for path in _deciding_files(src):
+        why = cannot_read(path)
+        if why is not None:
+            return UnsupportedInputError(path if path != src else spec, why)
+    return UnsupportedInputError(
+        spec, f"is not an adapter in a format adapterdoc converts ({', '.join(formats.FORMATS)})"
+    )
+
+
+def _deciding_files(src: str) -> list[str]:
+    if not os.path.isdir(src):
+        return [src]
+    return [os.path.join(src, n) for n in _DECIDING if os.path.lexists(os.path.join(src, n))]

@@ -1,5 +1,6 @@
 """What an output path is and whether adapterdoc may write it: file modes, the kinds of path CLI.md's output rules
-tell apart, the one writability check, and the one-line refusals that "cannot write here" OS errors become.
+tell apart, the one writability check, and the one-line refusals that "cannot write here" OS errors become; and
+why an input file cannot be read (:func:`cannot_read`).
 
 The writers themselves (temp file or folder, fsync, rename) are in :mod:`adapterdoc.st.atomic`.
 """
@@ -89,6 +90,26 @@ def read_only(path: str, st: os.stat_result | None = None) -> bool:
     """
     st = st or os.stat(path)
     return not st.st_mode & 0o222 or not os.access(path, os.W_OK)
+
+
+def cannot_read(path: str) -> str | None:
+    """For an input: why ``path`` cannot be read as a file (``cannot read: Permission denied``, ``is a FIFO (named
+    pipe), not a regular file``, ``is a broken symlink``), or ``None``. A FIFO or device is never opened (that could
+    block)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"is a broken symlink (to {os.readlink(path)})" if os.path.islink(path) else "not found"
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"is {describe(st)}, not a regular file"
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    return None
 
 
 _FS_IOC_GETFLAGS = 0x80086601  # Linux <linux/fs.h>; FS_IMMUTABLE_FL 0x10, FS_APPEND_FL 0x20
