@@ -95,9 +95,10 @@ def load_rows(path: DataSource = DEFAULT_DATA) -> list[Row]:
     A missing, unreadable or non-UTF-8 file is one :class:`~adapterdoc.errors.AdapterdocError` (exit 3)."""
     src = Path(os.path.expanduser(os.fspath(path))) if isinstance(path, (str, os.PathLike)) else path
     p = str(src)
-    if not src.is_file():
-        why = "is a folder, not a JSONL file" if src.is_dir() else "training data file not found"
-        raise InputNotFoundError(p, why)
+    if isinstance(src, Path):
+        check_data_file(p)
+    elif not src.is_file():
+        raise InputNotFoundError(p, "training data file not found")
     rows: list[Row] = []
     try:
         with src.open("r", encoding="utf-8") as f:
@@ -114,6 +115,22 @@ def load_rows(path: DataSource = DEFAULT_DATA) -> list[Row]:
     if not rows:
         raise ConfigError(p, "holds no rows")
     return rows
+
+
+def check_data_file(path: str) -> None:
+    """Refuse (exit 3) a ``--data`` path that is not a readable regular file, saying which: not found, a folder, a
+    FIFO or a device (never opened: a pipe is read once, and a run reads its data file more than once), or not
+    readable (``cannot read: Permission denied``)."""
+    from adapterdoc.st.paths import cannot_read
+
+    why = cannot_read(path)
+    if why is None:
+        return
+    if why == "not found":
+        raise InputNotFoundError(path, "training data file not found")
+    if os.path.isdir(path):
+        raise InputNotFoundError(path, "is a folder, not a JSONL file")
+    raise UnsupportedInputError(path, why)
 
 
 def json_object(path: str, where: str, line: str) -> dict[str, object]:

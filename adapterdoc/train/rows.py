@@ -23,9 +23,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from adapterdoc.errors import ConfigError, InputNotFoundError
+from adapterdoc.errors import ConfigError
 from adapterdoc.records import frozen_dataclass
-from adapterdoc.train.data import IGNORE, MASK_FRACTION, Example, json_object
+from adapterdoc.train.data import IGNORE, MASK_FRACTION, Example, check_data_file, json_object
 from adapterdoc.train.objectives import CAUSAL, MASKED, POOLED
 
 if TYPE_CHECKING:
@@ -51,8 +51,7 @@ class UserRow:
 def read_rows(path: str | os.PathLike[str]) -> list[UserRow]:
     """All rows of ``path``, validated; every row of one file must have the same shape."""
     p = os.fspath(path)
-    if not os.path.isfile(p):
-        raise InputNotFoundError(p, "training data file not found")
+    check_data_file(p)
     rows: list[UserRow] = []
     try:
         with open(p, encoding="utf-8") as f:
