@@ -37,6 +37,16 @@ def require_ml(what: str | None = None) -> None:
             raise MissingExtraError(what, pkg) from e
 
 
+def _config_validation_error() -> type[Exception]:
+    """What transformers' config classes raise on values that contradict each other (``hidden_size`` not a
+    multiple of the head count): huggingface_hub's strict-dataclass error, which is no ``ValueError``."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # an older huggingface_hub: its configs raise ValueError
+        return ValueError
+    return StrictDataclassError
+
+
 def load_config(base: BaseSpec, what: str | None = None) -> PretrainedConfig:
     """The transformers config of ``base``; never runs repository code, never touches the network."""
     if base.kind != "tiny":
@@ -52,9 +62,10 @@ def load_config(base: BaseSpec, what: str | None = None) -> PretrainedConfig:
     try:
         with no_warnings():
             return AutoConfig.from_pretrained(base.config_path, local_files_only=True)
-    except (ValueError, KeyError, TypeError, OSError) as e:
+    except (ValueError, KeyError, TypeError, OSError, _config_validation_error()) as e:
+        why = e.__cause__ if isinstance(e.__cause__, ValueError) else e  # the strict dataclass's own reason
         raise UnsupportedInputError(
-            base.config_path, f"transformers cannot build this config: {first_line(e)}"
+            base.config_path, f"transformers cannot build this config: {first_line(why)}"
         ) from e
 
 

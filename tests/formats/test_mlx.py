@@ -73,6 +73,8 @@ def base_folder(folder: Path, *, experts: int = 0) -> Path:
             w[f"{p}.mlp.down_proj.weight"] = np.zeros((H, INTER), np.float32)
     save_file(w, str(folder / "model.safetensors"))
     cfg = {"model_type": "qwen3_moe" if experts else "llama", "num_hidden_layers": L, "hidden_size": H}
+    # heads as the weights say (v_proj: 8 rows), so that transformers builds the config for the PEFT checks
+    cfg |= {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": H // 2, "intermediate_size": INTER}
     if experts:
         cfg |= {"architectures": ["Qwen3MoeForCausalLM"], "num_experts": experts}
     (folder / "config.json").write_text(json.dumps(cfg))
