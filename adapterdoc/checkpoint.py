@@ -17,7 +17,14 @@ from adapterdoc.errors import (
     MissingExtraError,
     UnsupportedInputError,
 )
-from adapterdoc.opened import ADAPTER_BIN, ADAPTER_WEIGHTS, Checkpoint, safe_shard_name
+from adapterdoc.opened import (
+    ADAPTER_BIN,
+    ADAPTER_WEIGHTS,
+    GGUF_MAGIC,
+    MLX_WEIGHTS,
+    Checkpoint,
+    safe_shard_name,
+)
 from adapterdoc.st.header import Header, TensorInfo, read_header
 
 if TYPE_CHECKING:
@@ -81,8 +88,36 @@ def _open_path(path: str, spec: str, *, read_bin: bool) -> Checkpoint:
         return _open_bin_file(path, spec)
     if path.endswith(".json"):
         raise UnsupportedInputError(spec, "is a JSON file; pass the directory that holds it")
+    _refuse_gguf(path, spec)
     header = read_header(path)
     return _single(spec, "file", path, header, weights_path=path)
+
+
+def _refuse_gguf(path: str, spec: str) -> None:
+    """A GGUF file is no safetensors file (its magic would read as a header length): say what it is."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != GGUF_MAGIC:
+                return
+    except OSError:
+        return  # read_header names why it cannot be read
+    raise UnsupportedInputError(
+        spec,
+        "is a GGUF file (llama.cpp), not a PEFT adapter: `adapterdoc inspect` and `verify` read a GGUF LoRA "
+        f"adapter; for this command convert it first: adapterdoc convert {spec} --to peft --base BASE --out DIR",
+    )
+
+
+def _refuse_mlx(path: str, spec: str) -> None:
+    """An mlx-lm adapter folder (``adapters.safetensors``) is not a PEFT folder: say so, and how to make one."""
+    if os.path.lexists(os.path.join(path, MLX_WEIGHTS)) and not os.path.lexists(
+        os.path.join(path, ADAPTER_WEIGHTS)
+    ):
+        raise UnsupportedInputError(
+            spec,
+            "is an MLX adapter (mlx-lm), not a PEFT adapter: `adapterdoc inspect` and `verify` read it; for "
+            f"this command convert it first: adapterdoc convert {spec} --to peft --base BASE --out DIR",
+        )
 
 
 def _single(spec: str, kind: str, root: str, header: Header, *, weights_path: str) -> Checkpoint:
@@ -98,6 +133,7 @@ def _single(spec: str, kind: str, root: str, header: Header, *, weights_path: st
 
 
 def _open_dir(path: str, spec: str, *, read_bin: bool) -> Checkpoint:
+    _refuse_mlx(path, spec)
     cfg_path = os.path.join(path, ADAPTER_CONFIG)
     st_path = os.path.join(path, ADAPTER_WEIGHTS)
     bin_path = os.path.join(path, ADAPTER_BIN)

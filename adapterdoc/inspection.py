@@ -34,27 +34,64 @@ def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | 
     if found is not None:
         report = _inspect_foreign(os.fspath(spec), *found)
     else:
+        _refuse_model_gguf(os.fspath(spec))
         report = inspect_checkpoint(open_checkpoint(spec))
     if not (weights or plot):
         return report
-    audit = _audit(report.spec, plot)
+    if found is None:
+        audit = _audit(report.spec, plot)
+    else:  # the audit of the PEFT view: the same tensors, as PEFT holds them
+        from pathlib import Path
+
+        from adapterdoc.formats.hooks import peft_view
+
+        _audit_prerequisites(plot)
+        with peft_view(Path(os.path.expanduser(report.spec)), found[1], None) as view:
+            audit = _relocated(_audit(os.fspath(view), plot), os.fspath(view), report.spec)
     return replace(report, weights=audit, findings=sort_findings([*report.findings, *audit.findings]))
+
+
+def _refuse_model_gguf(spec: str) -> None:
+    """A GGUF file no format module reads as an adapter is a model: say so (exit 3), not "not safetensors"."""
+    from pathlib import Path
+
+    from adapterdoc.errors import UnsupportedInputError
+    from adapterdoc.formats import SCREENS
+
+    if SCREENS["gguf"](Path(os.path.expanduser(spec))):
+        raise UnsupportedInputError(spec, "is a model GGUF (llama.cpp), not an adapter")
+
+
+def _audit_prerequisites(plot: str | None) -> None:
+    """Fail on a missing extra or an unwritable ``plot`` before reading any tensor."""
+    if plot:
+        from adapterdoc.report.heatmap import require_matplotlib
+        from adapterdoc.st.atomic import resolve_output
+
+        require_matplotlib(plot)
+        resolve_output(plot)
 
 
 def _audit(spec: str, plot: str | None) -> Audit:
     """The weights audit of ``spec``, drawn at ``plot`` when asked (its extra and path checked first)."""
     from adapterdoc.audit import audit_checkpoint, render_heatmap
 
-    if plot:  # fail on a missing extra or an unwritable path before reading any tensor
-        from adapterdoc.report.heatmap import require_matplotlib
-        from adapterdoc.st.atomic import resolve_output
-
-        require_matplotlib(plot)
-        resolve_output(plot)
+    _audit_prerequisites(plot)
     audit = audit_checkpoint(open_checkpoint(spec))
     if plot:
         render_heatmap(audit, plot)
     return audit
+
+
+def _relocated(audit: Audit, view: str, spec: str) -> Audit:
+    """The audit of a temporary PEFT view, said of ``spec``."""
+    findings = [
+        replace(
+            f, path=spec, message=f.message.replace(view, spec), hint=f.hint and f.hint.replace(view, spec)
+        )
+        for f in audit.findings
+    ]
+    return replace(audit, path=spec, findings=findings)
 
 
 def _inspect_foreign(spec: str, found: Detected, mod: ModuleType) -> InspectReport:
@@ -79,7 +116,7 @@ def _inspect_foreign(spec: str, found: Detected, mod: ModuleType) -> InspectRepo
     return InspectReport(
         spec=spec,
         kind=found.format,
-        files=[FileSummary(os.fspath(path), size, 0, count)],
+        files=[FileSummary(os.fspath(path), size, int(facts.get("header_bytes") or 0), count)],
         tensors=count,
         parameters=int(facts.get("parameters") or 0),
         bytes=size,

@@ -23,6 +23,7 @@ from dataclasses import field
 from pathlib import Path
 from types import ModuleType
 
+from adapterdoc import opened
 from adapterdoc.records import frozen_dataclass
 
 FORMATS = ("peft", "mlx", "gguf")
@@ -57,7 +58,7 @@ def module(name: str) -> ModuleType:
     return importlib.import_module(f"adapterdoc.formats.{name}")
 
 
-GGUF_MAGIC = b"GGUF"
+GGUF_MAGIC = opened.GGUF_MAGIC
 """The first four bytes of a GGUF file (:data:`adapterdoc.formats.gguf_header.MAGIC`; a test keeps them equal)."""
 
 

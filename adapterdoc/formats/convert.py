@@ -44,6 +44,7 @@ from adapterdoc.errors import (
 )
 from adapterdoc.formats import Converted
 from adapterdoc.report.convert_report import ConvertReport
+from adapterdoc.report.findings import Finding
 
 _CODE_NOTE = re.compile(r"^(AD\d{3}): (.+)$", re.S)
 
@@ -146,6 +147,7 @@ def convert(
             findings.append(make(m[1], m[2], path=os.fspath(done.out)))
         else:
             notes.append(note)
+    findings += written_weights(os.fspath(done.out), target, base)
     return ConvertReport(
         input=spec,
         source_format=found.format,
@@ -158,6 +160,24 @@ def convert(
         notes=tuple(notes),
         findings=findings,
     )
+
+
+def written_weights(out: str, target: ModuleType, base: str | None) -> list[Finding]:
+    """The doctor's weight findings (AD3xx: every ``lora_B`` zero, NaN/Inf, an inert share) on what was written,
+    read back through its PEFT view (:func:`adapterdoc.formats.hooks.peft_view`): a conversion that writes an
+    adapter which changes nothing says so. Nothing for an output that is not a file or folder (a device)."""
+    from adapterdoc.formats.hooks import peft_view
+    from adapterdoc.verify.options import VerifyOptions
+    from adapterdoc.verify.run import verify_static
+
+    if not (os.path.isfile(out) or os.path.isdir(out)):
+        return []
+    if target.NAME == "peft":
+        findings = verify_static(out, VerifyOptions()).findings
+    else:
+        with peft_view(Path(out), target, base) as view:
+            findings = verify_static(os.fspath(view), VerifyOptions()).findings
+    return [dataclasses.replace(f, path=out, line=None) for f in findings if f.code.startswith("AD3")]
 
 
 GGUF_EXTRA = ("numpy", "gguf")

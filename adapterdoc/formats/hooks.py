@@ -44,7 +44,9 @@ def foreign(spec: str) -> tuple[Detection, ModuleType] | None:
 
 
 @contextlib.contextmanager
-def peft_view(path: Path, mod: ModuleType, base: str | None, *, base_file: str | None = None) -> Iterator[Path]:
+def peft_view(
+    path: Path, mod: ModuleType, base: str | None, *, base_file: str | None = None
+) -> Iterator[Path]:
     """The adapter at ``path`` (of ``mod``'s format) as a PEFT adapter folder in a temporary folder, removed on exit:
     the format's own exact conversion, with ``base`` (a base the PEFT side resolves) or, without one, the facts of
     ``base_file`` (a base only the format reads). Raises what the conversion raises (exit 3)."""

@@ -169,7 +169,11 @@ def _check_length(path: str, prefix: bytes, size: int) -> int:
         raise _fail(path, f"header too small: file is {size} bytes, a safetensors file starts with 8")
     (n,) = struct.unpack("<Q", prefix)
     if n > MAX_HEADER_SIZE:
-        raise _fail(path, f"header too large: {n} bytes announced, the limit is {MAX_HEADER_SIZE}")
+        raise _fail(
+            path,
+            f"header too large: {n} bytes announced, the limit is {MAX_HEADER_SIZE} (not a safetensors file: "
+            "it starts with a header length, then the JSON header)",
+        )
     if n + 8 > size:
         raise _fail(
             path, f"invalid header length: {n} bytes announced but the file has {size - 8} after the prefix"

@@ -92,7 +92,9 @@ def _relocated(report: VerifyReport, view: str, spec: str, fmt: str) -> VerifyRe
     """``report`` on the temporary view, said of ``spec``: the view's path in a message or hint becomes
     :data:`VIEW`, and a hint that names it says how to make it; a config field's line (of the view's
     ``adapter_config.json``) is dropped."""
-    first = f"in PEFT form (`adapterdoc convert {spec} --to peft --out {VIEW}`, then back with `--to {fmt}`): "
+    first = (
+        f"in PEFT form (`adapterdoc convert {spec} --to peft --out {VIEW}`, then back with `--to {fmt}`): "
+    )
 
     def text(s: str | None) -> str | None:
         return None if s is None else s.replace(view, VIEW)

@@ -138,6 +138,7 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
     """Verify one adapter (``base`` is a resolved :class:`Base`): each check returns its result, and the report is
     built from them once, at the end."""
     from adapterdoc.formats.hooks import foreign
+    from adapterdoc.verify.peft_layout import check_peft_layout
 
     other = foreign(spec)
     if other is not None:  # an MLX or GGUF adapter: this doctor on its PEFT view, plus its format's own rules
@@ -167,7 +168,9 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
     weights = check_weights(spec, ckpt, keys, options.scan, options.max_inert_share)
     profile = options.profile_rules.check(subject, keys, kmeta, options, acfg)
     load = check_load(spec, ckpt, base.spec, meta.built_as) if options.load else None
-    if meta.layout is None:  # a base outside the registry: which registry layout the keys resemble says nothing
+    if (
+        meta.layout is None
+    ):  # a base outside the registry: which registry layout the keys resemble says nothing
         header = [f for f in header if f.code != "AD209"]
     findings = [
         *header,
@@ -179,6 +182,7 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
         *([built_as_finding(spec, meta.built_as)] if meta.built_as is not None else []),
         *key_check.findings,
         *config.findings,
+        *check_peft_layout(spec, acfg, shapes, meta),
         *weights.findings,
         *profile.findings,
         *(load.findings if load else ()),
@@ -210,7 +214,7 @@ def verify_static(spec: str, options: VerifyOptions) -> VerifyReport:
     ckpt = open_checkpoint(spec)
     layout, dtypes, header = _header(ckpt, spec)
     keys = [parse_key(k) for k in ckpt.tensors]
-    acfg, inferred = adapter_config(ckpt, keys)
+    _, inferred = adapter_config(ckpt, keys)
     weights = check_weights(spec, ckpt, keys, options.scan, options.max_inert_share)
     findings = [
         *header,

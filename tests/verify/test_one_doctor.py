@@ -107,7 +107,11 @@ def _verdict(cli: Any, adapter: Path, base: Path | str) -> tuple[int, list[str],
     doc = json.loads(r.stdout)
     (rep,) = doc["adapters"]
     codes = sorted(
-        {f["code"] for f in rep["findings"] if f["severity"] in ("error", "warning") and not f["code"].startswith("AD8")}
+        {
+            f["code"]
+            for f in rep["findings"]
+            if f["severity"] in ("error", "warning") and not f["code"].startswith("AD8")
+        }
     )
     return r.exit_code, codes, rep
 
