@@ -464,4 +464,20 @@ CODES += [
         "Serve it on an engine that applies those modules (vLLM), merge it into the base "
         "(`adapterdoc merge ADAPTER --base BASE --out DIR`), or retrain without those targets.",
     ),
+    Code(
+        "AD271",
+        "fused-experts-old-peft-layout",
+        "error",
+        "A fused-expert adapter (`target_parameters`) written by a PEFT that laid out the factors of 3-D expert "
+        "parameters the other way round from today's PEFT (`peft_version` 0.17 or 0.18, or 0.19.0).",
+        "PEFT 0.17-0.18 reads an expert parameter `[E, d1, d2]` as `[E, in, out]`; PEFT >= 0.19.1 swaps in and out "
+        "for the experts transformers stores `[E, out, in]` (every fused-expert model but gpt-oss, Aria, Ergo and "
+        "the OpenAI privacy filter), and 0.19.0 swapped them for those four only. Today's PEFT therefore refuses "
+        "such an adapter with a size mismatch, or, where the two sizes are equal (`2 * moe_intermediate_size == "
+        "hidden_size` for `gate_up_proj`), loads it and applies every expert's delta transposed without a word.",
+        "`peft_version: 0.18.1`, `...mlp.experts.base_layer.lora_A.weight [8, 24]` on a Qwen3-MoE base whose "
+        "`gate_up_proj` is `[4, 24, 16]` (today's PEFT builds `[8, 16]`)",
+        "Convert it to today's layout, exactly (each expert's factors swapped and transposed; `peft_version` set "
+        "to 0.19.1): `adapterdoc remap ADAPTER --experts fused --out DIR`.",
+    ),
 ]
