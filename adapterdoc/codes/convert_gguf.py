@@ -1,7 +1,8 @@
 """AD8xx codes of the GGUF format (see :mod:`adapterdoc.codes.convert`).
 
 AD850-AD869: ``verify ADAPTER.gguf --base MODEL.gguf``, one per way llama.cpp's ``llama_adapter_lora_init`` fails
-("failed to apply lora adapter: ...", ``src/llama-adapter.cpp``) or silently does less than asked.
+("failed to apply lora adapter: ...", ``src/llama-adapter.cpp``; AD863-AD865: ggml's ``gguf_init``,
+``ggml/src/gguf.cpp``, refuses the file), silently does less than asked, or loads what cannot work.
 AD870-AD889: what ``convert --to gguf`` refuses (exit 3), because llama.cpp's LoRA cannot hold it.
 """
 
@@ -201,11 +202,12 @@ CODES: list[Code] = [
         "AD875",
         "gguf-scaling-not-expressible",
         "error",
-        "PEFT's per-module scalings cannot all be written as one `adapter.lora.alpha` over each pair's rank.",
+        "PEFT's per-module scalings cannot all be written as one `adapter.lora.alpha` over each pair's rank "
+        "(a pair whose own alpha is a power of two times the common one is folded into its `lora_B`, exactly).",
         "llama.cpp scales every pair by alpha / rank with one alpha: an alpha_pattern, or rsLoRA with several "
         "ranks, would be served at the wrong strength (convert_lora_to_gguf.py ignores both); alpha 0 reads as "
         "scale 1.",
-        "alpha_pattern {'q_proj': 32} with lora_alpha 16",
+        "alpha_pattern {'q_proj': 24} with lora_alpha 16 (ratio 1.5)",
         "Use one lora_alpha (with rsLoRA: one rank), or merge the adapter and convert the merged model.",
     ),
     Code(
@@ -245,5 +247,71 @@ CODES: list[Code] = [
         "llama.cpp would not find the tensor at load ('Can not map tensor' in its converter).",
         "a LoRA on a module llama.cpp fuses or drops (rotary, router of an unsupported kind)",
         "Drop that module from the adapter, or merge the adapter and convert the merged model.",
+    ),
+    Code(
+        "AD863",
+        "gguf-metadata-invalid",
+        "error",
+        "The GGUF metadata breaks a rule of ggml's `gguf_init`: an empty key, a key twice, or a "
+        "`general.alignment` that is not a UINT32 power of two.",
+        "llama.cpp does not open the file at all ('gguf_init_from_file_impl: duplicate key ...', 'failed to load "
+        "lora adapter from file'); nothing is served.",
+        "adapter.type written twice; general.alignment stored as UINT64",
+        "Convert the PEFT adapter again with `adapterdoc convert ADAPTER --to gguf`, or fix the tool that edited "
+        "the file.",
+    ),
+    Code(
+        "AD864",
+        "gguf-tensor-info-invalid",
+        "error",
+        "A tensor info breaks a rule of ggml's `gguf_init`: a name of 64 bytes or more, a name twice, a negative "
+        "dimension, more elements than INT64_MAX, a ggml type that does not exist (or was removed), or a row that "
+        "is not a whole number of the type's blocks.",
+        "llama.cpp does not open the file at all ('tensor ... has invalid ggml type 999', 'failed to load lora "
+        "adapter from file').",
+        "a tensor of ggml type 999; Q8_0 rows of 48 elements",
+        "Convert the PEFT adapter again with `adapterdoc convert ADAPTER --to gguf`.",
+    ),
+    Code(
+        "AD865",
+        "gguf-tensor-offset-invalid",
+        "error",
+        "A tensor's data offset is not where ggml's `gguf_init` requires it: the first tensor at 0, each next one "
+        "where the one before ends, padded to `general.alignment`.",
+        "llama.cpp does not open the file at all ('tensor ... has offset 4, expected 0').",
+        "offsets 4 and 516 instead of 0 and 512; two tensors' data swapped",
+        "Write the tensors back to back in the order of the tensor table, each padded to the alignment "
+        "(`adapterdoc convert ADAPTER --to gguf` does).",
+    ),
+    Code(
+        "AD866",
+        "gguf-alpha-not-finite",
+        "error",
+        "`adapter.lora.alpha` is NaN or infinite.",
+        "llama.cpp loads the adapter without a word, but every pair's scale alpha / rank is NaN or infinite: the "
+        "adapted layers output NaN.",
+        "adapter.lora.alpha = nan",
+        "Convert the PEFT adapter again (its lora_alpha is finite) or write the intended alpha as a float32.",
+    ),
+    Code(
+        "AD867",
+        "gguf-alora-tokens-invalid",
+        "error",
+        "`adapter.alora.invocation_tokens` is not an array of UINT32.",
+        "llama.cpp refuses the adapter ('invalid gguf type for adapter.alora.invocation_tokens' or 'invalid gguf "
+        "element type ...').",
+        "adapter.alora.invocation_tokens written as one UINT32, or as an array of INT32",
+        "Write the activated LoRA's invocation tokens as an array of UINT32 token ids.",
+    ),
+    Code(
+        "AD868",
+        "gguf-rank-zero",
+        "error",
+        "A LoRA pair has rank 0 (`lora_b` ne[0] = 0), or every LoRA tensor holds 0 bytes.",
+        "llama.cpp loads a rank-0 pair, and its scale alpha / 0 is infinite: 0 × inf makes every output of the "
+        "layer NaN (with alpha 0 the pair only adds nothing, a warning). With nothing to allocate it refuses the "
+        "adapter ('failed to allocate buffer for lora adapter').",
+        "blk.1.attn_k.weight.lora_a ne [64, 0], lora_b ne [0, 32]",
+        "Drop the empty pair, or convert the PEFT adapter again.",
     ),
 ]

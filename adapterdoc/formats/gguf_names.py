@@ -55,7 +55,10 @@ def architecture_of(config: Mapping[str, Any]) -> tuple[str, facts.GgufArch]:
     if why is None and isinstance(text_type, str) and text_type in facts.TEXT_MODEL_TYPES:
         why = facts.TEXT_MODEL_TYPES[text_type]
     if why is None and cls not in facts.ARCHES:
-        why = "llama.cpp's converter is not mapped for it in adapterdoc (adapterdoc/layouts/gguf.py)"
+        why = (
+            "not checked against llama.cpp's converter in adapterdoc (adapterdoc/layouts/gguf.py): its converter "
+            "class may rewrite the tensors a LoRA targets"
+        )
     if why is not None:
         have = ", ".join(sorted(facts.ARCHES))
         raise UnsupportedInputError(
@@ -64,10 +67,28 @@ def architecture_of(config: Mapping[str, Any]) -> tuple[str, facts.GgufArch]:
     return cls, facts.ARCHES[cls]
 
 
+def model_arch(arch: facts.GgufArch) -> Any:
+    """``gguf.MODEL_ARCH[arch.arch]``, or exit 3 when the installed ``gguf`` package predates that architecture."""
+    gguf = gguf_package()
+    member = getattr(gguf.MODEL_ARCH, arch.arch, None)
+    if member is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            have = version("gguf")
+        except PackageNotFoundError:
+            have = "unknown version"
+        raise UnsupportedInputError(
+            None,
+            f"the installed gguf package ({have}) has no llama.cpp architecture {arch.arch}; "
+            "upgrade it: pip install -U gguf",
+        )
+    return member
+
+
 def arch_name(arch: facts.GgufArch) -> str:
     """``general.architecture`` for ``arch`` (``gguf.MODEL_ARCH_NAMES``)."""
-    gguf = gguf_package()
-    return gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH[arch.arch]]
+    return gguf_package().MODEL_ARCH_NAMES[model_arch(arch)]
 
 
 def block_count(hp: Mapping[str, Any]) -> int:
@@ -86,7 +107,7 @@ class NameMap:
 
     def __post_init__(self) -> None:
         gguf = gguf_package()
-        self._map = gguf.get_tensor_name_map(gguf.MODEL_ARCH[self.arch.arch], self.n_blocks)
+        self._map = gguf.get_tensor_name_map(model_arch(self.arch), self.n_blocks)
         self._reverse: dict[str, str] | None = None
 
     def to_gguf(self, hf_module: str) -> str | None:
@@ -98,7 +119,8 @@ class NameMap:
         if self._reverse is None:
             rev: dict[str, str] = {}
             paths = [*facts.TOP_MODULES]
-            paths += [f"model.layers.{b}.{m}" for b in range(self.n_blocks) for m in facts.LAYER_MODULES]
+            modules = self.arch.layer_modules or facts.LAYER_MODULES
+            paths += [f"model.layers.{b}.{m}" for b in range(self.n_blocks) for m in modules]
             for p in paths:
                 g = self.to_gguf(p)
                 if g is not None:

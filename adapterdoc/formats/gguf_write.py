@@ -2,7 +2,8 @@
 
 What llama.cpp's loader cannot hold is refused with the code that explains it: DoRA (AD871), whole weights that
 differ from the base (AD872; copies equal to the base's are dropped), biases (AD873), PEFT's fused expert form
-(AD874), per-module scalings one ``adapter.lora.alpha`` cannot express (AD875), an ``lm_head`` LoRA on a base whose
+(AD874), per-module scalings one ``adapter.lora.alpha`` cannot express (AD875; a ratio that is a power of two is folded into
+``lora_B`` exactly), an ``lm_head`` LoRA on a base whose
 output is tied to the embedding (AD876), vision/audio tower modules (AD877), partial expert coverage (AD878) and
 modules llama.cpp has no tensor for (AD879). The arithmetic matches llama.cpp's ``convert_lora_to_gguf.py``:
 ``lora_a``/``lora_b`` are PEFT's ``lora_A``/``lora_B`` bytes (the embedding's ``lora_a`` transposed), permuted where
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,32 +269,107 @@ def plan(
     return out
 
 
-def gguf_alpha(src: Path, cfg: AdapterConfig, pairs: list[Pair]) -> tuple[float, list[str]]:
-    """The one ``adapter.lora.alpha`` G with G / rank = PEFT's scaling for every pair, or AD875."""
-    wanted: dict[float, list[str]] = defaultdict(list)
+@dataclass
+class Alpha:
+    """The one ``adapter.lora.alpha`` of the file, and the pairs whose scaling differs from it by a power of two."""
+
+    value: float
+    folds: dict[str, float]
+    """PEFT module → the factor multiplied into its ``lora_B`` (only factors other than 1)."""
+    notes: list[str]
+
+
+def pair_alphas(cfg: AdapterConfig, pairs: list[Pair]) -> dict[str, float]:
+    """Each pair's G with G / rank = PEFT's scaling of that pair (``alpha_pattern``, rsLoRA's ``alpha·√r``)."""
+    out = {}
     for p in pairs:
-        r = p.a.shape[0]
         alpha = cfg.alpha_for(p.module)
-        wanted[alpha * math.sqrt(r) if cfg.use_rslora else float(alpha)].append(p.module)
-    if len(wanted) != 1:
-        shown = "; ".join(f"{g:g} for {len(m)} modules (e.g. {m[0]})" for g, m in wanted.items())
+        out[p.module] = alpha * math.sqrt(p.a.shape[0]) if cfg.use_rslora else float(alpha)
+    return out
+
+
+def common_alpha(wanted: dict[str, float]) -> float:
+    """The G that the most pairs can be written with exactly (theirs, or a power of two from it), then the one the
+    most pairs have, then the largest (as ``mlx._common_scale`` picks MLX's scale)."""
+    from adapterdoc.remap.engine_tensors import is_power_of_two
+
+    counts = Counter(wanted.values())
+
+    def score(g: float) -> tuple[int, int, float]:
+        exact = sum(n for w, n in counts.items() if g != 0 and is_power_of_two(w / g))
+        return exact, counts[g], g
+
+    return max(counts, key=score)
+
+
+def gguf_alpha(src: Path, cfg: AdapterConfig, pairs: list[Pair]) -> Alpha:
+    """The one ``adapter.lora.alpha`` G with G / rank = PEFT's scaling for every pair, a pair whose own G differs
+    from it by a power of two folded into its ``lora_B`` (exact in any float dtype); otherwise AD875."""
+    from adapterdoc.remap.engine_tensors import is_power_of_two
+
+    wanted = pair_alphas(cfg, pairs)
+    g = common_alpha(wanted)
+    if g == 0:
+        raise refuse(src, "AD875", "lora_alpha is 0: llama.cpp reads alpha 0 as 'no alpha' (scale 1, not 0)")
+    folds = {m: w / g for m, w in wanted.items() if w != g}
+    odd = {m: w for m, w in wanted.items() if m in folds and not is_power_of_two(folds[m])}
+    if odd:
+        by_value: dict[float, list[str]] = defaultdict(list)
+        for m, w in odd.items():
+            by_value[w].append(m)
+        shown = "; ".join(f"{w:g} for {len(m)} modules (e.g. {m[0]})" for w, m in by_value.items())
         raise refuse(
             src,
             "AD875",
-            "llama.cpp has one alpha per adapter (scale = alpha / rank of each pair), but this adapter's scalings "
-            f"need alpha·rank/scaling = {shown}; use one lora_alpha (and, with rsLoRA, one rank), or merge",
+            f"llama.cpp has one alpha per adapter (scale = alpha / rank of each pair); adapter.lora.alpha = {g:g} "
+            f"holds most pairs, but {shown} need alpha·rank/scaling at a ratio to it that is not a power of two "
+            "(only those fold exactly into lora_B); use one lora_alpha (and, with rsLoRA, one rank), or merge",
         )
-    g = next(iter(wanted))
-    if g == 0:
-        raise refuse(src, "AD875", "lora_alpha is 0: llama.cpp reads alpha 0 as 'no alpha' (scale 1, not 0)")
     notes = []
     if cfg.use_rslora:
         notes.append(f"rsLoRA folded: adapter.lora.alpha = lora_alpha·√r = {g:g}")
+    if folds:
+        factors = ", ".join(f"×{f:g}" for f in sorted(set(folds.values())))
+        notes.append(
+            f"{len(folds)} pairs' own alpha (alpha_pattern{', rsLoRA rank' if cfg.use_rslora else ''}) folded into "
+            f"lora_B ({factors}, a power of two: exact)"
+        )
     import numpy as np
 
     if float(np.float32(g)) != g:
         notes.append(f"adapter.lora.alpha {g!r} rounded to float32 {float(np.float32(g))!r}")
-    return g, notes
+    return Alpha(g, folds, notes)
+
+
+def fold(src: Path, module: str, b: Any, kind: str, factor: float) -> Any:
+    """``b`` (numpy, in its safetensors ``kind``; bf16 as uint16 bits) times a power of two, exactly: AD875 where a
+    value would overflow or lose bits as a subnormal."""
+    import numpy as np
+
+    f32 = (b.astype(np.uint32) << 16).view(np.float32) if kind == "BF16" else b.astype(np.float32)
+    scaled = f32 * np.float32(factor)
+    out: Any = scaled.astype(np.float16) if kind == "F16" else scaled
+    if kind == "BF16":
+        out = (scaled.view(np.uint32) >> 16).astype(np.uint16)
+    back = (out.astype(np.uint32) << 16).view(np.float32) if kind == "BF16" else out.astype(np.float32)
+    if not np.array_equal(back / np.float32(factor), f32) or not np.isfinite(back).all():
+        raise refuse(
+            src,
+            "AD875",
+            f"`{module}`: folding its alpha into lora_B (×{factor:g}) would overflow or round {kind} values; "
+            "use one lora_alpha, or merge",
+        )
+    return np.ascontiguousarray(out)
+
+
+def folded_config(cfg_text: str, alpha: Alpha) -> str:
+    """The ``adapter_config.json`` kept in the provenance: as it is, or, where pairs' alphas were folded into
+    ``lora_B``, the config PEFT reads those bytes with (one ``lora_alpha``, no ``alpha_pattern``, no rsLoRA)."""
+    if not alpha.folds:
+        return cfg_text
+    raw = json.loads(cfg_text)
+    raw.update({"lora_alpha": alpha.value, "alpha_pattern": {}, "use_rslora": False})
+    return json.dumps(raw, indent=2, sort_keys=True) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------- the data
@@ -371,10 +447,10 @@ def write_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) -
     _check_dtypes(src, pairs)
     planned = plan(src, pairs, cfg, hp, arch)
     notes = check_whole_weights(src, header, fulls, base, hp)
-    alpha, alpha_notes = gguf_alpha(src, cfg, pairs)
-    notes += alpha_notes
+    alpha = gguf_alpha(src, cfg, pairs)
+    notes += alpha.notes
     provenance = {
-        "adapter_config_json": cfg_path.read_bytes().decode("utf-8"),
+        "adapter_config_json": folded_config(cfg_path.read_bytes().decode("utf-8"), alpha),
         "hparams": {k: v for k, v in hp.items() if k in HPARAMS},
         "metadata": header.metadata,
         "modules": {pl.gguf: [p.module for p in pl.pairs] for pl in planned},
@@ -384,7 +460,7 @@ def write_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) -
     w = gguf.GGUFWriter(None, names.arch_name(arch))
     w.add_type(gguf.GGUFType.ADAPTER)
     w.add_string(gguf.Keys.Adapter.TYPE, "lora")
-    w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(alpha))
+    w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(alpha.value))
     tokens = cfg.raw.get("alora_invocation_tokens")
     if isinstance(tokens, list) and tokens:
         w.add_key_value(
@@ -401,6 +477,8 @@ def write_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) -
         arrays = []
         for p in pl.pairs:
             a, b = _array(mm, header, p.a), _array(mm, header, p.b)
+            if p.module in alpha.folds:
+                b = fold(src, p.module, b, p.b.dtype, alpha.folds[p.module])
             if p.embedding:  # llama.cpp's llm_build_inp_embd takes token_embd's lora_a as [vocab, r]
                 a = np.ascontiguousarray(a.T)
             a, b = names.apply(pl.rewrites, a, b)
@@ -419,7 +497,7 @@ def write_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) -
     _write(w, out, atomic_writer)
     if rewritten:
         notes.append(f"{rewritten} pairs permuted as llama.cpp permutes the base ({arch.arch})")
-    notes.append(f"tensor dtype {', '.join(sorted(kinds))}; adapter.lora.alpha = {alpha:g}")
+    notes.append(f"tensor dtype {', '.join(sorted(kinds))}; adapter.lora.alpha = {alpha.value:g}")
     return Converted("peft", "gguf", out, 2 * len(planned), tuple(notes))
 
 
