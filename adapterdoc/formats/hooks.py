@@ -10,6 +10,8 @@ GGUF or MLX adapter gets the same doctor as a PEFT folder. A format module adds,
 - ``check(path, base: str | None) -> list[Finding]``: the format's own container rules (what its runtime's loader
   refuses) against ``base`` (``None``: the rules that need no base, which ``inspect`` also runs), added to the
   doctor's findings, never in their place;
+- ``READ_EXTRA``: ``(extra, packages)`` that its ``to_peft`` imports (GGUF: numpy and gguf-py); without them
+  the view is one exit-3 line naming the extra;
 - ``base_config_file(base: Path, folder: Path) -> str | None``: for a base only the format reads (a GGUF model
   file), a model folder with the ``config.json`` facts the PEFT view needs, written into ``folder``.
 """
@@ -50,6 +52,14 @@ def peft_view(
     """The adapter at ``path`` (of ``mod``'s format) as a PEFT adapter folder in a temporary folder, removed on exit:
     the format's own exact conversion, with ``base`` (a base the PEFT side resolves) or, without one, the facts of
     ``base_file`` (a base only the format reads). Raises what the conversion raises (exit 3)."""
+    import importlib.util
+
+    from adapterdoc.errors import MissingExtraError
+
+    extra, packages = getattr(mod, "READ_EXTRA", (None, ()))
+    for package in packages:
+        if importlib.util.find_spec(package) is None:
+            raise MissingExtraError(f"reading {path} as PEFT", package, extra=extra)
     with tempfile.TemporaryDirectory(prefix="adapterdoc-view-") as tmp:
         view_base = base
         derive = getattr(mod, "base_config_file", None)

@@ -232,3 +232,65 @@ def test_a_llama_base_is_not_called_ambiguous(cli: Any, cases: dict[str, Any]) -
     assert r.exit_code == 0, r.output
     assert "AD209" not in r.output and "base unknown" not in r.output
     assert "a family outside the layout registry" in r.output
+
+
+def test_the_light_install_gives_the_same_verdict_or_names_the_extra(
+    cli: Any, vl_case: tuple[Path, str], cases: dict[str, Any], light_venv: Any, tmp_path: Path
+) -> None:
+    """No numpy, no torch: an MLX folder is read into its PEFT view with the standard library and gets the full
+    install's verdict; a GGUF file's tensors need numpy and gguf-py, so its verify is one exit-3 line naming the
+    ``gguf`` extra (the container rules alone would be a thinner doctor)."""
+    import subprocess
+
+    from adapterdoc.layouts import LAYOUTS
+    from adapterdoc.ml.tiny import tiny_config
+
+    src, _ = vl_case
+    cfg = tiny_config("qwen3_5_text")
+    cfg.architectures = [LAYOUTS["qwen3_5_text"].model_class]
+    cfg.save_pretrained(
+        tmp_path / "text-base"
+    )  # a config.json base: the light gate decides it from the registry
+    text_base = str(tmp_path / "text-base")
+    mlx = _convert(cli, src, "mlx", "tiny:qwen3_5_vl")
+    zero_mlx = tmp_path / "zero-mlx"
+    shutil.copytree(mlx, zero_mlx)
+    from safetensors.numpy import load_file, save_file
+
+    w = load_file(str(zero_mlx / "adapters.safetensors"))
+    save_file(
+        {k: v * 0 if k.endswith("lora_b") else v for k, v in w.items()},
+        str(zero_mlx / "adapters.safetensors"),
+    )
+    for adapter, want in ((mlx, 0), (zero_mlx, 1)):
+        full = cli("verify", adapter, "--base", text_base, "--json")
+        light = subprocess.run(
+            [
+                str(light_venv.python),
+                "-m",
+                "adapterdoc",
+                "verify",
+                str(adapter),
+                "--base",
+                text_base,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=light_venv.env,
+            timeout=300,
+        )
+        assert full.exit_code == light.returncode == want, light.stderr
+        f, g = json.loads(full.stdout)["adapters"][0], json.loads(light.stdout)["adapters"][0]
+        assert [x["code"] for x in f["findings"]] == [x["code"] for x in g["findings"]]
+        assert f["lora_b"] == g["lora_b"]
+    gguf = _convert(cli, cases["good"][0], "gguf", cases["base"])
+    light = subprocess.run(
+        [str(light_venv.python), "-m", "adapterdoc", "verify", str(gguf), "--base", text_base],
+        capture_output=True,
+        text=True,
+        env=light_venv.env,
+        timeout=300,
+    )
+    assert light.returncode == 3 and "adapterdoc[gguf]" in light.stderr, light.stderr
+    assert len(light.stderr.strip().splitlines()) == 1 and "Traceback" not in light.stderr
