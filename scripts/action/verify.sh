@@ -2,8 +2,10 @@
 # The Action's verify step: `adapterdoc verify` with the Action's inputs, every value passed as one quoted argument.
 #
 # Inputs arrive as environment variables (action.yml passes each through `env:`):
-#   ADAPTERDOC_ADAPTERS        adapter folders: one per line, or space-separated on one line; glob patterns
-#                              (adapters/*) expand, a path with spaces needs a line of its own
+#   ADAPTERDOC_ADAPTERS        adapters (PEFT or mlx-lm folders, GGUF LoRA files): one per line, or
+#                              space-separated on one line; glob patterns (adapters/*) expand, a path with spaces
+#                              needs a line of its own. A glob's match that is a model GGUF (not an adapter) is
+#                              left out, as the pre-commit hook leaves it out; a path named as such goes to verify.
 #   ADAPTERDOC_BASE            --base (empty: [tool.adapterdoc] base, else each adapter's own base)
 #   ADAPTERDOC_PROFILE         --profile (empty: [tool.adapterdoc] profile, else peft)
 #   ADAPTERDOC_MAX_LORA_RANK   --max-lora-rank (empty: [tool.adapterdoc] or 16)
@@ -12,6 +14,12 @@
 #   ADAPTERDOC_JUNIT_FILE      --junit-file: also a JUnit XML here, beside the annotations
 # Nothing is evaluated: a value is an argument, never shell code.
 set -euo pipefail
+
+# A *.gguf file whose header reads as a model, not a LoRA adapter (adapterdoc.hooks.is_model_gguf: header only).
+is_model_gguf() {
+    [[ "$1" == *.gguf ]] || return 1
+    python -c 'import sys; from adapterdoc.hooks import is_model_gguf; sys.exit(0 if is_model_gguf(sys.argv[1]) else 1)' "$1"
+}
 
 adapters=()
 if [[ "${ADAPTERDOC_ADAPTERS-}" == *$'\n'* ]]; then
@@ -25,7 +33,13 @@ for word in "${words[@]}"; do
     [ -n "$word" ] || continue
     if [[ "$word" == *[*?[]* ]] && compgen -G "$word" > /dev/null; then
         # compgen lists matches in the directory's order: sort them (bytes, whatever the locale) for a stable run
-        while IFS= read -r match; do adapters+=("$match"); done < <(compgen -G "$word" | LC_ALL=C sort)
+        while IFS= read -r match; do
+            if is_model_gguf "$match"; then
+                echo "adapterdoc: $match is a model GGUF, not an adapter: left out of '$word'" >&2
+                continue
+            fi
+            adapters+=("$match")
+        done < <(compgen -G "$word" | LC_ALL=C sort)
     else
         adapters+=("$word")
     fi

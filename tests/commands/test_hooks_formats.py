@@ -141,3 +141,11 @@ def test_pre_commit_runs_the_hook_on_gguf_and_mlx_files(repo: Path, tmp_path: Pa
     assert "(no files to check)" not in out and "Skipped" not in out, out
     assert "- hook id: adapterdoc-verify" in out, out
     assert not re.search(r"[✓✗] adapters/model\.gguf", out), out  # the model is never verified as an adapter
+
+
+def test_the_ci_page_states_the_pattern_the_hooks_use() -> None:
+    page = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    section = page[page.index("## In pre-commit") : page.index("## In GitHub Actions")]
+    for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text()):
+        assert f"`{hook['files']}`" in section, hook["id"]
+    assert "model GGUF" in section and "adapters.safetensors" in section
