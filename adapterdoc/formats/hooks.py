@@ -54,7 +54,8 @@ def peft_view(
     ``base_file`` (a base only the format reads). Raises what the conversion raises (exit 3)."""
     import importlib.util
 
-    from adapterdoc.errors import MissingExtraError
+    from adapterdoc.errors import AdapterdocError, MissingExtraError
+    from adapterdoc.st.paths import inside
 
     extra, packages = getattr(mod, "READ_EXTRA", (None, ()))
     for package in packages:
@@ -66,5 +67,10 @@ def peft_view(
         if view_base is None and base_file is not None and derive is not None:
             view_base = derive(Path(os.path.expanduser(base_file)), Path(tmp))
         view = Path(tmp) / "peft"
-        mod.to_peft(Path(path), view, base=view_base, outtype=None)
-        yield view
+        try:
+            mod.to_peft(Path(path), view, base=view_base, outtype=None)
+            yield view
+        except AdapterdocError as e:  # an error about the temporary view is an error about the adapter
+            if e.what is not None and inside(e.what, tmp):
+                e.what = os.fspath(path)
+            raise

@@ -79,7 +79,9 @@ def verify_own_bases(adapters: Iterable[str], options: VerifyOptions | None = No
             named = _named_base(adapter)
             if not named:
                 raise ConfigError(
-                    adapter, "no --base given and adapter_config.json names no base_model_name_or_path"
+                    adapter,
+                    "no --base given and the adapter names no base (adapter_config.json's "
+                    "base_model_name_or_path; an MLX adapter's `model`): pass --base",
                 )
         except AdapterdocError as e:
             reports[adapter] = VerifyReport(adapter=adapter, error=str(e))

@@ -284,6 +284,15 @@ def test_the_light_install_gives_the_same_verdict_or_names_the_extra(
         f, g = json.loads(full.stdout)["adapters"][0], json.loads(light.stdout)["adapters"][0]
         assert [x["code"] for x in f["findings"]] == [x["code"] for x in g["findings"]]
         assert f["lora_b"] == g["lora_b"]
+    weights = subprocess.run(
+        [str(light_venv.python), "-m", "adapterdoc", "inspect", str(zero_mlx), "--weights"],
+        capture_output=True,
+        text=True,
+        env=light_venv.env,
+        timeout=300,
+    )
+    assert weights.returncode == 3 and "adapterdoc[weights]" in weights.stderr
+    assert weights.stderr.startswith(f"adapterdoc: error: {zero_mlx}: ")  # never the temporary view's path
     gguf = _convert(cli, cases["good"][0], "gguf", cases["base"])
     light = subprocess.run(
         [str(light_venv.python), "-m", "adapterdoc", "verify", str(gguf), "--base", text_base],
