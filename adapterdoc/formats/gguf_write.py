@@ -347,12 +347,14 @@ def fold(src: Path, module: str, b: Any, kind: str, factor: float) -> Any:
     import numpy as np
 
     f32 = (b.astype(np.uint32) << 16).view(np.float32) if kind == "BF16" else b.astype(np.float32)
-    scaled = f32 * np.float32(factor)
-    out: Any = scaled.astype(np.float16) if kind == "F16" else scaled
-    if kind == "BF16":
-        out = (scaled.view(np.uint32) >> 16).astype(np.uint16)
-    back = (out.astype(np.uint32) << 16).view(np.float32) if kind == "BF16" else out.astype(np.float32)
-    if not np.array_equal(back / np.float32(factor), f32) or not np.isfinite(back).all():
+    with np.errstate(over="ignore", under="ignore"):
+        scaled = f32 * np.float32(factor)
+        out: Any = scaled.astype(np.float16) if kind == "F16" else scaled
+        if kind == "BF16":
+            out = (scaled.view(np.uint32) >> 16).astype(np.uint16)
+        back = (out.astype(np.uint32) << 16).view(np.float32) if kind == "BF16" else out.astype(np.float32)
+        exact = np.array_equal(back / np.float32(factor), f32)
+    if not exact or not np.isfinite(back).all():
         raise refuse(
             src,
             "AD875",

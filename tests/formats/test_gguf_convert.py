@@ -153,7 +153,7 @@ def test_gguf_refusals(tmp_path: Path) -> None:
     cases = {
         "AD871": {"use_dora": True, "target_modules": ["q_proj"]},
         "AD873": {"lora_bias": True, "target_modules": ["q_proj"]},
-        "AD875": {"alpha_pattern": {"q_proj": 32}, "target_modules": ["q_proj", "v_proj"]},
+        "AD875": {"alpha_pattern": {"q_proj": 24}, "target_modules": ["q_proj", "v_proj"]},  # ratio 3
     }
     for code, kw in cases.items():
         a = peft_adapter(model, tmp_path / code, **kw)
