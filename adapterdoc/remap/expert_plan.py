@@ -11,12 +11,13 @@ from collections.abc import Callable
 
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.checkpoint import Checkpoint
+from adapterdoc.adapter.expert_layout import FIXED, peft_release
 from adapterdoc.remap.config import dump_like
 from adapterdoc.remap.expert_config import block_mapping, expert_config
 from adapterdoc.remap.expert_names import GATE_UP, STYLES
-from adapterdoc.remap.experts import Block, ExpertPlan, plan_experts
+from adapterdoc.remap.experts import Block, ExpertPlan, plan_experts, plan_relayout
 from adapterdoc.remap.plan import Plan, open_safetensors
-from adapterdoc.report.remap_report import RemapReport
+from adapterdoc.report.remap_report import ConfigChange, RemapReport
 from adapterdoc.st.atomic import target_mode
 from adapterdoc.st.compose import compose
 from adapterdoc.st.header import Header
@@ -24,6 +25,12 @@ from adapterdoc.st.header import Header
 _LEAVES = "|".join(sorted({re.escape(leaf) for s in STYLES for leaf in s.leaves}))
 _PER_EXPERT_KEY = re.compile(rf"\.experts\.\d+\.(?:{_LEAVES})\.lora_[AB]\.(?:[^.]+\.)?weight$")
 _FUSED_KEY = re.compile(r"\.experts(?:\.base_layer)*\.lora_[AB]\.(?:[^.]+\.)?weight$")
+TODAY = ".".join(map(str, FIXED))
+"""The ``peft_version`` an expert remap writes over an older one: the first release whose fused layout it wrote."""
+RELAYOUT_EXACT = (
+    "exact: each expert's lora_A is its old lora_B transposed and its lora_B its old lora_A transposed (bit for bit); "
+    "the delta, and so the outputs, are the ones the writing PEFT gave"
+)
 EXACT = (
     "exact in outputs: fused → per-expert keeps each projection's rank (gate and up share A_e and take their rows "
     "of B_e); per-expert → fused is PEFT's own construction (gate_up rank = gate's + up's, lora_B block-diagonal). "
@@ -39,6 +46,10 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
     )
     header = ckpt.headers[0]
     cfg = ckpt.adapter_config
+    relayout = plan_relayout(header, cfg, weights) if direction == "fused" else None
+    if relayout is not None:
+        assert cfg is not None
+        return _relayout_plan(spec, ckpt, header, cfg, relayout, weights, out)
     done = _already(spec, ckpt, header, cfg, direction, out)
     if done is not None:
         return done
@@ -50,6 +61,8 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
         original = f.read()
     raw = json.loads(original.decode("utf-8"))
     changes = expert_config(raw, cfg, plan, others, cfg.path, keys_only=_keys_only(cfg))
+    if plan.direction == "fused":
+        changes += _today_version(raw)
     planned = RemapReport(
         input=spec,
         mode="experts",
@@ -76,6 +89,92 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
 
     return Plan(
         planned, ckpt, weights, header, config_path=cfg.path, config_bytes=config_bytes, compose=write_weights
+    )
+
+
+def _today_version(raw: dict[str, object]) -> list[ConfigChange]:
+    """``peft_version`` raised to 0.19.1 when it is older: the fused factors written are in the layout of PEFT ≥
+    0.19.1, and an older version would make verify (AD271) and this remap read them as an old PEFT's."""
+    release = peft_release(raw.get("peft_version"))
+    if release is None or release >= FIXED:
+        return []
+    old, raw["peft_version"] = raw["peft_version"], TODAY
+    return [ConfigChange("peft_version", old, TODAY, "experts")]
+
+
+def _relayout_plan(
+    spec: str,
+    ckpt: Checkpoint,
+    header: Header,
+    cfg: AdapterConfig,
+    plan: ExpertPlan,
+    weights: str,
+    out: str | None,
+) -> Plan:
+    """``--experts fused`` of a fused adapter in an old PEFT's layout: the same keys with each fused module's
+    factors in today's layout, and ``peft_version`` raised to match."""
+    assert cfg.path is not None and plan.old_layout is not None
+    with open(cfg.path, "rb") as f:
+        original = f.read()
+    raw = json.loads(original.decode("utf-8"))
+    changes = _today_version(raw)
+    read, written = plan.tensor_counts()
+    tensors = {
+        f"{b.fused_module} (lora_A {[b.experts * b.fused_rank, b.fused_out]}, lora_B "
+        f"{[b.fused_in, b.fused_rank * b.experts]})": f"lora_A {[b.experts * b.fused_rank, b.fused_in]}, "
+        f"lora_B {[b.fused_out, b.fused_rank * b.experts]}"
+        for b in plan.blocks
+    }
+    planned = RemapReport(
+        input=spec,
+        mode="experts",
+        strategy="copy",
+        mapping={},
+        weights=weights,
+        out=out,
+        config_changes=changes,
+        notes=[f"{plan.old_layout}; rewritten in the layout of PEFT ≥ {TODAY}", RELAYOUT_EXACT],
+        experts={
+            "direction": "fused",
+            "relayout": {"from": cfg.raw.get("peft_version"), "to": TODAY, "why": plan.old_layout},
+            "blocks": len(plan.blocks),
+            "experts": sorted({b.experts for b in plan.blocks}),
+            "tensors_before": plan.tensors_in,
+            "tensors_after": len(plan.specs),
+            "tensors_read": read,
+            "tensors_written": written,
+            "tensors_copied": plan.copied,
+            "exact": RELAYOUT_EXACT,
+        },
+        rewrites=[
+            {
+                "rewrite": "experts",
+                "from": f"fused, PEFT {cfg.raw.get('peft_version')}'s layout",
+                "to": f"fused, PEFT ≥ {TODAY}'s layout",
+                "tensors": tensors,
+            }
+        ],
+    )
+
+    def write_weights(dest: str, link: str, progress: Callable[[int], None] | None) -> None:
+        compose(
+            dest,
+            plan.specs,
+            plan.pieces(),
+            metadata=header.metadata,
+            mode=target_mode(weights),
+            link=link,
+            progress=progress,
+        )
+
+    return Plan(
+        planned,
+        ckpt,
+        weights,
+        header,
+        config_path=cfg.path,
+        config_bytes=dump_like(raw, original),
+        compose=write_weights,
     )
 
 
@@ -161,6 +260,8 @@ def _summary(plan: ExpertPlan) -> dict[str, object]:
 
 def _notes(plan: ExpertPlan) -> list[str]:
     notes = []
+    if plan.old_layout is not None:
+        notes.append(f"{plan.old_layout}: its factors were read in that layout")
     if plan.direction == "per-expert":
         notes.append(
             f"per-expert names: {plan.style.container}.experts.N.{{{','.join(plan.style.leaves)}}} "

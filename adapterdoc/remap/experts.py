@@ -9,6 +9,9 @@ holds gate's rows then up's. Per-expert → fused is PEFT's own load conversion
 block-diagonal, rank and alpha of ``gate_up_proj`` doubled); fused → per-expert keeps the rank: expert e's gate and
 up take the same ``A_e`` and their rows of ``B_e``. Both are permutations of elements plus zero blocks, done on raw
 bytes (:mod:`adapterdoc.st.compose`), so every dtype is moved bit for bit and no torch is imported.
+
+Fused factors in an old PEFT's layout (:mod:`adapterdoc.adapter.expert_layout`) are read as such: ``per-expert``
+splits them right, ``fused`` rewrites them in today's layout (:func:`plan_relayout`), exactly.
 """
 
 from __future__ import annotations
@@ -17,6 +20,14 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import field, replace
 
 from adapterdoc.adapter import WRAPPER, AdapterConfig, LoraKey, parse_key
+from adapterdoc.adapter.expert_layout import (
+    FIXED,
+    differs_from_today,
+    pair_layout,
+    peft_release,
+    swap_factors,
+    transposed_base,
+)
 from adapterdoc.errors import RefusedError
 from adapterdoc.records import frozen_dataclass
 from adapterdoc.remap.expert_names import (
@@ -60,6 +71,9 @@ class Block:
     fused_module: str = ""
     fused_rank: int = 0
     """The rank of the fused module (gate_up: gate's plus up's when fused from per-expert LoRA)."""
+    swapped: bool = False
+    """The input's fused factors are the other way round from today's PEFT (``lora_A`` ``[E·r, out]``,
+    ``lora_B`` ``[in, r·E]``, as PEFT 0.17–0.18 wrote them); ``fused_in`` / ``fused_out`` are the true ones."""
 
     @property
     def leaves(self) -> list[str]:
@@ -82,11 +96,15 @@ class ExpertPlan:
     """The input's header (the file every producer reads)."""
     parsed: Mapping[str, LoraKey] = field(default_factory=dict)
     """Every input tensor name, parsed once."""
+    old_layout: str | None = None
+    """Why the input's fused factors were read in an old PEFT's layout (:attr:`Block.swapped`), else ``None``."""
 
     def tensor_counts(self) -> tuple[int, int]:
         """(tensors read, tensors written) by the conversion: two per fused module, two per expert and leaf."""
         fused = 2 * len(self.blocks)
         per_expert = sum(2 * len(b.leaf_keys) for b in self.blocks)
+        if self.direction == "relayout":
+            return fused, fused
         return (per_expert, fused) if self.direction == "fused" else (fused, per_expert)
 
     @property
@@ -344,6 +362,44 @@ def _to_per_expert(
     header: Header, cfg: AdapterConfig, parsed: dict[str, LoraKey], weights: str
 ) -> ExpertPlan:
     style, reason = fused_style(cfg.layout_hints)
+    blocks, member, old = _fused_blocks(header, cfg, parsed, weights, style)
+    groups, copied = _groups(header, member, {i: _split_group(header, b) for i, b in enumerate(blocks)})
+    return ExpertPlan(
+        "per-expert", style, reason, blocks, groups, len(header.tensors), copied, header, parsed, old
+    )
+
+
+def plan_relayout(header: Header, cfg: AdapterConfig | None, weights: str) -> ExpertPlan | None:
+    """``--experts fused`` of a fused adapter whose factors are in an old PEFT's layout (:attr:`Block.swapped`):
+    the same keys, each fused module's ``lora_A`` and ``lora_B`` in today's layout; ``None`` when there is nothing
+    of the kind (no config, a ``peft_version`` at or after the change, no fused expert LoRA, per-expert LoRA to
+    fuse, or factors already in today's layout)."""
+    if cfg is None or cfg.use_dora:
+        return None
+    release = peft_release(cfg.raw.get("peft_version"))
+    if release is None or release >= FIXED:
+        return None
+    parsed = {k: parse_key(k) for k in header.tensors}
+    lora = [k.module for k in parsed.values() if k.is_lora]
+    if per_expert_style(lora) is not None:
+        return None
+    if not any(fused_owner_prefix(m.removesuffix(".base_layer")) for m in lora):
+        return None
+    style, _ = fused_style(cfg.layout_hints)
+    blocks, member, old = _fused_blocks(header, cfg, parsed, weights, style)
+    if old is None:
+        return None
+    groups, copied = _groups(header, member, {i: _relayout_group(b) for i, b in enumerate(blocks)})
+    return ExpertPlan(
+        "relayout", style, old, blocks, groups, len(header.tensors), copied, header, parsed, old
+    )
+
+
+def _fused_blocks(
+    header: Header, cfg: AdapterConfig, parsed: dict[str, LoraKey], weights: str, style: ExpertNames
+) -> tuple[list[Block], dict[str, int], str | None]:
+    """The fused expert modules as blocks (their true in/out features), which input tensor belongs to which, and
+    why the factors are in an old PEFT's layout (``None`` when they are in today's)."""
     targeted = [p for p in FUSED_PARAMS if any(t == p or t.endswith("." + p) for t in cfg.target_parameters)]
     owners: dict[str, dict[str, dict[str, str]]] = {}  # owner → fused module → role → key
     for key, info in parsed.items():
@@ -382,11 +438,56 @@ def _to_per_expert(
             param = which[module]
             blocks.append(_fused_block(header, cfg, owner, module, param, roles, style, weights))
             member[roles["lora_A"]] = member[roles["lora_B"]] = len(blocks) - 1
+    blocks, old = _orient(cfg, blocks, weights)
+    for b in blocks:
+        if b.fused_out % len(b.leaves):
+            raise _refuse(
+                weights, f"`{b.fused_module}`: {b.param} has an odd number of rows", key=b.fused_keys[1]
+            )
     _check_fused_dims(blocks, weights)
-    groups, copied = _groups(header, member, {i: _split_group(header, b) for i, b in enumerate(blocks)})
-    return ExpertPlan(
-        "per-expert", style, reason, blocks, groups, len(header.tensors), copied, header, parsed
-    )
+    return blocks, member, old
+
+
+def _orient(cfg: AdapterConfig, blocks: list[Block], weights: str) -> tuple[list[Block], str | None]:
+    """``blocks`` with their true in/out features, and why they were read in an old PEFT's layout: a
+    ``peft_version`` before 0.19.1 and the shapes of a layer's gate_up and down (:func:`pair_layout`), or, for one
+    parameter alone, the base the config names (:func:`transposed_base`, :func:`differs_from_today`)."""
+    version = cfg.raw.get("peft_version")
+    release = peft_release(version)
+    if release is None or release >= FIXED:
+        return blocks, None
+    verdicts = {
+        pair_layout(gu.fused_in, gu.fused_out, dn.fused_in, dn.fused_out)
+        for gu, dn in ((pair[GATE_UP], pair[DOWN]) for pair in _pairs(blocks))
+    }
+    if len(verdicts) > 1:
+        raise _refuse(
+            weights,
+            "the layers' fused expert factors are not all in one layout (some as PEFT ≤ 0.18 wrote them)",
+        )
+    if verdicts == {"old"}:
+        why = (
+            f"written by PEFT {version}, and {GATE_UP}'s lora_A is twice as wide as {DOWN}'s lora_B is tall (it "
+            "reads the experts' outputs, not their inputs): that PEFT's layout"
+        )
+    elif verdicts:
+        return blocks, None
+    else:
+        transposed, whence = transposed_base(cfg)
+        if not differs_from_today(release, transposed):
+            return blocks, None
+        why = (
+            f"written by PEFT {version} for {whence}: that PEFT stored the fused factors the other way round"
+        )
+    return [replace(b, fused_in=b.fused_out, fused_out=b.fused_in, swapped=True) for b in blocks], why
+
+
+def _pairs(blocks: list[Block]) -> list[dict[str, Block]]:
+    """The layers whose ``gate_up_proj`` and ``down_proj`` are both targeted: {param: block} each."""
+    by_owner: dict[str, dict[str, Block]] = {}
+    for b in blocks:
+        by_owner.setdefault(b.owner, {})[b.param] = b
+    return [pair for pair in by_owner.values() if GATE_UP in pair and DOWN in pair]
 
 
 def _fused_block(
@@ -411,8 +512,6 @@ def _fused_block(
             key=ta.name,
         )
     leaves = style.leaf_of(param)
-    if tb.shape[0] % len(leaves):
-        raise _refuse(weights, f"`{module}`: {param} has an odd number of rows", key=tb.name)
     pre = fused_owner_prefix(owner)
     assert pre is not None
     wrapped = parse_key(ta.name).wrapped
@@ -442,13 +541,9 @@ def _fused_block(
 def _check_fused_dims(blocks: list[Block], weights: str) -> None:
     """gate_up and down of one layer must agree (gate_up in = down out = hidden, gate_up out = 2 × down in) and have
     one experts count: a check that the nesting read from the config is the one PEFT wrote."""
-    by_owner: dict[str, dict[str, Block]] = {}
-    for b in blocks:
-        by_owner.setdefault(b.owner, {})[b.param] = b
-    for owner, pair in by_owner.items():
-        gu, dn = pair.get(GATE_UP), pair.get(DOWN)
-        if gu is None or dn is None:
-            continue
+    for pair in _pairs(blocks):
+        gu, dn = pair[GATE_UP], pair[DOWN]
+        owner = gu.owner
         if gu.fused_in != dn.fused_out or gu.fused_out != 2 * dn.fused_in or gu.experts != dn.experts:
             raise _refuse(
                 weights,
@@ -469,9 +564,12 @@ def _split_group(header: Header, block: Block) -> Group:
 
     def produce(src: TensorSource) -> Pieces:
         w = element_bytes(block.dtype)
-        a_all = memoryview(src.read(block.fused_keys[0]))
+        a_raw, b_raw = src.read(block.fused_keys[0]), src.read(block.fused_keys[1])
+        if block.swapped:
+            a_raw, b_raw = swap_factors(a_raw, b_raw, w, E, R)
+        a_all = memoryview(a_raw)
         # lora_B [out, R·E] is [out·R, E]; transposed, [E, out·R]: expert e's [out, R] (fused column k·E + e) whole
-        b_t = memoryview(transpose(src.read(block.fused_keys[1]), w, block.fused_out * R, E))
+        b_t = memoryview(transpose(b_raw, w, block.fused_out * R, E))
         step = R * block.fused_in * w
         b_step = block.fused_out * R * w
         part = rows * R * w
@@ -479,5 +577,20 @@ def _split_group(header: Header, block: Block) -> Group:
             for i, _leaf in enumerate(block.leaves):
                 yield a_all[e * step : (e + 1) * step]
                 yield b_t[e * b_step + i * part : e * b_step + (i + 1) * part]
+
+    return specs, produce
+
+
+def _relayout_group(block: Block) -> Group:
+    """One fused module's factors in today's layout, under the same keys (:func:`~adapterdoc.adapter.expert_layout.swap_factors`)."""
+    E, R = block.experts, block.fused_rank
+    specs = [
+        Spec(block.fused_keys[0], block.dtype, (E * R, block.fused_in)),
+        Spec(block.fused_keys[1], block.dtype, (block.fused_out, R * E)),
+    ]
+
+    def produce(src: TensorSource) -> Pieces:
+        a, b = src.read(block.fused_keys[0]), src.read(block.fused_keys[1])
+        yield from swap_factors(a, b, element_bytes(block.dtype), E, R)
 
     return specs, produce

@@ -2,7 +2,7 @@
 
 PEFT 0.17–0.18 stored the LoRA of a 3-D expert parameter ``[E, d1, d2]`` with ``lora_A`` reading ``d1``; PEFT
 ≥ 0.19.1 makes ``lora_A`` read the features the experts read, which for transformers' ``[E, out, in]`` experts is
-``d2`` (:mod:`adapterdoc.expert_layout`). Decided from ``peft_version`` and ``target_parameters`` in
+``d2`` (:mod:`adapterdoc.adapter.expert_layout`). Decided from ``peft_version`` and ``target_parameters`` in
 adapter_config.json, the base's model type and, per fused module, the header's shapes against the ones today's PEFT
 builds on the base: an adapter whose ``lora_A`` is as wide as today's ``lora_B`` is tall (and ``lora_B`` as tall as
 today's ``lora_A`` is wide) holds the old layout; today's PEFT refuses it (a size mismatch) or, where the two sizes
@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 
 from adapterdoc.adapter import AdapterConfig, parse_key
-from adapterdoc.expert_layout import FIXED, differs_from_today, peft_release, transposed_model_type
+from adapterdoc.adapter.expert_layout import FIXED, differs_from_today, peft_release, transposed_model_type
 from adapterdoc.ml.meta import ExpectedModel
 from adapterdoc.report.findings import Finding, make
 

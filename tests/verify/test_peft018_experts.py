@@ -1,6 +1,6 @@
 """Fused-expert adapters written by PEFT 0.18 (AD271): PEFT 0.18 reads a 3-D expert parameter ``[E, d1, d2]`` as
 ``[E, in, out]``, PEFT ≥ 0.19.1 swaps in and out for the experts transformers does not mark ``is_transposed``
-(:mod:`adapterdoc.expert_layout`). The facts are pinned here: the rule table against PEFT's own releases (read from
+(:mod:`adapterdoc.adapter.expert_layout`). The facts are pinned here: the rule table against PEFT's own releases (read from
 their ``ParamWrapper``), today's PEFT's shapes on tiny Qwen3-MoE / Mixtral / gpt-oss models, the list of transposed
 model types against transformers' source, and, in the oracle suite, what today's PEFT does with adapters a real
 ``peft==0.18.1`` wrote (``.ci/oracles/peft018.sh``): a size mismatch, or silently wrong logits where the two sizes
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from adapterdoc.expert_layout import (
+from adapterdoc.adapter.expert_layout import (
     TRANSPOSED_MODEL_TYPES,
     differs_from_today,
     peft_release,

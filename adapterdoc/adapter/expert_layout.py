@@ -24,8 +24,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from adapterdoc.st.compose import transpose
+
+if TYPE_CHECKING:
+    from adapterdoc.adapter.config import AdapterConfig
 
 FIXED = (0, 19, 1)
 """The first PEFT release whose fused-expert layout today's PEFT reads (``in`` = the features the experts read)."""
@@ -85,6 +89,49 @@ def transposed_from_hints(hints: Iterable[str]) -> bool | None:
             return True
         known_class = known_class or bool(re.fullmatch(r"[A-Z]\w*For\w+", hint))
     return False if known_class else None
+
+
+def transposed_base(cfg: AdapterConfig) -> tuple[bool, str]:
+    """Whether the base an adapter config names stores its experts ``[E, in, out]``, and what said so: a local base
+    folder's config.json, the config's class or base name (:func:`transposed_from_hints`), else transformers'
+    default ``[E, out, in]``."""
+    import json
+    import os
+
+    base = cfg.base_model
+    config = os.path.join(base, "config.json") if base else None
+    if config and os.path.isfile(config):
+        try:
+            with open(config, "rb") as f:
+                raw = json.loads(f.read())
+        except (OSError, ValueError):
+            raw = None
+        if isinstance(raw, dict):
+            text = raw.get("text_config")
+            types = (raw.get("model_type"), text.get("model_type") if isinstance(text, dict) else None)
+            return transposed_model_type(*types), f"the base `{base}` (model_type {types[0]})"
+    hints = cfg.layout_hints
+    if transposed_from_hints(hints):
+        return True, f"`{next(h for h in hints if transposed_from_hints([h]))}` (experts stored [E, in, out])"
+    named = f"`{hints[0]}`" if hints else "a base it does not name"
+    return (
+        False,
+        f"{named} (experts stored [E, out, in], as in every transformers fused-expert model but gpt-oss, "
+        "Aria, Ergo and the OpenAI privacy filter)",
+    )
+
+
+def pair_layout(gate_up_in: int, gate_up_out: int, down_in: int, down_out: int) -> str | None:
+    """Which layout the fused factors of one layer's ``gate_up_proj`` and ``down_proj`` are in, from their shapes
+    (``in``: the lora_A width, ``out``: the lora_B height, as stored): ``today`` when gate_up's lora_A reads what
+    down's lora_B writes (the hidden size) and gate_up's lora_B writes twice what down's lora_A reads; ``old`` when
+    it is the other way round (both read the experts' outputs); ``None`` when neither fits. Never both: that
+    would need ``I = 2·I``."""
+    if gate_up_in == down_out and gate_up_out == 2 * down_in:
+        return "today"
+    if gate_up_out == down_in and gate_up_in == 2 * down_out:
+        return "old"
+    return None
 
 
 def reverse_axes(buf: bytes | bytearray | memoryview, width: int, x: int, y: int, z: int) -> bytes:
