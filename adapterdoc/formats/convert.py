@@ -38,7 +38,6 @@ from adapterdoc import formats
 from adapterdoc.errors import (
     AdapterdocError,
     InputNotFoundError,
-    MissingExtraError,
     RefusedError,
     UnsupportedInputError,
 )
@@ -180,21 +179,13 @@ def written_weights(out: str, target: ModuleType, base: str | None) -> list[Find
     return [dataclasses.replace(f, path=out, line=None) for f in findings if f.code.startswith("AD3")]
 
 
-GGUF_EXTRA = ("numpy", "gguf")
-"""What reading or writing GGUF tensors imports (the ``gguf`` extra: llama.cpp's gguf-py and numpy); detecting,
-inspecting and verifying a GGUF file need neither."""
-
-
 def require_extras(route: list[str]) -> None:
-    """Exit 3 naming the extra to install when a hop of ``route`` needs a package that is not installed (a GGUF
-    hop: :data:`GGUF_EXTRA`); the MLX and PEFT hops need only the base install."""
-    import importlib.util
+    """Exit 3 naming the extra to install when a format of ``route`` reads or writes its tensors with a package
+    that is not installed (its ``READ_EXTRA``: GGUF's numpy and gguf-py); MLX and PEFT need only the base install."""
+    from adapterdoc.formats.hooks import require_read_extra
 
-    if "gguf" not in route:
-        return
-    for package in GGUF_EXTRA:
-        if importlib.util.find_spec(package) is None:
-            raise MissingExtraError(f"convert {' → '.join(route)}", package, extra="gguf")
+    for name in route:
+        require_read_extra(formats.module(name), f"convert {' → '.join(route)}")
 
 
 def _write(

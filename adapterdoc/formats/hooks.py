@@ -45,6 +45,19 @@ def foreign(spec: str) -> tuple[Detection, ModuleType] | None:
         return None
 
 
+def require_read_extra(mod: ModuleType, what: str) -> None:
+    """Exit 3 naming the extra when a package the format reads or writes its tensors with (its ``READ_EXTRA``) is
+    not installed; ``what`` says what needed it."""
+    import importlib.util
+
+    from adapterdoc.errors import MissingExtraError
+
+    extra, packages = getattr(mod, "READ_EXTRA", ("", ()))
+    for package in packages:
+        if importlib.util.find_spec(package) is None:
+            raise MissingExtraError(what, package, extra=extra)
+
+
 @contextlib.contextmanager
 def peft_view(
     path: Path, mod: ModuleType, base: str | None, *, base_file: str | None = None
@@ -52,15 +65,10 @@ def peft_view(
     """The adapter at ``path`` (of ``mod``'s format) as a PEFT adapter folder in a temporary folder, removed on exit:
     the format's own exact conversion, with ``base`` (a base the PEFT side resolves) or, without one, the facts of
     ``base_file`` (a base only the format reads). Raises what the conversion raises (exit 3)."""
-    import importlib.util
-
-    from adapterdoc.errors import AdapterdocError, MissingExtraError
+    from adapterdoc.errors import AdapterdocError
     from adapterdoc.st.paths import inside
 
-    extra, packages = getattr(mod, "READ_EXTRA", (None, ()))
-    for package in packages:
-        if importlib.util.find_spec(package) is None:
-            raise MissingExtraError(f"reading {path} as PEFT", package, extra=extra)
+    require_read_extra(mod, f"reading {path} as PEFT")
     with tempfile.TemporaryDirectory(prefix="adapterdoc-view-") as tmp:
         view_base = base
         derive = getattr(mod, "base_config_file", None)
