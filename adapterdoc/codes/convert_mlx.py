@@ -169,4 +169,17 @@ CODES: list[Code] = [
         "model_type `qwen3_5_text` is not one of mlx-lm's models (it loads the qwen3_5 checkpoint instead)",
         "Use the base mlx-lm supports (for Qwen3.5, the published checkpoint with model_type qwen3_5).",
     ),
+    Code(
+        "AD809",
+        "mlx-family-names-unmapped",
+        "error",
+        "The adapter's module names are not the ones mlx-lm's model for this family has (its parameter paths start "
+        "with other top-level modules, read from mlx-lm's model file), and adapterdoc has no rule that maps them; "
+        "or nothing (no --base, no registry layout) says which family it is and its names are not mlx-lm's common "
+        "`model.` / `lm_head`.",
+        'mlx-lm\'s load_adapters refuses every such tensor ("not an adapter parameter in the model").',
+        "`transformer.h.0.attn.c_attn` has no place in mlx-lm's `gpt2` model",
+        "Give --base so the family is known; for a family adapterdoc does not map, merge the adapter and convert "
+        "the merged model with mlx-lm's own `mlx_lm.convert`.",
+    ),
 ]

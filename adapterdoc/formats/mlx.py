@@ -138,6 +138,7 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
     from adapterdoc.formats.mlx_names import base_facts, to_mlx
     from adapterdoc.formats.mlx_plan import Factor, Plan, Target
     from adapterdoc.layouts import LAYOUTS, detect_layout
+    from adapterdoc.layouts.mlx_names import FAMILY_PREFIXES
 
     cfg = AdapterConfig(adapter.raw, os.path.join(adapter.folder, CONFIG))
     if cfg.peft_type != "LORA":
@@ -164,18 +165,16 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
         if k.key.endswith(".bias") or k.role == "lora_B.bias":
             raise RefusedError(where, f"`{name}` is a LoRA bias (lora_bias): mlx-lm's LoRA has none (AD802)")
         if k.role in ("lora_embedding_A", "lora_embedding_B"):
-            raise RefusedError(
-                where,
-                f"`{name}` is embedding LoRA: mlx-lm's LoRAEmbedding also changes a tied lm_head "
-                "(as_linear), which PEFT's does not, so it is not converted (AD804)",
-            )
-        roles.setdefault(k.module, {})[k.role] = name
+            _embedding_refusal(name, facts, cfg.use_dora, where)
+        roles.setdefault(k.module, {})[k.role.replace("_embedding", "")] = name
     if not roles:
         raise UnsupportedInputError(where, "holds no LoRA tensors")
     layout = facts.layout if facts and facts.layout else None
     if layout is None:
         found = detect_layout(list(roles), cfg.layout_hints).name
         layout = found if found in LAYOUTS else None
+    notes: list[str] = []
+    family = _family(facts, layout, list(roles), where, notes)
     targets: dict[str, Target] = {}
     weight: Counter[float] = Counter()
     for module, got in sorted(roles.items()):
@@ -200,7 +199,7 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
         s = cfg.scaling_for(module)
         weight[s] += math.prod(sa) + math.prod(sb)
         factor = Factor(a, b, got.get("magnitude"), r, s, sa[1], sb[0])
-        place = to_mlx(module, layout, where)
+        place = to_mlx(module, layout, where, family)
         if place.layer is None and facts is not None and facts.tied and module.endswith("lm_head"):
             raise RefusedError(
                 where,
@@ -218,7 +217,6 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
             t.experts[place.expert] = factor
     rank = max(f.rank for t in targets.values() for f in _factors(t))
     scale = _common_scale(weight)
-    notes: list[str] = []
     experts = _expert_count(targets, facts, where, notes)
     layers = sorted({t.layer for t in targets.values() if t.layer is not None})
     num_layers = _num_layers(layers, facts, notes)
@@ -236,6 +234,8 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
     if cfg.base_model:
         config["model"] = cfg.base_model
     config["adapterdoc"] = {"converted_from": "peft", "layout": layout}
+    if family in FAMILY_PREFIXES:
+        config["adapterdoc"]["mlx_model"] = family
     if dropped:
         notes.append(
             f"{len(dropped)} whole weights PEFT saved beside the LoRA (`{dropped[0]}`) equal the base's and were "
@@ -249,6 +249,60 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
     if cfg.use_rslora:
         notes.append(f"rsLoRA folded: scale = lora_alpha / sqrt(r) = {scale:g}")
     return Plan(tuple(targets.values()), config, rank, scale, experts, tuple(notes))
+
+
+def _embedding_refusal(name: str, facts: BaseFacts | None, dora: bool, where: str) -> None:
+    """Embedding LoRA converts only onto a base ``--base`` shows untied: mlx-lm's ``LoRAEmbedding`` adds
+    ``scale * lora_a[x] @ lora_b`` to the looked-up rows, as PEFT does (``lora_a`` = ``lora_embedding_A``ᵀ,
+    ``lora_b`` = ``lora_embedding_B``ᵀ), but a tied model's output goes through its ``as_linear``, which adds the
+    delta to the logits too, and PEFT's ``lm_head`` does not change."""
+    if dora:
+        raise RefusedError(where, f"`{name}`: DoRA on an embedding is not converted (AD804)")
+    if facts is None:
+        raise RefusedError(
+            where,
+            f"`{name}` is embedding LoRA: give --base to show the base is untied (tie_word_embeddings false); on a "
+            "tied base mlx-lm's LoRAEmbedding also changes the logits (as_linear), PEFT's does not (AD804)",
+        )
+    if facts.tied is not False:
+        why = "ties lm_head to the embedding" if facts.tied else "does not say tie_word_embeddings false"
+        raise RefusedError(
+            where,
+            f"`{name}` is embedding LoRA and the base {why}: mlx-lm's LoRAEmbedding then also changes the logits "
+            "(as_linear), PEFT's does not, so it is not converted (AD804)",
+        )
+
+
+def _family(
+    facts: BaseFacts | None, layout: str | None, modules: list[str], where: str, notes: list[str]
+) -> str | None:
+    """The mlx-lm model the adapter runs on (its names: :func:`adapterdoc.formats.mlx_names.to_mlx`); a note when
+        mlx-lm has no model for the base's type (AD816, as verify says), a refusal when nothing says the family and
+        the module names are not the ones most mlx-lm models share (``model.``, ``lm_head``). The family is stored in
+    the folder's ``adapterdoc`` stash, so that the way back to PEFT reads the names without ``--base``."""
+    from adapterdoc.formats.mlx_names import family_of
+
+    model_type, family = family_of(facts, layout, modules)
+    if model_type is None:
+        odd = sorted({m.split(".")[0] for m in modules} - {"model", "lm_head"})
+        if odd:
+            raise RefusedError(
+                where,
+                f"module names start with {', '.join(f'`{o}.`' for o in odd)}, which mlx-lm's models name by family: "
+                "give --base so adapterdoc can write mlx-lm's names for it (AD809)",
+            )
+    elif family is None and facts is not None:
+        notes.append(
+            f"AD816: model_type `{model_type}` has no mlx-lm model file (mlx-lm {_mlx_version()}): mlx-lm "
+            "cannot load the base"
+        )
+    return family
+
+
+def _mlx_version() -> str:
+    from adapterdoc.layouts.mlx_models import MLX_LM_VERSION
+
+    return MLX_LM_VERSION
 
 
 def _same_as_base(header: Header, name: str, key: LoraKey, base: str | None) -> bool:

@@ -28,8 +28,8 @@ _FUSED = re.compile(r"^(?P<owner>.+)\.experts\.(?P<proj>gate_up_proj|down_proj)$
 def check(path: str | os.PathLike[str], base: str | None) -> list[Finding]:
     """The findings on the mlx-lm adapter folder ``path`` (against ``base`` when given)."""
     from adapterdoc.formats.mlx_folder import LEAVES, lora_parameters, open_mlx
-    from adapterdoc.formats.mlx_names import base_facts, split_layer
-    from adapterdoc.layouts.mlx_names import MLX_MODEL_TYPES
+    from adapterdoc.formats.mlx_names import base_facts, family_of, split_layer, unknown_top
+    from adapterdoc.layouts.mlx_models import MLX_LM_VERSION
 
     spec = os.fspath(path)
     adapter = open_mlx(spec)
@@ -79,10 +79,32 @@ def check(path: str | os.PathLike[str], base: str | None) -> list[Finding]:
     if base is None:
         return out
     facts = base_facts(base)
-    if facts.model_type and facts.model_type not in MLX_MODEL_TYPES:
+    modules = sorted({n.rpartition(".")[0] for n in tensors})
+    model_type, family = family_of(facts, facts.layout, modules)
+    if model_type and family is None:
         out.append(
-            make("AD816", f"model_type `{facts.model_type}` of {base} has no mlx-lm model file", path=spec)
+            make(
+                "AD816",
+                f"model_type `{model_type}` of {base} has no mlx-lm model file (mlx-lm {MLX_LM_VERSION})",
+                path=spec,
+            )
         )
+    foreign = [m for m in modules if unknown_top(m, family) is not None]
+    for module in foreign:
+        top = unknown_top(module, family) or ()
+        if top:
+            out.append(
+                make(
+                    "AD812",
+                    f"`{module}` is not a module of {base} as mlx-lm names it: mlx-lm's `{family}` model's "
+                    f"modules start with {', '.join(f'`{t}.`' for t in top)} (convert the PEFT adapter with "
+                    "`adapterdoc convert ADAPTER --to mlx --base BASE`)",
+                    path=spec,
+                    key=module,
+                )
+            )
+    if foreign:
+        return out
     if facts.layers:
         first = 0 if num_layers <= 0 else max(facts.layers - num_layers, 0)
         placed = [(split_layer(n.rpartition(".")[0])[0], n) for n in tensors]
@@ -99,14 +121,14 @@ def check(path: str | os.PathLike[str], base: str | None) -> list[Finding]:
                     key=low[0][1],
                 )
             )
-    modules = _base_modules(base, facts)
-    if modules is None:
+    built = _base_modules(base, facts, family)
+    if built is None:
         return out + _config_only(spec, base, facts, tensors)
     for name, info in tensors.items():
         module, _, leaf = name.rpartition(".")
         if leaf not in LEAVES:
             continue
-        dims = modules.get(module)
+        dims = built.get(module)
         if dims is None:
             out.append(
                 make("AD812", f"`{module}` is not a module of {base} as mlx-lm names it", path=spec, key=name)
@@ -182,10 +204,13 @@ def _expected(leaf: str, dims: tuple[int | None, int, int], rank: int) -> tuple[
     return (experts, rank, din) if leaf == "lora_a" else (experts, dout, rank)
 
 
-def _base_modules(base: str, facts: BaseFacts) -> dict[str, tuple[int | None, int, int]] | None:
+def _base_modules(
+    base: str, facts: BaseFacts, family: str | None
+) -> dict[str, tuple[int | None, int, int]] | None:
     """mlx-lm module path → (experts or ``None``, out, in) from the base's weights headers; ``None`` without
     weights (a config alone or a tiny base)."""
     from adapterdoc.formats.mlx_names import base_weights, to_mlx
+    from adapterdoc.formats.mlx_write import EMBEDDINGS
     from adapterdoc.layouts.mlx_names import SWITCH_SEGMENT
 
     ckpt = base_weights(base)
@@ -200,7 +225,7 @@ def _base_modules(base: str, facts: BaseFacts) -> dict[str, tuple[int | None, in
             e, rows, cols = info.shape
             place = f"{fused['owner']}.{SWITCH_SEGMENT}"
             try:
-                owner = to_mlx(place, facts.layout, base).path
+                owner = to_mlx(place, facts.layout, base, family).path
             except AdapterdocError:
                 continue
             if fused["proj"] == "gate_up_proj":
@@ -211,10 +236,12 @@ def _base_modules(base: str, facts: BaseFacts) -> dict[str, tuple[int | None, in
         if leaf != "weight" or len(info.shape) != 2:
             continue
         try:
-            place = to_mlx(module, facts.layout, base)
+            place = to_mlx(module, facts.layout, base, family)
         except AdapterdocError:
             continue
         rows, cols = info.shape
+        if module.rsplit(".", 1)[-1] in EMBEDDINGS:  # LoRAEmbedding: lora_a [vocab, r], lora_b [r, dims]
+            rows, cols = cols, rows
         if place.expert is None:
             out[place.path] = (None, rows, cols)
         else:

@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from adapterdoc.errors import RefusedError
 from adapterdoc.layouts.mlx_names import (
+    FAMILY_PREFIXES,
     MLX_DEFAULT_FROM,
     MLX_PREFIXES,
     MLX_WRAPPER,
+    PREFIX_FAMILY,
     SWITCH_PROJECTIONS,
     SWITCH_SEGMENT,
+    mlx_model,
 )
 from adapterdoc.records import frozen_dataclass
 
@@ -25,7 +28,9 @@ if TYPE_CHECKING:
 
 _EXPERT = re.compile(r"^(?P<owner>.+)\.experts\.(?P<e>\d+)\.(?P<proj>[^.]+)$")
 _SWITCH = re.compile(rf"^(?P<owner>.+)\.{SWITCH_SEGMENT}\.(?P<proj>[^.]+)$")
-_LAYER = re.compile(r"^(?P<stack>(?:.+\.)?layers)\.(?P<n>\d+)\.(?P<key>.+)$")
+_LAYER = re.compile(r"^(?P<stack>(?:.+\.)?(?:layers|h|blocks))\.(?P<n>\d+)\.(?P<key>.+)$")
+"""A decoder layer's module: mlx-lm's stacks are ``….layers.N`` (``model.layers``, ``language_model.model.layers``,
+``backbone.layers``), ``….h.N`` (``gpt_neox``, ``gptj``, ``gpt_bigcode``) or ``….blocks.N`` (``dbrx``, ``olmo``)."""
 
 
 @frozen_dataclass
@@ -48,9 +53,22 @@ def split_layer(path: str) -> tuple[int | None, str]:
     return (int(m["n"]), m["key"]) if m else (None, path)
 
 
-def to_mlx(module: str, layout: str | None, where: str) -> MlxPath:
-    """The mlx-lm place of PEFT module ``module`` (no ``base_model.model.``) under ``layout``'s rules."""
-    path = _apply(module, MLX_PREFIXES.get(layout or "", ()), where, module)
+def to_mlx(module: str, layout: str | None, where: str, family: str | None = None) -> MlxPath:
+    """The mlx-lm place of PEFT module ``module`` (no ``base_model.model.``) under ``layout``'s rules, else those
+    of mlx-lm model ``family``; refused where that model has no module of that name (AD809)."""
+    rules = MLX_PREFIXES.get(layout or "", ())
+    if rules:
+        path = _apply(module, rules, where, module)
+    else:
+        path = _rename(module, FAMILY_PREFIXES.get(family or "", ()))
+        top = unknown_top(path, family)
+        if top is not None:
+            raise RefusedError(
+                where,
+                f"`{module}` has no place in mlx-lm's `{family}` model: its modules start with "
+                f"{', '.join(f'`{t}.`' for t in top)}, and adapterdoc does not map this family's `{path.split('.')[0]}.` "
+                "names (AD809)",
+            )
     expert = None
     m = _EXPERT.match(path)
     if m and m["proj"] in SWITCH_PROJECTIONS:
@@ -59,14 +77,55 @@ def to_mlx(module: str, layout: str | None, where: str) -> MlxPath:
     return MlxPath(path, layer, key, expert)
 
 
-def from_mlx(path: str, layout: str | None, where: str) -> str:
+def from_mlx(path: str, layout: str | None, where: str, family: str | None = None) -> str:
     """The PEFT module path of mlx-lm module ``path`` (a stacked ``switch_mlp`` path keeps ``{e}`` for the
     expert index)."""
     m = _SWITCH.match(path)
     if m and m["proj"] in SWITCH_PROJECTIONS:
         path = f"{m['owner']}.experts.{{e}}.{m['proj']}"
     rules = tuple((b, a) for a, b in MLX_PREFIXES.get(layout or "", ()))
-    return _apply(path, rules, where, path)
+    if rules:
+        return _apply(path, rules, where, path)
+    back = sorted(((b, a) for a, b in FAMILY_PREFIXES.get(family or "", ())), key=lambda r: -len(r[0]))
+    return _rename(path, tuple(back))
+
+
+def unknown_top(path: str, family: str | None) -> tuple[str, ...] | None:
+    """mlx-lm model ``family``'s top-level modules when ``path`` is under none of them (mlx-lm refuses it), else
+    ``None`` (also for a family whose top-level modules are unknown)."""
+    from adapterdoc.layouts.mlx_models import MLX_MODELS
+
+    top = MLX_MODELS.get(family or "")
+    if top is None or path.split(".")[0] in top:
+        return None
+    return top
+
+
+def family_of(
+    facts: BaseFacts | None, layout: str | None, modules: list[str]
+) -> tuple[str | None, str | None]:
+    """(model_type, mlx-lm model or ``None`` when mlx-lm has none) of an adapter: ``--base``'s config, else the
+    registry layout's class, else a module prefix only one family has; ``(None, None)`` when nothing says."""
+    from adapterdoc.layouts import LAYOUTS
+
+    if facts is not None and facts.model_type:
+        return facts.model_type, mlx_model(facts.model_type, facts.architectures)
+    lay = LAYOUTS.get(layout or "")
+    if lay is not None:
+        return lay.model_type, mlx_model(lay.model_type, (lay.model_class,))
+    for prefix, family in PREFIX_FAMILY.items():
+        if any(m.startswith(prefix) for m in modules):
+            return family, mlx_model(family)
+    return None, None
+
+
+def _rename(path: str, rules: tuple[tuple[str, str], ...]) -> str:
+    """``path`` under the first rule whose left side it starts with (``path + "."``), or as it is."""
+    dotted = path + "."
+    for old, new in rules:
+        if dotted.startswith(old):
+            return (new + dotted[len(old) :])[:-1]
+    return path
 
 
 def _apply(path: str, rules: tuple[tuple[str, str], ...], where: str, module: str) -> str:
@@ -103,6 +162,7 @@ class BaseFacts:
     experts: int | None
     tied: bool | None
     config: dict[str, Any] = field(default_factory=dict)
+    architectures: tuple[str, ...] = ()
 
 
 def base_weights(spec: str) -> Checkpoint | None:
@@ -132,6 +192,7 @@ def base_facts(spec: str) -> BaseFacts:
         layout = get_layout(base.tiny_layout)
         raw = dict(layout.tiny.kwargs()) if layout.tiny else {}
         raw.setdefault("model_type", layout.model_type)
+        raw.setdefault("architectures", [layout.model_class])
         name: str | None = layout.name
     else:
         raw = read_config_json(base)
@@ -151,4 +212,7 @@ def base_facts(spec: str) -> BaseFacts:
         experts if isinstance(experts, int) else None,
         tied if isinstance(tied, bool) else None,
         raw,
+        tuple(a for a in archs if isinstance(a, str))
+        if isinstance(archs := raw.get("architectures"), list)
+        else (),
     )

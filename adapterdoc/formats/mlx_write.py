@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 Buffer = bytes | bytearray | memoryview
 
+EMBEDDINGS = ("embed_tokens", "embed_in")
+"""The token embeddings' module names (transformers' ``embed_tokens``; GPT-NeoX's ``embed_in``): an mlx-lm
+``LoRAEmbedding``, PEFT's ``lora_embedding_A`` / ``lora_embedding_B``."""
+
 
 def _dtype(dtypes: set[str], where: str, what: str) -> str:
     if len(dtypes) != 1:
@@ -148,7 +152,14 @@ def write_peft(
     one LoRA per expert."""
     from adapterdoc.formats.cast import cast_bytes, target_dtype
     from adapterdoc.formats.mlx_folder import LEAVES, lora_parameters
-    from adapterdoc.formats.mlx_names import base_facts, default_from_layout, from_mlx, split_layer, wrapped
+    from adapterdoc.formats.mlx_names import (
+        base_facts,
+        default_from_layout,
+        family_of,
+        from_mlx,
+        split_layer,
+        wrapped,
+    )
     from adapterdoc.formats.peft import CONFIG, METADATA, NAME, WEIGHTS, config_bytes
     from adapterdoc.st.atomic import atomic_folder
     from adapterdoc.st.compose import compose
@@ -165,8 +176,9 @@ def write_peft(
             raise RefusedError(where, f"`{name}` is not an adapter parameter (lora_a, lora_b, m)")
         groups.setdefault(module, {})[leaf] = name
     layout = None
-    if base:
-        layout = base_facts(base).layout
+    facts = base_facts(base) if base else None
+    if facts is not None:
+        layout = facts.layout
     stash = adapter.raw.get("adapterdoc")
     if layout is None and isinstance(stash, dict) and isinstance(stash.get("layout"), str):
         layout = stash["layout"]
@@ -176,29 +188,38 @@ def write_peft(
             "mlx-lm's `language_model.model.` paths written as the VL class's `model.language_model.`; for the "
             "text class give --base or run `adapterdoc remap --vl` on the result"
         )
+    family = family_of(facts, layout, list(groups))[1]
+    if family is None and isinstance(stash, dict) and isinstance(stash.get("mlx_model"), str):
+        family = stash["mlx_model"]
     jobs: list[tuple[Spec, str, int | None, str]] = []  # (spec, mlx tensor, expert, role)
     modules: list[str] = []
     owners: dict[str, dict[str, tuple[str, str]]] = {}  # fused: PEFT experts owner → projection → (a, b)
     dtypes: dict[str, str] = {}
     for path, got in sorted(groups.items()):
-        if path.rsplit(".", 1)[-1] == "embed_tokens":
+        embedding = path.rsplit(".", 1)[-1] in EMBEDDINGS
+        if embedding and (facts is None or facts.tied is not False or "m" in got):
             raise RefusedError(
                 where,
-                f"`{path}` is embedding LoRA: mlx-lm also applies it to a tied lm_head, PEFT does not (AD804)",
+                f"`{path}` is embedding LoRA: it converts only onto a base --base shows untied "
+                "(tie_word_embeddings false; on a tied one mlx-lm also applies it to the logits, PEFT does not), "
+                "and without DoRA (AD804)",
             )
         a, b = got.get("lora_a"), got.get("lora_b")
         if a is None or b is None:
             raise UnsupportedInputError(where, f"`{path}` lacks its lora_a or lora_b")
         sa, sb = header.tensors[a].shape, header.tensors[b].shape
-        peft = from_mlx(path, layout, where)
+        peft = from_mlx(path, layout, where, family)
         da = target_dtype(header.tensors[a].dtype, outtype, what=a)
         db = target_dtype(header.tensors[b].dtype, outtype, what=b)
         if len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0]:
             r = sa[1]
             _check_rank(r, rank, path, where)
             key = f"base_model.model.{peft}"
-            jobs.append((Spec(f"{key}.lora_A.weight", da, (r, sa[0])), a, None, "a"))
-            jobs.append((Spec(f"{key}.lora_B.weight", db, (sb[1], r)), b, None, "b"))
+            ka, kb = (
+                ("lora_embedding_A", "lora_embedding_B") if embedding else ("lora_A.weight", "lora_B.weight")
+            )
+            jobs.append((Spec(f"{key}.{ka}", da, (r, sa[0])), a, None, "a"))
+            jobs.append((Spec(f"{key}.{kb}", db, (sb[1], r)), b, None, "b"))
             if "m" in got:
                 m = got["m"]
                 dm = target_dtype(header.tensors[m].dtype, outtype, what=m)
