@@ -26,6 +26,7 @@ from adapterdoc.opened import (
     safe_shard_name,
 )
 from adapterdoc.st.header import Header, TensorInfo, read_header
+from adapterdoc.st.paths import cannot_read
 
 if TYPE_CHECKING:
     import torch
@@ -84,6 +85,9 @@ def _open_path(path: str, spec: str, *, read_bin: bool) -> Checkpoint:
         if path.endswith(".safetensors"):
             raise UnsupportedInputError(spec, "is a directory named like a safetensors file")
         return _open_dir(path, spec, read_bin=read_bin)
+    why = cannot_read(path)  # a FIFO or a device is never opened (a read could block)
+    if why is not None:
+        raise UnsupportedInputError(spec, why)
     if path.endswith(".bin"):
         return _open_bin_file(path, spec)
     if path.endswith(".json"):
@@ -110,9 +114,11 @@ def _refuse_gguf(path: str, spec: str) -> None:
 
 def _refuse_mlx(path: str, spec: str) -> None:
     """An mlx-lm adapter folder (``adapters.safetensors``) is not a PEFT folder: say so, and how to make one."""
-    if os.path.lexists(os.path.join(path, MLX_WEIGHTS)) and not os.path.lexists(
-        os.path.join(path, ADAPTER_WEIGHTS)
-    ):
+    weights = os.path.join(path, MLX_WEIGHTS)
+    if os.path.lexists(weights) and not os.path.lexists(os.path.join(path, ADAPTER_WEIGHTS)):
+        why = cannot_read(weights)
+        if why is not None:
+            raise UnsupportedInputError(weights, why)
         raise UnsupportedInputError(
             spec,
             "is an MLX adapter (mlx-lm), not a PEFT adapter: `adapterdoc inspect` and `verify` read it; for "

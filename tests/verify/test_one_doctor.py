@@ -303,3 +303,27 @@ def test_the_light_install_gives_the_same_verdict_or_names_the_extra(
     )
     assert light.returncode == 3 and "adapterdoc[gguf]" in light.stderr, light.stderr
     assert len(light.stderr.strip().splitlines()) == 1 and "Traceback" not in light.stderr
+
+
+def test_a_fifo_is_named_never_opened(tmp_path: Path, cases: dict[str, Any]) -> None:
+    """A FIFO where a GGUF, a safetensors file or an MLX folder's tensors should be: one exit-3 line saying so,
+    never a read that waits for a writer (it hung before)."""
+    import os
+    import subprocess
+    import sys
+
+    mlx = tmp_path / "mlx"
+    mlx.mkdir()
+    (mlx / "adapter_config.json").write_text(json.dumps({"fine_tune_type": "lora"}))
+    for fifo in (tmp_path / "a.gguf", tmp_path / "a.safetensors", mlx / "adapters.safetensors"):
+        os.mkfifo(fifo)
+    for target in (tmp_path / "a.gguf", tmp_path / "a.safetensors", mlx):
+        for args in (["inspect", target], ["verify", target, "--base", cases["base"]]):
+            r = subprocess.run(
+                [sys.executable, "-m", "adapterdoc", *map(str, args)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert r.returncode == 3, (args, r.stderr)
+            assert "is a FIFO (named pipe), not a regular file" in r.stderr.splitlines()[-1]
