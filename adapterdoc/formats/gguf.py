@@ -11,33 +11,60 @@ nor the ``gguf`` package (``gguf_header``); conversion needs the ``gguf`` extra.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.formats import Converted, Detection
-from adapterdoc.formats.gguf_header import PROVENANCE, GgufHeader, is_gguf, lora_pairs, read_header
+from adapterdoc.formats.gguf_header import (
+    PROVENANCE,
+    GgufHeader,
+    is_gguf,
+    is_model,
+    lora_pairs,
+    read_header,
+    tensor_info_problem,
+)
 from adapterdoc.report.findings import Finding
 
 NAME = "gguf"
-__all__ = ["NAME", "describe", "describe_lines", "detect", "from_peft", "lora_pairs", "to_peft"]
+READ_EXTRA = ("gguf", ("numpy", "gguf"))
+"""What reading the tensors imports (:func:`adapterdoc.formats.hooks.peft_view`): the ``gguf`` extra."""
+__all__ = [
+    "NAME",
+    "describe",
+    "describe_lines",
+    "detect",
+    "from_peft",
+    "is_model_file",
+    "lora_pairs",
+    "to_peft",
+]
 
 
 def _evidence(header: GgufHeader) -> list[str]:
     ev = [f"GGUF magic, version {header.version}"]
     for key in ("general.type", "adapter.type", "general.architecture", "adapter.lora.alpha"):
         if key in header.kv:
-            ev.append(f"{key} = {header.kv[key]}")
+            ev.append(f"{key} = {_shown(header.kv[key])}")
     pairs = lora_pairs(header)
     if pairs:
         ev.append(f"{len(pairs)} tensor pairs *.lora_a / *.lora_b")
     return ev
 
 
+def _shown(value: Any, limit: int = 80) -> str:
+    """A metadata value as text, cut to ``limit`` characters (a hostile file may hold a 1 GiB string)."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def detect(path: Path) -> Detection | None:
     """A GGUF file that llama.cpp would read as a LoRA adapter (``general.type = adapter`` or lora_a/lora_b
-    tensors), with the keys that decided it; ``None`` for anything else, a GGUF model included."""
+    tensors), with the keys that decided it; ``None`` for anything else, a GGUF model included
+    (:func:`is_model_file` tells a model apart)."""
     p = Path(path)
     if not is_gguf(p):
         return None
@@ -45,22 +72,53 @@ def detect(path: Path) -> Detection | None:
         header = read_header(p)
     except AdapterdocError:
         return Detection(NAME, ("GGUF magic", "header unreadable (convert or verify names why)"))
-    if header.get_str("general.type") != "adapter" and not lora_pairs(header):
+    if is_model(header):
         return None
     return Detection(NAME, tuple(_evidence(header)))
 
 
+def is_model_file(path: str | Path) -> bool:
+    """Whether ``path`` is a GGUF *model* file, not an adapter (neither ``general.type = adapter`` nor any
+    ``.lora_a`` / ``.lora_b`` tensor: :func:`~adapterdoc.formats.gguf_header.is_model`), for "a model GGUF, not an
+    adapter"; the complement of :func:`detect` on a readable GGUF file.
+    ``False`` for anything else (not GGUF, an adapter, a header that cannot be read); never raises."""
+    if not is_gguf(path):
+        return False
+    try:
+        return is_model(read_header(path))
+    except AdapterdocError:
+        return False
+
+
+def _number(value: Any) -> float | None:
+    """A metadata value as a finite number, or ``None`` (a string, an array, a bool, NaN or inf: JSON has no NaN;
+    verify's AD866 names a non-finite alpha)."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _scale(alpha: float | None, rank: int | None) -> float | None:
+    """llama.cpp's ``alpha ? alpha / rank : 1`` for one pair (``None`` where the rank is unknown or 0)."""
+    if not rank:
+        return None
+    return alpha / rank if alpha else 1.0
+
+
 def describe(path: Path) -> dict[str, Any]:
     """What ``inspect`` shows of a GGUF file (adapter or model), header-only: format, evidence, architecture,
-    alpha, pairs with their ranks and ggml shapes, and the PEFT scaling each pair gets in llama.cpp."""
+    alpha, counts (``tensors``, ``parameters``: the sum of every readable tensor's elements, ``dtypes``: ggml type
+    name → tensors, ``header_bytes``: where the data section starts), pairs with their ranks and ggml shapes, the
+    PEFT scaling each pair gets in llama.cpp, and what ggml's ``gguf_init`` refuses (``problems``)."""
     header = read_header(path)
     pairs = lora_pairs(header)
     alpha = header.kv.get("adapter.lora.alpha")
     rows = []
     for base, ab in sorted(pairs.items()):
         a, b = ab["a"], ab["b"]
-        rank = b.shape[0] if b is not None and b.shape else None
-        scale = (alpha / rank if alpha else 1.0) if rank else None
+        rank = b.ne[0] if b is not None else None
         rows.append(
             {
                 "tensor": base,
@@ -68,23 +126,29 @@ def describe(path: Path) -> dict[str, Any]:
                 "lora_a": list(a.shape) if a else None,
                 "lora_b": list(b.shape) if b else None,
                 "dtype": (a or b).type_name,
-                "scale": scale,
+                "scale": _scale(_number(alpha), rank),
             }
         )
     ranks = Counter(r["rank"] for r in rows if r["rank"] is not None)
     others = [t for t in header.tensors if not t.endswith((".lora_a", ".lora_b"))]
+    readable = [t for t in header.tensors.values() if tensor_info_problem(t) is None]
     return {
         "format": NAME,
         "path": str(path),
         "evidence": _evidence(header),
         "general_type": header.get_str("general.type"),
+        "model": is_model(header),
         "architecture": header.get_str("general.architecture"),
         "adapter_type": header.get_str("adapter.type"),
-        "alpha": alpha,
+        "alpha": _number(alpha),
         "tensors": len(header.tensors),
+        "parameters": sum(t.numel for t in readable),
+        "dtypes": dict(sorted(Counter(t.type_name for t in header.tensors.values()).items())),
+        "header_bytes": header.data_start,
         "pairs": rows,
         "ranks": dict(sorted(ranks.items())),
         "other_tensors": others,
+        "problems": [p.message for p in header.problems],
         "written_by_adapterdoc": PROVENANCE in header.kv,
     }
 
@@ -93,8 +157,9 @@ def describe_lines(path: Path) -> list[str]:
     """:func:`describe` as plain text lines (for a human ``inspect``)."""
     d = describe(path)
     ranks = ", ".join(f"r={r} ×{n}" for r, n in d["ranks"].items()) or "none"
+    what = "GGUF model" if d["model"] else "GGUF LoRA"
     lines = [
-        f"format: GGUF LoRA ({'; '.join(d['evidence'])})",
+        f"format: {what} ({'; '.join(d['evidence'])})",
         f"architecture: {d['architecture']}  alpha: {d['alpha']}  pairs: {len(d['pairs'])}  ranks: {ranks}",
     ]
     for row in d["pairs"]:
@@ -103,6 +168,7 @@ def describe_lines(path: Path) -> list[str]:
         )
     if d["other_tensors"]:
         lines.append(f"other tensors (llama.cpp skips *_norm.weight, refuses the rest): {d['other_tensors']}")
+    lines += [f"llama.cpp refuses the file: {p}" for p in d["problems"]]
     return lines
 
 

@@ -9,6 +9,7 @@ per-architecture permutations need the head counts, so architectures that permut
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,14 @@ from typing import Any
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.formats import Converted
 from adapterdoc.formats import gguf_names as names
-from adapterdoc.formats.gguf_header import PROVENANCE, GgufHeader, lora_pairs, read_header
+from adapterdoc.formats.gguf_header import (
+    PROVENANCE,
+    GgufHeader,
+    GgufTensor,
+    lora_pairs,
+    out_of_bounds,
+    read_header,
+)
 from adapterdoc.formats.gguf_write import base_config, convert_dtype
 from adapterdoc.layouts import gguf as facts
 from adapterdoc.layouts import strip_language_model
@@ -65,11 +73,16 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
     import numpy as np
 
     header = read_header(src)
+    _refuse_container(src, header)
     if header.get_str("general.type") != "adapter" or header.get_str("adapter.type") != "lora":
         raise UnsupportedInputError(
             str(src), "not a GGUF LoRA adapter (general.type must be 'adapter', adapter.type 'lora')"
         )
     pairs = lora_pairs(header)
+    if not pairs:
+        raise UnsupportedInputError(
+            str(src), "holds no LoRA pair (no .lora_a / .lora_b tensor): nothing to convert"
+        )
     extra = [t for t in header.tensors if not t.endswith((".lora_a", ".lora_b"))]
     if extra:
         raise UnsupportedInputError(
@@ -79,17 +92,22 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
     for name, ab in pairs.items():
         if ab["a"] is None or ab["b"] is None:
             raise UnsupportedInputError(str(src), f"`{name}` has only one of lora_a / lora_b (AD854)")
+        _check_pair(src, name, ab["a"], ab["b"])
     arch = _arch_for(src, header.get_str("general.architecture"))
-    alpha = header.kv.get("adapter.lora.alpha")
-    prov = json.loads(header.kv[PROVENANCE]) if isinstance(header.kv.get(PROVENANCE), str) else None
-    if prov is not None and set(prov.get("modules", {})) != set(pairs):
+    alpha = _alpha(src, header)
+    prov = _provenance(header)
+    if prov is not None and set(prov["modules"]) != set(pairs):
         prov = None  # the tensors were edited after adapterdoc wrote them: the name map decides
     config = base_config(base)
     hp = names.text_hparams(config) if config else None
     if hp is None and prov is None:
+        unread = (
+            f"its {PROVENANCE} metadata is not what adapterdoc writes, so " if PROVENANCE in header.kv else ""
+        )
         raise UnsupportedInputError(
             str(src),
-            "--base is needed (the base's config.json): it names the modules and undoes llama.cpp's permutations",
+            f"{unread}--base is needed (the base's config.json): it names the modules and undoes llama.cpp's "
+            "permutations",
         )
     if hp is None:
         hp = names.text_hparams(prov.get("hparams") or {})
@@ -104,6 +122,11 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
         notes += na + nb
         modules = _modules(src, gname, prov, nmap, config, a.ndim == 3, a.shape[0] if a.ndim == 3 else 0)
         stacked = a.ndim == 3
+        if len(modules) != (a.shape[0] if stacked else 1):
+            raise UnsupportedInputError(
+                str(src),
+                f"`{gname}`: adapterdoc's metadata names {len(modules)} modules for {a.shape} tensors",
+            )
         for i, module in enumerate(modules):
             ai, bi = (a[i], b[i]) if stacked else (a, b)
             text = strip_language_model(module)
@@ -111,8 +134,7 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
             if embedding:
                 ai = np.ascontiguousarray(ai.T)
             else:
-                rw = names.rewrites_for(arch, hp, text, bi.shape[0], ai.shape[1])
-                ai, bi = names.apply(rw, ai, bi, inverse=True)
+                ai, bi = _unpermuted(src, gname, arch, hp, text, ai, bi)
             role_a, role_b = (
                 ("lora_embedding_A", "lora_embedding_B") if embedding else ("lora_A.weight", "lora_B.weight")
             )
@@ -124,7 +146,9 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
             )
             ranks[module] = int(ai.shape[0])
     cfg_text = (
-        prov["adapter_config_json"] if prov else json.dumps(_config(ranks, alpha, base), indent=2) + "\n"
+        prov["adapter_config_json"]
+        if prov
+        else json.dumps({**_config(ranks, alpha, base), **_alora(src, header)}, indent=2) + "\n"
     )
     metadata = prov.get("metadata") if prov else {"format": "pt"}
     order = prov.get("order") if prov else None
@@ -135,6 +159,89 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
         else "module paths from llama.cpp's name map"
     )
     return Converted("gguf", "peft", out, len(tensors), tuple(notes))
+
+
+def _refuse_container(src: Path, header: GgufHeader) -> None:
+    """Exit 3 for a file llama.cpp does not open (ggml's gguf_init rules) or whose LoRA data lies past its end,
+    before any tensor byte is read."""
+    if header.problems:
+        raise UnsupportedInputError(
+            str(src), f"{header.problems[0].message} (adapterdoc verify names every problem)"
+        )
+    bad = out_of_bounds(header)
+    if bad:
+        raise UnsupportedInputError(
+            str(src), f"`{bad[0]}`'s data ends past the end of the file: the file is truncated (AD859)"
+        )
+
+
+def _check_pair(src: Path, name: str, a: GgufTensor, b: GgufTensor) -> None:
+    """A pair PEFT can hold: two 2-D tensors (or two 3-D stacks of experts), of one rank > 0."""
+    dims = {len(a.shape), len(b.shape)}
+    stacked_ok = dims == {3} and a.shape[2] == b.shape[2]
+    rank_ok = name.endswith("token_embd.weight") or a.ne[1] == b.ne[0]
+    if not (dims == {2} or stacked_ok) or not rank_ok or b.ne[0] == 0:
+        raise UnsupportedInputError(
+            str(src),
+            f"`{name}`: lora_a ne {list(a.shape)}, lora_b ne {list(b.shape)} is not a LoRA pair PEFT can hold "
+            "(adapterdoc verify names why)",
+        )
+
+
+def _alpha(src: Path, header: GgufHeader) -> float | None:
+    """``adapter.lora.alpha`` as a number (``None`` when missing or 0); exit 3 when it is not a finite float."""
+    alpha = header.kv.get("adapter.lora.alpha")
+    if alpha is None or alpha == 0:
+        return None
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise UnsupportedInputError(
+            str(src), f"adapter.lora.alpha is {str(alpha)[:40]}: not the finite number a LoRA scale needs"
+        )
+    return float(alpha)
+
+
+def _provenance(header: GgufHeader) -> dict[str, Any] | None:
+    """adapterdoc's own metadata (``adapterdoc.peft.source``), or ``None`` where it is missing or not what
+    ``gguf_write`` writes (not JSON, another shape): the file is then read through llama.cpp's name map."""
+    text = header.kv.get(PROVENANCE)
+    if not isinstance(text, str):
+        return None
+    try:
+        prov = json.loads(text)
+        config = json.loads(prov["adapter_config_json"])
+    except (ValueError, TypeError, KeyError):
+        return None
+    modules, metadata = prov.get("modules"), prov.get("metadata")
+    order, hparams = prov.get("order"), prov.get("hparams") or {}
+    ok = (
+        isinstance(config, dict)
+        and isinstance(modules, dict)
+        and all(isinstance(v, list) and v and all(isinstance(m, str) for m in v) for v in modules.values())
+        and (
+            metadata is None
+            or (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values()))
+        )
+        and (order is None or (isinstance(order, list) and all(isinstance(k, str) for k in order)))
+        and isinstance(hparams, dict)
+        and all(v is None or isinstance(v, bool) or (isinstance(v, int) and v > 0) for v in hparams.values())
+    )
+    return prov if ok else None
+
+
+def _unpermuted(
+    src: Path, gname: str, arch: facts.GgufArch, hp: dict[str, Any], text: str, a: Any, b: Any
+) -> tuple[Any, Any]:
+    """(lora_A, lora_B) before llama.cpp's permutations of ``text``; exit 3 where the base's head counts do not
+    divide the tensors (another model's config, or a hostile file)."""
+    try:
+        rw = names.rewrites_for(arch, hp, text, b.shape[0], a.shape[1])
+        return names.apply(rw, a, b, inverse=True)
+    except (ValueError, KeyError, TypeError, ZeroDivisionError) as e:
+        raise UnsupportedInputError(
+            str(src),
+            f"`{gname}` (lora_a {list(a.shape)}, lora_b {list(b.shape)}) does not fit the base's head counts: "
+            "pass the config.json of the model the adapter was trained on as --base",
+        ) from e
 
 
 def _modules(
@@ -156,6 +263,22 @@ def _modules(
             raise UnsupportedInputError(str(src), f"`{gname}` is stacked but is not an expert tensor")
         return [f"{head}.{e}.{proj}" for e in range(n_exp)]
     return [hf]
+
+
+ALORA = "adapter.alora.invocation_tokens"
+
+
+def _alora(src: Path, header: GgufHeader) -> dict[str, Any]:
+    """An activated LoRA's invocation tokens as PEFT's ``alora_invocation_tokens`` (``{}`` for a plain LoRA); exit
+    3 where llama.cpp refuses them (AD867: not an array of UINT32)."""
+    if ALORA not in header.kv_types:
+        return {}
+    tokens = header.kv[ALORA]
+    if header.array_types.get(ALORA, ("", 0))[0] != "UINT32" or not isinstance(tokens, list):
+        raise UnsupportedInputError(
+            str(src), f"{ALORA} is not a short array of UINT32 token ids: llama.cpp refuses it (AD867)"
+        )
+    return {"alora_invocation_tokens": tokens}
 
 
 def _config(ranks: dict[str, int], alpha: Any, base: str | None) -> dict[str, Any]:

@@ -1,22 +1,28 @@
 """``verify ADAPTER.gguf --base MODEL.gguf``: llama.cpp's LoRA load checks, header-only, as findings with the fix.
 
-Mirrors ``llama_adapter_lora_init_impl`` (llama.cpp ``src/llama-adapter.cpp``, vendored in llama-cpp-python
-0.3.36) in its order: ``general.type``, ``general.architecture``, ``adapter.type``, ``adapter.lora.alpha``, the tensor
-suffixes, the pairs, each pair's base tensor and shape, the rank dimension, the data bounds. Each refusal there
-("failed to apply lora adapter: ...") is an error finding here; what llama.cpp accepts but serves differently from
-PEFT (no alpha, skipped norms) is a warning. A metadata value of the wrong GGUF type (an integer alpha, a
-non-string ``general.type``) is an error too: llama.cpp's ``gguf_get_val_*`` asserts on it and the process aborts.
-Reads no tensor data, needs neither numpy nor the ``gguf`` package.
+First ggml's container rules (``gguf_init_from_file_impl``, ``ggml/src/gguf.cpp``), which :func:`~adapterdoc.
+formats.gguf_header.read_header` applies: a header it cannot read at all is exit 3, the other refusals
+(keys, tensor names, shapes, types, offsets, ``general.alignment``) are error findings here. Then
+``llama_adapter_lora_init_impl`` (``src/llama-adapter.cpp``, both vendored in llama-cpp-python 0.3.36) in its order:
+``general.type``, ``general.architecture``, ``adapter.type``, ``adapter.lora.alpha``,
+``adapter.alora.invocation_tokens``, the tensor suffixes, the pairs, each pair's base tensor and shape, the rank
+dimension, the data bounds. Each refusal there ("failed to apply lora adapter: ...") is an error finding here; what
+llama.cpp accepts but serves differently from PEFT (no alpha, skipped norms) is a warning; what it loads but cannot
+work (a NaN or infinite scale: alpha not finite, a pair of rank 0) is an error. A metadata value of the wrong GGUF
+type (an integer alpha, a non-string ``general.type``) is an error too: llama.cpp's ``gguf_get_val_*`` asserts on
+it and the process aborts. Reads no tensor data, needs neither numpy nor the ``gguf`` package.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.formats.gguf_header import (
     GgufHeader,
+    GgufProblem,
     GgufTensor,
     is_gguf,
     lora_pairs,
@@ -41,95 +47,197 @@ def verify_gguf(adapter: Path, base: Path | None) -> list[Finding]:
     """Findings for the GGUF LoRA ``adapter`` on the GGUF model ``base`` (without a base: the file's own checks)."""
     path = str(adapter)
     a = read_header(adapter)
+    out = [_problem(p, path) for p in a.problems]
+    b = _base_header(base, out) if base is not None else None
+    out += _metadata_findings(a, b, path)
+    out += _tensor_findings(a, b, path)
+    return out
+
+
+_REWRITE = f"the file was edited or written by a broken tool; convert the PEFT adapter again ({CONVERT})"
+_PROBLEM_HINTS = {
+    "AD859": "download or convert the adapter again",
+    "AD863": _REWRITE,
+    "AD864": _REWRITE,
+    "AD865": f"write the tensors back to back, each padded to general.alignment ({CONVERT} does)",
+}
+
+
+def _problem(p: GgufProblem, path: str) -> Finding:
+    """A rule of ggml's gguf_init the header breaks (:attr:`GgufHeader.problems`)."""
+    return make(p.code, p.message, key=p.key, path=path, hint=_PROBLEM_HINTS[p.code])
+
+
+def _base_header(base: Path, out: list[Finding]) -> GgufHeader | None:
+    """The --base model's header, or ``None`` (and a finding) where it is an adapter or llama.cpp refuses it."""
+    b = read_base(base)
+    if b.get_str("general.type") == "adapter" or lora_pairs(b):
+        why = f"the base {base} is a LoRA adapter, not a model"
+    elif b.problems:
+        why = f"the base {base}: {b.problems[0].message}"
+    else:
+        return b
+    hint = "pass the base model's GGUF (convert_hf_to_gguf.py's output) as --base"
+    out.append(make("AD861", why, path=str(base), hint=hint))
+    return None
+
+
+def _metadata_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Finding]:
+    """llama_adapter_lora_init's metadata checks, in its order: general.type, general.architecture, adapter.type,
+    adapter.lora.alpha, adapter.alora.invocation_tokens."""
     out: list[Finding] = []
-    gtype = a.get_str("general.type")
+    gtype, aborts = _llama_str(a, "general.type")
     if gtype != "adapter":
         out.append(
             make(
                 "AD850",
-                _not_string(a, "general.type")
-                or f"general.type is {gtype!r}, not 'adapter': llama.cpp refuses it as a LoRA "
-                f"('expect general.type to be 'adapter', but got: {gtype or ''}')",
+                aborts
+                or f"general.type is {gtype or None!r}, not 'adapter': llama.cpp refuses it as a LoRA "
+                f"('expect general.type to be 'adapter', but got: {gtype}')",
                 key="general.type",
                 path=path,
                 hint="pass the LoRA GGUF; " + CONVERT + " writes one",
             )
         )
-    b: GgufHeader | None = None
-    if base is not None:
-        b = read_base(base)
-        if b.get_str("general.type") == "adapter" or lora_pairs(b):
-            out.append(
-                make(
-                    "AD861",
-                    f"the base {base} is a LoRA adapter, not a model",
-                    path=str(base),
-                    hint="pass the base model's GGUF (convert_hf_to_gguf.py's output) as --base",
-                )
-            )
-            b = None
-    arch = a.get_str("general.architecture")
-    if b is not None and arch != b.get_str("general.architecture"):
-        out.append(
-            make(
-                "AD852",
-                _not_string(a, "general.architecture")
-                or f"adapter architecture {arch!r}, base {b.get_str('general.architecture')!r}: llama.cpp "
-                "refuses ('model arch and LoRA arch mismatch')",
-                key="general.architecture",
-                path=path,
-                hint=f"convert the adapter again against the base's own config.json: {CONVERT}",
-            )
-        )
-    atype = a.get_str("adapter.type")
+    out += _architecture(a, b, path)
+    atype, aborts = _llama_str(a, "adapter.type")
     if atype != "lora":
         out.append(
             make(
                 "AD851",
-                _not_string(a, "adapter.type")
-                or f"adapter.type is {atype!r}, not 'lora': llama.cpp refuses the adapter "
-                f"('expect adapter.type to be 'lora', but got: {atype or ''}')",
+                aborts
+                or f"adapter.type is {atype or None!r}, not 'lora': llama.cpp refuses the adapter "
+                f"('expect adapter.type to be 'lora', but got: {atype}')",
                 key="adapter.type",
                 path=path,
                 hint="a control vector loads with --control-vector; a LoRA needs adapter.type = lora",
             )
         )
-    alpha = a.kv.get("adapter.lora.alpha")
-    alpha_type = a.kv_types.get("adapter.lora.alpha", "FLOAT32")
-    if alpha_type != "FLOAT32":
-        out.append(
-            make(
-                "AD858",
-                f"adapter.lora.alpha is a {alpha_type}, not a FLOAT32: llama.cpp aborts the process at load "
-                "(gguf_get_val_f32: 'GGML_ASSERT(type_to_gguf_type<T>::value == type) failed')",
-                severity="error",
-                key="adapter.lora.alpha",
-                path=path,
-                hint=f"write adapter.lora.alpha as a float32 ({CONVERT} does)",
-            )
-        )
-    elif not alpha:
-        out.append(
-            make(
-                "AD858",
-                f"adapter.lora.alpha is {alpha!r}: llama.cpp scales every pair by 1, not alpha / rank",
-                key="adapter.lora.alpha",
-                path=path,
-                hint=f"convert again ({CONVERT}) to write the alpha that reproduces PEFT's scaling",
-            )
-        )
-    out += _tensor_findings(a, b, path)
+    out += _alpha(a, path)
+    out += _alora_tokens(a, path)
     return out
 
 
-def _not_string(a: GgufHeader, key: str) -> str | None:
-    """The message for a metadata string stored as another type: llama.cpp's ``gguf_get_val_str`` asserts."""
-    t = a.kv_types.get(key)
-    if t is None or t == "STRING":
-        return None
+def _architecture(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Finding]:
+    """llama.cpp compares the adapter's architecture with the model's: a missing one matches no model."""
+    arch, aborts = _llama_str(a, "general.architecture")
+    hint = f"convert the adapter again against the base's own config.json: {CONVERT}"
+    if aborts or not arch:
+        why = aborts or (
+            "general.architecture is missing: llama.cpp refuses the adapter on any model "
+            "('model arch and LoRA arch mismatch')"
+        )
+        return [make("AD852", why, key="general.architecture", path=path, hint=hint)]
+    if b is None or arch == b.get_str("general.architecture"):
+        return []
+    return [
+        make(
+            "AD852",
+            f"adapter architecture {arch!r}, base {b.get_str('general.architecture')!r}: llama.cpp "
+            "refuses ('model arch and LoRA arch mismatch')",
+            key="general.architecture",
+            path=path,
+            hint=hint,
+        )
+    ]
+
+
+def _alpha(a: GgufHeader, path: str) -> list[Finding]:
+    key = "adapter.lora.alpha"
+    alpha, aborts = _llama_f32(a, key)
+    hint = f"convert again ({CONVERT}) to write the alpha that reproduces PEFT's scaling"
+    if aborts:
+        return [
+            make(
+                "AD858",
+                aborts,
+                severity="error",
+                key=key,
+                path=path,
+                hint=f"write adapter.lora.alpha as a float32 ({CONVERT} does)",
+            )
+        ]
+    if not math.isfinite(alpha):
+        return [
+            make(
+                "AD866",
+                f"adapter.lora.alpha is {alpha}: llama.cpp loads the adapter and scales every pair by "
+                f"alpha / rank = {alpha}: its outputs are NaN or infinite",
+                key=key,
+                path=path,
+                hint=hint,
+            )
+        ]
+    if not alpha:
+        return [
+            make(
+                "AD858",
+                f"adapter.lora.alpha is {a.kv.get(key)!r}: llama.cpp scales every pair by 1, not alpha / rank",
+                key=key,
+                path=path,
+                hint=hint,
+            )
+        ]
+    return []
+
+
+def _alora_tokens(a: GgufHeader, path: str) -> list[Finding]:
+    """An activated LoRA's invocation tokens must be an array of UINT32 (llama.cpp refuses the adapter otherwise)."""
+    key = "adapter.alora.invocation_tokens"
+    kind = a.kv_types.get(key)
+    if kind is None:
+        return []
+    if kind != "ARRAY":
+        why = (
+            f"{key} is a {kind}, not an array: llama.cpp refuses the adapter ('invalid gguf type for {key}')"
+        )
+    elif a.array_types[key][0] != "UINT32":
+        why = (
+            f"{key} is an array of {a.array_types[key][0]}, not of UINT32: llama.cpp refuses the adapter "
+            f"('invalid gguf element type for {key}')"
+        )
+    else:
+        return []
+    return [make("AD867", why, key=key, path=path, hint=f"write {key} as an array of UINT32 token ids")]
+
+
+def _llama_str(a: GgufHeader, key: str) -> tuple[str, str | None]:
+    """``key`` as llama.cpp's ``gguf_get_val_str`` reads it: ``""`` when missing; a STRING, or an array of exactly
+    one STRING (ggml checks the element type and the count); anything else aborts (the message)."""
+    if key not in a.kv_types:
+        return "", None
+    if _kind(a, key) in ("STRING", "ARRAY of 1 STRING"):
+        return str(_one(a, key)), None
+    return "", _aborts(a, key, "STRING", "gguf_get_val_str")
+
+
+def _llama_f32(a: GgufHeader, key: str) -> tuple[float, str | None]:
+    """``key`` as llama.cpp's ``gguf_get_val_f32`` reads it: 0 when missing; a FLOAT32, or an array of exactly one;
+    anything else aborts (the message)."""
+    if key not in a.kv_types:
+        return 0.0, None
+    if _kind(a, key) in ("FLOAT32", "ARRAY of 1 FLOAT32"):
+        return float(_one(a, key)), None  # type: ignore[arg-type]
+    return 0.0, _aborts(a, key, "FLOAT32", "gguf_get_val_f32")
+
+
+def _one(a: GgufHeader, key: str) -> object:
+    value = a.kv[key]
+    return value[0] if isinstance(value, list) else value
+
+
+def _kind(a: GgufHeader, key: str) -> str:
+    kind = a.kv_types[key]
+    if kind != "ARRAY":
+        return kind
+    element, n = a.array_types[key]
+    return f"ARRAY of {n} {element}"
+
+
+def _aborts(a: GgufHeader, key: str, want: str, getter: str) -> str:
     return (
-        f"{key} is a {t}, not a STRING: llama.cpp aborts the process at load "
-        "('GGML_ASSERT(type_to_gguf_type<T>::value == type) failed')"
+        f"{key} is a {_kind(a, key)}, not a {want}: llama.cpp aborts the process at load "
+        f"({getter}: 'GGML_ASSERT(type_to_gguf_type<T>::value == type) failed')"
     )
 
 
@@ -163,8 +271,8 @@ def _tensor_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Fin
             )
         )
     scales: dict[int, int] = defaultdict(int)
-    alpha = a.kv.get("adapter.lora.alpha") or 0
-    alpha = alpha if isinstance(alpha, (int, float)) else 0
+    alpha = _llama_f32(a, "adapter.lora.alpha")[0]
+    complete = []
     for name, ab in sorted(lora_pairs(a).items()):
         la, lb = ab["a"], ab["b"]
         if la is None or lb is None:
@@ -179,9 +287,20 @@ def _tensor_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Fin
                 )
             )
             continue
-        out += _pair(name, la, lb, b, path)
-        if lb.shape:
-            scales[lb.shape[0]] += 1
+        complete += [la, lb]
+        found = _pair(name, la, lb, b, path)
+        out += found or _rank_zero(name, lb, alpha, path)
+        scales[lb.ne[0]] += 1
+    if complete and all(t.nbytes == 0 for t in complete):
+        out.append(
+            make(
+                "AD868",
+                "every LoRA tensor holds 0 bytes: llama.cpp refuses the adapter ('failed to allocate buffer for "
+                "lora adapter')",
+                path=path,
+                hint=f"convert the PEFT adapter again ({CONVERT})",
+            )
+        )
     for bad in out_of_bounds(a):
         out.append(
             make(
@@ -193,43 +312,69 @@ def _tensor_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Fin
                 hint="download or convert the adapter again",
             )
         )
-    if scales:
-        shown = ", ".join(
-            f"r={r}: ×{(alpha / r if alpha else 1.0):g} ({n} pairs)" for r, n in sorted(scales.items())
-        )
+    if scales and math.isfinite(alpha):
+        shown = ", ".join(f"r={r}: ×{_scale(alpha, r)} ({n} pairs)" for r, n in sorted(scales.items()))
         out.append(make("AD862", f"llama.cpp's scale alpha / rank with alpha {alpha:g}: {shown}", path=path))
     return out
 
 
+def _scale(alpha: float, rank: int) -> str:
+    """llama.cpp's ``alpha ? alpha / rank : 1`` (``llama_adapter_lora_weight::get_scale``), as text."""
+    if not alpha:
+        return "1"
+    return f"{alpha / rank:g}" if rank else "inf"
+
+
+def _rank_zero(name: str, lb: GgufTensor, alpha: float, path: str) -> list[Finding]:
+    """A pair of rank 0 loads: B·A is 0 everywhere, and its scale alpha / 0 is infinite (0 × inf = NaN)."""
+    if lb.ne[0] != 0:
+        return []
+    if alpha:
+        what = "its scale alpha / 0 is infinite and 0 × inf is NaN: every output of the layer is NaN"
+    else:
+        what = "with alpha 0 its scale is 1 and it adds nothing"
+    return [
+        make(
+            "AD868",
+            f"`{name}` has rank 0 (lora_b ne {list(lb.shape)}): llama.cpp loads the pair, and {what}",
+            severity="error" if alpha else "warning",
+            key=name,
+            path=path,
+            hint=f"drop the pair, or convert the PEFT adapter again ({CONVERT})",
+        )
+    ]
+
+
 def _pair(name: str, la: GgufTensor, lb: GgufTensor, b: GgufHeader | None, path: str) -> list[Finding]:
+    """llama.cpp's shape checks on one pair (its ne: a dimension the file omits is 1)."""
     embd = name.endswith("token_embd.weight")
     if b is None:
-        if not embd and la.shape[1:2] != lb.shape[0:1]:
+        if not embd and la.ne[1] != lb.ne[0]:
             return [_not_transposed(name, la, lb, path)]
         return []
     model = b.tensors.get(name)
     if model is None:
         return [_missing(name, b, path)]
-    ne = model.shape
+    ne = model.ne
     if embd:
-        bad = len(ne) < 2 or ne[0] != lb.shape[1] or ne[1] != la.shape[1]
+        bad = ne[0] != lb.ne[1] or ne[1] != la.ne[1]
     else:
-        bad = len(ne) < 2 or ne[0] != la.shape[0] or ne[1] != lb.shape[1]
+        bad = ne[0] != la.ne[0] or ne[1] != lb.ne[1]
     if bad:
         return [
             make(
                 "AD856",
-                f"`{name}`: base ne {list(ne)}, lora_a ne {list(la.shape)}, lora_b ne {list(lb.shape)}: llama.cpp "
-                "refuses the adapter ('has incorrect shape')",
+                f"`{name}`: base ne {list(model.shape)}, lora_a ne {list(la.shape)}, lora_b ne {list(lb.shape)}: "
+                "llama.cpp refuses the adapter ('has incorrect shape')",
                 key=name,
                 path=path,
                 hint="use the base GGUF of the model (and size) the adapter was trained on",
             )
         ]
-    if not embd and la.shape[1] != lb.shape[0]:
+    if not embd and la.ne[1] != lb.ne[0]:
         return [_not_transposed(name, la, lb, path)]
-    if len(ne) > 2 and (la.shape[2:] != ne[2:] or lb.shape[2:] != ne[2:]):
-        return [_expert_count(name, ne, la, lb, path)]
+    if len(model.shape) > 2 and (la.ne[2:] != ne[2:] or lb.ne[2:] != ne[2:]):
+        return [_expert_count(name, model.shape, la, lb, path)]
     return []
 
 
