@@ -40,13 +40,15 @@ CODES: list[Code] = [
         "AD804",
         "mlx-embedding-lora-not-exact",
         "error",
-        "The adapter has LoRA on the token embedding. mlx-lm's LoRAEmbedding also adds its delta to the output "
-        "projection when the model ties it to the embedding (as_linear), PEFT's does not: the two runtimes compute "
-        "different models, so adapterdoc does not convert it.",
+        "The adapter has LoRA on the token embedding of a base that ties its output projection to it (or whose "
+        "`--base` does not say, or no `--base` was given). mlx-lm's LoRAEmbedding adds the same delta to the "
+        "embedding rows as PEFT, but on a tied model it also adds it to the output projection (as_linear), which "
+        "PEFT's does not: the two runtimes would compute different models. On a base with "
+        "`tie_word_embeddings: false`, embedding LoRA converts exactly.",
         "A Qwen3 or Llama 3.2 adapter with embedding LoRA would change the logits in mlx-lm but not in PEFT.",
-        "`base_model.model.model.embed_tokens.lora_embedding_A` is embedding LoRA",
-        "Train without LoRA on embed_tokens (or with a trainable lm_head instead), or merge and convert the merged "
-        "model.",
+        "`base_model.model.model.embed_tokens.lora_embedding_A` is embedding LoRA, and the base is tied",
+        "Pass `--base` of an untied base; on a tied one, train without LoRA on embed_tokens (or with a trainable "
+        "lm_head instead), or merge and convert the merged model.",
     ),
     Code(
         "AD805",
