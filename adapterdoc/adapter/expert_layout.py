@@ -23,7 +23,7 @@ product either way (expert e's ``A_eᵀ B_eᵀ`` = ``(B_e A_e)ᵀ``), so the old
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from adapterdoc.st.compose import transpose
@@ -45,6 +45,11 @@ _TRANSPOSED_NAME = re.compile(
 )
 """A ``base_model_name_or_path`` that names one of those families."""
 
+UNRECORDED = (0, 17, 0)
+"""The release an adapter config without ``peft_version`` is taken for: PEFT 0.17, the first with
+``target_parameters``, wrote no version (0.18 on do). Only its shapes can show its layout (:func:`pair_layout`,
+or a size mismatch)."""
+
 _RELEASE = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -57,6 +62,12 @@ def peft_release(version: object) -> tuple[int, int, int] | None:
     if m is None:
         return None
     return int(m[1]), int(m[2]), int(m[3] or 0)
+
+
+def written_by(raw: Mapping[str, object]) -> tuple[int, int, int] | None:
+    """The PEFT release that wrote an adapter_config.json (``raw``): :data:`UNRECORDED` when it names none,
+    ``None`` when its ``peft_version`` is not a version."""
+    return peft_release(raw["peft_version"]) if "peft_version" in raw else UNRECORDED
 
 
 def writer_swapped(release: tuple[int, int, int], transposed: bool) -> bool:

@@ -10,8 +10,8 @@ import re
 from collections.abc import Callable
 
 from adapterdoc.adapter import AdapterConfig
-from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.adapter.expert_layout import FIXED, peft_release
+from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.remap.config import dump_like
 from adapterdoc.remap.expert_config import block_mapping, expert_config
 from adapterdoc.remap.expert_names import GATE_UP, STYLES
@@ -95,7 +95,9 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
 def _today_version(raw: dict[str, object]) -> list[ConfigChange]:
     """``peft_version`` raised to 0.19.1 when it is older: the fused factors written are in the layout of PEFT ≥
     0.19.1, and an older version would make verify (AD271) and this remap read them as an old PEFT's."""
-    release = peft_release(raw.get("peft_version"))
+    if "peft_version" not in raw:
+        return []
+    release = peft_release(raw["peft_version"])
     if release is None or release >= FIXED:
         return []
     old, raw["peft_version"] = raw["peft_version"], TODAY
@@ -149,7 +151,7 @@ def _relayout_plan(
         rewrites=[
             {
                 "rewrite": "experts",
-                "from": f"fused, PEFT {cfg.raw.get('peft_version')}'s layout",
+                "from": f"fused, PEFT {cfg.raw.get('peft_version', '< 0.18')}'s layout",
                 "to": f"fused, PEFT ≥ {TODAY}'s layout",
                 "tensors": tensors,
             }

@@ -24,9 +24,9 @@ from adapterdoc.adapter.expert_layout import (
     FIXED,
     differs_from_today,
     pair_layout,
-    peft_release,
     swap_factors,
     transposed_base,
+    written_by,
 )
 from adapterdoc.errors import RefusedError
 from adapterdoc.records import frozen_dataclass
@@ -376,7 +376,7 @@ def plan_relayout(header: Header, cfg: AdapterConfig | None, weights: str) -> Ex
     fuse, or factors already in today's layout)."""
     if cfg is None or cfg.use_dora:
         return None
-    release = peft_release(cfg.raw.get("peft_version"))
+    release = written_by(cfg.raw)
     if release is None or release >= FIXED:
         return None
     parsed = {k: parse_key(k) for k in header.tensors}
@@ -452,8 +452,8 @@ def _orient(cfg: AdapterConfig, blocks: list[Block], weights: str) -> tuple[list
     """``blocks`` with their true in/out features, and why they were read in an old PEFT's layout: a
     ``peft_version`` before 0.19.1 and the shapes of a layer's gate_up and down (:func:`pair_layout`), or, for one
     parameter alone, the base the config names (:func:`transposed_base`, :func:`differs_from_today`)."""
-    version = cfg.raw.get("peft_version")
-    release = peft_release(version)
+    version = cfg.raw.get("peft_version", "< 0.18 (no peft_version)")
+    release = written_by(cfg.raw)
     if release is None or release >= FIXED:
         return blocks, None
     verdicts = {
@@ -470,7 +470,7 @@ def _orient(cfg: AdapterConfig, blocks: list[Block], weights: str) -> tuple[list
             f"written by PEFT {version}, and {GATE_UP}'s lora_A is twice as wide as {DOWN}'s lora_B is tall (it "
             "reads the experts' outputs, not their inputs): that PEFT's layout"
         )
-    elif verdicts:
+    elif verdicts or "peft_version" not in cfg.raw:  # no version: only the shapes can tell
         return blocks, None
     else:
         transposed, whence = transposed_base(cfg)

@@ -15,10 +15,19 @@ import re
 from collections.abc import Mapping
 
 from adapterdoc.adapter import AdapterConfig, parse_key
-from adapterdoc.adapter.expert_layout import FIXED, differs_from_today, peft_release, transposed_model_type
+from adapterdoc.adapter.expert_layout import (
+    FIXED,
+    UNRECORDED,
+    differs_from_today,
+    peft_release,
+    transposed_model_type,
+)
 from adapterdoc.ml.meta import ExpectedModel
 from adapterdoc.report.findings import Finding, make
 
+_UNRECORDED = (
+    "a PEFT before 0.18 (adapter_config.json has no peft_version; its shapes are that PEFT's layout)"
+)
 _FUSED_A = re.compile(r"(^|\.)experts(\.base_layer)*\.lora_A\.weight$")
 
 
@@ -30,7 +39,8 @@ def check_peft_layout(
     if acfg is None or not acfg.target_parameters:
         return []
     version = acfg.raw.get("peft_version")
-    release = peft_release(version)
+    recorded = "peft_version" in acfg.raw
+    release = peft_release(version) if recorded else UNRECORDED
     if release is None or not differs_from_today(release, transposed_model_type(meta.model_type)):
         return []
     refused: list[str] = []
@@ -44,9 +54,12 @@ def check_peft_layout(
             continue
         if _old_layout(shapes[a_key], shapes[b_key], now_a, now_b):
             (silent if now_a[1] == now_b[0] else refused).append(a_key)
+    if not recorded:  # where in == out the shapes cannot tell which PEFT wrote it
+        silent = []
     if not refused and not silent:
         return []
-    return [_finding(spec, str(version), refused, silent)]
+    writer = f"PEFT {version} (adapter_config.json peft_version)" if recorded else _UNRECORDED
+    return [_finding(spec, writer, refused, silent)]
 
 
 def _old_layout(
@@ -67,7 +80,7 @@ def _today() -> str:
         return f"PEFT ≥ {since}"
 
 
-def _finding(spec: str, version: str, refused: list[str], silent: list[str]) -> Finding:
+def _finding(spec: str, writer: str, refused: list[str], silent: list[str]) -> Finding:
     first = (refused or silent)[0]
     module = parse_key(first).module
     count = len(refused) + len(silent)
@@ -81,7 +94,7 @@ def _finding(spec: str, version: str, refused: list[str], silent: list[str]) -> 
         )
     return make(
         "AD271",
-        f"written by PEFT {version} (adapter_config.json peft_version): its {count} fused-expert LoRA module(s) "
+        f"written by {writer}: its {count} fused-expert LoRA module(s) "
         f"(`{module}`{', ...' if count > 1 else ''}) hold lora_A over the experts' output features and lora_B over "
         f"their inputs, as that PEFT laid them out; {_today()} reads them the other way round and "
         f"{' and '.join(what)}",

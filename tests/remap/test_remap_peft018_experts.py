@@ -234,3 +234,24 @@ def test_per_expert_of_a_0_18_adapter_gives_the_0_18_logits(
         assert rel(merged, want) <= TOL
     if peft_loads_it:
         assert rel(today_logits(folder, tmp_path / "split"), want) <= TOL
+
+
+@pytest.mark.ml
+def test_fused_without_peft_version_trusts_only_the_shapes(tmp_path: Path, cli: Any) -> None:
+    """No ``peft_version`` (PEFT 0.17 wrote none): a pair whose shapes are the old layout is rewritten (and no version
+    is invented); a lone square module, whose shapes fit either layout, is left as it is."""
+    pair = _tiny_moe(tmp_path / "pair", 16, 12, ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"])
+    square = _tiny_moe(tmp_path / "square", 16, 8, ["mlp.experts.gate_up_proj"])
+    for today in (pair, square):
+        old = _as_peft_018(today, today.parent / "old")
+        raw = _config(old)
+        del raw["peft_version"]
+        (old / "adapter_config.json").write_text(json.dumps(raw))
+        code, rep = _remap(cli, old, "fused", today.parent / "new")
+        assert code == 0, rep
+        if today is pair:
+            assert rep["config_changes"] == [] and rep["experts"]["relayout"]["from"] is None
+            want, got = _tensors(today), _tensors(today.parent / "new")
+            assert all(bool((got[k] == want[k]).all()) for k in want)
+        else:
+            assert rep["strategy"] == "none"

@@ -291,3 +291,27 @@ def test_verify_passes_a_0_18_gpt_oss_adapter(cases: dict[str, Path], cli: Any, 
     code, findings = _findings(cli, cases[name] / "adapter", cases[name] / "base")
     assert "AD271" not in {f["code"] for f in findings}
     assert code == 0, findings
+
+
+@pytest.mark.ml
+def test_verify_without_peft_version_trusts_only_the_shapes(tmp_path: Path, cli: Any) -> None:
+    """PEFT 0.17 wrote no ``peft_version``: an old-layout pair whose shapes cannot be today's is named (AD271, "a
+    PEFT before 0.18"); a square module, whose shapes fit either layout, is not."""
+    from tests.remap.test_remap_peft018_experts import _as_peft_018, _tiny_moe
+
+    for name, inter, params, named in (
+        ("pair", 12, ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"], True),
+        ("square", 8, ["mlp.experts.gate_up_proj"], False),
+    ):
+        old = _as_peft_018(_tiny_moe(tmp_path / name, 16, inter, params), tmp_path / name / "old")
+        raw = json.loads((old / "adapter_config.json").read_text())
+        del raw["peft_version"]
+        (old / "adapter_config.json").write_text(json.dumps(raw))
+        _, findings = _findings(cli, old, tmp_path / name / "base")
+        got = [f for f in findings if f["code"] == "AD271"]
+        assert bool(got) is named, findings
+        if named:
+            assert got[0]["message"].startswith(
+                "written by a PEFT before 0.18 (adapter_config.json has no peft_version"
+            )
+            assert "refuses 4 of them" in got[0]["message"]
