@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The Action's install step: adapterdoc's base package (verify's static checks need no torch); with ADAPTERDOC_ML
-# "true", torch first (the CPU build by default), then adapterdoc with the ml extra.
+# The Action's install step: adapterdoc's base package with the gguf extra (verify's static checks need no torch; a
+# GGUF adapter's tensors are read with numpy and gguf-py); with ADAPTERDOC_ML "true", torch first (the CPU build by
+# default), then adapterdoc with the ml and gguf extras.
 #
 # Inputs arrive as environment variables (action.yml passes each through `env:`; nothing is interpolated into this
 # script):
@@ -19,7 +20,7 @@ source_dir="${ADAPTERDOC_SOURCE:-$(dirname "$(dirname "$here")")}"
 read -r -a extra <<< "${ADAPTERDOC_PIP_ARGS-}"
 
 if [ "${ADAPTERDOC_ML-false}" != "true" ]; then
-    python -m pip install --disable-pip-version-check "${source_dir}"
+    python -m pip install --disable-pip-version-check "${source_dir}[gguf]"
     exit 0
 fi
 
@@ -27,4 +28,4 @@ cmd=(python -m pip install --disable-pip-version-check)
 if [ -n "$index_url" ]; then cmd+=(--index-url "$index_url"); fi
 cmd+=("${extra[@]}" "${torch_spec:-torch}")
 "${cmd[@]}"
-python -m pip install --disable-pip-version-check "${source_dir}[ml]"
+python -m pip install --disable-pip-version-check "${source_dir}[ml,gguf]"

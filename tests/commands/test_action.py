@@ -102,7 +102,7 @@ TAIL = ["--no-cache-dir", "torch<3"]
 def test_install_step_pip_command_lines(
     fake_python: tuple[Path, Path], tmp_path: Path, inputs: dict[str, str], torch_call: list[str]
 ) -> None:
-    """CPU torch from PyTorch's index first, then the action's own folder with the ml extra (torch satisfied)."""
+    """CPU torch from PyTorch's index first, then the action's own folder with the ml and gguf extras."""
     action_path = tmp_path / "my action"  # the runner's checkout of the action; a space in it must not matter
     shutil.copytree(ROOT / "scripts" / "action", action_path / "scripts" / "action")
     bindir, log = fake_python
@@ -110,14 +110,15 @@ def test_install_step_pip_command_lines(
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
     res = _run_step(_step("Install"), env, tmp_path)
     assert res.returncode == 0, res.stderr
-    assert _calls(log) == [torch_call, [*PIP, f"{action_path}[ml]"]]
+    assert _calls(log) == [torch_call, [*PIP, f"{action_path}[ml,gguf]"]]
 
 
 @pytest.mark.parametrize("ml", ["false", "", "no"])
 def test_install_step_defaults_to_the_base_package(
     fake_python: tuple[Path, Path], tmp_path: Path, ml: str
 ) -> None:
-    """verify's static checks need no torch: the default install is the action's folder alone, one pip call."""
+    """verify's static checks need no torch: the default install is the action's folder with the gguf extra (a GGUF
+    adapter's tensors are read with numpy and gguf-py), one pip call."""
     action_path = tmp_path / "my action"
     shutil.copytree(ROOT / "scripts" / "action", action_path / "scripts" / "action")
     bindir, log = fake_python
@@ -125,7 +126,7 @@ def test_install_step_defaults_to_the_base_package(
     env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
     res = _run_step(_step("Install"), env, tmp_path)
     assert res.returncode == 0, res.stderr
-    assert _calls(log) == [[*PIP, str(action_path)]]
+    assert _calls(log) == [[*PIP, f"{action_path}[gguf]"]]
     assert _action()["inputs"]["ml"]["default"] == "false"
 
 

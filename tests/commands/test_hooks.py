@@ -95,11 +95,12 @@ def test_the_cpu_torch_route_for_pre_commit_is_documented_where_the_hook_is() ->
     section = page[page.index("## In pre-commit") : page.index("## In GitHub Actions")]
     assert route in section
     assert route in (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
-    assert "additional_dependencies" not in _hook()  # the gate itself: the base package only
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    # the gate itself: the base package and the gguf extra (a GGUF adapter's tensors), no torch
+    assert _hook()["additional_dependencies"] == extras["gguf"]
     hooks = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     (ml,) = [h for h in hooks if h["id"] == "adapterdoc-verify-ml"]
-    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["ml"]
-    assert ml["additional_dependencies"] == extra
+    assert ml["additional_dependencies"] == extras["ml"] + extras["gguf"]
     assert {
         k: v for k, v in ml.items() if k not in ("id", "name", "description", "additional_dependencies")
-    } == {k: v for k, v in _hook().items() if k not in ("id", "name", "description")}
+    } == {k: v for k, v in _hook().items() if k not in ("id", "name", "description", "additional_dependencies")}
