@@ -140,12 +140,12 @@ def test_gguf_describe_counts(corpus: dict[str, Any]) -> None:
     header = read_header(corpus["cases"]["valid"].path)
     r = GEN.RANK
     assert d["tensors"] == 8
-    assert d["parameters"] == 2 * (2 * 64 * r + 32 * r + 64 * r) == sum(t.numel for t in header.tensors.values())
+    assert (
+        d["parameters"] == 2 * (2 * 64 * r + 32 * r + 64 * r) == sum(t.numel for t in header.tensors.values())
+    )
     assert d["dtypes"] == {"F32": 8}
     assert d["header_bytes"] == header.data_start and d["header_bytes"] % 32 == 0 and d["header_bytes"] > 0
     assert d["model"] is False and d["problems"] == []
-    half = GEN.replace(GEN.valid(), tensors=[GEN.with_tensor(GEN.valid(), 0, ggml_type=1).tensors[0]])
-    assert half is not None
     base = fmt.describe(corpus["base"])
     assert base["model"] is True and base["tensors"] == 21 and base["dtypes"] == {"F32": 21}
 
@@ -170,7 +170,8 @@ def test_gguf_is_model_file(corpus: dict[str, Any], tmp_path: Path) -> None:
     assert fmt.is_model_file(corpus["base"])
     assert fmt.detect(corpus["base"]) is None
     assert not fmt.is_model_file(cases["valid"].path)
-    assert not fmt.is_model_file(cases["general_type_model"].path)  # LoRA tensors: a mislabelled adapter (AD850)
+    # LoRA tensors with general.type = model: a mislabelled adapter (verify's AD850), not a model
+    assert not fmt.is_model_file(cases["general_type_model"].path)
     assert not fmt.is_model_file(cases["bad_magic"].path)
     assert not fmt.is_model_file(cases["array_nested_5000"].path)
     assert not fmt.is_model_file(tmp_path)
@@ -211,7 +212,9 @@ def test_gguf_malformed_provenance_falls_back(corpus: dict[str, Any], name: str,
     path = Path(corpus["cases"][name].path)
     got = fmt.to_peft(path, tmp_path / "a", base=str(corpus["config"]), outtype=None)
     assert "module paths from llama.cpp's name map" in got.notes
-    with pytest.raises(AdapterdocError, match="adapterdoc.peft.source metadata is not what adapterdoc writes"):
+    with pytest.raises(
+        AdapterdocError, match=r"adapterdoc\.peft\.source metadata is not what adapterdoc writes"
+    ):
         fmt.to_peft(path, tmp_path / "b", base=None, outtype=None)
 
 
