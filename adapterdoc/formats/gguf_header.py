@@ -469,10 +469,12 @@ def is_model(header: GgufHeader) -> bool:
 
 
 def lora_pairs(header: GgufHeader) -> dict[str, dict[str, Any]]:
-    """``base tensor name`` → ``{"a": GgufTensor | None, "b": ...}`` for every ``.lora_a`` / ``.lora_b`` tensor."""
+    """``base tensor name`` → ``{"a": GgufTensor | None, "b": ...}`` for every ``.lora_a`` / ``.lora_b`` tensor.
+    The base name is llama.cpp's: the name with every ``.lora_a`` (or ``.lora_b``) removed (``replace_all``)."""
     pairs: dict[str, dict[str, Any]] = {}
     for t in header.tensors.values():
         for suffix, side in ((".lora_a", "a"), (".lora_b", "b")):
             if t.name.endswith(suffix):
-                pairs.setdefault(t.name[: -len(suffix)], {"a": None, "b": None})[side] = t
+                pairs.setdefault(t.name.replace(suffix, ""), {"a": None, "b": None})[side] = t
+                break
     return pairs
