@@ -30,7 +30,6 @@ NOT_AT_START = (
     "adapterdoc.codes.weights",
     "rich",  # --json prints no rich text
     "adapterdoc.layouts.moves",  # renames between layouts: remap, verify, the engines (layouts.__getattr__)
-    "adapterdoc.st.paths",  # output paths; stdout imports it only when the write is refused
     "adapterdoc.st.atomic",
 )
 
