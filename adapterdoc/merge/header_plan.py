@@ -1,16 +1,21 @@
-"""Planning a merge from headers alone, where the registry can vouch for it: no transformers, no peft, no torch.
+"""Planning a merge from headers alone, where they can vouch for it: no transformers, no peft, no torch.
 
-The base's ``config.json`` gives the registry's module tree (:func:`adapterdoc.layouts.trees.build_tree`: names,
-kinds and weight shapes of ``named_modules()``); the adapter config gives the modules PEFT wraps
+The base's module tree comes from the registry for a registry family (:func:`adapterdoc.layouts.trees.build_tree`:
+names, kinds and weight shapes of ``named_modules()`` from ``config.json``), and for any other plain causal LM from
+the base's own tensor names (:func:`adapterdoc.merge.header_tree.header_tree`: its Linear modules inside the layers,
+for a class transformers loads without converting keys). The adapter config gives the modules PEFT wraps
 (:func:`adapterdoc.adapter.peft_selects`) and each one's scaling (``lora_alpha / r``, ``/ sqrt(r)`` with rsLoRA,
 ``rank_pattern`` / ``alpha_pattern`` by PEFT's ``get_pattern_key``); the headers give every tensor's name, dtype
 and shape. When every adapter module is a plain LoRA ``Linear`` or ``Embedding`` that PEFT creates for the config,
 whose weight is stored whole under its own in-memory name, the plan is the one :func:`adapterdoc.merge.plan.make_plan`
-builds on the meta-device model (``tests/merge/test_header_plan.py`` proves it byte for byte on every tiny layout).
+builds on the meta-device model (``tests/merge/test_header_plan.py`` proves it byte for byte on every tiny layout,
+``tests/merge/test_header_plan_any_family.py`` on tiny models of families outside the registry).
 
 Anything else is :class:`Unvouched` (its message says why), and the meta-model plan runs instead: DoRA, LoRA bias,
 ``modules_to_save``, trainable tokens, whole weights, fused experts or ``target_parameters``, a model type with
-load-time conversions, tied embeddings, a key or config field not listed here, any shape or name that does not fit.
+load-time conversions, tied embeddings, a key or config field not listed here, any shape or name that does not fit;
+outside the registry also LoRA on an embedding or the output head, a transposed (Conv1D) base, remote code, a
+quantized base, and a target that could name a module without parameters (which no header shows).
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from collections.abc import Mapping
 
 from adapterdoc.adapter import parse_key, pattern_key, peft_selects
 from adapterdoc.checkpoint import Checkpoint
-from adapterdoc.layouts.trees import EMBEDDING, LINEAR, Node, Tree, Unmodeled, build_tree
+from adapterdoc.layouts.registry import LAYOUTS
+from adapterdoc.layouts.trees import EMBEDDING, LINEAR, TREES, Node, Tree, Unmodeled, build_tree
 from adapterdoc.merge.edits import HEADERS, Edit, Plan
+from adapterdoc.merge.header_tree import HEADER_LAYOUT, header_tree
 from adapterdoc.merge.plan import finish_plan
 from adapterdoc.ml.inject import LoraTarget
 from adapterdoc.ml.names import Piece
@@ -72,7 +79,8 @@ def header_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
 
 
 def _tree(base: Checkpoint) -> Tree:
-    """The registry's tree of the base, if the base's on-disk names are its in-memory names as they load."""
+    """The base's module tree, if the base's on-disk names are its in-memory names as they load: the registry's
+    for a registry family, else the one read off the base's own headers (:mod:`adapterdoc.merge.header_tree`)."""
     path = os.path.join(base.root, "config.json")
     try:
         with open(path, "rb") as f:
@@ -81,6 +89,11 @@ def _tree(base: Checkpoint) -> Tree:
         raise Unvouched(f"config.json cannot be read: {e}") from None
     if not isinstance(raw, dict) or "auto_map" in raw:
         raise Unvouched("config.json is not a plain transformers config")
+    if not _in_registry(raw):
+        try:
+            return header_tree(raw, base.tensors)
+        except Unmodeled as e:
+            raise Unvouched(str(e)) from None
     try:
         tree = build_tree(raw)
     except Unmodeled as e:
@@ -100,6 +113,17 @@ def _tree(base: Checkpoint) -> Tree:
         if owner not in names or leaf in _RENAMED_LEAVES:
             raise Unvouched(f"the base tensor `{key}` is not stored under its in-memory name")
     return tree
+
+
+def _in_registry(raw: Mapping[str, object]) -> bool:
+    """Whether a registry layout describes this config's model type (and class, where the config names one)."""
+    archs = raw.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str):
+        return (str(raw.get("model_type")), archs[0]) in TREES or any(
+            lay.model_type == raw.get("model_type") and lay.model_class == archs[0]
+            for lay in LAYOUTS.values()
+        )
+    return any(lay.model_type == raw.get("model_type") for lay in LAYOUTS.values())
 
 
 def _number(value: object, what: str, *, integer: bool) -> int | float:
@@ -189,16 +213,50 @@ def _selected(tree: Tree, raw: Mapping[str, object]) -> dict[str, Node]:
         raise Unvouched("layers_pattern")
     try:
         picked = [n for n in tree.nodes if peft_selects(n.name, targets, excl, None, ltt, lp)]
+        if tree.layout == HEADER_LAYOUT:
+            _check_unseen(tree, targets)
     except re.error as e:
         raise Unvouched(f"a target pattern is not a valid regex: {e}") from None
     if not picked:
         raise Unvouched("PEFT would create no LoRA module")
     for node in picked:
         if node.kind not in _ROLES:
-            raise Unvouched(f"`{node.name}` is a {node.kind} module")
+            raise Unvouched(f"`{node.name}` is not a plain Linear or Embedding here ({node.kind})")
         if tree.tied and node.name in (tree.output_embedding, tree.input_embedding):
             raise Unvouched(f"`{node.name}` shares its weight with the tied embeddings")
     return {n.name: n for n in picked}
+
+
+_UNSEEN = "\x00"
+"""A module name no checkpoint stores: a target that matches it as a child of a stored module could match the
+modules a header cannot show (activations, dropouts, rotary embeddings: they have no tensors)."""
+
+
+def _check_unseen(tree: Tree, targets: str | set[str]) -> None:
+    """A tree read off headers lacks the modules without parameters, which PEFT would also match (and refuse):
+    every name in a target list must be a stored module's name, and a target regex must match no child of a stored
+    module that the header does not show: neither any child at all nor one named by a word of the regex that names
+    no stored module (``act_fn`` in ``.*mlp\\.(down_proj|act_fn)``)."""
+    names = tree.names
+    if isinstance(targets, str):
+        known = set(names)
+        words = sorted(
+            set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", targets)) - {n.rpartition(".")[2] for n in names}
+        )
+        for parent in ("", *names):
+            for child in (_UNSEEN, *words):
+                probe = f"{parent}.{child}" if parent else child
+                if probe not in known and re.fullmatch(targets, probe):
+                    shown = probe.replace(_UNSEEN, "*")
+                    raise Unvouched(
+                        f"the target_modules regex also matches `{shown}`, a module without tensors the header cannot show"
+                    )
+        return
+    for target in sorted(targets):
+        if not any(n == target or n.endswith(f".{target}") for n in names):
+            raise Unvouched(
+                f"target_modules names `{target}`, which is no module the base stores a tensor for"
+            )
 
 
 def _groups(adapter: Checkpoint) -> dict[str, dict[str, str]]:

@@ -254,12 +254,13 @@ def family_base(tmp_path_factory):
     return mod.make(tmp_path_factory.mktemp("families"), ["llama"])["llama"]
 
 
-def test_a_family_outside_the_registry_takes_the_meta_plan(tmp_path, family_base):
+def test_a_family_outside_the_registry_takes_the_header_plan(tmp_path, family_base):
+    """Its module tree is read off its own headers (tests/merge/test_header_plan_any_family.py has the families)."""
     import transformers as tf
 
     model = tf.AutoModelForCausalLM.from_pretrained(family_base)
     adapter = save_adapter(model, str(tmp_path / "adapter"), target_modules=["q_proj", "v_proj"], r=2)
-    with pytest.raises(Unvouched, match="no module tree"):
-        header_plan(_open_adapter(adapter), _open_base(str(family_base)), "auto")
+    plan = header_plan(_open_adapter(adapter), _open_base(str(family_base)), "auto")
+    assert plan.planner == HEADERS and len(plan.applied) == 4
     report = merge(adapter, str(family_base), tmp_path / "out")
-    assert report.ok and report.plan == META_MODEL
+    assert report.ok and report.plan == HEADERS and report.plan_fallback is None
