@@ -1,16 +1,17 @@
 """Peak memory and wall time of `adapterdoc merge` against PEFT's `merge_and_unload` on a synthetic base.
 
-The base is a Ministral-3-style decoder (the tiny reference config scaled up: hidden 2048, 16 heads, MLP 5632,
-vocab 32000, bfloat16) with as many layers as it takes to reach ``--gib``, saved with ``save_pretrained`` in
-sharded safetensors. The adapter is LoRA r=16 on every attention and MLP projection. Each tool runs in its own
+The base is a decoder of the ``--family`` (``ministral3``: the registry's tiny reference config scaled up;
+``llama``: a plain ``LlamaForCausalLM``, a family outside the registry whose plan is read off its own headers; both the
+same shape: hidden 2048, 16 heads, MLP 5632, vocab 32000, bfloat16, untied) with as many layers as it takes to reach
+``--gib``, saved with ``save_pretrained`` in sharded safetensors. The adapter is LoRA r=16 on every attention and MLP projection. Each tool runs in its own
 fresh process; peak RSS and CPU time (user + system) come from ``os.wait4`` (the child's own rusage),
 wall time from the parent. On a shared machine wall time swings with other load; CPU time much less.
 The parent never imports torch (``ru_maxrss`` survives ``fork``, so a
-large parent would inflate every child's figure); the base is built in a child too. Both start with the base in the page cache (read once just before each run), both end with a merged
+large parent would inflate every child's figure); the base is built, and the outputs compared, in a child too. Both start with the base in the page cache (read once just before each run), both end with a merged
 checkpoint on disk (the anchor: ``from_pretrained`` → ``PeftModel.from_pretrained`` → ``merge_and_unload`` →
 ``save_pretrained``). A spot check compares the two outputs tensor by tensor.
 
-    python benchmarks/merge_memory.py [--gib 2.0] [--runs 1] [--workdir DIR] [--keep]
+    python benchmarks/merge_memory.py [--gib 2.0] [--family ministral3,llama] [--runs 1] [--workdir DIR] [--keep]
 
 Runs alternate the order of the two tools; medians are reported, with the load average before and after (others'
 work on a shared machine swings wall times) and the planner adapterdoc's merge used (``plan`` in its JSON).
@@ -50,7 +51,10 @@ def _layers_for(gib: float) -> int:
     return max(1, -(-int(want - fixed) // per_layer))
 
 
-def build(workdir: str, gib: float) -> tuple[str, str, int]:
+FAMILIES = ("ministral3", "llama")
+
+
+def build(workdir: str, gib: float, family: str) -> tuple[str, str, int]:
     """Save the synthetic base and a LoRA adapter for it; return (base dir, adapter dir, base bytes)."""
     import warnings
 
@@ -61,7 +65,10 @@ def build(workdir: str, gib: float) -> tuple[str, str, int]:
     from adapterdoc.ml.tiny import tiny_config
 
     warnings.filterwarnings("ignore")
-    cfg = tiny_config("ministral3_text")
+    if family == "llama":
+        cfg, cls = tf.LlamaConfig(max_position_embeddings=4096), tf.LlamaForCausalLM
+    else:
+        cfg, cls = tiny_config("ministral3_text"), tf.Ministral3ForCausalLM
     for k, v in dict(
         hidden_size=HIDDEN,
         intermediate_size=INTER,
@@ -74,7 +81,7 @@ def build(workdir: str, gib: float) -> tuple[str, str, int]:
     ).items():
         setattr(cfg, k, v)
     with torch.device("meta"):
-        model = tf.Ministral3ForCausalLM._from_config(cfg, dtype=torch.bfloat16)
+        model = cls._from_config(cfg, dtype=torch.bfloat16)
     model = model.to_empty(device="cpu")
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -165,105 +172,154 @@ def _loadavg() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gib", type=float, default=2.0, help="base size in GiB (at least 1)")
+    ap.add_argument(
+        "--family",
+        default="ministral3",
+        help=f"the base's family, or several comma-separated, each with its own PEFT anchor ({', '.join(FAMILIES)})",
+    )
     ap.add_argument("--runs", type=int, default=1, help="runs per tool (medians are reported)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--spot-check", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.spot_check:
+        print(spot_check(*args.spot_check))
+        return
     if args.gib < 1:
         raise SystemExit("--gib must be at least 1")
+    families = args.family.split(",")
+    for family in families:
+        if family not in FAMILIES:
+            raise SystemExit(f"--family must be among {', '.join(FAMILIES)}, got {family!r}")
     workdir = args.workdir or tempfile.mkdtemp(prefix="adapterdoc-merge-bench-")
     os.makedirs(workdir, exist_ok=True)
     if args.build_only:
-        print(json.dumps(build(workdir, args.gib)))
+        print(json.dumps(build(workdir, args.gib, families[0])))
         return
     try:
-        t0 = time.perf_counter()
-        stamp = os.path.join(workdir, "built.json")
-        if args.keep and os.path.exists(stamp):  # --keep: reuse the base and adapter a previous run built
-            with open(stamp) as f:
-                base, adapter, size = json.load(f)
-        else:
-            built = subprocess.run(
-                [sys.executable, __file__, "--build-only", "--gib", str(args.gib), "--workdir", workdir],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            base, adapter, size = json.loads(built.stdout.strip().splitlines()[-1])
-            with open(stamp, "w") as f:
-                json.dump([base, adapter, size], f)
-        n_files = len([f for f in os.listdir(base) if f.endswith(".safetensors")])
-        print(
-            f"synthetic base: {size / 2**30:.2f} GiB, {n_files} shards ({time.perf_counter() - t0:.0f} s to build)"
-        )
-        names = ["adapterdoc merge", "PEFT merge_and_unload"]
-        results: dict[str, list[tuple[float, int, float]]] = {n: [] for n in names}
-        outs = {name: os.path.join(workdir, f"out-{i}") for i, name in enumerate(names)}
-        cmds = {
-            names[0]: [
-                sys.executable,
-                "-m",
-                "adapterdoc",
-                "merge",
-                adapter,
-                "--base",
-                base,
-                "--out",
-                outs[names[0]],
-                "--json",
-            ],
-            names[1]: [sys.executable, "-c", PEFT_CHILD, base, adapter, outs[names[1]]],
-        }
-        print("load average before:", _loadavg())
-        report_json = os.path.join(workdir, "merge-report.json")
-        for run in range(args.runs):
-            for name in names if run % 2 == 0 else names[::-1]:
-                shutil.rmtree(outs[name], ignore_errors=True)
-                results[name].append(measure(cmds[name], base, report_json if name == names[0] else None))
-        print("load average after:", _loadavg())
-        with open(report_json) as f:
-            report = json.load(f)
-        print(
-            f"adapterdoc's plan: {report['plan']}"
-            + (f" ({report['plan_fallback']})" if report["plan_fallback"] else "")
-        )
-        anchor_wall = statistics.median(w for w, _, _ in results[names[1]])
-        anchor_rss = statistics.median(r for _, r, _ in results[names[1]])
-        anchor_cpu = statistics.median(c for _, _, c in results[names[1]])
-        print()
-        print(
-            "| tool | wall time (s) | CPU time (s) | peak RSS (MiB) | RSS vs PEFT | wall vs PEFT | CPU vs PEFT |"
-        )
-        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for name, rows in results.items():
-            wall = statistics.median(w for w, _, _ in rows)
-            rss = statistics.median(r for _, r, _ in rows)
-            cpu = statistics.median(c for _, _, c in rows)
-            print(
-                f"| {name} | {wall:.1f} | {cpu:.1f} | {rss / 2**20:.0f} | {100 * rss / anchor_rss:.0f}% | "
-                f"{wall / anchor_wall:.2f}x | {cpu / anchor_cpu:.2f}x |"
-            )
-        if args.runs > 1:
+        summary = []
+        for family in families:
+            print(f"## {family}\n")
+            summary.append(run_family(family, os.path.join(workdir, family), args))
             print()
-            for name, rows in results.items():
-                print(
-                    f"{name}: "
-                    + ", ".join(f"{w:.1f} s wall / {c:.1f} s CPU / {r / 2**20:.0f} MiB" for w, r, c in rows)
-                )
-        ours_rows = results[names[0]]
-        print(
-            f"\nadapterdoc merge / PEFT merge_and_unload + save: "
-            f"{statistics.median(w for w, _, _ in ours_rows) / anchor_wall:.2f}x wall, "
-            f"{statistics.median(r for _, r, _ in ours_rows) / anchor_rss:.2f}x peak RSS (goal <= 0.5x, <= 0.15x)"
-        )
-        print()
-        print("spot check:", spot_check(outs[names[0]], outs[names[1]]))
+        if len(summary) > 1:
+            print("| family | plan | wall vs PEFT | peak RSS vs PEFT |")
+            print("| --- | --- | ---: | ---: |")
+            for row in summary:
+                print(row)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"kept {workdir}")
+
+
+def run_family(family: str, workdir: str, args: argparse.Namespace) -> str:
+    """Build (or reuse) one family's base and adapter, run both tools, print the table; return a summary row."""
+    os.makedirs(workdir, exist_ok=True)
+    t0 = time.perf_counter()
+    stamp = os.path.join(workdir, "built.json")
+    if args.keep and os.path.exists(stamp):  # --keep: reuse the base and adapter a previous run built
+        with open(stamp) as f:
+            base, adapter, size = json.load(f)
+    else:
+        built = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--build-only",
+                "--gib",
+                str(args.gib),
+                "--family",
+                family,
+                "--workdir",
+                workdir,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        base, adapter, size = json.loads(built.stdout.strip().splitlines()[-1])
+        with open(stamp, "w") as f:
+            json.dump([base, adapter, size], f)
+    n_files = len([f for f in os.listdir(base) if f.endswith(".safetensors")])
+    print(
+        f"synthetic {family} base: {size / 2**30:.2f} GiB, {n_files} shards "
+        f"({time.perf_counter() - t0:.0f} s to build)"
+    )
+    names = ["adapterdoc merge", "PEFT merge_and_unload"]
+    results: dict[str, list[tuple[float, int, float]]] = {n: [] for n in names}
+    outs = {name: os.path.join(workdir, f"out-{i}") for i, name in enumerate(names)}
+    cmds = {
+        names[0]: [
+            sys.executable,
+            "-m",
+            "adapterdoc",
+            "merge",
+            adapter,
+            "--base",
+            base,
+            "--out",
+            outs[names[0]],
+            "--json",
+        ],
+        names[1]: [sys.executable, "-c", PEFT_CHILD, base, adapter, outs[names[1]]],
+    }
+    print("load average before:", _loadavg())
+    report_json = os.path.join(workdir, "merge-report.json")
+    for run in range(args.runs):
+        for name in names if run % 2 == 0 else names[::-1]:
+            shutil.rmtree(outs[name], ignore_errors=True)
+            results[name].append(measure(cmds[name], base, report_json if name == names[0] else None))
+    print("load average after:", _loadavg())
+    with open(report_json) as f:
+        report = json.load(f)
+    print(
+        f"adapterdoc's plan: {report['plan']}"
+        + (f" ({report['plan_fallback']})" if report["plan_fallback"] else "")
+    )
+    anchor_wall = statistics.median(w for w, _, _ in results[names[1]])
+    anchor_rss = statistics.median(r for _, r, _ in results[names[1]])
+    anchor_cpu = statistics.median(c for _, _, c in results[names[1]])
+    print()
+    print(
+        "| tool | wall time (s) | CPU time (s) | peak RSS (MiB) | RSS vs PEFT | wall vs PEFT | CPU vs PEFT |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, rows in results.items():
+        wall = statistics.median(w for w, _, _ in rows)
+        rss = statistics.median(r for _, r, _ in rows)
+        cpu = statistics.median(c for _, _, c in rows)
+        print(
+            f"| {name} | {wall:.1f} | {cpu:.1f} | {rss / 2**20:.0f} | {100 * rss / anchor_rss:.0f}% | "
+            f"{wall / anchor_wall:.2f}x | {cpu / anchor_cpu:.2f}x |"
+        )
+    if args.runs > 1:
+        print()
+        for name, rows in results.items():
+            print(
+                f"{name}: "
+                + ", ".join(f"{w:.1f} s wall / {c:.1f} s CPU / {r / 2**20:.0f} MiB" for w, r, c in rows)
+            )
+    ours_rows = results[names[0]]
+    wall_ratio = statistics.median(w for w, _, _ in ours_rows) / anchor_wall
+    rss_ratio = statistics.median(r for _, r, _ in ours_rows) / anchor_rss
+    print(
+        f"\nadapterdoc merge / PEFT merge_and_unload + save: "
+        f"{wall_ratio:.2f}x wall, {rss_ratio:.2f}x peak RSS (goal <= 0.5x, <= 0.15x)"
+    )
+    print()
+    check = (
+        subprocess.run(  # in a child: torch in this process would inflate the next family's children's RSS
+            [sys.executable, __file__, "--spot-check", outs[names[0]], outs[names[1]]],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    )
+    print("spot check:", check.stdout.strip().splitlines()[-1])
+    return f"| {family} | {report['plan']} | {wall_ratio:.2f}x | {rss_ratio:.2f}x |"
 
 
 if __name__ == "__main__":
