@@ -187,8 +187,74 @@ def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> C
 
 
 def check(path: str | Path, base: str | None) -> list[Finding]:
-    """``verify``'s findings for a GGUF LoRA file (the generic hook, :mod:`adapterdoc.formats.hooks`): llama.cpp's
-    load checks against a GGUF model file ``base`` (header only), or the base-free ones without it."""
+    """``verify``'s container rules for a GGUF LoRA file (the generic hook, :mod:`adapterdoc.formats.hooks`):
+    llama.cpp's load checks against ``base`` when it is a GGUF model file (header only), else the base-free ones
+    (a Hugging Face base is checked on the PEFT view by the doctor itself)."""
     from adapterdoc.formats.gguf_verify import verify_gguf
 
-    return verify_gguf(Path(path), Path(base) if base else None)
+    if base and is_gguf(base):
+        return verify_gguf(Path(path), Path(base))
+    return verify_gguf(Path(path), None) + _architecture_for_config(Path(path), base)
+
+
+def _architecture_for_config(path: Path, base: str | None) -> list[Finding]:
+    """The adapter's ``general.architecture`` against the one llama.cpp's converter gives the base ``config.json``
+    (what the model GGUF made from it says): llama.cpp refuses another (AD852). Nothing where adapterdoc does not
+    map the base's class to a llama.cpp architecture, or cannot read the adapter's header."""
+    from adapterdoc.formats import gguf_names as names
+    from adapterdoc.formats.gguf_write import base_config
+    from adapterdoc.report.findings import make
+
+    if base is None:
+        return []
+    try:
+        ours = read_header(path).get_str("general.architecture")
+        config = base_config(base)
+        want = names.arch_name(names.architecture_of(config)[1]) if config else None
+    except AdapterdocError:
+        return []
+    if not ours or want is None or ours == want:
+        return []
+    return [
+        make(
+            "AD852",
+            f"adapter architecture {ours!r}; llama.cpp's converter makes {want!r} of the base {base}: llama.cpp "
+            "refuses the adapter on that model ('model arch and LoRA arch mismatch')",
+            key="general.architecture",
+            path=str(path),
+            hint="convert the adapter again against the base's own config.json: "
+            "adapterdoc convert ADAPTER --to gguf --base BASE_CONFIG",
+        )
+    ]
+
+
+HPARAMS = {
+    "block_count": "num_hidden_layers",
+    "embedding_length": "hidden_size",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+}
+"""A GGUF model's ``{arch}.*`` keys and the ``config.json`` fields they are (what the PEFT view needs to name the
+modules and undo llama.cpp's permutations)."""
+
+
+def base_config_file(base: Path, folder: Path) -> str | None:
+    """A model folder in ``folder`` whose ``config.json`` holds the hyperparameters the GGUF model ``base`` states (``None`` when it is
+    not a GGUF file or states no layer count): the PEFT view of a GGUF adapter verified against a GGUF model."""
+    import json
+
+    if not is_gguf(base):
+        return None
+    header = read_header(base)
+    arch = header.get_str("general.architecture")
+    config: dict[str, Any] = {"model_type": f"gguf-{arch}"}  # no transformers class: only its facts are read
+    for key, field in HPARAMS.items():
+        value = header.kv.get(f"{arch}.{key}")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            config[field] = value
+    if "num_hidden_layers" not in config or "num_attention_heads" not in config:
+        return None  # too few facts to name the modules and undo the permutations: the adapter's own metadata must
+    out = folder / "gguf-base"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return str(out)

@@ -478,3 +478,46 @@ def lora_pairs(header: GgufHeader) -> dict[str, dict[str, Any]]:
                 pairs.setdefault(t.name.replace(suffix, ""), {"a": None, "b": None})[side] = t
                 break
     return pairs
+
+
+# ----------------------------------------------------- metadata as llama.cpp reads it (gguf_get_val_*)
+
+
+def llama_str(a: GgufHeader, key: str) -> tuple[str, str | None]:
+    """``key`` as llama.cpp's ``gguf_get_val_str`` reads it: ``""`` when missing; a STRING, or an array of exactly
+    one STRING (ggml checks the element type and the count); anything else aborts (the message)."""
+    if key not in a.kv_types:
+        return "", None
+    if gguf_kind(a, key) in ("STRING", "ARRAY of 1 STRING"):
+        return str(_one(a, key)), None
+    return "", _aborts(a, key, "STRING", "gguf_get_val_str")
+
+
+def llama_f32(a: GgufHeader, key: str) -> tuple[float, str | None]:
+    """``key`` as llama.cpp's ``gguf_get_val_f32`` reads it: 0 when missing; a FLOAT32, or an array of exactly one;
+    anything else aborts (the message)."""
+    if key not in a.kv_types:
+        return 0.0, None
+    if gguf_kind(a, key) in ("FLOAT32", "ARRAY of 1 FLOAT32"):
+        return float(_one(a, key)), None  # type: ignore[arg-type]
+    return 0.0, _aborts(a, key, "FLOAT32", "gguf_get_val_f32")
+
+
+def _one(a: GgufHeader, key: str) -> object:
+    value = a.kv[key]
+    return value[0] if isinstance(value, list) else value
+
+
+def gguf_kind(a: GgufHeader, key: str) -> str:
+    kind = a.kv_types[key]
+    if kind != "ARRAY":
+        return kind
+    element, n = a.array_types[key]
+    return f"ARRAY of {n} {element}"
+
+
+def _aborts(a: GgufHeader, key: str, want: str, getter: str) -> str:
+    return (
+        f"{key} is a {gguf_kind(a, key)}, not a {want}: llama.cpp aborts the process at load "
+        f"({getter}: 'GGML_ASSERT(type_to_gguf_type<T>::value == type) failed')"
+    )

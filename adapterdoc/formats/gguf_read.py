@@ -21,6 +21,8 @@ from adapterdoc.formats.gguf_header import (
     PROVENANCE,
     GgufHeader,
     GgufTensor,
+    llama_f32,
+    llama_str,
     lora_pairs,
     out_of_bounds,
     read_header,
@@ -74,7 +76,8 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
 
     header = read_header(src)
     _refuse_container(src, header)
-    if header.get_str("general.type") != "adapter" or header.get_str("adapter.type") != "lora":
+    kinds = (llama_str(header, "general.type")[0], llama_str(header, "adapter.type")[0])
+    if kinds != ("adapter", "lora"):  # read as llama.cpp reads them (a STRING or an array of one)
         raise UnsupportedInputError(
             str(src), "not a GGUF LoRA adapter (general.type must be 'adapter', adapter.type 'lora')"
         )
@@ -83,7 +86,9 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
         raise UnsupportedInputError(
             str(src), "holds no LoRA pair (no .lora_a / .lora_b tensor): nothing to convert"
         )
-    extra = [t for t in header.tensors if not t.endswith((".lora_a", ".lora_b"))]
+    # llama.cpp skips norm vectors at load (llama-adapter.cpp): so does the PEFT view of what it applies, and says so
+    norms = [t for t in header.tensors if t.endswith("_norm.weight")]
+    extra = [t for t in header.tensors if not t.endswith((".lora_a", ".lora_b", "_norm.weight"))]
     if extra:
         raise UnsupportedInputError(
             str(src),
@@ -158,6 +163,11 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
         if prov
         else "module paths from llama.cpp's name map"
     )
+    if norms:
+        notes.append(
+            f"AD860: {len(norms)} norm vectors ({norms[0]}, ...) left out: llama.cpp skips them at load, and a PEFT "
+            "LoRA adapter cannot hold them"
+        )
     return Converted("gguf", "peft", out, len(tensors), tuple(notes))
 
 
@@ -189,15 +199,23 @@ def _check_pair(src: Path, name: str, a: GgufTensor, b: GgufTensor) -> None:
 
 
 def _alpha(src: Path, header: GgufHeader) -> float | None:
-    """``adapter.lora.alpha`` as a number (``None`` when missing or 0); exit 3 when it is not a finite float."""
-    alpha = header.kv.get("adapter.lora.alpha")
-    if alpha is None or alpha == 0:
+    """``adapter.lora.alpha`` as llama.cpp reads it (a FLOAT32 or an array of one; ``None`` when missing or 0);
+    exit 3 when llama.cpp would abort on it or it is not a finite number."""
+    alpha, aborts = llama_f32(header, "adapter.lora.alpha")
+    if aborts is not None and isinstance(header.kv.get("adapter.lora.alpha"), (int, float)):
+        alpha, aborts = (
+            float(header.kv["adapter.lora.alpha"]),
+            None,
+        )  # another number type: read as that number
+    if aborts is not None:
+        raise UnsupportedInputError(str(src), aborts)
+    if alpha == 0:
         return None
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+    if not math.isfinite(alpha):
         raise UnsupportedInputError(
-            str(src), f"adapter.lora.alpha is {str(alpha)[:40]}: not the finite number a LoRA scale needs"
+            str(src), f"adapter.lora.alpha is {alpha}: not the finite number a LoRA scale needs"
         )
-    return float(alpha)
+    return alpha
 
 
 def _provenance(header: GgufHeader) -> dict[str, Any] | None:
@@ -248,14 +266,17 @@ def _modules(
     src: Path, gname: str, prov: dict[str, Any] | None, nmap: Any, config: Any, stacked: bool, n_exp: int
 ) -> list[str]:
     if prov is not None:
-        return list(prov["modules"][gname])
+        modules = list(prov["modules"][gname])
+        if config is None:
+            return modules
+        # llama.cpp names a VL model's text tensors as its text model's: the base given decides the spelling
+        return [_spelled_for(config, strip_language_model(m)) for m in modules]
     hf = nmap.to_hf(gname) if nmap is not None else None
     if hf is None:
         raise UnsupportedInputError(
             str(src), f"`{gname}`: no Hugging Face module maps to it in llama.cpp's name map"
         )
-    if _wrapper(config) and hf.startswith(facts.TEXT_PREFIX):
-        hf = facts.WRAPPED_TEXT_PREFIX + hf[len(facts.TEXT_PREFIX) :]
+    hf = _spelled_for(config, hf)
     if stacked:
         seg = facts.EXPERT_SEGMENT
         head, _, proj = hf.rpartition(".")
@@ -263,6 +284,14 @@ def _modules(
             raise UnsupportedInputError(str(src), f"`{gname}` is stacked but is not an expert tensor")
         return [f"{head}.{e}.{proj}" for e in range(n_exp)]
     return [hf]
+
+
+def _spelled_for(config: Any, text_module: str) -> str:
+    """A text-model module path (``model.layers.0.…``) as the base ``config`` names it: under
+    ``model.language_model.`` in a VL wrapper."""
+    if _wrapper(config) and text_module.startswith(facts.TEXT_PREFIX):
+        return facts.WRAPPED_TEXT_PREFIX + text_module[len(facts.TEXT_PREFIX) :]
+    return text_module
 
 
 ALORA = "adapter.alora.invocation_tokens"

@@ -25,6 +25,8 @@ from adapterdoc.formats.gguf_header import (
     GgufProblem,
     GgufTensor,
     is_gguf,
+    llama_f32,
+    llama_str,
     lora_pairs,
     out_of_bounds,
     read_header,
@@ -86,7 +88,7 @@ def _metadata_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[F
     """llama_adapter_lora_init's metadata checks, in its order: general.type, general.architecture, adapter.type,
     adapter.lora.alpha, adapter.alora.invocation_tokens."""
     out: list[Finding] = []
-    gtype, aborts = _llama_str(a, "general.type")
+    gtype, aborts = llama_str(a, "general.type")
     if gtype != "adapter":
         out.append(
             make(
@@ -100,7 +102,7 @@ def _metadata_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[F
             )
         )
     out += _architecture(a, b, path)
-    atype, aborts = _llama_str(a, "adapter.type")
+    atype, aborts = llama_str(a, "adapter.type")
     if atype != "lora":
         out.append(
             make(
@@ -120,7 +122,7 @@ def _metadata_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[F
 
 def _architecture(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Finding]:
     """llama.cpp compares the adapter's architecture with the model's: a missing one matches no model."""
-    arch, aborts = _llama_str(a, "general.architecture")
+    arch, aborts = llama_str(a, "general.architecture")
     hint = f"convert the adapter again against the base's own config.json: {CONVERT}"
     if aborts or not arch:
         why = aborts or (
@@ -144,7 +146,7 @@ def _architecture(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Findin
 
 def _alpha(a: GgufHeader, path: str) -> list[Finding]:
     key = "adapter.lora.alpha"
-    alpha, aborts = _llama_f32(a, key)
+    alpha, aborts = llama_f32(a, key)
     hint = f"convert again ({CONVERT}) to write the alpha that reproduces PEFT's scaling"
     if aborts:
         return [
@@ -201,46 +203,6 @@ def _alora_tokens(a: GgufHeader, path: str) -> list[Finding]:
     return [make("AD867", why, key=key, path=path, hint=f"write {key} as an array of UINT32 token ids")]
 
 
-def _llama_str(a: GgufHeader, key: str) -> tuple[str, str | None]:
-    """``key`` as llama.cpp's ``gguf_get_val_str`` reads it: ``""`` when missing; a STRING, or an array of exactly
-    one STRING (ggml checks the element type and the count); anything else aborts (the message)."""
-    if key not in a.kv_types:
-        return "", None
-    if _kind(a, key) in ("STRING", "ARRAY of 1 STRING"):
-        return str(_one(a, key)), None
-    return "", _aborts(a, key, "STRING", "gguf_get_val_str")
-
-
-def _llama_f32(a: GgufHeader, key: str) -> tuple[float, str | None]:
-    """``key`` as llama.cpp's ``gguf_get_val_f32`` reads it: 0 when missing; a FLOAT32, or an array of exactly one;
-    anything else aborts (the message)."""
-    if key not in a.kv_types:
-        return 0.0, None
-    if _kind(a, key) in ("FLOAT32", "ARRAY of 1 FLOAT32"):
-        return float(_one(a, key)), None  # type: ignore[arg-type]
-    return 0.0, _aborts(a, key, "FLOAT32", "gguf_get_val_f32")
-
-
-def _one(a: GgufHeader, key: str) -> object:
-    value = a.kv[key]
-    return value[0] if isinstance(value, list) else value
-
-
-def _kind(a: GgufHeader, key: str) -> str:
-    kind = a.kv_types[key]
-    if kind != "ARRAY":
-        return kind
-    element, n = a.array_types[key]
-    return f"ARRAY of {n} {element}"
-
-
-def _aborts(a: GgufHeader, key: str, want: str, getter: str) -> str:
-    return (
-        f"{key} is a {_kind(a, key)}, not a {want}: llama.cpp aborts the process at load "
-        f"({getter}: 'GGML_ASSERT(type_to_gguf_type<T>::value == type) failed')"
-    )
-
-
 def _tensor_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Finding]:
     out: list[Finding] = []
     norms = []
@@ -271,7 +233,7 @@ def _tensor_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Fin
             )
         )
     scales: dict[int, int] = defaultdict(int)
-    alpha = _llama_f32(a, "adapter.lora.alpha")[0]
+    alpha = llama_f32(a, "adapter.lora.alpha")[0]
     complete = []
     for name, ab in sorted(lora_pairs(a).items()):
         la, lb = ab["a"], ab["b"]
@@ -291,6 +253,15 @@ def _tensor_findings(a: GgufHeader, b: GgufHeader | None, path: str) -> list[Fin
         found = _pair(name, la, lb, b, path)
         out += found or _rank_zero(name, lb, alpha, path)
         scales[lb.ne[0]] += 1
+    if not lora_pairs(a):
+        out.append(
+            make(
+                "AD201",
+                "holds no .lora_a/.lora_b pair: llama.cpp loads it, and the model behaves exactly like the base",
+                path=path,
+                hint=f"convert the PEFT adapter again ({CONVERT})",
+            )
+        )
     if complete and all(t.nbytes == 0 for t in complete):
         out.append(
             make(
