@@ -76,6 +76,18 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
     )
     config_bytes = dump_like(raw, original) if changes or out is not None else None
 
+    write_weights = _writer(plan, header, weights)
+
+    return Plan(
+        planned, ckpt, weights, header, config_path=cfg.path, config_bytes=config_bytes, compose=write_weights
+    )
+
+
+def _writer(
+    plan: ExpertPlan, header: Header, weights: str
+) -> Callable[[str, str, Callable[[int], None] | None], None]:
+    """The remap plan's ``compose``: ``plan``'s tensors written to ``dest`` with the source's metadata and mode."""
+
     def write_weights(dest: str, link: str, progress: Callable[[int], None] | None) -> None:
         compose(
             dest,
@@ -87,9 +99,7 @@ def make_expert_plan(spec: str, direction: str, out: str | None) -> Plan:
             progress=progress,
         )
 
-    return Plan(
-        planned, ckpt, weights, header, config_path=cfg.path, config_bytes=config_bytes, compose=write_weights
-    )
+    return write_weights
 
 
 def _today_version(raw: dict[str, object]) -> list[ConfigChange]:
@@ -158,16 +168,7 @@ def _relayout_plan(
         ],
     )
 
-    def write_weights(dest: str, link: str, progress: Callable[[int], None] | None) -> None:
-        compose(
-            dest,
-            plan.specs,
-            plan.pieces(),
-            metadata=header.metadata,
-            mode=target_mode(weights),
-            link=link,
-            progress=progress,
-        )
+    write_weights = _writer(plan, header, weights)
 
     return Plan(
         planned,
