@@ -150,9 +150,15 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
                 np.ascontiguousarray(bi), kb, outtype
             )
             ranks[module] = int(ai.shape[0])
+    disagree = _disagrees(prov["adapter_config_json"], ranks, alpha) if prov else None
+    if disagree:
+        notes.append(
+            f"adapterdoc's metadata says {disagree}, the file itself (what llama.cpp runs) says otherwise: the PEFT "
+            "config is rebuilt from the file"
+        )
     cfg_text = (
         prov["adapter_config_json"]
-        if prov
+        if prov and not disagree
         else json.dumps({**_config(ranks, alpha, base), **_alora(src, header)}, indent=2) + "\n"
     )
     metadata = prov.get("metadata") if prov else {"format": "pt"}
@@ -218,6 +224,27 @@ def _alpha(src: Path, header: GgufHeader) -> float | None:
     return alpha
 
 
+def _disagrees(config_json: str, ranks: dict[str, int], alpha: float | None) -> str | None:
+    """What the PEFT config adapterdoc stored says that the file does not (a LoRA type, a rank, a scale), or ``None``
+    when PEFT with it computes what llama.cpp computes from the file: every module's rank is its tensors' and its
+    scaling is llama.cpp's ``alpha / rank`` (1 without an alpha). The file wins: an edited ``adapter.lora.alpha`` is
+    how llama.cpp users retune a scale."""
+    from adapterdoc.adapter import AdapterConfig
+
+    cfg = AdapterConfig(json.loads(config_json), "adapter_config.json")
+    if cfg.peft_type != "LORA" or cfg.use_dora:
+        return f"peft_type {cfg.peft_type}{' with DoRA' if cfg.use_dora else ''}"
+    for module, rank in sorted(ranks.items()):
+        if cfg.rank_for(module) != rank:
+            return f"rank {cfg.rank_for(module)} for `{module}` (its tensors have {rank})"
+        want = alpha / rank if alpha else 1.0
+        if not math.isclose(cfg.scaling_for(module), want, rel_tol=1e-6):
+            return (
+                f"scaling {cfg.scaling_for(module):g} for `{module}` (llama.cpp's alpha / rank is {want:g})"
+            )
+    return None
+
+
 def _provenance(header: GgufHeader) -> dict[str, Any] | None:
     """adapterdoc's own metadata (``adapterdoc.peft.source``), or ``None`` where it is missing or not what
     ``gguf_write`` writes (not JSON, another shape): the file is then read through llama.cpp's name map."""
@@ -231,10 +258,14 @@ def _provenance(header: GgufHeader) -> dict[str, Any] | None:
         return None
     modules, metadata = prov.get("modules"), prov.get("metadata")
     order, hparams = prov.get("order"), prov.get("hparams") or {}
+    named = (
+        [m for v in modules.values() if isinstance(v, list) for m in v] if isinstance(modules, dict) else []
+    )
     ok = (
         isinstance(config, dict)
         and isinstance(modules, dict)
         and all(isinstance(v, list) and v and all(isinstance(m, str) for m in v) for v in modules.values())
+        and len(set(named)) == len(named)  # one module per pair: two pairs onto one module would lose one
         and (
             metadata is None
             or (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values()))

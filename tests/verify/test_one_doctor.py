@@ -327,3 +327,58 @@ def test_a_fifo_is_named_never_opened(tmp_path: Path, cases: dict[str, Any]) -> 
             )
             assert r.returncode == 3, (args, r.stderr)
             assert "is a FIFO (named pipe), not a regular file" in r.stderr.splitlines()[-1]
+
+
+def _rewrite_gguf(src: Path, dst: Path, *, alpha: float | None = None, prov: Any = None) -> Path:
+    """``src`` written again by gguf-py with ``adapter.lora.alpha`` and/or adapterdoc's metadata changed."""
+    import gguf
+    import numpy as np
+
+    from adapterdoc.formats.gguf_header import PROVENANCE, read_header
+
+    header = read_header(src)
+    reader = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, header.get_str("general.architecture"))
+    w.add_type("adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", header.kv["adapter.lora.alpha"] if alpha is None else alpha)
+    text = header.kv[PROVENANCE]
+    w.add_string(PROVENANCE, text if prov is None else json.dumps(prov(json.loads(text))))
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.asarray(t.data).reshape(tuple(reversed([int(d) for d in t.shape]))))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+def test_the_gguf_file_wins_over_adapterdoc_metadata(cli: Any, cases: dict[str, Any], tmp_path: Path) -> None:
+    """llama.cpp runs the file: an edited adapter.lora.alpha (how its users retune a scale) is what the PEFT view
+    and convert --to peft carry, not the stored PEFT config; metadata naming one module twice (which would drop a
+    pair) is not trusted."""
+    good, own_base = cases["good"]
+    src = _convert(cli, good, "gguf", own_base)
+    retuned = _rewrite_gguf(src, tmp_path / "alpha16.gguf", alpha=16.0)
+    r = cli("convert", retuned, "--to", "peft", "--out", tmp_path / "back", "--json")
+    assert r.exit_code == 0, r.output
+    cfg = json.loads((tmp_path / "back" / "adapter_config.json").read_text())
+    assert cfg["lora_alpha"] == 16.0 and cfg["r"] == 4  # llama.cpp's scale 16 / 4, not the stored 8 / 4
+    assert any("rebuilt from the file" in n for n in json.loads(r.stdout)["notes"])
+    v = cli("verify", retuned, "--base", cases["base"], "--json")
+    assert "scaling lora_alpha / r = 4" in v.stdout
+
+    def twice(p: dict[str, Any]) -> dict[str, Any]:
+        mods = p["modules"]
+        names = sorted(mods)
+        mods[names[1]] = mods[names[0]]  # two pairs onto one module
+        return p
+
+    lying = _rewrite_gguf(src, tmp_path / "twice.gguf", prov=twice)
+    r = cli("convert", lying, "--to", "peft", "--base", own_base, "--out", tmp_path / "back2")
+    assert r.exit_code == 0, r.output
+    from safetensors.numpy import load_file
+
+    got = load_file(str(tmp_path / "back2" / "adapter_model.safetensors"))
+    want = load_file(str(good / "adapter_model.safetensors"))
+    assert set(got) == set(want) and all((got[k] == want[k]).all() for k in want)  # the name map: every pair
