@@ -127,7 +127,7 @@ def convert(
         direct = False
     route = [found.format, to] if "peft" in (found.format, to) else [found.format, "peft", to]
     require_extras(route)
-    done = _write(
+    done, weights = _write(
         source,
         target,
         src,
@@ -137,6 +137,7 @@ def convert(
         base=base,
         outtype=outtype,
         force=force,
+        direct=direct,
         beside=None if direct else parent,
     )
     findings, notes = [], []
@@ -146,7 +147,7 @@ def convert(
             findings.append(make(m[1], m[2], path=os.fspath(done.out)))
         else:
             notes.append(note)
-    findings += written_weights(os.fspath(done.out), target, base)
+    findings += [dataclasses.replace(f, path=os.fspath(done.out)) for f in weights]
     return ConvertReport(
         input=spec,
         source_format=found.format,
@@ -164,13 +165,12 @@ def convert(
 def written_weights(out: str, target: ModuleType, base: str | None) -> list[Finding]:
     """The doctor's weight findings (AD3xx: every ``lora_B`` zero, NaN/Inf, an inert share) on what was written,
     read back through its PEFT view (:func:`adapterdoc.formats.hooks.peft_view`): a conversion that writes an
-    adapter which changes nothing says so. Nothing for an output that is not a file or folder (a device)."""
+    adapter which changes nothing says so. ``out`` is the file or folder as written, before it is moved into place
+    or copied to a device."""
     from adapterdoc.formats.hooks import peft_view
     from adapterdoc.verify.options import VerifyOptions
     from adapterdoc.verify.run import verify_static
 
-    if not (os.path.isfile(out) or os.path.isdir(out)):
-        return []
     if target.NAME == "peft":
         findings = verify_static(out, VerifyOptions()).findings
     else:
@@ -199,21 +199,24 @@ def _write(
     base: str | None,
     outtype: str | None,
     force: bool,
+    direct: bool,
     beside: str | None,
-) -> Converted:
-    """Run the conversion along ``route``. A file target is written by its format module (atomically, or through
-    a device); a folder target is built in a work folder, marked as convert's output and swapped in over ``dest``
-    (over a previous output only with ``force``). The work folder (and the PEFT hop of MLX → GGUF) lies in
-    ``beside`` (the output's folder; the system's temp folder for a device) and is removed whatever happens.
-    ``names``: the input and the output as the user gave them, for errors that name a path in the work folder."""
-    from adapterdoc.st.atomic import replace_folder, write_marker
+) -> tuple[Converted, list[Finding]]:
+    """Run the conversion along ``route``, check what it wrote (:func:`written_weights`) and put it in place. A file
+    target is written by its format module atomically; for a ``direct`` target (a device, a FIFO, ``/dev/stdout``)
+    it is written into the work folder and then copied through, since a writer may seek. A folder target is built
+    in the work folder, marked as convert's output and swapped in over ``dest`` (over a previous output only with
+    ``force``). The work folder (and the PEFT hop of MLX → GGUF) lies in ``beside`` (the output's folder; the
+    system's temp folder for a device) and is removed whatever happens. ``names``: the input and the output as the
+    user gave them, for errors that name a path in the work folder."""
+    from adapterdoc.st.atomic import atomic_writer, replace_folder, write_marker
     from adapterdoc.st.paths import inside
 
     spec, shown = names
     work = tempfile.mkdtemp(prefix=".adapterdoc-convert-", dir=beside)
     hub, staged = os.path.join(work, "peft"), os.path.join(work, "out")
     folder = not is_file_format(target)
-    into = staged if folder else dest
+    into = staged if folder or direct else dest
     try:
         if route[0] == "peft":
             done = target.from_peft(Path(src), Path(into), base=base, outtype=outtype)
@@ -223,9 +226,13 @@ def _write(
             first = source.to_peft(Path(src), Path(hub), base=base, outtype=None)
             done = target.from_peft(Path(hub), Path(into), base=base, outtype=outtype)
             done = dataclasses.replace(done, source_format=route[0], notes=(*first.notes, *done.notes))
+        weights = written_weights(into, target, base)
         if folder:
             write_marker(staged, "convert", input=spec, to=route[-1])
             replace_folder(staged, dest, force=force)
+        elif direct:
+            with open(staged, "rb") as f, atomic_writer(dest) as out:
+                shutil.copyfileobj(f, out)
     except AdapterdocError as e:
         if e.what is not None and inside(e.what, hub):  # the temporary PEFT folder: name the input
             e.what = spec
@@ -234,7 +241,7 @@ def _write(
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return dataclasses.replace(done, out=Path(dest))
+    return dataclasses.replace(done, out=Path(dest)), weights
 
 
 def check_not_an_input(dest: str, shown: str, src: str, base: str | None) -> None:

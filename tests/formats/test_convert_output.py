@@ -370,3 +370,45 @@ def test_light_install_names_the_extra(
     res = run("convert", made["peft"], "--to", "mlx", "--out", tmp_path / "m16", "--outtype", "f16")
     assert res.returncode == 3 and "pip install 'adapterdoc[weights]'" in res.stderr, res.stderr
     _no_leftovers(tmp_path)
+
+
+def test_gguf_out_a_fifo_or_stdout_gets_the_file_bytes(
+    tmp_path: Path, made: dict[str, Path], cli: Any
+) -> None:
+    """A FIFO or /dev/stdout as --out: the GGUF is written into the work folder, checked, then copied through (the
+    gguf writer seeks, which a pipe cannot: it was exit 4 'Illegal seek'); the bytes are the file's."""
+    import threading
+
+    ref = tmp_path / "ref.gguf"
+    assert cli("convert", made["peft"], "--to", "gguf", "--base", made["base"], "--out", ref).exit_code == 0
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    res = cli("convert", made["peft"], "--to", "gguf", "--base", made["base"], "--out", fifo)
+    reader.join(timeout=60)
+    assert res.exit_code == 0, res.output
+    assert got == [ref.read_bytes()]
+    out = subprocess.run(
+        [sys.executable, "-m", "adapterdoc", "convert", str(made["peft"]), "--to", "gguf", "--base", str(made["base"]),
+         "--out", "/dev/stdout", "--json"],
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    gguf = ref.read_bytes()
+    assert out.stdout[: len(gguf)] == gguf  # then the report, which goes to stdout too
+    assert json.loads(out.stdout[len(gguf) :])["ok"]
+
+
+def test_an_inert_adapter_to_a_device_is_still_said(tmp_path: Path, made: dict[str, Path], cli: Any) -> None:
+    """The weight checks run on what was written before it goes through to the device."""
+    from safetensors.numpy import load_file, save_file
+
+    zero = Path(shutil.copytree(made["peft"], tmp_path / "zero"))
+    w = load_file(str(zero / "adapter_model.safetensors"))
+    save_file(
+        {k: v * 0 if "lora_B" in k else v for k, v in w.items()}, str(zero / "adapter_model.safetensors")
+    )
+    res = cli("convert", zero, "--to", "gguf", "--base", made["base"], "--out", "/dev/null", "--json")
+    assert res.exit_code == 1 and "AD301" in res.stdout
