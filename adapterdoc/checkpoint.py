@@ -98,18 +98,24 @@ def _open_path(path: str, spec: str, *, read_bin: bool) -> Checkpoint:
 
 
 def _refuse_gguf(path: str, spec: str) -> None:
-    """A GGUF file is no safetensors file (its magic would read as a header length): say what it is."""
+    """A GGUF file is no safetensors file (its magic would read as a header length): say what it is; a file named
+    ``.gguf`` without the magic is said to be no GGUF file (not "no safetensors")."""
     try:
         with open(path, "rb") as f:
-            if f.read(4) != GGUF_MAGIC:
-                return
+            magic = f.read(4)
     except OSError:
         return  # read_header names why it cannot be read
-    raise UnsupportedInputError(
-        spec,
-        "is a GGUF file (llama.cpp), not a PEFT adapter: `adapterdoc inspect` and `verify` read a GGUF LoRA "
-        f"adapter; for this command convert it first: adapterdoc convert {spec} --to peft --base BASE --out DIR",
-    )
+    if magic == GGUF_MAGIC:
+        raise UnsupportedInputError(
+            spec,
+            "is a GGUF file (llama.cpp), not a PEFT adapter: a GGUF LoRA adapter converts to one with "
+            f"`adapterdoc convert {spec} --to peft --base BASE --out DIR` (`inspect` and `verify` read it as it "
+            "is); a model GGUF is no adapter",
+        )
+    if path.endswith(".gguf"):
+        raise UnsupportedInputError(
+            spec, f"is not a GGUF file: it does not start with the GGUF magic ({os.path.getsize(path)} bytes)"
+        )
 
 
 def _refuse_mlx(path: str, spec: str) -> None:

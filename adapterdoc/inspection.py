@@ -10,8 +10,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
+from adapterdoc.errors import AdapterdocError, MissingExtraError
 from adapterdoc.facts import header_facts
-from adapterdoc.report.findings import sort_findings
+from adapterdoc.report.findings import has_errors, sort_findings
 from adapterdoc.report.inspect_report import FileSummary, InspectReport, LoraSummary
 
 if TYPE_CHECKING:
@@ -34,7 +35,9 @@ def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | 
     if found is not None:
         report = _inspect_foreign(os.fspath(spec), *found)
     else:
-        _refuse_model_gguf(os.fspath(spec))
+        from adapterdoc.formats.hooks import refuse_model_gguf
+
+        refuse_model_gguf(os.fspath(spec))
         report = inspect_checkpoint(open_checkpoint(spec))
     if not (weights or plot):
         return report
@@ -46,20 +49,18 @@ def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | 
         from adapterdoc.formats.hooks import peft_view
 
         _audit_prerequisites(plot)
-        with peft_view(Path(os.path.expanduser(report.spec)), found[1], None) as view:
-            audit = _relocated(_audit(os.fspath(view), plot), os.fspath(view), report.spec)
+        try:
+            with peft_view(Path(os.path.expanduser(report.spec)), found[1], None) as view:
+                audit = _relocated(_audit(os.fspath(view), plot), os.fspath(view), report.spec)
+        except MissingExtraError:
+            raise
+        except AdapterdocError:
+            if has_errors(
+                report.findings
+            ):  # the container rules already fail it: their verdict, as without --weights
+                return report
+            raise
     return replace(report, weights=audit, findings=sort_findings([*report.findings, *audit.findings]))
-
-
-def _refuse_model_gguf(spec: str) -> None:
-    """A GGUF file no format module reads as an adapter is a model: say so (exit 3), not "not safetensors"."""
-    from pathlib import Path
-
-    from adapterdoc.errors import UnsupportedInputError
-    from adapterdoc.formats import SCREENS
-
-    if SCREENS["gguf"](Path(os.path.expanduser(spec))):
-        raise UnsupportedInputError(spec, "is a model GGUF (llama.cpp), not an adapter")
 
 
 def _audit_prerequisites(plot: str | None) -> None:

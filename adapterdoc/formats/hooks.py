@@ -45,6 +45,14 @@ def foreign(spec: str) -> tuple[Detection, ModuleType] | None:
         return None
 
 
+def refuse_model_gguf(spec: str) -> None:
+    """A GGUF file no format module reads as an adapter is a model: say so (exit 3), not "not safetensors"."""
+    from adapterdoc.errors import UnsupportedInputError
+
+    if formats.SCREENS["gguf"](Path(os.path.expanduser(spec))) and foreign(spec) is None:
+        raise UnsupportedInputError(spec, "is a model GGUF (llama.cpp), not an adapter")
+
+
 def require_read_extra(mod: ModuleType, what: str) -> None:
     """Exit 3 naming the extra when a package the format reads or writes its tensors with (its ``READ_EXTRA``) is
     not installed; ``what`` says what needed it."""

@@ -65,6 +65,9 @@ def detect(path: Path) -> Detection | None:
         weights = p / WEIGHTS
         if not p.is_dir() or not weights.is_file():
             return None
+    except OSError:
+        return None
+    try:
         from adapterdoc.st.header import read_header
 
         evidence = [WEIGHTS]
@@ -85,8 +88,10 @@ def detect(path: Path) -> Detection | None:
         if shown:
             evidence.append(f"tensors {shown}")
         return Detection(NAME, tuple(evidence))
-    except (OSError, ValueError, AdapterdocError):
-        return None
+    except (OSError, ValueError, AdapterdocError) as e:
+        # its tensors file is there: an mlx-lm folder that cannot be read, whose reader then says why
+        why = e.reason if isinstance(e, AdapterdocError) else str(e)
+        return Detection(NAME, (WEIGHTS, f"unreadable ({why}): inspect, verify and convert name why"))
 
 
 # ------------------------------------------------------------------------------------------------ PEFT → MLX

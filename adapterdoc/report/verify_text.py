@@ -62,7 +62,9 @@ def _source(r: VerifyReport) -> str:
 
 def _layouts(r: VerifyReport) -> str:
     """The adapter's layout and the base's; a base PEFT built on the meta device outside the layout registry (a
-    Llama, a Mistral) is said to be so, not "unknown"."""
+    Llama, a Mistral) is said to be so, not "unknown"; no base model at all (a GGUF model file) is said too."""
+    if r.expected_keys_from == "none":
+        return f"layout {r.layout} → no Hugging Face base model"
     if r.base_layout is None and r.expected_keys_from == "meta-device":
         if r.layout in ("unknown", "ambiguous"):
             return "a family outside the layout registry"
@@ -93,10 +95,16 @@ def _render_one(w: Writer, r: VerifyReport) -> None:
             keys.append(plural(n, word, many))
     if len(keys) == 1:
         keys.append("all present")
+    if r.expected_keys_from == "none":
+        keys = ["compared by the format's own rules against the base file (below)"]
     w.para("keys:", ", ".join(keys), indent=2)
     dt = ", ".join(f"{d} ×{n:,}" for d, n in r.dtypes.items()) or "none"
     extra = f"; served as {r.served_as}" if r.served_as else ""
-    w.para(f"lora_B non-zero {r.lora_b['nonzero']}/{r.lora_b['total']}; dtypes {dt}{extra}", indent=2)
+    unread = r.config.get("peft_view")  # a file its format's rules refuse, which could not be read as PEFT
+    if unread:
+        w.para(f"weights: {unread}", indent=2)
+    else:
+        w.para(f"lora_B non-zero {r.lora_b['nonzero']}/{r.lora_b['total']}; dtypes {dt}{extra}", indent=2)
     if r.load:
         ld = r.load
         if ld.get("skipped"):

@@ -66,21 +66,36 @@ def verify_foreign(
     except MissingExtraError:
         raise
     except AdapterdocError as e:
-        if not has_errors(rules):
-            return VerifyReport(adapter=spec, path=os.fspath(path), error=e.reason, config=fmt)
-        return VerifyReport(
-            adapter=spec,
-            path=os.fspath(path),
-            layout=found.format,
-            config={**fmt, "peft_view": f"not read: {e.reason}"},
-            findings=sort_findings(rules),
-        )
+        refused = container_verdict(spec, found, rules, e)
+        return refused or VerifyReport(adapter=spec, path=os.fspath(path), error=e.reason, config=fmt)
     return dataclasses.replace(
         report,
         adapter=spec,
         path=os.fspath(path),
         config={**report.config, **fmt},
         findings=sort_findings(dedupe([*rules, *report.findings])),
+    )
+
+
+def container_verdict(
+    spec: str, found: Detection, rules: list[Finding], error: AdapterdocError
+) -> VerifyReport | None:
+    """The report on ``spec`` when its PEFT view could not be read (``error``) and its format's container rules
+    (``rules``) already fail it: those findings (exit 1, as ``inspect`` says); ``None`` when they do not (the
+    adapter is then unusable: exit 3 with ``error``'s reason)."""
+    if not has_errors(rules):
+        return None
+    return VerifyReport(
+        adapter=spec,
+        path=os.fspath(Path(os.path.expanduser(spec))),
+        layout=found.format,
+        expected_keys_from="none",
+        config={
+            "format": found.format,
+            "format_evidence": list(found.evidence),
+            "peft_view": f"not read: {error.reason}",
+        },
+        findings=sort_findings([_at(f, spec) for f in rules]),
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
-from adapterdoc.errors import AdapterdocError, ConfigError, MissingExtraError
+from adapterdoc.errors import AdapterdocError, ConfigError, MissingExtraError, UnsupportedInputError
 from adapterdoc.facts import header_facts
 from adapterdoc.layouts import Detection
 from adapterdoc.ml.meta import ExpectedModel
@@ -84,7 +84,7 @@ def verify_own_bases(adapters: Iterable[str], options: VerifyOptions | None = No
                     "base_model_name_or_path; an MLX adapter's `model`): pass --base",
                 )
         except AdapterdocError as e:
-            reports[adapter] = VerifyReport(adapter=adapter, error=str(e))
+            reports[adapter] = _refused_alone(adapter, e) or VerifyReport(adapter=adapter, error=str(e))
             continue
         groups.setdefault(named, []).append(adapter)
     for named, members in groups.items():
@@ -99,6 +99,23 @@ def verify_own_bases(adapters: Iterable[str], options: VerifyOptions | None = No
         for rep in run.adapters:
             reports[rep.adapter] = rep
     return VerifyRun(base=OWN_BASE, options=options, adapters=[reports[a] for a in order])
+
+
+def _refused_alone(adapter: str, error: AdapterdocError) -> VerifyReport | None:
+    """For an MLX or GGUF adapter whose base could not be read off it (``error``): the verdict of its format's
+    container rules when they already fail it, as ``inspect`` gives it (:func:`~adapterdoc.verify.formats.
+    container_verdict`); else ``None``."""
+    from adapterdoc.formats.hooks import foreign
+    from adapterdoc.verify.formats import container_verdict
+
+    other = foreign(adapter)
+    if other is None:
+        return None
+    try:
+        rules = list(other[1].check(Path(os.path.expanduser(adapter)), None))
+    except AdapterdocError:
+        return None
+    return container_verdict(adapter, other[0], rules, error)
 
 
 def _named_base(adapter: str) -> str | None:
@@ -116,19 +133,35 @@ def _named_base(adapter: str) -> str | None:
 
 
 def _foreign_run(adapters: list[str], base: str, options: VerifyOptions) -> VerifyRun | None:
-    """The run against a base only another format reads (a GGUF model file) when every adapter is in a format
-    other than PEFT (:mod:`adapterdoc.formats.hooks`), else ``None``."""
+    """The run against a GGUF model file (a base only llama.cpp reads), else ``None``: each GGUF adapter is
+    verified against it; any other adapter is unusable against such a base, with the reason (its own unreadable
+    file, or that a PEFT or MLX adapter is checked against the Hugging Face model). ``--load`` and a serving
+    profile need the Hugging Face model, so they are refused here (exit 3)."""
+    from adapterdoc.formats import SCREENS
     from adapterdoc.formats.hooks import foreign
     from adapterdoc.verify.formats import verify_foreign
 
-    found = [foreign(a) for a in adapters]
-    if not found or any(f is None for f in found):
+    if not SCREENS["gguf"](Path(os.path.expanduser(base))):
         return None
-    reports = [
-        verify_foreign(a, *f, base, options, verify_one, verify_static)
-        for a, f in zip(adapters, found)
-        if f is not None
-    ]
+    if options.load or options.profile_rules.name != "peft":
+        what = "--load" if options.load else f"--profile {options.profile_rules.name}"
+        raise UnsupportedInputError(
+            base,
+            f"is a GGUF model (llama.cpp's); {what} needs the Hugging Face model (its folder or config.json)",
+        )
+    reports = []
+    for adapter in adapters:
+        found = foreign(adapter)
+        if found is not None and found[0].format == "gguf":
+            reports.append(verify_foreign(adapter, *found, base, options, verify_one, verify_static))
+            continue
+        try:
+            if found is None:
+                open_checkpoint(adapter)  # its own reason first: a file that is no adapter at all
+            why = f"{adapter}: is not a GGUF adapter: verify it against the Hugging Face model (folder or config.json)"
+        except AdapterdocError as e:
+            why = str(e)
+        reports.append(VerifyReport(adapter=adapter, error=why))
     return VerifyRun(base=base, options=options, adapters=reports, base_info={"kind": "file"})
 
 
@@ -147,6 +180,9 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
         from adapterdoc.verify.formats import verify_foreign
 
         return verify_foreign(spec, *other, base, options, verify_one, verify_static)
+    from adapterdoc.formats.hooks import refuse_model_gguf
+
+    refuse_model_gguf(spec)
     ckpt = open_checkpoint(spec)
     layout, dtypes, header = _header(ckpt, spec)
     keys = [parse_key(k) for k in ckpt.tensors]
@@ -209,12 +245,20 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
     )
 
 
+STATIC = "none"
+"""``expected_keys_from`` of a report with no base model to build keys from (a GGUF adapter against a GGUF model,
+whose container rules compare the keys by llama.cpp's names)."""
+
+
 def verify_static(spec: str, options: VerifyOptions) -> VerifyReport:
     """The checks that need no base model, on the PEFT adapter ``spec``: its header's findings, the config it was
     inferred from, and the weight scans (``lora_B``, NaN/Inf, the inert share). For an adapter whose base only its
     own format reads (a GGUF adapter against a GGUF model, whose container rules compare the keys)."""
     ckpt = open_checkpoint(spec)
     layout, dtypes, header = _header(ckpt, spec)
+    header = [
+        f for f in header if f.code != "AD209"
+    ]  # no registry layout to be ambiguous about: no base model
     keys = [parse_key(k) for k in ckpt.tensors]
     _, inferred = adapter_config(ckpt, keys)
     weights = check_weights(spec, ckpt, keys, options.scan, options.max_inert_share)
@@ -238,6 +282,7 @@ def verify_static(spec: str, options: VerifyOptions) -> VerifyReport:
     return build_report(
         subject,
         sort_findings(dedupe(findings)),
+        expected_keys_from=STATIC,
         lora_b=dict(weights.lora_b),
         nonfinite=dict(weights.nonfinite),
         dtypes=dtypes,

@@ -382,3 +382,71 @@ def test_the_gguf_file_wins_over_adapterdoc_metadata(cli: Any, cases: dict[str, 
     got = load_file(str(tmp_path / "back2" / "adapter_model.safetensors"))
     want = load_file(str(good / "adapter_model.safetensors"))
     assert set(got) == set(want) and all((got[k] == want[k]).all() for k in want)  # the name map: every pair
+
+
+def test_a_stranger_s_broken_inputs_get_their_own_reason(
+    cli: Any, cases: dict[str, Any], tmp_path: Path
+) -> None:
+    """The second reader's trial: each broken input is named for what is wrong with it, with the same exit code
+    whichever command reads it."""
+    from tests.formats.gguf_helpers import base_tensors, write_gguf
+
+    good, own_base = cases["good"]
+    mlx = _convert(cli, good, "mlx", own_base)
+    bad_json = Path(shutil.copytree(mlx, tmp_path / "bad-json"))
+    (bad_json / "adapter_config.json").write_text("{not json")
+    cut = Path(shutil.copytree(mlx, tmp_path / "cut"))
+    w = cut / "adapters.safetensors"
+    w.write_bytes(w.read_bytes()[:-100])
+    for folder, words in ((bad_json, "adapter_config.json: cannot read"), (cut, "file truncated")):
+        for args in (
+            ["inspect", folder],
+            ["verify", folder, "--base", cases["base"]],
+            ["convert", folder, "--to", "peft"],
+        ):
+            r = cli(*args)
+            assert r.exit_code == 3 and words in r.stderr, (args, r.stderr)
+    model = write_gguf(tmp_path / "model.gguf", "llama", {**base_tensors()}, adapter=False)
+    r = cli("verify", model, "--base", cases["base"])
+    assert r.exit_code == 3 and "is a model GGUF (llama.cpp), not an adapter" in r.stderr
+    r = cli("remap", model, "--vl")
+    assert r.exit_code == 3 and "a model GGUF is no adapter" in r.stderr
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"GGU")
+    for args in (["inspect", empty], ["verify", empty, "--base", model]):
+        r = cli(*args)
+        assert r.exit_code == 3 and "is not a GGUF file: it does not start with the GGUF magic" in r.stderr, (
+            args
+        )
+    # against a GGUF model: a PEFT adapter is named (not the base); a serving profile or --load needs the HF model
+    r = cli("verify", good, "--base", model)
+    assert r.exit_code == 3 and f"{good}: is not a GGUF adapter" in r.stderr
+    gguf = _convert(cli, good, "gguf", own_base)
+    for extra in (["--profile", "vllm"], ["--load"]):
+        r = cli("verify", gguf, "--base", model, *extra)
+        assert r.exit_code == 3 and "needs the Hugging Face model" in r.stderr, extra
+    # a file its container rules refuse: exit 1 from inspect, inspect --weights and verify without --base alike
+    import gguf as gg
+    import numpy as np
+
+    half = tmp_path / "half.gguf"
+    wr = gg.GGUFWriter(half, "llama")
+    wr.add_type("adapter")
+    wr.add_string("adapter.type", "lora")
+    wr.add_float32("adapter.lora.alpha", 8.0)
+    wr.add_tensor("blk.0.attn_q.weight.lora_a", np.ones((4, 64), np.float32))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+    codes = set()
+    for args in (
+        ["inspect", half],
+        ["inspect", half, "--weights"],
+        ["verify", half],
+        ["verify", half, "--base", model],
+    ):
+        r = cli(*args, "--json")
+        assert r.exit_code == 1, (args, r.output)
+        codes |= {f["code"] for f in json.loads(r.stdout)["findings"] if f["severity"] == "error"}
+    assert codes == {"AD854"}
