@@ -37,7 +37,8 @@ input is refused, --force or not."""
 )
 @opt.base_option(
     "The base model (folder, config.json, cached repo id or tiny:LAYOUT): its class, layer and expert "
-    "counts (MLX's num_layers, GGUF's architecture). No weights are read."
+    "counts (MLX's num_layers, GGUF's architecture). Its weights are read only to compare a whole weight PEFT "
+    "saved beside an embedding or lm_head LoRA with the base's."
 )
 @opt.out_option(
     "Write here: a new or empty folder (PEFT, MLX) or a new file (GGUF); default beside the input "
