@@ -32,10 +32,10 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "StableLmForCausalLM": {"partial_rotary_factor": 0.25},
     "Phi3ForCausalLM": {},
     "Starcoder2ForCausalLM": {},
-    "CohereForCausalLM": {"logit_scale": 0.5},
-    "GemmaForCausalLM": {"head_dim": 16},
-    "Gemma2ForCausalLM": {"head_dim": 16},
-    "Gemma3ForCausalLM": {"head_dim": 16},
+    "CohereForCausalLM": {"logit_scale": 0.5, "tie_word_embeddings": True},
+    "GemmaForCausalLM": {"head_dim": 16, "tie_word_embeddings": True},
+    "Gemma2ForCausalLM": {"head_dim": 16, "query_pre_attn_scalar": 16, "tie_word_embeddings": True},
+    "Gemma3ForCausalLM": {"head_dim": 16, "query_pre_attn_scalar": 16, "tie_word_embeddings": True},
     "SmolLM3ForCausalLM": {},
     "SeedOssForCausalLM": {"head_dim": 16},
     "Exaone4ForCausalLM": {},
@@ -43,16 +43,20 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "HunYuanDenseV1ForCausalLM": {"head_dim": 16},
     "ArceeForCausalLM": {},
     "MistralForCausalLM": {"head_dim": 16},
-    "Cohere2ForCausalLM": {"sliding_window": 64},
+    "Cohere2ForCausalLM": {"sliding_window": 64, "tie_word_embeddings": True, "rotary_pct": 1.0},
     "Ernie4_5ForCausalLM": {"head_dim": 16},
-    "Glm4ForCausalLM": {"head_dim": 16},
-    "GlmForCausalLM": {"head_dim": 16},
-    "PhiForCausalLM": {"num_key_value_heads": 4},
+    "GlmForCausalLM": {"head_dim": 16, "rms_norm_eps": 1e-5},
+    "PhiForCausalLM": {"num_key_value_heads": 4, "intermediate_size": 256},
     "Jais2ForCausalLM": {},
     "ApertusForCausalLM": {},
     "Qwen2MoeForCausalLM": {},
 }
-"""``architectures[0]`` → the config's overrides of :data:`COMMON`."""
+"""``architectures[0]`` → the config's overrides of :data:`COMMON`. Where llama.cpp's converter or runtime reads a
+config as the real checkpoints have it, the tiny model has it too, so llama.cpp's base is transformers' base:
+Gemma 1-3, Command-R and Command-R7B tie the head (their converters drop ``lm_head.weight`` or cannot map it);
+Gemma 2/3 ``query_pre_attn_scalar == head_dim`` (llama.cpp scales attention by ``1/sqrt(head_dim)``); Command-R7B's
+``rotary_pct`` (its converter reads it); GLM's ``rms_norm_eps`` 1e-5 (the converter writes ``layernorm_epsilon`` or
+1e-5); Phi-2 ``intermediate_size = 4 * hidden_size`` (the converter writes that ffn length)."""
 
 
 def family_config(cls: str) -> Any:

@@ -8,7 +8,9 @@ test_gguf_oracle.py as ``ENV/bin/python gguf_oracle_driver.py COMMAND ...``.
   recognized"), so this driver makes every converter class read the SentencePiece model instead: the vocabulary
   only, the tensors are converted by llama.cpp's code untouched.
 - ``lora ADAPTER_DIR BASE_DIR OUT.gguf``: llama.cpp's ``convert_lora_to_gguf.py --outtype f32``.
-- ``logits BASE.gguf LORA.gguf|- IDS OUT.npy``: ``Llama(model_path, lora_path, logits_all=True).eval(ids)``. Only
+- ``logits BASE.gguf LORA.gguf|- IDS OUT.npy [f32]``: ``Llama(model_path, lora_path, logits_all=True).eval(ids)``
+  (``f32``: K and V cached in f32 instead of llama.cpp's default f16, whose rounding (2^-11 relative) is most of
+  llama.cpp's distance from transformers on these tiny models). Only
   for adapters llama.cpp accepts: llama-cpp-python 0.3.36 does not see a refusal (``llama_adapter_lora_init``'s
   ctypes result type is ``POINTER(c_void_p)``, so its NULL is not ``None``), hands the NULL adapter to
   ``llama_set_adapters_lora`` and the process dies by SIGSEGV reserving the first graph.
@@ -99,15 +101,20 @@ def lora(adapter: str, base_dir: str, out: str) -> None:
     runpy.run_path(str(LLAMA_CPP / "convert_lora_to_gguf.py"), run_name="__main__")
 
 
-def logits(base_gguf: str, lora_gguf: str, ids: str, out: str) -> None:
+GGML_TYPE_F32 = 0
+"""ggml.h's ``enum ggml_type`` F32 (llama-cpp-python's ``type_k``/``type_v``; llama.cpp's default KV cache is F16)."""
+
+
+def logits(base_gguf: str, lora_gguf: str, ids: str, out: str, kv: str = "f16") -> None:
     import numpy as np
     from llama_cpp import Llama
 
     tokens = [int(t) for t in ids.split(",")]
+    cache = {"type_k": GGML_TYPE_F32, "type_v": GGML_TYPE_F32} if kv == "f32" else {}
     try:
         llm = Llama(
             model_path=base_gguf, lora_path=None if lora_gguf == "-" else lora_gguf, logits_all=True,
-            n_ctx=64, n_batch=64, n_threads=2, verbose=True, seed=0,
+            n_ctx=64, n_batch=64, n_threads=2, verbose=True, seed=0, **cache,
         )  # fmt: skip
     except Exception as e:  # llama-cpp-python raises on a refused adapter; llama.cpp logged why on stderr
         print(f"LOAD-FAILED: {e}", flush=True)

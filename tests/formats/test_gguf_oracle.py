@@ -68,13 +68,13 @@ def _torch_logits(model: Any, ids: list[int]) -> Any:
         return model(torch.tensor([ids])).logits[0].float().numpy()
 
 
-def _base(llama: dict[str, Path], tmp: Path, model: Any) -> tuple[Path, Path]:
+def _base(llama: dict[str, Path], tmp: Path, model: Any, name: str = "base") -> tuple[Path, Path]:
     """The base folder (weights + SentencePiece tokenizer) and llama.cpp's f32 GGUF of it."""
-    base_dir = tmp / "base"
+    base_dir = tmp / name
     model.config.architectures = [type(model).__name__]
     model.save_pretrained(base_dir)
     shutil.copy(llama["tokenizer"], base_dir / "tokenizer.model")
-    base_gguf = tmp / "base.gguf"
+    base_gguf = tmp / f"{name}.gguf"
     drive(llama["python"], "base", base_dir, base_gguf)
     return base_dir, base_gguf
 
@@ -89,9 +89,15 @@ def _load(llama: dict[str, Path], base_gguf: Path, *loras: Path) -> dict[str, di
     return {Path(row["path"]).name: row for row in rows}
 
 
-def _case(llama: dict[str, Path], tmp: Path, model: Any, **lora: Any) -> dict[str, Any]:
+def _case(
+    llama: dict[str, Path], tmp: Path, model: Any, merged: bool = False, kv: str = "f16", **lora: Any
+) -> dict[str, Any]:
     """Base folder (weights + SentencePiece tokenizer) → llama.cpp's base GGUF; PEFT adapter → our GGUF; logits of
-    PEFT, of llama.cpp with our adapter, and of both bases."""
+    PEFT, of llama.cpp with our adapter, and of both bases. ``merged``: also llama.cpp's logits of the PEFT-merged
+    model (``merge_and_unload``, saved beside the same tokenizer, converted by ``convert_hf_to_gguf.py``):
+    ``got_merged``. ``kv``: llama.cpp's KV cache type in every run (the driver's ``logits``)."""
+    import copy
+
     import numpy as np
     from peft import PeftModel
 
@@ -103,9 +109,16 @@ def _case(llama: dict[str, Path], tmp: Path, model: Any, **lora: Any) -> dict[st
     peft_model.unload()
     ours = tmp / "ours.gguf"
     fmt.from_peft(adapter, ours, base=str(base_dir), outtype="f32")
-    drive(llama["python"], "logits", base_gguf, "-", ",".join(map(str, IDS)), tmp / "b.npy")
-    drive(llama["python"], "logits", base_gguf, ours, ",".join(map(str, IDS)), tmp / "l.npy")
+    drive(llama["python"], "logits", base_gguf, "-", ",".join(map(str, IDS)), tmp / "b.npy", kv)
+    drive(llama["python"], "logits", base_gguf, ours, ",".join(map(str, IDS)), tmp / "l.npy", kv)
+    extra: dict[str, Any] = {}
+    if merged:
+        folded = PeftModel.from_pretrained(copy.deepcopy(model), adapter).merge_and_unload().eval()
+        _, merged_gguf = _base(llama, tmp, folded, name="merged")
+        drive(llama["python"], "logits", merged_gguf, "-", ",".join(map(str, IDS)), tmp / "m.npy", kv)
+        extra = {"merged_gguf": merged_gguf, "got_merged": np.load(tmp / "m.npy")}
     return {
+        **extra,
         "base_dir": base_dir,
         "base_gguf": base_gguf,
         "adapter": adapter,
