@@ -103,4 +103,6 @@ def test_the_cpu_torch_route_for_pre_commit_is_documented_where_the_hook_is() ->
     assert ml["additional_dependencies"] == extras["ml"] + extras["gguf"]
     assert {
         k: v for k, v in ml.items() if k not in ("id", "name", "description", "additional_dependencies")
-    } == {k: v for k, v in _hook().items() if k not in ("id", "name", "description", "additional_dependencies")}
+    } == {
+        k: v for k, v in _hook().items() if k not in ("id", "name", "description", "additional_dependencies")
+    }
