@@ -67,7 +67,7 @@ def verify_foreign(
         raise
     except AdapterdocError as e:
         refused = container_verdict(spec, found, rules, e)
-        return refused or VerifyReport(adapter=spec, path=os.fspath(path), error=e.reason, config=fmt)
+        return refused or VerifyReport(adapter=spec, path=os.fspath(path), error=str(e), config=fmt)
     return dataclasses.replace(
         report,
         adapter=spec,
