@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 @register("InspectReport", view=one_group("inspect", "spec"))
 def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
     w = Writer(width)
-    w.para((report.spec, "bold"), f"({report.kind}, {report.weights_format})", hang=2)
+    kind = report.kind if report.kind == report.weights_format else f"{report.kind}, {report.weights_format}"
+    w.para((report.spec, "bold"), f"({kind})", hang=2)
     _files(w, report)
     dt = ", ".join(f"{d} ×{n:,}" for d, n in report.dtypes.items()) or "none"
     w.para(
@@ -161,15 +162,25 @@ def _value(v: object) -> list[Span]:
     return [(str(v), KEEP)]
 
 
+def _fact(v: object) -> str:
+    """A format fact as text: a mapping as ``k: v`` pairs, a list comma-separated."""
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {x}" for k, x in v.items())
+    if isinstance(v, list):
+        return ", ".join(map(str, v))
+    return str(v)
+
+
 def _render_format(w: Writer, fmt: Mapping[str, object]) -> None:
     """An adapter in another runtime's format: its name, the evidence, and its own facts."""
     w.para("format", (str(fmt.get("name")), "bold"), hang=2)
     for ev in fmt.get("evidence", []):
         w.para("•", str(ev), indent=2)
+    shown = ("name", "evidence", "format", "path", "weights", "tensors", "parameters", "dtypes", "header_bytes")
     facts = [
-        f"{k} {v}"
+        f"{k} {_fact(v)}"
         for k, v in fmt.items()
-        if k not in ("name", "evidence", "format", "path", "weights")
+        if k not in shown  # the counts are on the lines above
         and v not in (None, [], {})
         and not (isinstance(v, (list, dict)) and (len(v) > 8 or any(isinstance(x, (dict, list)) for x in v)))
     ]  # the long and nested facts are in the JSON
