@@ -57,13 +57,11 @@ def _is_gguf_name(p: str) -> bool:
 
 
 def is_model_gguf(path: str) -> bool:
-    """A GGUF file whose header reads and says it is not a LoRA adapter (a model): header only, standard library."""
-    from adapterdoc.formats.gguf import detect
-    from adapterdoc.formats.gguf_header import is_gguf
+    """A GGUF file whose header reads and says it is not a LoRA adapter (a model): header only, standard library
+    (:func:`adapterdoc.formats.gguf.is_model_file`; an unreadable header is not a model, so it is verified)."""
+    from adapterdoc.formats.gguf import is_model_file
 
-    return (
-        is_gguf(path) and detect(path) is None
-    )  # detect: None for a model; an unreadable header is an adapter
+    return is_model_file(path)
 
 
 def split_args(args: list[str]) -> tuple[list[str], list[str]]:
