@@ -48,9 +48,13 @@ def foreign(spec: str) -> tuple[Detection, ModuleType] | None:
 def refuse_model_gguf(spec: str) -> None:
     """A GGUF file no format module reads as an adapter is a model: say so (exit 3), not "not safetensors"."""
     from adapterdoc.errors import UnsupportedInputError
+
+    path = os.path.expanduser(spec)
+    if not formats.SCREENS["gguf"](Path(path)):  # the GGUF machinery is imported for GGUF files only
+        return
     from adapterdoc.formats.gguf import is_model_file
 
-    if formats.SCREENS["gguf"](Path(os.path.expanduser(spec))) and is_model_file(os.path.expanduser(spec)):
+    if is_model_file(path):
         raise UnsupportedInputError(spec, "is a model GGUF (llama.cpp), not an adapter")
 
 

@@ -176,7 +176,17 @@ def _render_format(w: Writer, fmt: Mapping[str, object]) -> None:
     w.para("format", (str(fmt.get("name")), "bold"), hang=2)
     for ev in fmt.get("evidence", []):
         w.para("•", str(ev), indent=2)
-    shown = ("name", "evidence", "format", "path", "weights", "tensors", "parameters", "dtypes", "header_bytes")
+    shown = (
+        "name",
+        "evidence",
+        "format",
+        "path",
+        "weights",
+        "tensors",
+        "parameters",
+        "dtypes",
+        "header_bytes",
+    )
     facts = [
         f"{k} {_fact(v)}"
         for k, v in fmt.items()
