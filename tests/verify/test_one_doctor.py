@@ -155,15 +155,30 @@ def test_vl_adapter_on_text_base(cli: Any, vl_case: tuple[Path, str]) -> None:
             assert not rep["missing"] and not rep["unexpected"]
 
 
-def test_a_zero_gguf_fails_against_a_gguf_model_too(cli: Any, cases: dict[str, Any], tmp_path: Path) -> None:
-    """Against a base only llama.cpp reads (a GGUF model file), the weight checks still run on the PEFT view."""
+@pytest.mark.parametrize("case", ["good", "zero", "nan", "shape", "extra"])
+def test_every_case_against_a_gguf_model_gets_the_peft_verdict(
+    cli: Any, cases: dict[str, Any], tmp_path: Path, case: str
+) -> None:
+    """Against a base only llama.cpp reads (the base model's GGUF, with the hyperparameters convert_hf_to_gguf.py
+    writes), the same exit code as the PEFT folder on the Hugging Face base: the weight checks run on the PEFT view
+    (AD301, NaN/Inf: the same codes), and the keys and shapes by llama.cpp's rules (a wrong shape is AD856, an extra
+    layer AD855: llama.cpp's own words for what PEFT calls AD222 / AD221)."""
     from tests.formats.gguf_helpers import base_tensors, write_gguf
 
-    base = write_gguf(tmp_path / "base.gguf", "llama", base_tensors(), adapter=False)
-    rc, codes, rep = _verdict(cli, _convert(cli, cases["zero"][0], "gguf", cases["base"]), base)
-    assert rc == 1 and "AD301" in codes and rep["lora_b"] == {"nonzero": 0, "total": 6}
-    rc, codes, rep = _verdict(cli, _convert(cli, cases["good"][0], "gguf", cases["base"]), base)
-    assert rc == 0 and rep["lora_b"] == {"nonzero": 6, "total": 6}
+    hp = {"llama.block_count": 2, "llama.embedding_length": 64}
+    hp |= {"llama.attention.head_count": 4, "llama.attention.head_count_kv": 2}
+    base = write_gguf(tmp_path / "base.gguf", "llama", base_tensors(), kv=hp, adapter=False)
+    src, own_base = cases[case]
+    peft_rc, peft_codes, peft_rep = _verdict(cli, src, cases["base"])
+    rc, codes, rep = _verdict(cli, _convert(cli, src, "gguf", own_base), base)
+    assert rc == peft_rc, (case, codes, peft_codes)
+    weight_codes = {"AD301", "AD302", "AD303", "AD304"}
+    assert set(codes) & weight_codes == set(peft_codes) & weight_codes
+    if case in ("good", "zero", "nan"):
+        assert rep["lora_b"] == peft_rep["lora_b"] and bool(rep["nonfinite"]) == bool(peft_rep["nonfinite"])
+    errors = {f["code"] for f in rep["findings"] if f["severity"] == "error"}
+    want = {"shape": "AD856", "extra": "AD855"}.get(case)
+    assert want is None or want in errors, errors
 
 
 def test_convert_says_when_what_it_wrote_is_inert(cli: Any, cases: dict[str, Any], tmp_path: Path) -> None:
