@@ -313,15 +313,14 @@ def check_output_file(dest: str, shown: str, *, force: bool) -> bool:
 
 def _is_gguf_adapter(path: str) -> bool:
     """A GGUF file whose header reads as a LoRA adapter (``general.type = adapter`` or lora_a/lora_b tensors)."""
-    from adapterdoc.formats.gguf_header import is_gguf, lora_pairs, read_header
+    from adapterdoc.formats.gguf_header import is_gguf, is_model, read_header
 
     if not is_gguf(path):
         return False
     try:
-        header = read_header(path)
+        return not is_model(read_header(path))
     except AdapterdocError:
         return False
-    return header.get_str("general.type") == "adapter" or bool(lora_pairs(header))
 
 
 _DECIDING = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin", "adapters.safetensors")

@@ -212,11 +212,7 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
         header = [f for f in header if f.code != "AD209"]
     findings = [
         *header,
-        *(
-            [make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)]
-            if inferred
-            else []
-        ),
+        *_inferred(spec, inferred),
         *([built_as_finding(spec, meta.built_as)] if meta.built_as is not None else []),
         *key_check.findings,
         *config.findings,
@@ -264,11 +260,7 @@ def verify_static(spec: str, options: VerifyOptions) -> VerifyReport:
     weights = check_weights(spec, ckpt, keys, options.scan, options.max_inert_share)
     findings = [
         *header,
-        *(
-            [make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)]
-            if inferred
-            else []
-        ),
+        *_inferred(spec, inferred),
         *weights.findings,
     ]
     subject = VerifySubject(
@@ -288,6 +280,13 @@ def verify_static(spec: str, options: VerifyOptions) -> VerifyReport:
         dtypes=dtypes,
         weights=None if weights.weights is None else dict(weights.weights),
     )
+
+
+def _inferred(spec: str, inferred: bool) -> list[Finding]:
+    """AD231 when the adapter had no adapter_config.json (its targets and ranks were read off the tensors)."""
+    if not inferred:
+        return []
+    return [make("AD231", "no adapter_config.json: targets and ranks inferred from the tensors", path=spec)]
 
 
 def _keys_view(spec: str, meta: ExpectedModel, options: VerifyOptions) -> ExpectedModel:
