@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError, InputNotFoundError, UnsupportedInputError
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from adapterdoc.layouts.trees import Tree
@@ -31,7 +31,7 @@ WEIGHT_FILES = (
 )
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class BaseSpec:
     """A ``--base`` argument, resolved: where its config is and whether weights sit beside it."""
 

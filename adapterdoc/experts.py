@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, parse_key
 from adapterdoc.layouts import EXPERT_SPELLINGS, Experts
-from adapterdoc.records import frozen_dataclass
 
 PROJECTIONS = ("gate", "up", "down")
 """The per-expert projections, in the order ``Experts.per_expert`` lists their leaf names."""
@@ -49,7 +48,7 @@ _THREE_D = re.compile(r"^(?P<block>.+\.experts)\.(?P<leaf>[^.]+)$")
 _FACTORS = ("lora_A", "lora_B")
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ExpertKey:
     """One expert LoRA tensor, classified."""
 
@@ -71,7 +70,7 @@ class ExpertKey:
     shape: tuple[int, ...] = ()
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ExpertBlock:
     """The expert LoRA of one MoE block."""
 
@@ -119,7 +118,7 @@ class ExpertBlock:
         return out
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ExpertPicture:
     """The expert layout and coverage of a whole adapter."""
 

@@ -7,13 +7,13 @@ import gc
 import math
 import os
 from collections import Counter
+from dataclasses import dataclass
 from operator import attrgetter
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, module_counts, parse_key
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.experts import ExpertPicture, expert_picture
 from adapterdoc.layouts import LAYOUTS, MOE_NAME_HINT, Detection, detect_layout, tower_segment
-from adapterdoc.records import frozen_dataclass, frozen_maker
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.inspect_report import LoraSummary
 from adapterdoc.st.header import TensorInfo
@@ -24,7 +24,7 @@ _DTYPE = attrgetter("dtype")
 _SHAPE = attrgetter("shape")
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ModuleLora:
     """The LoRA tensors of one module, as the header describes them."""
 
@@ -48,7 +48,7 @@ class ModuleLora:
         return None
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class HeaderFacts:
     """The header-only examination of one checkpoint: what ``inspect`` reports and ``verify`` starts from."""
 
@@ -248,12 +248,7 @@ def _group_modules(tensors: dict[str, TensorInfo], keys: list[LoraKey]) -> dict[
             slot[4] = True
         if role.startswith("lora_embedding"):
             slot[2] = True
-    return {m: _module_lora(m, *s) for m, s in acc.items()}  # type: ignore[arg-type]
-
-
-_module_lora = frozen_maker(ModuleLora)
-"""``ModuleLora(module, a, b, embedding, magnitude, bias)`` without the frozen ``__init__`` (half of the grouping
-pass: :func:`~adapterdoc.records.frozen_maker`; ``tests/commands/test_cli_start.py`` compares the two)."""
+    return {m: ModuleLora(m, *s) for m, s in acc.items()}  # type: ignore[arg-type]
 
 
 def _lora_summary(cfg: AdapterConfig | None, modules: dict[str, ModuleLora]) -> LoraSummary:

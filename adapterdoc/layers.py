@@ -45,7 +45,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ("layouts", "adapter", "experts", "bases"),
     ),
     ("storage", "safetensors without tensors: headers, rewrites, tensor reads, atomic writes", ("st",)),
-    ("base", "errors, the version, hot-path records", ("errors", "__init__", "layers", "records")),
+    ("base", "errors, the version, the layer order", ("errors", "__init__", "layers")),
 )
 """(name, what it holds, the modules and packages under ``adapterdoc.``), top first."""
 

@@ -14,10 +14,10 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import LAYOUTS
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from adapterdoc.report.roundtrip_report import RoundtripReport
@@ -40,7 +40,7 @@ NOT_APPLICABLE.update(
 moves of a layout without routed experts, with their reasons."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Cell:
     """One cell of the layout × operation matrix: its status and what it found."""
 

@@ -4,9 +4,8 @@ their checks, and :class:`ConfigProblem` (a field PEFT would drop or misread).""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NoReturn
-
-from adapterdoc.records import frozen_dataclass
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -92,7 +91,7 @@ _FLAG_FIELDS = ("use_dora", "use_rslora", "lora_bias", "use_qalora", "use_bdlora
 (``fan_in_fan_out`` is not one: PEFT sets it from the layer type, Linear or Conv1D, with a warning.)"""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ConfigProblem:
     """A field of ``adapter_config.json`` that PEFT would drop or misread (reported by inspect and verify)."""
 

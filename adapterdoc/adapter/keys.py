@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import lru_cache
-
-from adapterdoc.records import frozen_dataclass, frozen_maker
 
 WRAPPER = "base_model.model."
 """The prefix PEFT puts in front of every module path in a saved LoRA adapter."""
@@ -23,7 +22,7 @@ _TOKENS = re.compile(
 )
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class LoraKey:
     """One tensor name of an adapter, split into its parts."""
 
@@ -59,11 +58,6 @@ class LoraKey:
 _PLAIN_AB = (".lora_A", ".lora_B")
 
 
-_lora_key = frozen_maker(LoraKey)
-"""``LoraKey(key, wrapped, module, role, adapter_name=None)`` without the frozen ``__init__`` (two thirds of a
-parse: :func:`~adapterdoc.records.frozen_maker`; ``tests/adapter/test_adapter.py`` compares the two)."""
-
-
 @lru_cache(maxsize=1 << 16)  # inspect parses every name in several places; a LoraKey is immutable
 def parse_key(key: str) -> LoraKey:
     """Split a tensor name into wrapper, module path, role and optional adapter name.
@@ -77,7 +71,7 @@ def parse_key(key: str) -> LoraKey:
     if rest.endswith(".weight") and rest[-14:-7] in _PLAIN_AB:
         module = rest[:-14]
         if module and not module.endswith(_PLAIN_AB) and "\n" not in module:
-            return _lora_key(key, wrapped, module, rest[-13:-7])
+            return LoraKey(key, wrapped, module, rest[-13:-7])
     return _parse_key_rx(key, wrapped, rest)
 
 
@@ -85,17 +79,17 @@ def _parse_key_rx(key: str, wrapped: bool, rest: str) -> LoraKey:
     m = _AB.match(rest)
     if m:
         role = m["role"] if m["param"] == "weight" else f"{m['role']}.bias"
-        return _lora_key(key, wrapped, m["module"], role, m["name"])
+        return LoraKey(key, wrapped, m["module"], role, m["name"])
     m = _VEC.match(rest)
     if m:
         name = m["name"] if m["name"] != "weight" else None
         role = "magnitude" if m["role"] == "lora_magnitude_vector" else m["role"]
-        return _lora_key(key, wrapped, m["module"], role, name)
+        return LoraKey(key, wrapped, m["module"], role, name)
     m = _TOKENS.match(rest)
     if m:
-        return _lora_key(key, wrapped, m["module"], "tokens", m["name"])
+        return LoraKey(key, wrapped, m["module"], "tokens", m["name"])
     module, _, _param = rest.rpartition(".")
-    return _lora_key(key, wrapped, module or rest, "full")
+    return LoraKey(key, wrapped, module or rest, "full")
 
 
 def peft_load_name(key: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,6 @@ from adapterdoc.audit.stacked import (
     stacked_measure,
 )
 from adapterdoc.layouts import EXPERT_SPELLINGS
-from adapterdoc.records import frozen_dataclass, frozen_record
 from adapterdoc.report.audit_report import ENERGY, INERT_RELATIVE, ModuleDelta, TensorRead
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ def place(module: str) -> tuple[str, int | None, str, int | None]:
     return m["group"], int(m["idx"]), rest, expert
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Measured:
     """One module's audit before the adapter's total is known: each entry's delta norm and ranks (one entry per
     expert for fused experts; a norm is ``None`` when a factor holds NaN/Inf), the fields its entries share, and
@@ -70,8 +69,8 @@ class Measured:
     """Each entry's ``expert``."""
     rank: int = 0
     common: dict[str, object] = field(default_factory=dict)
-    """Every :class:`ModuleDelta` field, in field order, with the values the module's entries share (the per-entry
-    ones above, the share and the inert flag are placeholders)."""
+    """The :class:`ModuleDelta` fields the module's entries share (all but the per-entry ones above, the share and
+    the inert flag)."""
 
 
 def measure(
@@ -114,12 +113,6 @@ def measure(
         "kind": kind,
         "rank": r,
         "scaling": scaling,
-        "delta_norm": None,
-        "effective_rank": None,
-        "numerical_rank": None,
-        "share": None,
-        "inert": False,
-        "expert": None,
         "parameter": param,
         "layer": layer,
         "group": group,
@@ -245,11 +238,8 @@ def classify(results: Sequence[Measured]) -> list[ModuleDelta]:
     for res in results:
         common = res.common
         for n, eff, num, expert in zip(res.norms, res.effective, res.numerical, res.experts):
-            # ModuleDelta(**common, ...) without its frozen __init__ (3× faster): the same fields in the same order
-            # (adapterdoc.records; tests/audit/test_entries.py)
-            m = frozen_record(
-                ModuleDelta,
-                common,
+            m = ModuleDelta(
+                **common,
                 delta_norm=n,
                 effective_rank=eff,
                 numerical_rank=num,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.checkpoint import Checkpoint, load_bin
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.st.tensors import TensorSource
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ NARROW_DTYPES = ("F32", "F16", "BF16")
 """dtypes whose every value float32 holds exactly (``read(..., narrow=True)`` gives them as float32)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class FactorPair:
     """One LoRA module's factor names (A, B), its kind, and where its first factor sits in the files."""
 

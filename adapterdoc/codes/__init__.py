@@ -7,13 +7,12 @@ AD6xx training, AD7xx round trips, AD8xx format conversions. Codes are stable on
 from __future__ import annotations
 
 import importlib
-
-from adapterdoc.records import frozen_dataclass
+from dataclasses import dataclass
 
 AREAS = ("format", "keys", "weights", "serving", "merge", "training", "roundtrip", "convert")
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Code:
     """One finding code and its explanation (``adapterdoc explain``)."""
 

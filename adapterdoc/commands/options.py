@@ -13,14 +13,13 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from functools import wraps
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from adapterdoc.errors import AdapterdocError, remembered_interrupts
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -279,7 +278,7 @@ ALL_FORMATS = ("text", "json", "junit", "github", "sarif")
 data so that building the CLI imports no renderer; a test keeps the two equal)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Output:
     """Where and how a command's report goes: the format, and ``--output-file`` (instead of stdout)."""
 

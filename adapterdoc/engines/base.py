@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
-
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
@@ -27,7 +26,7 @@ class ProfileOptions(Protocol):
     def profile_rules(self) -> Profile: ...
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ProfileInput:
     """What a profile's rules read of one adapter: ``spec`` as given, what verify knows of it (``subject``: path,
     layout, candidates, the config summary, ``keys_against``), the parsed keys, the expected model (``meta``:
@@ -42,7 +41,7 @@ class ProfileInput:
     config: AdapterConfig
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ProfileCheck:
     """A profile's result on one adapter: its findings and how the engine serves the base (the report's
     ``served_as``: ``text``, ``vl`` or ``None`` when the profile does not say)."""
@@ -51,7 +50,7 @@ class ProfileCheck:
     served_as: str | None = None
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class EngineNeeds:
     """What one serving engine needs an adapter to look like, as data: ``remap --for ENGINE`` makes every exact
     rewrite these fields ask for, and the engine's profile fails an adapter that does not have them."""

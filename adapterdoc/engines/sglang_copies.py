@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import LoraKey
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from adapterdoc.bases import BaseSpec
@@ -32,7 +32,7 @@ HEADS = ("embed_tokens", "lm_head")
 CHUNK = 8 * 1024 * 1024
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Copy:
     """One copy and what comparing it with the base found."""
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-
-from adapterdoc.records import frozen_dataclass
+from dataclasses import dataclass
 
 LAYER_ID = re.compile(r"layers\.(\d+)\.")
 """``get_layer_id`` (srt/layers/utils/common.py)."""
@@ -110,7 +109,7 @@ def target_of(name: str, targets: Iterable[str]) -> str | None:
     return best
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Loaded:
     """Where SGLang puts an adapter's tensors: ``layers`` maps each layer to its names after SGLang's renames
     (new name → the original keys it came from)."""

@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from adapterdoc.engines.base import EngineNeeds, Profile, ProfileInput, ProfileOptions, engine_finding
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
@@ -62,7 +62,7 @@ _ATTN = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj"})
 _MLP = frozenset({"gate_proj", "up_proj", "down_proj", "c_fc", "c_proj"})
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class TextKeyReading:
     """What an exact-text-key engine makes of one adapter's tensor names."""
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import pick
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.train.base_model import Base
@@ -16,7 +15,7 @@ from adapterdoc.train.records import TrainResult, run_report
 PLOT = "loss_curve.png"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Verdict:
     """The doctor's verdict on the written adapter: verify against the same base, lora_B, towers (the JSON
     ``verify`` object of `adapterdoc train`, :meth:`to_dict`)."""

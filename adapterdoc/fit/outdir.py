@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 
 from adapterdoc.errors import RefusedError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.st.paths import TEMP_PREFIX, read_only
 from adapterdoc.train.checkpoints import FINISHED, MARKER, last_checkpoint
 
@@ -23,7 +23,7 @@ NEW, RESUME, RESTART, FRESH = "new", "resume", "restart", "fresh"
 _NOTHING = "--resume: this folder holds no complete checkpoint to continue from"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class OutPlan:
     """How the run uses its folder: ``new`` (missing or empty), ``resume`` (from ``checkpoint``), ``restart`` (an
     earlier run with no complete checkpoint, started again) or ``fresh`` (``--force`` over an earlier run)."""

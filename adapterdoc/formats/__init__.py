@@ -19,18 +19,17 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 from adapterdoc import opened
-from adapterdoc.records import frozen_dataclass
 
 FORMATS = ("peft", "mlx", "gguf")
 """The only list of format names; ``adapterdoc.formats.<name>`` is each one's module."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Detection:
     """A format recognised, and why."""
 
@@ -38,7 +37,7 @@ class Detection:
     evidence: tuple[str, ...]
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Converted:
     """What one conversion wrote."""
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from adapterdoc.errors import HeaderError
-from adapterdoc.records import frozen_dataclass
 
 MAGIC = b"GGUF"
 PROVENANCE = "adapterdoc.peft.source"
@@ -95,7 +94,7 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
 }
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class GgufTensor:
     """One tensor info: ``shape`` is ggml's ``ne`` as the file states it (innermost first: numpy's shape reversed;
     ``n_dims`` entries, any of them possibly negative in a hostile file)."""
@@ -137,7 +136,7 @@ class GgufTensor:
         return tuple(reversed(self.shape))
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class GgufProblem:
     """A rule of ggml's ``gguf_init`` that a readable header breaks: llama.cpp refuses the file."""
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.layouts import gguf as facts
-from adapterdoc.records import frozen_dataclass
 
 
 def gguf_package() -> Any:
@@ -140,7 +139,7 @@ def layer_of(hf_module: str) -> tuple[int, str] | None:
 # ------------------------------------------------------------------ llama.cpp's permutations, as index arrays
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Rewrite:
     """A permutation of ``lora_B``'s rows (``side = "B"``) or ``lora_A``'s columns (``side = "A"``)."""
 

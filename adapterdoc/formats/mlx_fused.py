@@ -13,10 +13,10 @@ fused ``gate_up_proj`` needs both ranks side by side (PEFT's own construction, `
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.layouts.mlx_names import SWITCH_PROJECTIONS, SWITCH_SEGMENT
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.st.compose import Spec, element_bytes, transpose
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ GATE, UP, DOWN = SWITCH_PROJECTIONS
 GATE_UP = "gate_up_proj"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class FusedJob:
     """One tensor of PEFT's fused form: its spec and the stacked mlx-lm tensors it is made of."""
 

@@ -21,7 +21,6 @@ from adapterdoc.layouts.mlx_names import (
     SWITCH_SEGMENT,
     mlx_model,
 )
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from adapterdoc.checkpoint import Checkpoint
@@ -33,7 +32,7 @@ _LAYER = re.compile(r"^(?P<stack>(?:.+\.)?(?:layers|h|blocks))\.(?P<n>\d+)\.(?P<
 ``backbone.layers``), ``….h.N`` (``gpt_neox``, ``gptj``, ``gpt_bigcode``) or ``….blocks.N`` (``dbrx``, ``olmo``)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class MlxPath:
     """Where one PEFT module lands in mlx-lm."""
 

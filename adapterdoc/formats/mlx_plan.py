@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from adapterdoc.records import frozen_dataclass
 
-
-@frozen_dataclass
+@dataclass(frozen=True)
 class Factor:
     """One PEFT module's LoRA (one expert of a stacked module)."""
 
@@ -32,7 +30,7 @@ class Target:
     experts: dict[int, Factor] = field(default_factory=dict)
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Plan:
     """Everything the MLX writer needs, decided (and every refusal made) before a byte is written."""
 

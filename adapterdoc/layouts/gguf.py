@@ -9,10 +9,10 @@ column permutations, so exact both ways). The tensor *names* are not here: they 
 
 from __future__ import annotations
 
-from adapterdoc.records import frozen_dataclass
+from dataclasses import dataclass
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class GgufArch:
     """How llama.cpp converts one Hugging Face model class."""
 

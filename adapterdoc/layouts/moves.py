@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from adapterdoc.adapter import WRAPPER, LoraKey, parse_key
 from adapterdoc.layouts.registry import LAYOUTS, STRIP_LANGUAGE_MODEL, Rule, remap_path, tower_segment
-from adapterdoc.records import frozen_dataclass
 
 
 def rename(rules: Sequence[Rule], path: str) -> str:
@@ -59,7 +59,7 @@ def move_words(source: str, target: str) -> str:
     return "layout move"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Move:
     """A rename of adapter keys that a ``remap`` command performs."""
 

@@ -7,12 +7,10 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
-
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from torch import nn
@@ -44,7 +42,7 @@ def exclusion_regex(segments: Iterable[str] = TOWER_SEGMENTS) -> str:
     return r"(^|.*\.)(" + "|".join(segments) + r")(\..*|$)"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Rule:
     """One rename on a module path: ``re.sub(pattern, replacement, path, count=1)``."""
 
@@ -71,7 +69,7 @@ ADD_LANGUAGE_MODEL = Rule(r"^model\.(?!language_model\.)", "model.language_model
 """``model.layers`` → ``model.language_model.layers`` (a text adapter onto a VL class)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Experts:
     """How one family names its mixture-of-experts parameters (data for :mod:`adapterdoc.experts`)."""
 
@@ -95,7 +93,7 @@ class Experts:
     (case-insensitive), choose this per-expert spelling when ``remap --experts per-expert`` writes it back."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class PeftMoeConversion:
     """PEFT's transformers-5 rewrite of a per-expert LoRA config and its keys to the fused experts
     (peft 0.21.2 ``utils/transformers_weight_conversion.py``: ``_MOE_TARGET_MODULE_MAPPING`` /
@@ -126,7 +124,7 @@ QWEN2_MOE_CONVERSION = PeftMoeConversion(
 ``mlp.experts.down_proj`` by MergeModulelist(dim=0))."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Layout:
     """One model layout: how its adapters' module paths look and how to move them to neighbours."""
 
@@ -200,7 +198,7 @@ class Layout:
         return any(t in MODALITY_SEGMENTS for t in self.towers)
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Tiny:
     """A tiny reference config: the transformers config class and its keyword arguments, as plain data."""
 
@@ -296,7 +294,7 @@ def remap_path(source: str, target: str) -> list[tuple[str, tuple[Rule, ...]]] |
     return None
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Detection:
     """Which layout an adapter's module paths belong to, and why."""
 

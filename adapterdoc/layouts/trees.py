@@ -18,7 +18,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from adapterdoc.layouts.registry import LAYOUTS, LOAD_CONVERSIONS, PEFT_MOE, TREES, PeftMoeConversion
-from adapterdoc.records import frozen_dataclass
 
 LINEAR, EMBEDDING, CONV, EXPERTS, OTHER = "linear", "embedding", "conv", "experts", "other"
 
@@ -27,7 +26,7 @@ class Unmodeled(Exception):
     """The registry cannot describe this config (or adapter config) exactly; the reason is the message."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Node:
     """One module of the tree, as ``named_modules()`` names it."""
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import Checkpoint
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding
 from adapterdoc.st.dtypes import DTYPE_BITS
 from adapterdoc.st.header import Header, TensorInfo
@@ -21,7 +20,7 @@ HEADERS, META_MODEL = "headers", "meta-model"
 names the one that ran (``plan``)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Edit:
     """One change to one in-memory parameter: ``replace`` / ``lora`` / ``dora`` / ``bias`` / ``tokens``."""
 
@@ -33,7 +32,7 @@ class Edit:
     """The :class:`~adapterdoc.ml.inject.LoraTarget` (not for ``replace``)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Output:
     """One tensor of the merged checkpoint."""
 
@@ -53,7 +52,7 @@ class Output:
         return n * DTYPE_BITS[self.dtype] // 8
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Plan:
     """A merge worked out before any byte is written: the output shards, the edits and the findings."""
 

@@ -13,11 +13,10 @@ layer at a time, while the merge writes. The merge then sees exactly the adapter
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import WRAPPER
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding, make
 
 if TYPE_CHECKING:
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
 _ROLES = ("lora_A", "lora_B")
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Converted:
     """One tensor of the fused adapter PEFT would load, computed from per-expert adapter tensors."""
 
@@ -41,7 +40,7 @@ class Converted:
     """The adapter tensors PEFT converts together into this tensor (and its lora_A/lora_B partner)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ExpertConversion:
     """The per-expert modules converted to PEFT's fused layers, and how to compute the fused tensors."""
 

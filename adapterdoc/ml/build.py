@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.bases import BaseSpec, folder_base, read_config_json
 from adapterdoc.errors import MissingExtraError, UnsupportedInputError
 from adapterdoc.layouts import LAYOUTS, detect_layout, loadable_as
 from adapterdoc.ml.quiet import no_warnings
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -102,7 +102,7 @@ def model_class_for(config: PretrainedConfig, base: BaseSpec) -> ModelClass:
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class BuiltAs:
     """A base built as another class than its config's own: the registry counterpart an adapter names."""
 

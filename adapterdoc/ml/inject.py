@@ -18,7 +18,6 @@ from adapterdoc.adapter import WRAPPER, AdapterConfig, fused_expert_owner
 from adapterdoc.errors import ConfigError, UnsupportedInputError
 from adapterdoc.ml.build import first_line
 from adapterdoc.ml.quiet import no_warnings
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     import torch
@@ -80,7 +79,7 @@ def snapshot(cfg: LoraConfig) -> dict[str, object]:
     return out
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class LoraTarget:
     """One module PEFT wraps for the adapter, described by PEFT's own layer object."""
 

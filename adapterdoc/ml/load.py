@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import asdict, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.layouts import forward_module
 from adapterdoc.ml.quiet import quiet_transformers
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +38,7 @@ PROBE_TOKENS = (1, 17, 42, 99, 256, 511, 7, 3)
 """Token ids of the probe input (taken modulo the vocabulary size)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class LoadResult:
     """What a real PEFT load of an adapter found: modules, missing and unexpected keys, the probe's output change."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from adapterdoc.adapter import WRAPPER
@@ -32,7 +32,6 @@ from adapterdoc.ml.build import (
 )
 from adapterdoc.ml.inject import ADAPTER, inject, lora_config_from_raw
 from adapterdoc.ml.quiet import no_warnings
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from peft import LoraConfig, PeftModel
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class KeyMatch:
     """An adapter's tensors put through PEFT's load path on the meta model."""
 
@@ -67,7 +66,7 @@ class KeyMatcher(Protocol):
     def match(self, model: ExpectedModel, shapes: Shapes) -> KeyMatch: ...
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ExpectedModel:
     """What PEFT builds for one adapter config on one base, from the registry's module tree (torch-free,
     :func:`adapterdoc.verify.expected.registry_adapter`) or from the base on the meta device with PEFT's own
@@ -116,7 +115,7 @@ class ExpectedModel:
         return isinstance(self.matcher, PeftLoad) and self.matcher.convert(state)
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class PeftLoad:
     """PEFT's load steps (``peft.utils.save_and_load.set_peft_model_state_dict``) on the injected meta model."""
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.ml.inject import LoraTarget
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     import torch
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
     """(on-disk name, the converter that takes it, its expert index, its source pattern's slot)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Piece:
     """One on-disk tensor as a part of one in-memory parameter.
 

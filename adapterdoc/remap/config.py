@@ -4,17 +4,17 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from adapterdoc.adapter import LoraKey, fused_expert_owner
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.layouts import LAYOUTS, remap_path
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.remap.moves import RemapMove, detect
 from adapterdoc.remap.rewriter import ConfigRewriter
 from adapterdoc.report.remap_report import ConfigChange
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ConfigPlan:
     """adapter_config.json after a remap: its path, its new bytes (``None``: unchanged), the changes and notes."""
 

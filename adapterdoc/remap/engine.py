@@ -20,11 +20,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, parse_key
 from adapterdoc.engines.base import EngineNeeds
 from adapterdoc.errors import RefusedError, UnsupportedInputError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.remap import engine_config as C
 from adapterdoc.remap.config import dump_like
 from adapterdoc.remap.engine_base import base_layout, key_move
@@ -319,7 +319,7 @@ def _embedding_copies(
     return {k.key for k in found}
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ExpertsStep:
     """``--experts``' conversion inside ``--for``: the streamed groups, the config changes, the ``rewrites`` entry."""
 

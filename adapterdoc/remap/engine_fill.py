@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import WRAPPER, fused_expert_owner, parse_key
 from adapterdoc.adapter.targets import peft_selects
 from adapterdoc.errors import RefusedError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.remap.engine_fill_base import LAYER, BaseModules, layer_count, read_base, resolve
 from adapterdoc.remap.engine_tensors import Group
 from adapterdoc.report.remap_report import ConfigChange
@@ -42,7 +42,7 @@ _LAYER_FIELDS = ("layers_to_transform", "layers_pattern")
 CHUNK = 1 << 22
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Filled:
     """The zero tensors to append and the ``rewrites`` entry."""
 
@@ -336,7 +336,7 @@ def rewrite_entry(kind: str, filled: Filled) -> dict[str, object]:
     }
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class FillStep:
     """The fill step's result: the groups with the zeros appended, the tensor names with them, the config changes,
     the ``rewrites`` entry (``None``: nothing added) and the notes."""

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from adapterdoc.bases import BaseSpec
-from adapterdoc.records import frozen_dataclass
 
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class BaseModules:
     """The base's LoRA-capable modules (no ``base_model.model.`` wrapper)."""
 

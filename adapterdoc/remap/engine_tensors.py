@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import LoraKey
 from adapterdoc.errors import MissingExtraError, UnsupportedInputError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.st.compose import Spec, element_bytes, gather, scatter
 from adapterdoc.st.header import Header
 from adapterdoc.st.tensors import read_tensor_bytes, tensor_windows
@@ -33,7 +33,7 @@ SCALABLE = ("F64", "F32", "F16", "BF16")
 """The dtypes whose values ``lora_B`` scaling can multiply."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Change:
     """What happens to one tensor: its rank padded to ``rank`` and/or its values multiplied by ``factor``."""
 

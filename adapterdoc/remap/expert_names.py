@@ -8,10 +8,10 @@ layout); this module turns them into what the remap needs.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from adapterdoc.experts import split_per_expert
 from adapterdoc.layouts import EXPERT_SPELLINGS
-from adapterdoc.records import frozen_dataclass
 
 GATE_UP = "gate_up_proj"
 DOWN = "down_proj"
@@ -22,7 +22,7 @@ FUSED_CONTAINER = "mlp"
 """The MoE block's attribute on transformers 5 models (``...mlp.experts``)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ExpertNames:
     """One per-expert naming style: ``{container}.experts.{e}.{gate|up|down}``."""
 
@@ -65,7 +65,7 @@ that chooses the per-expert style of a fused adapter (the registry's spellings c
 :data:`LINEAR`."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ExpertModule:
     """A per-expert module path split: ``{pre}.{container}.experts.{e}.{leaf}``."""
 

@@ -17,7 +17,7 @@ splits them right, ``fused`` rewrites them in today's layout (:func:`plan_relayo
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 
 from adapterdoc.adapter import WRAPPER, AdapterConfig, LoraKey, parse_key
 from adapterdoc.adapter.expert_layout import (
@@ -29,7 +29,6 @@ from adapterdoc.adapter.expert_layout import (
     written_by,
 )
 from adapterdoc.errors import RefusedError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.remap.expert_names import (
     DOWN,
     FUSED_PARAMS,
@@ -50,7 +49,7 @@ Producer = Callable[[TensorSource], Pieces]
 Group = tuple[list[Spec], Producer]
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Block:
     """One MoE projection of one layer (``gate_up_proj`` or ``down_proj`` of ``owner``), in both forms."""
 
@@ -80,7 +79,7 @@ class Block:
         return list(self.leaf_ranks)
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ExpertPlan:
     """The whole rewrite: the output tensors in order with the producer of each group's bytes."""
 

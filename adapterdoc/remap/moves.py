@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from adapterdoc.adapter import WRAPPER, LoraKey
 from adapterdoc.errors import RefusedError, UnsupportedInputError
@@ -22,7 +23,6 @@ from adapterdoc.layouts import (
     rename,
     strip_language_model,
 )
-from adapterdoc.records import frozen_dataclass
 
 INFIX = VL_INFIX
 """What ``--vl`` removes (once) from every key that has it."""
@@ -47,7 +47,7 @@ def parse_rule(text: str) -> Rule:
     return Rule(pattern, replacement)
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class RemapMove:
     """How one remap renames keys and module paths."""
 

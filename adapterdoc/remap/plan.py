@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from adapterdoc.adapter import ADAPTER_CONFIG, WRAPPER, LoraKey, fused_expert_owner, parse_key
 from adapterdoc.checkpoint import ADAPTER_BIN, ADAPTER_WEIGHTS, Checkpoint, open_checkpoint
 from adapterdoc.errors import InputNotFoundError, RefusedError, UnsupportedInputError
 from adapterdoc.layouts import LAYOUTS, Rule, tower_segment
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.remap.config import plan_config
 from adapterdoc.remap.moves import INFIX, RemapMove, detect, resolve_layout_move, user_move, vl_move
 from adapterdoc.report.findings import Finding, make, sort_findings
@@ -27,7 +26,7 @@ WriteWeights = Callable[[str, str, Callable[[int], None] | None], None]
 """Writes a new weights file: (dest, link rule, progress callback)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Plan:
     """A remap worked out before anything is written: what the report will say (``planned``) and what the write
     needs."""
@@ -47,7 +46,7 @@ class Plan:
     """``--for``: only adapter_config.json changes; in place, the weights file is not written at all."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class HeaderPlan:
     """The renamed header of a header-only remap, and whether it is written in place."""
 
@@ -58,7 +57,7 @@ class HeaderPlan:
     notes: tuple[str, ...] = ()
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class KeyMoves:
     """A move planned as ``--to`` plans it, for a caller that adds more rewrites (``remap --for``)."""
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import pick
 from adapterdoc.report.findings import Finding
 
@@ -37,7 +36,7 @@ MODULE_JSON = (
 """The JSON fields of one audited module (``modules`` of ``inspect --weights --json``), in order."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ModuleDelta:
     """One LoRA module's (or one expert's) change, as the audit measured it."""
 
@@ -69,7 +68,7 @@ class ModuleDelta:
         return pick(self, MODULE_JSON)
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class TensorRead:
     """What decoding one factor found (verify's lora_B zero scan reads these)."""
 
@@ -78,7 +77,7 @@ class TensorRead:
     nonfinite: int = 0
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Audit:
     """The weights audit of one adapter."""
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding, has_errors
 
 UNUSABLE = "AD100"
@@ -79,7 +78,7 @@ class Envelope:
         return envelope(self.ok, list(self.findings), self.body())
 
 
-@frozen_dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class FrozenReport(Envelope):
     """The base of a command's report built once, at the end of the run, from the checks' results (frozen:
     :func:`dataclasses.replace` makes a changed copy). ``findings`` is keyword-only, so a subclass declares its own
@@ -88,7 +87,7 @@ class FrozenReport(Envelope):
     findings: Sequence[Finding] = field(default_factory=list)
 
 
-@frozen_dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Unusable(FrozenReport):
     """The report of a run whose input could not be used at all (exit code 3), for the formats that always need a
     document (``junit``, ``sarif``, ``github``): one group holding the error, as ``--json`` holds finding AD100."""

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport, pick
 
 
-@frozen_dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ConvertReport(FrozenReport):
     """One conversion: ``ok`` when no finding is an error (a refusal is exit 3 and no report). Built once, by
     :func:`~adapterdoc.formats.convert.convert`, when the conversion is written."""

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from adapterdoc.codes import Code, area_of
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ExplainReport(FrozenReport):
     """``codes`` holds the one code asked for (``listing`` false) or every code of the catalogue."""
 

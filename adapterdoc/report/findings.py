@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Literal
-
-from adapterdoc.records import frozen_dataclass
 
 Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Finding:
     """One observation about an input, with a stable code from the catalogue (``adapterdoc explain CODE``)."""
 

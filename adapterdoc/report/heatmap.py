@@ -12,12 +12,11 @@ import base64
 import html
 import io
 import os
-from dataclasses import field
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import UnsupportedInputError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.audit_report import Audit, ModuleDelta
 
 if TYPE_CHECKING:
@@ -31,7 +30,7 @@ _ANNOTATE_MAX_CELLS = 600
 """Cells per panel up to which each cell is labelled with its value."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Panel:
     """One heat-map panel: a grid of audit entries with its row and column labels."""
 

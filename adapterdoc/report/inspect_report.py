@@ -3,11 +3,10 @@ its findings (with ``--weights``, the weights audit too)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import Detection
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport
 
 if TYPE_CHECKING:
@@ -15,7 +14,7 @@ if TYPE_CHECKING:
     from adapterdoc.report.audit_report import Audit  # only with --weights, which builds it
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class FileSummary:
     """One weights file of the checkpoint: its path, size, header size and tensor count."""
 
@@ -25,7 +24,7 @@ class FileSummary:
     tensors: int
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class LoraSummary:
     """The adapter's LoRA: module count, ranks, scaling, what its config targets, and modules per prefix and leaf."""
 
@@ -50,7 +49,7 @@ class LoraSummary:
     peft_type: str | None
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class InspectReport(FrozenReport):
     """What one checkpoint or adapter holds, from its headers (and, with ``--weights``, its LoRA tensors)."""
 

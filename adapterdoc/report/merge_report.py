@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport, envelope
 from adapterdoc.report.findings import sort_findings
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class MergeReport(FrozenReport):
     """What a merge did (or would have done) and why it passed or failed."""
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding, has_errors
 
 if TYPE_CHECKING:
@@ -32,7 +31,7 @@ TEXT_MODULES = (
 """The modules under ``adapterdoc.report`` that register renderers; every one must import (a test checks)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Group:
     """Findings about one subject (an adapter, an input): a JUnit test case, a block of annotations."""
 
@@ -48,7 +47,7 @@ class Group:
         return self.error is None and not has_errors(list(self.findings))
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class View:
     """What the CI formats need of a report: the command, its groups, and the run's properties."""
 

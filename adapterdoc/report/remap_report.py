@@ -4,16 +4,15 @@ that completes the plan's report with the write's results (:func:`build_remap_re
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport
 
 MAPPING_SAMPLE = 1000
 """The JSON form lists at most this many renames (``mapping_total`` says how many there are)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ConfigChange:
     """One adapter_config.json field the remap rewrites."""
 
@@ -30,7 +29,7 @@ class ConfigChange:
         return {"field": self.field, "old": self.old, "new": self.new, "how": self.how}
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class RemapReport(FrozenReport):
     """What a remap did (or, with ``dry_run``, would do)."""
 
@@ -93,7 +92,7 @@ class RemapReport(FrozenReport):
         }
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Written:
     """What the write did: the files written, in order, and what it noted (a link replaced, a backup kept)."""
 

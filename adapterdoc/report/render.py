@@ -13,9 +13,9 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import to_json as to_json  # its home before; --json imports base alone
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ KEEP = ""
 """The style of a span that is plain but kept whole (``(text, KEEP)``)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Token:
     """A span of human output and its rich style (``None``: plain)."""
 

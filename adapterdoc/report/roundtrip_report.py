@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport
 from adapterdoc.report.findings import has_errors
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Check:
     """One round trip and its verdict."""
 
@@ -20,7 +20,7 @@ class Check:
     seconds: float = 0.0
 
 
-@frozen_dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RoundtripReport(FrozenReport):
     """Every round trip of one adapter: ``ok`` when none failed and no finding is an error. Built once, by
     :func:`~adapterdoc.roundtrip.roundtrip`, from the checks every trip returned."""

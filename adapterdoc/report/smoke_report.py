@@ -5,8 +5,8 @@ each is built once, from the finished step's results (issue 28)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport, pick
 from adapterdoc.report.findings import Finding, has_errors
 
@@ -25,7 +25,7 @@ CHECK_NAMES = (
 """The doctor checks train-smoke runs on each trained adapter, in order."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class CheckResult:
     """One check on one layout's run: passed, failed or skipped, what it measured, and how."""
 
@@ -44,7 +44,7 @@ class CheckResult:
         return {**pick(self, ("ok", "detail", "implementation", "value")), "seconds": round(self.seconds, 4)}
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class LayoutRun:
     """One layout's reference run: its losses and accuracies, its checks, where it wrote, or why it failed."""
 
@@ -92,7 +92,7 @@ class LayoutRun:
         }
 
 
-@frozen_dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SmokeReport(FrozenReport):
     """Every layout's run and checks; ``ok`` only when every run passed and no finding is an error."""
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport, pick
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class TrainReport(FrozenReport):
     """One run of `adapterdoc train`: where it wrote, its losses, and the doctor's verdict on the adapter."""
 
@@ -34,7 +33,7 @@ class TrainReport(FrozenReport):
         return {**d, "layout": self.layout or None, "seconds": round(self.seconds, 3)}
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class EvalReport(FrozenReport):
     """`adapterdoc eval`: loss and accuracy of the base and of base + adapter on the same rows."""
 

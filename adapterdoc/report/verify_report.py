@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.base import FrozenReport, envelope, unusable_finding
 from adapterdoc.report.findings import Finding, has_errors
 
@@ -31,7 +30,7 @@ class RunOptions(Protocol):
         ...
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class VerifySubject:
     """What verify knows of one adapter when the checks that read it run (a serving profile's rules, the layout
     move): the report itself is built once, from every check's result, after them."""
@@ -47,7 +46,7 @@ class VerifySubject:
     """The engine's view of the base the keys are checked against (the report's ``keys_against``)."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class VerifyReport(FrozenReport):
     """The verdict on one adapter, built once from the checks' results (:func:`adapterdoc.verify.run.verify_one`).
 
@@ -146,7 +145,7 @@ def build_report(subject: VerifySubject, findings: list[Finding], **results: obj
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class VerifyRun(FrozenReport):
     """One ``verify`` call: the base, the options and a report per adapter.
 

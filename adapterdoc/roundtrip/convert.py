@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from adapterdoc import formats
 from adapterdoc.errors import AdapterdocError, MissingExtraError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.roundtrip_report import Check
 from adapterdoc.roundtrip.common import Fail, Skip, timed, weights_file
 
@@ -122,7 +122,7 @@ def _compare(original: Path, back: Path, rounded: bool) -> str:
     return f"{len(want.names)} module deltas equal {how}{per}"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class _Deltas:
     """One PEFT adapter's LoRA, read header-first: what each module's delta is made of."""
 

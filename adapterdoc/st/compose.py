@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.st.atomic import atomic_writer
 from adapterdoc.st.dtypes import DTYPE_BITS
 from adapterdoc.st.header import TensorInfo, serialize_header
@@ -28,7 +28,7 @@ small transpose); below it, and without numpy, the standard-library path. Both g
 _BAND = 1024
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Spec:
     """One tensor of the file to write."""
 

@@ -13,9 +13,9 @@ import os
 import re
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from adapterdoc.errors import InputNotFoundError, RefusedError
-from adapterdoc.records import frozen_dataclass
 
 TEMP_PREFIX = ".adapterdoc-tmp-"
 """Every temp file or folder adapterdoc creates starts with this; leftovers from a killed run are safe to delete."""
@@ -159,7 +159,7 @@ def _attribute_flags(path: str) -> int:
         os.close(fd)
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Target:
     """Where a write to an output path really goes."""
 

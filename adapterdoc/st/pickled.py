@@ -16,10 +16,10 @@ import json
 import pickle
 import struct
 import zipfile
+from dataclasses import dataclass
 from typing import Any
 
 from adapterdoc.errors import UnsupportedInputError
-from adapterdoc.records import frozen_dataclass
 
 STORAGE_DTYPES = {
     "DoubleStorage": ("F64", 8),
@@ -39,7 +39,7 @@ LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 REFUSAL = "refused by the restricted unpickler (what torch.load(weights_only=True) allows)"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class PickledTensor:
     """One tensor of a pickled state dict: its safetensors dtype, shape and C-order little-endian bytes."""
 
@@ -48,7 +48,7 @@ class PickledTensor:
     data: bytes
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class _Storage:
     """One storage of a pickled checkpoint: its dtype, element width and raw bytes."""
 

@@ -16,10 +16,10 @@ import re
 import stat
 import struct
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from adapterdoc.errors import HeaderError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.st.atomic import TEMP_PREFIX, atomic_writer, fsync, slow_point, target_mode
 from adapterdoc.st.header import Header
 
@@ -30,7 +30,7 @@ _encode = json.encoder.encode_basestring  # what json.dumps(s, ensure_ascii=Fals
 _WS_RE = re.compile(r"[ \t\n\r]*")
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class KeySpan:
     """Where one top-level key's JSON string sits in the header text (``start`` at the opening quote)."""
 

@@ -12,16 +12,16 @@ import mmap
 import os
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from adapterdoc.errors import HeaderError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.st.header import Header, TensorInfo
 
 CHUNK_BYTES = 16 * 1024 * 1024
 """Bytes mapped at a time; the memory a scan needs does not grow with the tensor."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class _Bits:
     """How to read one dtype's elements as unsigned integers."""
 
@@ -56,7 +56,7 @@ SCANNABLE = frozenset(_FLOAT_BITS) | frozenset(_INT_WIDTH) | {"F4"}
 """dtypes the scanner reads; the sub-byte F6 formats are reported as not scanned."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class TensorScan:
     """What one pass over a tensor found."""
 

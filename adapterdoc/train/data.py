@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError, InputNotFoundError, UnsupportedInputError
-from adapterdoc.records import frozen_dataclass
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -48,7 +47,7 @@ DEFAULT_DATA: Traversable = files("adapterdoc") / "data" / "smoke.jsonl"
 A :class:`pathlib.Path` for every ordinary install; anything that reads it goes through ``is_file``/``open``."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Row:
     """One bundled example: a request and the structured answer a model should produce for it."""
 

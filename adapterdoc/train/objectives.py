@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.layouts import get_layout
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.train import data as D
 
 if TYPE_CHECKING:
@@ -166,7 +165,7 @@ def to_device(batch: Batch, device: torch.device | str) -> Batch:
     return {k: v.to(device) for k, v in batch.items()}
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Metrics:
     """A token-weighted evaluation over a split, summed across processes."""
 

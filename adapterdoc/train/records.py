@@ -7,10 +7,9 @@ import copy
 import json
 import os
 import time
-from dataclasses import asdict, field, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING
 
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.train import lora as L
 from adapterdoc.train.objectives import POOLED, Metrics
 from adapterdoc.train.settings import OnEvent, TrainSettings
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
     from adapterdoc.train.data import Batch
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class TrainResult:
     """One finished run: its settings, metrics before and after, history and output folders."""
 

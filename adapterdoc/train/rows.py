@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.train.data import IGNORE, MASK_FRACTION, Example, check_data_file, json_object
 from adapterdoc.train.objectives import CAUSAL, MASKED, POOLED
 
@@ -36,7 +35,7 @@ _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 ROLES = ("system", "user", "assistant", "tool")
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class UserRow:
     """One validated row of a user's JSONL dataset, in the shape its file has (messages, prompt/completion or text)."""
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.errors import MissingExtraError
 from adapterdoc.ml.meta import ExpectedModel, KeyMatch, Shapes
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding, make
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def built_as_finding(spec: str, b: BuiltAs) -> Finding:
     )
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Expected:
     """The expected model and where it came from: the report's ``expected_keys_from`` and ``expected_keys_note``."""
 
@@ -169,7 +169,7 @@ def registry_class(base: Base, as_class: str | None) -> tuple[Tree, BuiltAs | No
     return tree, None
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ViewMatch:
     """The :class:`~adapterdoc.ml.meta.KeyMatcher` of an engine's view of the expected model (``inner``): an
     adapter's keys put through ``inner``'s own :meth:`~adapterdoc.ml.meta.ExpectedModel.match` (so PEFT's

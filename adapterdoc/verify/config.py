@@ -6,16 +6,16 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, module_name_matches
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.layouts import tower_segment
 from adapterdoc.ml.meta import ExpectedModel
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding, make
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ConfigCheck:
     """The report's ``config`` summary and the config findings."""
 

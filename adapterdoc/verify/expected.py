@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from adapterdoc.adapter import (
@@ -31,7 +31,6 @@ from adapterdoc.adapter import (
 from adapterdoc.layouts import LAYOUTS, tower_segment
 from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Node, Tree, Unmodeled, build_tree
 from adapterdoc.ml.meta import ExpectedModel, KeyMatch, Shapes
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.verify.expected_config import (
     AdapterUnmodeled,
     KeysUnmodeled,
@@ -53,7 +52,7 @@ if TYPE_CHECKING:
     from adapterdoc.bases import BaseSpec
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class RegistryMatch:
     """How ``PeftModel.load_adapter`` matches an adapter's names and shapes to the keys the registry expects
     (the :class:`~adapterdoc.ml.meta.KeyMatcher` of a registry :class:`~adapterdoc.ml.meta.ExpectedModel`), as

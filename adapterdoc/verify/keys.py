@@ -4,18 +4,18 @@ explains a mismatch (:mod:`adapterdoc.layouts.moves`) and modules the config lea
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, parse_key
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.layouts.moves import best_move, candidate_moves
 from adapterdoc.ml.meta import ExpectedModel, KeyMatch
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.report.verify_report import VerifySubject
 from adapterdoc.verify.common import MAX_LISTED
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class KeyCheck:
     """The key findings and the layout move that explains a mismatch (the report's ``move``), if one does."""
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.checkpoint import Checkpoint
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding, make
 
 if TYPE_CHECKING:
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from adapterdoc.ml.load import LoadResult
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class LoadCheck:
     """The real load's findings and its summary (the report's ``load``)."""
 

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from adapterdoc.engines import PROFILES, get_profile
 from adapterdoc.engines.base import Profile
 from adapterdoc.engines.served import SERVED_AS
 from adapterdoc.engines.vllm import VLLM_DEFAULT_MAX_LORA_RANK
-from adapterdoc.records import frozen_dataclass
 
 SCAN_MODES = ("all", "lora-b", "nonzero")
 """``all``: every tensor for NaN/Inf and every lora_B for zeros; ``lora-b``: lora_B only (zeros and NaN/Inf);
 ``nonzero``: lora_B zeros only, each scan ending at its first non-zero element."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class VerifyOptions:
     """What ``verify`` checks and against which engine (the command's options, resolved)."""
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import LoraKey
 from adapterdoc.checkpoint import Checkpoint, load_bin
 from adapterdoc.errors import MissingExtraError, UnsupportedInputError
-from adapterdoc.records import frozen_dataclass
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.verify.common import MAX_LISTED, at
 
@@ -24,7 +23,7 @@ Scan = tuple[bool, int | None, int]
 """(scanned, the first non-zero index or ``None``, the NaN/Inf count) of one tensor."""
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class WeightCheck:
     """The weight findings and what the report says of the scans: ``lora_b`` (non-zero of total), ``nonfinite``
     (tensor → NaN/Inf count) and the weights audit's summary when it ran."""

@@ -99,26 +99,6 @@ def test_parse_key_fast_path_equals_the_regexes(
     assert fast == keys._parse_key_rx(key, wrapped, rest)
 
 
-def test_a_parsed_key_is_the_dataclass_built_by_its_init() -> None:
-    """parse_key builds its LoraKeys without the frozen ``__init__``: the instances are those ``__init__`` makes."""
-    import dataclasses
-
-    from adapterdoc.adapter.keys import LoraKey
-
-    assert not hasattr(LoraKey, "__post_init__") and not hasattr(LoraKey, "__slots__")
-    for key in (
-        W + "m.q.lora_A.weight",
-        "m.q.lora_B.default.bias",
-        W + "lm_head.weight",
-        W + "e.lora_embedding_A",
-    ):
-        k = parse_key(key)
-        built = LoraKey(**{f.name: getattr(k, f.name) for f in dataclasses.fields(LoraKey)})
-        assert vars(k) == vars(built) and k == built and hash(k) == hash(built) and repr(k) == repr(built)
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            k.module = "x"  # type: ignore[misc]
-
-
 def test_parse_key_fast_path_edge_cases() -> None:
     assert (parse_key(W + "m.lora_A.lora_B.weight").module, parse_key(W + "m.lora_A.lora_B.weight").role) == (
         "m",

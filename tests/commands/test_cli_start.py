@@ -99,41 +99,6 @@ def test_header_facts_pauses_the_collector_and_restores_it(tmp_path: Path) -> No
     assert facts.lora is not None and facts.lora.modules == 1
 
 
-def test_grouped_modules_are_the_dataclass_built_by_its_init(tmp_path: Path) -> None:
-    """_group_modules builds its ModuleLoras without the frozen ``__init__``: the instances are those it makes."""
-    import dataclasses
-
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    from adapterdoc.adapter import parse_key
-    from adapterdoc.checkpoint import open_checkpoint
-    from adapterdoc.facts import ModuleLora, _group_modules
-
-    assert not hasattr(ModuleLora, "__post_init__") and not hasattr(ModuleLora, "__slots__")
-    w = "base_model.model.model.layers.0."
-    one = np.ones((2, 4), np.float32)
-    tensors = {
-        f"{w}q_proj.lora_A.weight": one,
-        f"{w}q_proj.lora_B.weight": one.T.copy(),
-        f"{w}q_proj.lora_B.bias": np.ones(4, np.float32),
-        f"{w}v_proj.lora_magnitude_vector": np.ones(4, np.float32),
-        f"{w}embed.lora_embedding_A": one,
-    }
-    save_file(tensors, str(tmp_path / "a.safetensors"))
-    ckpt = open_checkpoint(tmp_path / "a.safetensors")
-    modules = _group_modules(ckpt.tensors, [parse_key(k) for k in ckpt.tensors])
-    assert len(modules) == 3
-    for m in modules.values():
-        built = ModuleLora(**{f.name: getattr(m, f.name) for f in dataclasses.fields(ModuleLora)})
-        assert vars(m) == vars(built) and m == built and hash(m) == hash(built) and repr(m) == repr(built)
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            m.bias = True  # type: ignore[misc]
-    q = modules["model.layers.0.q_proj"]
-    assert q.a is not None and q.b is not None and q.bias and not q.embedding and q.rank == 2
-    assert modules["model.layers.0.v_proj"].magnitude and modules["model.layers.0.embed"].embedding
-
-
 _AS_PROGRAM = """
 import atexit, gc, runpy, sys
 atexit.register(lambda: sys.stderr.write(f"\\nfrozen={gc.get_freeze_count()}\\n"))
