@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, module_counts, parse_key
+from adapterdoc.adapter.expert_picture import ExpertPicture, expert_picture
 from adapterdoc.checkpoint import Checkpoint
-from adapterdoc.experts import ExpertPicture, expert_picture
 from adapterdoc.layouts import LAYOUTS, MOE_NAME_HINT, Detection, detect_layout, tower_segment
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.inspect_report import LoraSummary

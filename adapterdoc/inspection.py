@@ -24,18 +24,18 @@ __all__ = ["FileSummary", "InspectReport", "LoraSummary", "inspect", "inspect_ch
 
 def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | None = None) -> InspectReport:
     """Open ``spec`` header-only and describe it; an adapter in another runtime's format (MLX, GGUF) is described
-    through its format module (:mod:`adapterdoc.formats.hooks`).
+    through its format module (:mod:`adapterdoc.formats.foreign`).
 
     ``weights``: also run the weights audit (torch is imported only for .bin adapters); ``plot`` (implies it): draw
     the audit's heat map there (``.png`` or ``.html``). A missing plot extra or an unwritable ``plot`` fails before
     any tensor is read."""
-    from adapterdoc.formats.hooks import foreign
+    from adapterdoc.formats.foreign import foreign
 
     found = foreign(os.fspath(spec))
     if found is not None:
         report = _inspect_foreign(os.fspath(spec), *found)
     else:
-        from adapterdoc.formats.hooks import refuse_model_gguf
+        from adapterdoc.formats.foreign import refuse_model_gguf
 
         refuse_model_gguf(os.fspath(spec))
         report = inspect_checkpoint(open_checkpoint(spec))
@@ -46,7 +46,7 @@ def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | 
     else:  # the audit of the PEFT view: the same tensors, as PEFT holds them
         from pathlib import Path
 
-        from adapterdoc.formats.hooks import peft_view
+        from adapterdoc.formats.foreign import peft_view
 
         _audit_prerequisites(plot)
         try:

@@ -12,7 +12,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "entry",
         "what a user starts: the console script, `python -m`, the pre-commit hook",
-        ("__main__", "cli", "hooks"),
+        ("__main__", "cli", "precommit"),
     ),
     ("commands", "parse options, call one library function, render the report", ("commands",)),
     (
@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "knowledge",
         "the layout registry, the adapter config and key grammar, expert layouts, base resolution",
-        ("layouts", "adapter", "experts", "bases"),
+        ("layouts", "adapter", "bases"),
     ),
     ("storage", "safetensors without tensors: headers, rewrites, tensor reads, atomic writes", ("st",)),
     ("base", "errors, the version, the layer order", ("errors", "__init__", "layers")),

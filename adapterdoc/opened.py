@@ -15,7 +15,7 @@ from adapterdoc.st.header import Header, TensorInfo
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_BIN = "adapter_model.bin"
 MLX_WEIGHTS = "adapters.safetensors"
-"""An mlx-lm adapter folder's tensors (``adapterdoc.formats.mlx_folder.WEIGHTS``)."""
+"""An mlx-lm adapter folder's tensors (``adapterdoc.formats.mlx.folder.WEIGHTS``)."""
 GGUF_MAGIC = b"GGUF"
 """The first four bytes of a GGUF file (``adapterdoc.formats.GGUF_MAGIC``)."""
 

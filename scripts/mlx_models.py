@@ -96,7 +96,7 @@ def render() -> str:
         "inherited ``__init__``); ``MLX_REMAPPING`` and",
         "``MLX_ARCHITECTURE_REMAPPING``, ``mlx_lm/utils.py``'s",
         "``MODEL_REMAPPING`` and ``MODEL_ARCHITECTURE_REMAPPING``. Read through",
-        ':func:`adapterdoc.layouts.mlx_names.mlx_model`; pinned by tests/formats/test_mlx_names_oracle.py."""',
+        ':func:`adapterdoc.layouts.mlx_prefixes.mlx_model`; pinned by tests/formats/test_mlx_names_oracle.py."""',
         "",
         "from __future__ import annotations",
         "",

@@ -277,7 +277,7 @@ CODES += [
         "56 LoRA modules, 0 missing, 0 unexpected, max |Δ logits| 0.031",
         "Nothing to do.",
     ),
-    # expert layout and coverage (adapterdoc.experts)
+    # expert layout and coverage (adapterdoc.adapter.expert_picture)
     Code(
         "AD240",
         "moe-experts-without-lora",

@@ -324,7 +324,7 @@ def _server_targets(
 def _auto_detect(meta: ExpectedModel) -> set[str]:
     """``auto_detect_lora_target_modules`` from the base's module names: the leaves SGLang knows, and both expert
     projections where the base has routed experts."""
-    from adapterdoc.experts import is_shared_expert
+    from adapterdoc.adapter.expert_picture import is_shared_expert
 
     names = list(meta.base_modules)
     found = normalize_targets({n.rpartition(".")[2] for n in names}) & KNOWN_TARGETS
@@ -337,7 +337,7 @@ def _key_findings(
     spec: str, acfg: AdapterConfig, keys: list[LoraKey], adapter_targets: set[str], server: set[str]
 ) -> list[Finding]:
     """Where SGLang puts each tensor and what it then applies (AD427-AD430, AD432, AD435)."""
-    from adapterdoc.experts import expert_picture
+    from adapterdoc.adapter.expert_picture import expert_picture
     from adapterdoc.layouts import tower_segment
 
     out: list[Finding] = []

@@ -13,7 +13,7 @@ from adapterdoc.engines.served import is_vl, served_layout, served_modules
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
-    from adapterdoc.experts import ExpertBlock, ExpertPicture
+    from adapterdoc.adapter.expert_picture import ExpertBlock, ExpertPicture
     from adapterdoc.ml.meta import ExpectedModel
     from adapterdoc.report.findings import Finding
     from adapterdoc.report.verify_report import VerifySubject
@@ -234,7 +234,7 @@ def _expert_findings(
     (``check_unexpected_modules``). ``FusedMoEWithLoRA`` packs per-expert modules and refuses a fused ``experts``
     tensor at load (``_validate_moe_lora_format``); a fused gate_up alone is skipped by the name check
     (``"base_layer" in name``) and applied nowhere (vllm/lora/model_manager.py, lora_model.py, worker_manager.py)."""
-    from adapterdoc.experts import expert_picture
+    from adapterdoc.adapter.expert_picture import expert_picture
     from adapterdoc.layouts import LAYOUTS
 
     pic = expert_picture({k.key: () for k in keys}, config=acfg)

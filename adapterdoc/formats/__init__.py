@@ -58,7 +58,7 @@ def module(name: str) -> ModuleType:
 
 
 GGUF_MAGIC = opened.GGUF_MAGIC
-"""The first four bytes of a GGUF file (:data:`adapterdoc.formats.gguf_header.MAGIC`; a test keeps them equal)."""
+"""The first four bytes of a GGUF file (:data:`adapterdoc.formats.gguf.header.MAGIC`; a test keeps them equal)."""
 
 
 def _folder(path: Path) -> bool:

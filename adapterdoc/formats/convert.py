@@ -164,10 +164,10 @@ def convert(
 
 def written_weights(out: str, target: ModuleType, base: str | None) -> list[Finding]:
     """The doctor's weight findings (AD3xx: every ``lora_B`` zero, NaN/Inf, an inert share) on what was written,
-    read back through its PEFT view (:func:`adapterdoc.formats.hooks.peft_view`): a conversion that writes an
+    read back through its PEFT view (:func:`adapterdoc.formats.foreign.peft_view`): a conversion that writes an
     adapter which changes nothing says so. ``out`` is the file or folder as written, before it is moved into place
     or copied to a device."""
-    from adapterdoc.formats.hooks import peft_view
+    from adapterdoc.formats.foreign import peft_view
     from adapterdoc.verify.options import VerifyOptions
     from adapterdoc.verify.run import verify_static
 
@@ -182,7 +182,7 @@ def written_weights(out: str, target: ModuleType, base: str | None) -> list[Find
 def require_extras(route: list[str]) -> None:
     """Exit 3 naming the extra to install when a format of ``route`` reads or writes its tensors with a package
     that is not installed (its ``READ_EXTRA``: GGUF's numpy and gguf-py); MLX and PEFT need only the base install."""
-    from adapterdoc.formats.hooks import require_read_extra
+    from adapterdoc.formats.foreign import require_read_extra
 
     for name in route:
         require_read_extra(formats.module(name), f"convert {' → '.join(route)}")
@@ -313,7 +313,7 @@ def check_output_file(dest: str, shown: str, *, force: bool) -> bool:
 
 def _is_gguf_adapter(path: str) -> bool:
     """A GGUF file whose header reads as a LoRA adapter (``general.type = adapter`` or lora_a/lora_b tensors)."""
-    from adapterdoc.formats.gguf_header import is_gguf, is_model, read_header
+    from adapterdoc.formats.gguf.header import is_gguf, is_model, read_header
 
     if not is_gguf(path):
         return False

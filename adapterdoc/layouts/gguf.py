@@ -4,7 +4,7 @@ Read from llama.cpp's own converter (``convert_hf_to_gguf.py`` and its ``convers
 llama-cpp-python 0.3.36), which ``convert_lora_to_gguf.py`` reuses for adapters: which GGUF architecture a
 ``config.json`` becomes, and which tensor rewrites its ``modify_tensors`` applies to LoRA factors (they are row or
 column permutations, so exact both ways). The tensor *names* are not here: they come from the ``gguf`` package's own
-``TensorNameMap`` (``adapterdoc.formats.gguf_names``).
+``TensorNameMap`` (``adapterdoc.formats.gguf.names``).
 """
 
 from __future__ import annotations

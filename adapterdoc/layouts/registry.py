@@ -71,7 +71,7 @@ ADD_LANGUAGE_MODEL = Rule(r"^model\.(?!language_model\.)", "model.language_model
 
 @dataclass(frozen=True)
 class Experts:
-    """How one family names its mixture-of-experts parameters (data for :mod:`adapterdoc.experts`)."""
+    """How one family names its mixture-of-experts parameters (data for :mod:`adapterdoc.adapter.expert_picture`)."""
 
     per_expert: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
     """The leaf names of expert ``e``'s gate, up and down Linears (``...experts.{e}.<leaf>``) in the per-expert

@@ -12,12 +12,12 @@ is built in a temp folder beside ``--out`` and renamed into place; the base is o
 The modules: :mod:`~adapterdoc.merge.header_plan`, :mod:`~adapterdoc.merge.plan` and
 :mod:`~adapterdoc.merge.checks` (placing the adapter),
 :mod:`~adapterdoc.merge.edits` (the plan's data), :mod:`~adapterdoc.merge.delta` (the maths),
-:mod:`~adapterdoc.merge.write` and :mod:`~adapterdoc.merge.writer` (the output), :mod:`~adapterdoc.merge.run`
+:mod:`~adapterdoc.merge.output` and :mod:`~adapterdoc.merge.background_writer` (the output), :mod:`~adapterdoc.merge.run`
 (:func:`merge` itself).
 """
 
+from adapterdoc.merge.output import Progress
 from adapterdoc.merge.run import merge
-from adapterdoc.merge.write import Progress
 from adapterdoc.report.merge_report import MergeReport
 
 __all__ = ["MergeReport", "Progress", "merge"]

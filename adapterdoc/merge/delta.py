@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from adapterdoc.merge.experts import ExpertConversion
+    from adapterdoc.merge.fuse_experts import ExpertConversion
     from adapterdoc.ml.names import Piece
 
 _T = TypeVar("_T")
@@ -90,7 +90,7 @@ class AdapterTensors:
     ) -> None:
         self.ckpt = ckpt
         self.experts = experts
-        """The plan's :class:`~adapterdoc.merge.experts.ExpertConversion`: fused tensors made from per-expert ones."""
+        """The plan's :class:`~adapterdoc.merge.fuse_experts.ExpertConversion`: fused tensors made from per-expert ones."""
         self.budget = budget
         self.uses = dict(uses or {})
         self.cache: OrderedDict[str, torch.Tensor] = OrderedDict()

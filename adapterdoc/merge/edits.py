@@ -11,7 +11,7 @@ from adapterdoc.st.dtypes import DTYPE_BITS
 from adapterdoc.st.header import Header, TensorInfo
 
 if TYPE_CHECKING:
-    from adapterdoc.merge.experts import ExpertConversion
+    from adapterdoc.merge.fuse_experts import ExpertConversion
     from adapterdoc.ml.inject import LoraTarget
     from adapterdoc.ml.names import Piece
 
@@ -70,7 +70,7 @@ class Plan:
     added: list[str] = field(default_factory=list)
     """Output tensors the base does not have (an untied weight)."""
     experts: ExpertConversion | None = None
-    """The :class:`~adapterdoc.merge.experts.ExpertConversion` (per-expert LoRA converted as PEFT converts it)."""
+    """The :class:`~adapterdoc.merge.fuse_experts.ExpertConversion` (per-expert LoRA converted as PEFT converts it)."""
     planner: str = META_MODEL
     """Which planner made the plan: :data:`HEADERS` or :data:`META_MODEL`."""
     fallback: str | None = None

@@ -19,7 +19,7 @@ from adapterdoc.st.header import Header
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import LoraKey
-    from adapterdoc.merge.experts import ExpertConversion
+    from adapterdoc.merge.fuse_experts import ExpertConversion
     from adapterdoc.ml.inject import Injection
     from adapterdoc.ml.names import NameMap, Piece
 
@@ -28,7 +28,7 @@ def make_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
     """Place ``adapter`` on ``base`` (PEFT's order: whole weights, LoRA modules, trainable tokens), then lay out the
     output tensors of every shard in ``dtype``."""
     from adapterdoc.bases import BaseSpec
-    from adapterdoc.merge.experts import convert_experts, refused_finding
+    from adapterdoc.merge.fuse_experts import convert_experts, refused_finding
     from adapterdoc.ml import names
     from adapterdoc.ml.build import build_meta_model, folder_config
     from adapterdoc.ml.inject import inventory, lora_config_from_raw
@@ -195,7 +195,7 @@ class _Placer:
                 self.fail_unused(module, "lacks PEFT's `base_model.model.` prefix, so PEFT would not load it")
                 continue
             if target is None and module in self.experts.unconverted:
-                from adapterdoc.merge.experts import unconverted_finding
+                from adapterdoc.merge.fuse_experts import unconverted_finding
 
                 self.unused.append(module)
                 param = self.experts.unconverted[module]

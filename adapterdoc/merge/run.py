@@ -11,8 +11,8 @@ from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.merge.delta import NotFinite
 from adapterdoc.merge.edits import Plan
 from adapterdoc.merge.header_plan import Unvouched, header_plan
+from adapterdoc.merge.output import Progress, write
 from adapterdoc.merge.plan import make_plan
-from adapterdoc.merge.write import Progress, write
 from adapterdoc.report.findings import has_errors, make
 from adapterdoc.report.merge_report import MergeReport
 from adapterdoc.st.atomic import check_output_folder

@@ -19,7 +19,7 @@ from adapterdoc.adapter import AdapterConfig
 from adapterdoc.adapter.targets import module_name_matches
 from adapterdoc.errors import RefusedError
 from adapterdoc.remap.expert_names import GATE_UP
-from adapterdoc.remap.experts import Block, ExpertPlan
+from adapterdoc.remap.expert_rewrite import Block, ExpertPlan
 from adapterdoc.report.remap_report import ConfigChange
 
 HOW = "experts"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from adapterdoc.experts import split_per_expert
+from adapterdoc.adapter.expert_picture import split_per_expert
 from adapterdoc.layouts import EXPERT_SPELLINGS
 
 GATE_UP = "gate_up_proj"
@@ -81,7 +81,7 @@ class ExpertModule:
 
 
 def _split(module: str) -> ExpertModule | None:
-    """``module`` split as ``{pre}.{container}.experts.{e}.{leaf}`` (:func:`adapterdoc.experts.split_per_expert`)."""
+    """``module`` split as ``{pre}.{container}.experts.{e}.{leaf}`` (:func:`adapterdoc.adapter.expert_picture.split_per_expert`)."""
     found = split_per_expert(module)
     if found is None:
         return None

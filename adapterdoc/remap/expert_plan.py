@@ -1,5 +1,5 @@
 """Planning ``remap --experts``: open the adapter (its header read once), plan the tensors
-(:mod:`~adapterdoc.remap.experts`) and the config (:mod:`~adapterdoc.remap.expert_config`), and the report; nothing
+(:mod:`~adapterdoc.remap.expert_rewrite`) and the config (:mod:`~adapterdoc.remap.expert_config`), and the report; nothing
 is written here. The weights are always a new file (the tensor data changes), streamed by
 :func:`adapterdoc.st.compose.compose`."""
 
@@ -15,7 +15,7 @@ from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.remap.config import dump_like
 from adapterdoc.remap.expert_config import block_mapping, expert_config
 from adapterdoc.remap.expert_names import GATE_UP, STYLES
-from adapterdoc.remap.experts import Block, ExpertPlan, plan_experts, plan_relayout
+from adapterdoc.remap.expert_rewrite import Block, ExpertPlan, plan_experts, plan_relayout
 from adapterdoc.remap.plan import Plan, open_safetensors
 from adapterdoc.report.remap_report import ConfigChange, RemapReport
 from adapterdoc.st.atomic import target_mode
@@ -186,7 +186,7 @@ def _already(
 ) -> Plan | None:
     """An adapter whose expert LoRA is already in ``direction``'s layout: nothing to do (exit 0, strategy
     ``none``, as ``--vl`` on a text adapter); with ``--out`` an unchanged copy."""
-    from adapterdoc.experts import expert_picture
+    from adapterdoc.adapter.expert_picture import expert_picture
 
     if cfg is None or cfg.path is None:
         return None

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 from adapterdoc.engines.base import EngineNeeds
 from adapterdoc.layouts import Rule
-from adapterdoc.remap.engine import make_engine_plan
 from adapterdoc.remap.expert_plan import make_expert_plan
+from adapterdoc.remap.for_engine.plan import make_engine_plan
 from adapterdoc.remap.moves import parse_rule
 from adapterdoc.remap.plan import Plan, make_plan
 from adapterdoc.remap.write import CopyProgress, write
@@ -38,8 +38,8 @@ def remap(
     """Remap ``spec`` (adapter dir, .safetensors/.bin file or cached repo id); see the module docstring.
 
     ``experts`` (``per-expert`` or ``fused``) rewrites a mixture-of-experts adapter into that expert layout
-    (:mod:`adapterdoc.remap.experts`; always a streamed copy of the weights). ``engine`` (``vllm``, ``sglang``,
-    ``tgi``, ``lorax``) makes every exact rewrite that engine needs (:mod:`adapterdoc.remap.engine`); ``base``
+    (:mod:`adapterdoc.remap.expert_rewrite`; always a streamed copy of the weights). ``engine`` (``vllm``, ``sglang``,
+    ``tgi``, ``lorax``) makes every exact rewrite that engine needs (:mod:`adapterdoc.remap.for_engine.plan`); ``base``
     (only with ``engine``) names the served base when the adapter's own keys do not say it; ``needs`` (only with
     ``engine``) replaces the engine profile's :class:`~adapterdoc.engines.base.EngineNeeds`. ``source`` names the source layout for ``to`` when detection is ambiguous. ``out`` writes a complete new
     adapter folder and leaves the input untouched. ``dry_run`` plans and writes nothing. ``progress`` opens a

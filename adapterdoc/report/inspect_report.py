@@ -10,7 +10,7 @@ from adapterdoc.layouts import Detection
 from adapterdoc.report.base import FrozenReport
 
 if TYPE_CHECKING:
-    from adapterdoc.experts import ExpertPicture
+    from adapterdoc.adapter.expert_picture import ExpertPicture
     from adapterdoc.report.audit_report import Audit  # only with --weights, which builds it
 
 
@@ -70,10 +70,10 @@ class InspectReport(FrozenReport):
     """The weights audit with ``--weights``, else ``None``."""
     format: dict[str, object] | None = None
     """For an adapter in another runtime's format (MLX, GGUF): its name, the evidence that decided it and the
-    format's own facts (:mod:`adapterdoc.formats.hooks`); ``None`` (and no ``format`` in the JSON) for PEFT and
+    format's own facts (:mod:`adapterdoc.formats.foreign`); ``None`` (and no ``format`` in the JSON) for PEFT and
     plain safetensors inputs."""
     experts: ExpertPicture | None = None
-    """The expert layout and coverage (:class:`adapterdoc.experts.ExpertPicture`) of a mixture-of-experts adapter,
+    """The expert layout and coverage (:class:`adapterdoc.adapter.expert_picture.ExpertPicture`) of a mixture-of-experts adapter,
     else ``None`` (and no ``experts`` object in the JSON)."""
 
     def body(self) -> dict[str, object]:

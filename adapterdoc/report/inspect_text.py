@@ -20,7 +20,7 @@ from adapterdoc.report.render import (
 )
 
 if TYPE_CHECKING:
-    from adapterdoc.experts import ExpertPicture
+    from adapterdoc.adapter.expert_picture import ExpertPicture
     from adapterdoc.report.inspect_report import InspectReport
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from adapterdoc.report.roundtrip_report import Check, RoundtripReport
 from adapterdoc.roundtrip.bytes import byte_roundtrips, reachable_layouts
 from adapterdoc.roundtrip.common import TripFailed, TripSkipped, copy_adapter
-from adapterdoc.roundtrip.experts import (
+from adapterdoc.roundtrip.expert_trip import (
     EXPERT_RTOL,
     expert_outputs_match,
     expert_trip,

@@ -139,7 +139,7 @@ class _Deltas:
     @classmethod
     def read(cls, folder: Path) -> _Deltas:
         from adapterdoc.adapter import AdapterConfig, parse_key
-        from adapterdoc.experts import expert_picture
+        from adapterdoc.adapter.expert_picture import expert_picture
         from adapterdoc.remap.expert_names import DOWN, GATE_UP
         from adapterdoc.st.header import read_header
 

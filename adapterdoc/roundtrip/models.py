@@ -12,7 +12,7 @@ from adapterdoc.layouts import LAYOUTS
 from adapterdoc.ml.quiet import quiet_transformers
 from adapterdoc.report.roundtrip_report import Check
 from adapterdoc.roundtrip.common import Fail, Skip, bitwise_equal, same_tensors, timed, weights_file
-from adapterdoc.roundtrip.experts import (
+from adapterdoc.roundtrip.expert_trip import (
     EXPERT_RTOL,
     expert_outputs_match,
     peft_drops_note,

@@ -15,7 +15,7 @@ from adapterdoc.report.roundtrip_report import Check, RoundtripReport
 from adapterdoc.roundtrip.bytes import byte_roundtrips, format_roundtrip
 from adapterdoc.roundtrip.common import copy_adapter, weights_file
 from adapterdoc.roundtrip.convert import convert_roundtrips
-from adapterdoc.roundtrip.experts import expert_check
+from adapterdoc.roundtrip.expert_trip import expert_check
 from adapterdoc.roundtrip.models import model_roundtrips
 
 

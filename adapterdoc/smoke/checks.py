@@ -236,10 +236,10 @@ def _compare_merged(ctx: Ctx, merged: nn.Module, impl: str, prefix: str) -> Chec
 def check_experts(ctx: Ctx) -> CheckResult:
     """The trained adapter's expert picture: every MoE block of the model carries LoRA on every expert, for each
     expert projection the smoke's LoRA config targets (``target_parameters`` fused, ``target_modules`` per expert)."""
+    from adapterdoc.adapter.expert_picture import expert_picture
     from adapterdoc.checkpoint import open_checkpoint
-    from adapterdoc.experts import expert_picture
 
-    impl = "adapterdoc.experts.expert_picture"
+    impl = "adapterdoc.adapter.expert_picture.expert_picture"
     if get_layout(ctx.saved_layout).experts is None:
         return CheckResult("experts", None, f"{ctx.saved_layout} has no routed experts", impl)
     blocks, n = _model_experts(ctx.result.model)
@@ -271,7 +271,7 @@ def _model_experts(model: nn.Module) -> tuple[int, int | None]:
 
 
 def _targeted_expert_projections(config: AdapterConfig | None) -> list[str]:
-    from adapterdoc.experts import FUSED_PROJECTIONS, PROJECTIONS
+    from adapterdoc.adapter.expert_picture import FUSED_PROJECTIONS, PROJECTIONS
 
     params = {p.rpartition(".")[2] for p in getattr(config, "target_parameters", None) or ()}
     fused = [p for p in FUSED_PROJECTIONS if f"{p}_proj" in params]

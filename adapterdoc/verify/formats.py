@@ -1,4 +1,4 @@
-"""``verify`` of an adapter in another runtime's format (MLX, GGUF; :mod:`adapterdoc.formats.hooks`): one doctor.
+"""``verify`` of an adapter in another runtime's format (MLX, GGUF; :mod:`adapterdoc.formats.foreign`): one doctor.
 
 The adapter is read into the PEFT view (the format's own exact ``to_peft``, into a temporary folder) and that view
 goes through every check a PEFT adapter gets: against a resolved base, the whole of :func:`~adapterdoc.verify.run.
@@ -50,7 +50,7 @@ def verify_foreign(
     """The verdict on ``spec`` (detected as ``found.format``) against ``base``: a resolved
     :class:`~adapterdoc.verify.base.Base`, or the ``--base`` text of a base only the format's module reads.
     ``verify_one`` and ``verify_static`` are passed in to keep the import one way."""
-    from adapterdoc.formats.hooks import peft_view
+    from adapterdoc.formats.foreign import peft_view
 
     path = Path(os.path.expanduser(spec))
     base_spec = base if isinstance(base, str) else base.spec.spec

@@ -123,7 +123,7 @@ def expert_key_findings(
     """What PEFT does with the adapter's expert layout on this base: AD241 as an error when one half of gate/up
     is targeted and the base fuses them (PEFT's conversion refuses it), AD243 when PEFT converts a per-expert
     adapter to its fused layout at load (``convert_peft_adapter_state_dict_for_transformers``)."""
-    from adapterdoc.experts import expert_picture
+    from adapterdoc.adapter.expert_picture import expert_picture
     from adapterdoc.facts import expert_findings
 
     pic = expert_picture({k: t.shape for k, t in ckpt.tensors.items()}, config=acfg)

@@ -105,7 +105,7 @@ def _refused_alone(adapter: str, error: AdapterdocError) -> VerifyReport | None:
     """For an MLX or GGUF adapter whose base could not be read off it (``error``): the verdict of its format's
     container rules when they already fail it, as ``inspect`` gives it (:func:`~adapterdoc.verify.formats.
     container_verdict`); else ``None``."""
-    from adapterdoc.formats.hooks import foreign
+    from adapterdoc.formats.foreign import foreign
     from adapterdoc.verify.formats import container_verdict
 
     other = foreign(adapter)
@@ -121,7 +121,7 @@ def _refused_alone(adapter: str, error: AdapterdocError) -> VerifyReport | None:
 def _named_base(adapter: str) -> str | None:
     """The base ``adapter``'s config names (``base_model_name_or_path``), read from its PEFT view when it is in
     another format (an MLX folder's ``model``, the PEFT config a GGUF written by adapterdoc carries)."""
-    from adapterdoc.formats.hooks import foreign, peft_view
+    from adapterdoc.formats.foreign import foreign, peft_view
 
     other = foreign(adapter)
     if other is None:
@@ -138,7 +138,7 @@ def _foreign_run(adapters: list[str], base: str, options: VerifyOptions) -> Veri
     file, or that a PEFT or MLX adapter is checked against the Hugging Face model). ``--load`` and a serving
     profile need the Hugging Face model, so they are refused here (exit 3)."""
     from adapterdoc.formats import SCREENS
-    from adapterdoc.formats.hooks import foreign
+    from adapterdoc.formats.foreign import foreign
     from adapterdoc.verify.formats import verify_foreign
 
     if not SCREENS["gguf"](Path(os.path.expanduser(base))):
@@ -172,7 +172,7 @@ class MissingWeightsError(AdapterdocError):
 def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
     """Verify one adapter (``base`` is a resolved :class:`Base`): each check returns its result, and the report is
     built from them once, at the end."""
-    from adapterdoc.formats.hooks import foreign
+    from adapterdoc.formats.foreign import foreign
     from adapterdoc.verify.peft_layout import check_peft_layout
 
     other = foreign(spec)
@@ -180,7 +180,7 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
         from adapterdoc.verify.formats import verify_foreign
 
         return verify_foreign(spec, *other, base, options, verify_one, verify_static)
-    from adapterdoc.formats.hooks import refuse_model_gguf
+    from adapterdoc.formats.foreign import refuse_model_gguf
 
     refuse_model_gguf(spec)
     ckpt = open_checkpoint(spec)

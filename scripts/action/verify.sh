@@ -15,10 +15,10 @@
 # Nothing is evaluated: a value is an argument, never shell code.
 set -euo pipefail
 
-# A *.gguf file whose header reads as a model, not a LoRA adapter (adapterdoc.hooks.is_model_gguf: header only).
+# A *.gguf file whose header reads as a model, not a LoRA adapter (adapterdoc.precommit.is_model_gguf: header only).
 is_model_gguf() {
     [[ "$1" == *.gguf ]] || return 1
-    python -c 'import sys; from adapterdoc.hooks import is_model_gguf; sys.exit(0 if is_model_gguf(sys.argv[1]) else 1)' "$1"
+    python -c 'import sys; from adapterdoc.precommit import is_model_gguf; sys.exit(0 if is_model_gguf(sys.argv[1]) else 1)' "$1"
 }
 
 adapters=()

@@ -305,7 +305,7 @@ def test_unknown_tool_table_key_is_exit_3_with_the_known_keys(text_adapter: Path
 
 def test_pre_commit_hook_reads_the_table_the_same_way(text_adapter: Path, tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text('[tool.adapterdoc]\nprofle = "vllm"\n')
-    code = "import sys; from adapterdoc.hooks import precommit_main; precommit_main(sys.argv[1:])"
+    code = "import sys; from adapterdoc.precommit import precommit_main; precommit_main(sys.argv[1:])"
     env = {**os.environ, "NO_COLOR": "1"}
     r = subprocess.run(
         [sys.executable, "-c", code, str(text_adapter / "adapter_config.json")],

@@ -98,7 +98,9 @@ def test_entries_of_real_modules_equal_the_plain_route(tmp_path: Path, ranks: bo
 def _result(norms: tuple[float | None, ...], module: str = "m") -> Any:
     n = len(norms)
     per_entry = ("delta_norm", "effective_rank", "numerical_rank", "share", "inert", "expert")
-    common: dict[str, object] = {f.name: None for f in dataclasses.fields(ModuleDelta) if f.name not in per_entry}
+    common: dict[str, object] = {
+        f.name: None for f in dataclasses.fields(ModuleDelta) if f.name not in per_entry
+    }
     common.update(module=module, kind="linear", rank=4, scaling=2.0, group="", leaf=module)
     common.update(dtype="BF16", nonfinite=0)
     return Measured((), norms, (None,) * n, (None,) * n, tuple(range(n)) if n > 1 else (None,), 4, common)

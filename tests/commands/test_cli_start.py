@@ -22,9 +22,9 @@ NOT_AT_START = (
     "adapterdoc.report.audit_report",  # --weights
     "adapterdoc.report.render",  # the text renderers (to_json lives in report.base)
     "adapterdoc.formats.mlx",  # a file is no MLX folder and holds no GGUF magic (formats.SCREENS)
-    "adapterdoc.formats.mlx_plan",
+    "adapterdoc.formats.mlx.plan",
     "adapterdoc.formats.gguf",
-    "adapterdoc.formats.gguf_header",
+    "adapterdoc.formats.gguf.header",
     "adapterdoc.codes.serving",  # get_code reads the area module of the code it is asked for
     "adapterdoc.codes.convert",
     "adapterdoc.codes.weights",
@@ -106,7 +106,7 @@ sys.argv = ["adapterdoc", *sys.argv[2:]]
 if sys.argv_mode == "module":
     runpy.run_module("adapterdoc", run_name="__main__", alter_sys=True)
 else:
-    from adapterdoc.hooks import precommit_script
+    from adapterdoc.precommit import precommit_script
     precommit_script()
 """
 

@@ -12,7 +12,7 @@ import pytest
 import tomllib
 import yaml
 
-from adapterdoc.hooks import adapter_dirs
+from adapterdoc.precommit import adapter_dirs
 
 ROOT = Path(__file__).resolve().parents[2]
 peft = pytest.importorskip("peft")
@@ -77,8 +77,8 @@ def test_hook_runs_from_a_fresh_venv(wheel_venv: Any, tmp_path: Path) -> None:
 
 def test_an_option_value_that_is_a_path_stays_an_option(tmp_path: Path) -> None:
     """`args: [--base, ./configs/base]` names an existing folder: it must reach verify as --base's value."""
-    from adapterdoc.hooks import precommit_main
     from adapterdoc.ml.tiny import build_tiny
+    from adapterdoc.precommit import precommit_main
 
     base = tmp_path / "base"
     build_tiny("qwen3_5_text").config.save_pretrained(base)

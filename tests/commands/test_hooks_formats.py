@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from adapterdoc.hooks import adapter_dirs, adapter_targets, precommit_main, split_args
+from adapterdoc.precommit import adapter_dirs, adapter_targets, precommit_main, split_args
 from tests.formats.test_mlx import dense, peft_folder
 
 pytest.importorskip("gguf")

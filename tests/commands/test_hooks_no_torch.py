@@ -23,7 +23,7 @@ class _NotInstalled:
         if name.split(".")[0] in ("torch", "transformers", "peft", "accelerate"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, _NotInstalled())
-from adapterdoc.hooks import precommit_main
+from adapterdoc.precommit import precommit_main
 try:
     precommit_main(sys.argv[1:])
 except SystemExit as e:

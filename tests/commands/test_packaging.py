@@ -33,7 +33,7 @@ def test_the_wheel_holds_every_file_of_the_package(wheel_venv: Any) -> None:
         entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert packaged == (PKG / "data" / "smoke.jsonl").read_bytes()
     assert "adapterdoc = adapterdoc.cli:run" in entry_points
-    assert "adapterdoc-pre-commit = adapterdoc.hooks:precommit_script" in entry_points
+    assert "adapterdoc-pre-commit = adapterdoc.precommit:precommit_script" in entry_points
     assert not any(n.startswith(("tests/", "fixtures/", "scripts/", "benchmarks/")) for n in names)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from adapterdoc import formats
-from adapterdoc.formats.gguf_header import MAGIC
+from adapterdoc.formats.gguf.header import MAGIC
 from tests.formats.test_mlx import dense, peft_folder
 from tests.small_adapters import write_small_adapter
 

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("gguf")
 pytest.importorskip("peft")
 
-from adapterdoc.formats.gguf_header import read_header
+from adapterdoc.formats.gguf.header import read_header
 from tests.formats.gguf_helpers import base_tensors, generic_model, peft_adapter, save_config, write_gguf
 
 pytestmark = [pytest.mark.ml]

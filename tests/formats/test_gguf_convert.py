@@ -14,7 +14,7 @@ pytest.importorskip("peft")
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.formats import gguf as fmt
-from adapterdoc.formats.gguf_header import PROVENANCE, read_header
+from adapterdoc.formats.gguf.header import PROVENANCE, read_header
 from tests.formats.gguf_helpers import (
     LINEAR,
     LINEAR_ATTN,

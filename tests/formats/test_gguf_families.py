@@ -18,8 +18,8 @@ pytest.importorskip("peft")
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.formats import gguf as fmt
-from adapterdoc.formats import gguf_write
-from adapterdoc.formats.gguf_header import PROVENANCE, read_header
+from adapterdoc.formats.gguf import write as gguf_write
+from adapterdoc.formats.gguf.header import PROVENANCE, read_header
 from tests.formats.gguf_families_models import FAMILIES, family_model, linear_targets
 from tests.formats.gguf_helpers import generic_model, peft_adapter, save_config
 

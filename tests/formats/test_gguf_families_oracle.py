@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from adapterdoc.formats.gguf_verify import verify_gguf
+from adapterdoc.formats.gguf.load_rules import verify_gguf
 from adapterdoc.layouts.gguf import ARCHES
 from tests.formats.gguf_families_models import FAMILIES, family_model, linear_targets
 from tests.formats.gguf_helpers import LINEAR, generic_model

@@ -15,8 +15,8 @@ import pytest
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.formats import gguf as fmt
-from adapterdoc.formats.gguf_header import read_header
-from adapterdoc.formats.gguf_verify import verify_gguf
+from adapterdoc.formats.gguf.header import read_header
+from adapterdoc.formats.gguf.load_rules import verify_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 ERROR_PREFIX = "adapterdoc: error: "

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from adapterdoc.formats import gguf as fmt
-from adapterdoc.formats.gguf_header import read_header
-from adapterdoc.formats.gguf_verify import verify_gguf
+from adapterdoc.formats.gguf.header import read_header
+from adapterdoc.formats.gguf.load_rules import verify_gguf
 from tests.formats.gguf_helpers import (
     LINEAR,
     LINEAR_ATTN,

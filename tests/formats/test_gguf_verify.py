@@ -15,8 +15,8 @@ pytest.importorskip("gguf")
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.formats import detect as detect_any
 from adapterdoc.formats import gguf as fmt
-from adapterdoc.formats.gguf_header import read_header
-from adapterdoc.formats.gguf_verify import verify_gguf
+from adapterdoc.formats.gguf.header import read_header
+from adapterdoc.formats.gguf.load_rules import verify_gguf
 from tests.formats.gguf_helpers import base_tensors, lora_tensors, write_gguf
 
 
@@ -67,7 +67,7 @@ def test_gguf_detect_and_describe(files: dict[str, Path], tmp_path: Path) -> Non
 def test_gguf_header_only_without_numpy(files: dict[str, Path]) -> None:
     """detect, describe and verify run in the light install: no numpy, no gguf package imported."""
     code = (
-        "import sys; from pathlib import Path; from adapterdoc.formats import gguf, gguf_verify\n"
+        "import sys; from pathlib import Path; from adapterdoc.formats import gguf; from adapterdoc.formats.gguf import load_rules as gguf_verify\n"
         f"p = Path({str(files['good'])!r}); b = Path({str(files['base'])!r})\n"
         "assert gguf.detect(p) and gguf.describe(p); gguf_verify.verify_gguf(p, b)\n"
         "bad = [m for m in ('numpy', 'gguf', 'torch') if m in sys.modules]; assert not bad, bad"

@@ -38,7 +38,7 @@ def _neox(tmp_path: Path) -> Path:
 
 def _mlx_findings(folder: Path, base: Path) -> list[Any]:
     """The MLX format's own findings (mlx-lm's load_adapters rules) on ``folder`` against ``base``."""
-    from adapterdoc.formats.mlx_check import check
+    from adapterdoc.formats.mlx.load_rules import check
 
     return check(folder, str(base))
 

@@ -92,7 +92,7 @@ def test_the_stored_model_list_is_the_installed_mlx_lms(oracle_env: Any) -> None
     )
     assert res.returncode == 0, res.stderr
     assert res.stdout == (ROOT / "adapterdoc" / "layouts" / "mlx_models.py").read_text()
-    from adapterdoc.layouts.mlx_names import mlx_model
+    from adapterdoc.layouts.mlx_prefixes import mlx_model
 
     for family in ("granite", "olmo2", "stablelm", "phi3", "qwen3_5", "gpt_neox", "llama", "mistral"):
         assert mlx_model(family) is not None, family

@@ -1,4 +1,4 @@
-"""Expert layout and coverage (adapterdoc.experts, inspect's ``experts`` object, AD240-AD243, vLLM's AD418/AD419).
+"""Expert layout and coverage (adapterdoc.adapter.expert_picture, inspect's ``experts`` object, AD240-AD243, vLLM's AD418/AD419).
 
 The first half reads the old-stack fixtures (real per-expert adapters written by transformers 4.57 + PEFT 0.17) and
 needs no torch; the second half has real PEFT 0.21 write fused adapters on tiny transformers-5 MoE models."""
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from adapterdoc.adapter import AdapterConfig, parse_key
-from adapterdoc.experts import classify, expert_picture
+from adapterdoc.adapter.expert_picture import classify, expert_picture
 from adapterdoc.inspection import inspect
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,9 +16,9 @@ from test_merge_helpers import lora_kwargs, save_adapter, saved_base  # noqa: F4
 from adapterdoc.merge import merge
 from adapterdoc.merge.edits import HEADERS, META_MODEL, Plan
 from adapterdoc.merge.header_plan import Unvouched, header_plan
+from adapterdoc.merge.output import write
 from adapterdoc.merge.plan import make_plan
 from adapterdoc.merge.run import _open_adapter, _open_base
-from adapterdoc.merge.write import write
 from adapterdoc.ml.tiny import TINY_LAYOUTS
 
 HEADER_PLANNED = {

@@ -22,9 +22,9 @@ from adapterdoc.merge import merge
 from adapterdoc.merge.edits import HEADERS, META_MODEL, Plan
 from adapterdoc.merge.header_plan import Unvouched, header_plan
 from adapterdoc.merge.header_tree import SIZED, header_tree
+from adapterdoc.merge.output import write
 from adapterdoc.merge.plan import make_plan
 from adapterdoc.merge.run import _open_adapter, _open_base
-from adapterdoc.merge.write import write
 from adapterdoc.st.header import TensorInfo
 
 SMALL = dict(

@@ -13,7 +13,7 @@ import torch
 from test_merge_helpers import save_adapter, saved_base  # noqa: F401
 
 import adapterdoc.merge.delta as delta_mod
-import adapterdoc.merge.write as write_mod
+import adapterdoc.merge.output as write_mod
 from adapterdoc.merge import merge
 
 

@@ -1,5 +1,5 @@
 """The 3-D expert form (the fused parameter's name in the key, ``[E, r, in]`` / ``[E, out, r]`` factors, as engines
-write fused-MoE LoRA): classified by adapterdoc.experts and inspect, refused by ``remap --experts`` with one line and
+write fused-MoE LoRA): classified by adapterdoc.adapter.expert_picture and inspect, refused by ``remap --experts`` with one line and
 exit 3, inputs unchanged. No torch."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from adapterdoc.adapter import parse_key
-from adapterdoc.experts import classify, expert_picture
+from adapterdoc.adapter.expert_picture import classify, expert_picture
 from adapterdoc.inspection import inspect
 
 ROOT = Path(__file__).resolve().parents[2]

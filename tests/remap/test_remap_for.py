@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from adapterdoc.remap.engine_tensors import Change, apply, is_power_of_two, pad, scale_bytes
+from adapterdoc.remap.for_engine.tensors import Change, apply
 from adapterdoc.st.compose import Spec
+from adapterdoc.st.tensor_edits import is_power_of_two, pad, scale_bytes
 
 np = pytest.importorskip("numpy")
 
@@ -103,7 +104,7 @@ def test_cli_json_and_text(text_adapter: Path, tmp_path: Path) -> None:
 
 def test_engine_rank_is_one_the_sgmv_path_leaves_alone() -> None:
     from adapterdoc.engines.text_keys import padded_rank
-    from adapterdoc.remap.engine_ranks import engine_rank
+    from adapterdoc.remap.for_engine.ranks import engine_rank
 
     assert [engine_rank(r, (8, 16)) for r in (1, 7, 8, 9, 16, 17, 33)] == [8, 8, 8, 16, 16, 32, 48]
     assert all(padded_rank(engine_rank(r, (8, 16))) == engine_rank(r, (8, 16)) for r in range(1, 300))

@@ -16,10 +16,10 @@ import pytest
 from source_scan import attribute_writes
 
 from adapterdoc.remap.config import ConfigPlan
-from adapterdoc.remap.engine import ExpertsStep
-from adapterdoc.remap.engine_fill import Filled, FillStep
-from adapterdoc.remap.engine_fill_base import BaseModules
-from adapterdoc.remap.experts import Block, ExpertPlan
+from adapterdoc.remap.expert_rewrite import Block, ExpertPlan
+from adapterdoc.remap.for_engine.fill import Filled, FillStep
+from adapterdoc.remap.for_engine.fill_base_model import BaseModules
+from adapterdoc.remap.for_engine.plan import ExpertsStep
 from adapterdoc.remap.moves import RemapMove
 from adapterdoc.remap.plan import HeaderPlan, KeyMoves, Plan
 from adapterdoc.report.base import FrozenReport

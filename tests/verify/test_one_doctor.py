@@ -349,7 +349,7 @@ def _rewrite_gguf(src: Path, dst: Path, *, alpha: float | None = None, prov: Any
     import gguf
     import numpy as np
 
-    from adapterdoc.formats.gguf_header import PROVENANCE, read_header
+    from adapterdoc.formats.gguf.header import PROVENANCE, read_header
 
     header = read_header(src)
     reader = gguf.GGUFReader(src)

@@ -3,10 +3,10 @@
 A GGUF LoRA is one file: ``general.type = adapter``, ``adapter.type = lora``, ``general.architecture`` (the base's),
 ``adapter.lora.alpha`` (one float for the whole adapter: llama.cpp scales each pair by ``alpha / rank``, the rank read
 from ``lora_b``) and tensors ``<base tensor>.lora_a`` / ``.lora_b``, whose bytes are PEFT's ``lora_A`` / ``lora_B``
-(ggml's ``ne`` is numpy's shape reversed), after llama.cpp's per-architecture permutations (``gguf_names``).
+(ggml's ``ne`` is numpy's shape reversed), after llama.cpp's per-architecture permutations (:mod:`.names`).
 Writing needs the base's ``config.json`` only. Detection and description are header-only and need neither numpy
-nor the ``gguf`` package (``gguf_header``); conversion needs the ``gguf`` extra. PEFT → GGUF is split out in
-``gguf_write`` (refusals first, then one atomic write); GGUF → PEFT in ``gguf_read``.
+nor the ``gguf`` package (:mod:`.header`); conversion needs the ``gguf`` extra. PEFT → GGUF is split out in
+(:mod:`.write`) (refusals first, then one atomic write); GGUF → PEFT in :mod:`.read`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.formats import Converted, Detection
-from adapterdoc.formats.gguf_header import (
+from adapterdoc.formats.gguf.header import (
     PROVENANCE,
     GgufHeader,
     is_gguf,
@@ -31,7 +31,7 @@ from adapterdoc.report.findings import Finding
 
 NAME = "gguf"
 READ_EXTRA = ("gguf", ("numpy", "gguf"))
-"""What reading the tensors imports (:func:`adapterdoc.formats.hooks.peft_view`): the ``gguf`` extra."""
+"""What reading the tensors imports (:func:`adapterdoc.formats.foreign.peft_view`): the ``gguf`` extra."""
 __all__ = [
     "NAME",
     "describe",
@@ -79,7 +79,7 @@ def detect(path: Path) -> Detection | None:
 
 def is_model_file(path: str | Path) -> bool:
     """Whether ``path`` is a GGUF *model* file, not an adapter (neither ``general.type = adapter`` nor any
-    ``.lora_a`` / ``.lora_b`` tensor: :func:`~adapterdoc.formats.gguf_header.is_model`), for "a model GGUF, not an
+    ``.lora_a`` / ``.lora_b`` tensor: :func:`~adapterdoc.formats.gguf.header.is_model`), for "a model GGUF, not an
     adapter"; the complement of :func:`detect` on a readable GGUF file.
     ``False`` for anything else (not GGUF, an adapter, a header that cannot be read); never raises."""
     if not is_gguf(path):
@@ -173,24 +173,24 @@ def describe_lines(path: Path) -> list[str]:
 
 
 def from_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
-    """PEFT adapter folder → one GGUF LoRA file at ``out`` (see :mod:`adapterdoc.formats.gguf_write`)."""
-    from adapterdoc.formats.gguf_write import write_gguf
+    """PEFT adapter folder → one GGUF LoRA file at ``out`` (see :mod:`adapterdoc.formats.gguf.write`)."""
+    from adapterdoc.formats.gguf.write import write_gguf
 
     return write_gguf(Path(src), Path(out), base=base, outtype=outtype)
 
 
 def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
-    """GGUF LoRA file → PEFT adapter folder at ``out`` (see :mod:`adapterdoc.formats.gguf_read`)."""
-    from adapterdoc.formats.gguf_read import read_gguf
+    """GGUF LoRA file → PEFT adapter folder at ``out`` (see :mod:`adapterdoc.formats.gguf.read`)."""
+    from adapterdoc.formats.gguf.read import read_gguf
 
     return read_gguf(Path(src), Path(out), base=base, outtype=outtype)
 
 
 def check(path: str | Path, base: str | None) -> list[Finding]:
-    """``verify``'s container rules for a GGUF LoRA file (the generic hook, :mod:`adapterdoc.formats.hooks`):
+    """``verify``'s container rules for a GGUF LoRA file (the generic hook, :mod:`adapterdoc.formats.foreign`):
     llama.cpp's load checks against ``base`` when it is a GGUF model file (header only), else the base-free ones
     (a Hugging Face base is checked on the PEFT view by the doctor itself)."""
-    from adapterdoc.formats.gguf_verify import verify_gguf
+    from adapterdoc.formats.gguf.load_rules import verify_gguf
 
     if base and is_gguf(base):
         return verify_gguf(Path(path), Path(base))
@@ -201,8 +201,8 @@ def _architecture_for_config(path: Path, base: str | None) -> list[Finding]:
     """The adapter's ``general.architecture`` against the one llama.cpp's converter gives the base ``config.json``
     (what the model GGUF made from it says): llama.cpp refuses another (AD852). Nothing where adapterdoc does not
     map the base's class to a llama.cpp architecture, or cannot read the adapter's header."""
-    from adapterdoc.formats import gguf_names as names
-    from adapterdoc.formats.gguf_write import base_config
+    from adapterdoc.formats.gguf import names
+    from adapterdoc.formats.gguf.write import base_config
     from adapterdoc.report.findings import make
 
     if base is None:

@@ -24,8 +24,8 @@ from adapterdoc.adapter.config import AdapterConfig
 from adapterdoc.adapter.keys import parse_key
 from adapterdoc.errors import InputNotFoundError, UnsupportedInputError
 from adapterdoc.formats import Converted
-from adapterdoc.formats import gguf_names as names
-from adapterdoc.formats.gguf_header import PROVENANCE
+from adapterdoc.formats.gguf import names
+from adapterdoc.formats.gguf.header import PROVENANCE
 from adapterdoc.layouts import gguf as facts
 from adapterdoc.layouts import strip_language_model, tower_segment
 
@@ -291,7 +291,7 @@ def pair_alphas(cfg: AdapterConfig, pairs: list[Pair]) -> dict[str, float]:
 def common_alpha(wanted: dict[str, float]) -> float:
     """The G that the most pairs can be written with exactly (theirs, or a power of two from it), then the one the
     most pairs have, then the largest (as ``mlx._common_scale`` picks MLX's scale)."""
-    from adapterdoc.remap.engine_tensors import is_power_of_two
+    from adapterdoc.st.tensor_edits import is_power_of_two
 
     counts = Counter(wanted.values())
 
@@ -305,7 +305,7 @@ def common_alpha(wanted: dict[str, float]) -> float:
 def gguf_alpha(src: Path, cfg: AdapterConfig, pairs: list[Pair]) -> Alpha:
     """The one ``adapter.lora.alpha`` G with G / rank = PEFT's scaling for every pair, a pair whose own G differs
     from it by a power of two folded into its ``lora_B`` (exact in any float dtype); otherwise AD875."""
-    from adapterdoc.remap.engine_tensors import is_power_of_two
+    from adapterdoc.st.tensor_edits import is_power_of_two
 
     wanted = pair_alphas(cfg, pairs)
     g = common_alpha(wanted)

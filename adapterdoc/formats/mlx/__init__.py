@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 
 from adapterdoc.errors import AdapterdocError, RefusedError, UnsupportedInputError
 from adapterdoc.formats import Converted, Detection
-from adapterdoc.formats.mlx_folder import CONFIG, LEAVES, WEIGHTS, MlxAdapter, lora_parameters, open_mlx
+from adapterdoc.formats.mlx.folder import CONFIG, LEAVES, WEIGHTS, MlxAdapter, lora_parameters, open_mlx
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import LoraKey
-    from adapterdoc.formats.mlx_names import BaseFacts
-    from adapterdoc.formats.mlx_plan import Factor, Plan, Target
+    from adapterdoc.formats.mlx.names import BaseFacts
+    from adapterdoc.formats.mlx.plan import Factor, Plan, Target
     from adapterdoc.formats.peft import PeftAdapter
     from adapterdoc.report.findings import Finding
     from adapterdoc.st.header import Header
@@ -104,7 +104,7 @@ def from_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
     adapter = open_peft(src)
     if _has_fused_experts(adapter.header, adapter.raw):
         return _via_per_expert(src, out, base=base, outtype=outtype)
-    from adapterdoc.formats.mlx_write import write_mlx
+    from adapterdoc.formats.mlx.write import write_mlx
 
     plan = _plan(adapter, os.fspath(src), base)
     return write_mlx(plan, adapter, out, outtype)
@@ -115,7 +115,7 @@ def _has_fused_experts(header: Header, raw: Mapping[str, object]) -> bool:
     --experts per-expert`` keeps ``target_parameters`` where PEFT fuses per-expert keys at load (Qwen3.5-MoE
     text), and reading the config would send that per-expert output round again, without end."""
     from adapterdoc.adapter import parse_key
-    from adapterdoc.experts import classify
+    from adapterdoc.adapter.expert_picture import classify
 
     if not raw.get("target_parameters"):
         return False
@@ -140,10 +140,10 @@ def _via_per_expert(src: Path, out: Path, *, base: str | None, outtype: str | No
 
 def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
     from adapterdoc.adapter import AdapterConfig, parse_key
-    from adapterdoc.formats.mlx_names import base_facts, to_mlx
-    from adapterdoc.formats.mlx_plan import Factor, Plan, Target
+    from adapterdoc.formats.mlx.names import base_facts, to_mlx
+    from adapterdoc.formats.mlx.plan import Factor, Plan, Target
     from adapterdoc.layouts import LAYOUTS, detect_layout
-    from adapterdoc.layouts.mlx_names import FAMILY_PREFIXES
+    from adapterdoc.layouts.mlx_prefixes import FAMILY_PREFIXES
 
     cfg = AdapterConfig(adapter.raw, os.path.join(adapter.folder, CONFIG))
     if cfg.peft_type != "LORA":
@@ -281,11 +281,11 @@ def _embedding_refusal(name: str, facts: BaseFacts | None, dora: bool, where: st
 def _family(
     facts: BaseFacts | None, layout: str | None, modules: list[str], where: str, notes: list[str]
 ) -> str | None:
-    """The mlx-lm model the adapter runs on (its names: :func:`adapterdoc.formats.mlx_names.to_mlx`); a note when
+    """The mlx-lm model the adapter runs on (its names: :func:`adapterdoc.formats.mlx.names.to_mlx`); a note when
         mlx-lm has no model for the base's type (AD816, as verify says), a refusal when nothing says the family and
         the module names are not the ones most mlx-lm models share (``model.``, ``lm_head``). The family is stored in
     the folder's ``adapterdoc`` stash, so that the way back to PEFT reads the names without ``--base``."""
-    from adapterdoc.formats.mlx_names import family_of
+    from adapterdoc.formats.mlx.names import family_of
 
     model_type, family = family_of(facts, layout, modules)
     if model_type is None:
@@ -314,7 +314,7 @@ def _same_as_base(header: Header, name: str, key: LoraKey, base: str | None) -> 
     """Whether the whole weight ``name`` (PEFT's ``X.base_layer.weight``, saved for a targeted lm_head or
     embedding) is byte for byte the base's ``X.weight`` (read in chunks; ``False`` without a base with weights,
     or after a vocabulary resize)."""
-    from adapterdoc.formats.mlx_names import base_weights
+    from adapterdoc.formats.mlx.names import base_weights
     from adapterdoc.st.tensors import TensorSource
 
     ckpt = base_weights(base) if base is not None else None
@@ -333,7 +333,7 @@ def _same_as_base(header: Header, name: str, key: LoraKey, base: str | None) -> 
 def _common_scale(weight: Counter[float]) -> float:
     """The ``scale`` that leaves the most LoRA bytes exact: the candidate whose ratio to the most bytes' own
     scaling is a power of two (1 included), then the one most bytes have."""
-    from adapterdoc.remap.engine_tensors import is_power_of_two
+    from adapterdoc.st.tensor_edits import is_power_of_two
 
     def score(c: float) -> tuple[int, int, float]:
         exact = sum(n for s, n in weight.items() if is_power_of_two(s / c))
@@ -383,7 +383,7 @@ def _num_layers(layers: list[int], facts: BaseFacts | None, notes: list[str]) ->
 
 def to_peft(src: Path, out: Path, *, base: str | None, outtype: str | None) -> Converted:
     """mlx-lm adapter folder ``src`` → PEFT adapter folder ``out`` (one rank, ``lora_alpha = scale * rank``)."""
-    from adapterdoc.formats.mlx_write import write_peft
+    from adapterdoc.formats.mlx.write import write_peft
 
     adapter = open_mlx(src)
     form = _expert_form(adapter, base)
@@ -419,8 +419,8 @@ def _expert_form(adapter: MlxAdapter, base: str | None) -> str:
     the fused form); ``fused-wide`` (``remap --experts fused``: gate_up at gate's plus up's rank) when the class has
     fused experts and PEFT has no per-expert conversion for it (the registry's ``peft_moe``); else ``per-expert``
     (no stacked experts, or PEFT fuses per-expert keys itself at load)."""
-    from adapterdoc.formats.mlx_fused import shares_gate_up
-    from adapterdoc.formats.mlx_names import base_facts
+    from adapterdoc.formats.mlx.fused import shares_gate_up
+    from adapterdoc.formats.mlx.names import base_facts
     from adapterdoc.layouts import LAYOUTS
 
     if not any(len(t.shape) == 3 for t in adapter.header.tensors.values()):
@@ -439,7 +439,7 @@ def _expert_form(adapter: MlxAdapter, base: str | None) -> str:
 
 def describe(path: Path) -> dict[str, object]:
     """What ``inspect`` shows of an mlx-lm adapter folder: its config fields and what its tensors cover."""
-    from adapterdoc.formats.mlx_names import split_layer
+    from adapterdoc.formats.mlx.names import split_layer
 
     adapter = open_mlx(path)
     raw = adapter.raw
@@ -475,7 +475,7 @@ def tensors_file(path: Path) -> Path:
 
 
 def check(path: Path, base: str | None) -> list[Finding]:
-    """``verify``'s findings (:mod:`adapterdoc.formats.mlx_check`)."""
-    from adapterdoc.formats.mlx_check import check as run
+    """``verify``'s findings (:mod:`adapterdoc.formats.mlx.load_rules`)."""
+    from adapterdoc.formats.mlx.load_rules import check as run
 
     return run(path, base)

@@ -16,11 +16,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from adapterdoc.layouts.mlx_names import SWITCH_PROJECTIONS, SWITCH_SEGMENT
+from adapterdoc.layouts.mlx_prefixes import SWITCH_PROJECTIONS, SWITCH_SEGMENT
 from adapterdoc.st.compose import Spec, element_bytes, transpose
 
 if TYPE_CHECKING:
-    from adapterdoc.formats.mlx_folder import MlxAdapter
+    from adapterdoc.formats.mlx.folder import MlxAdapter
     from adapterdoc.st.header import Header
     from adapterdoc.st.tensors import TensorSource
 
@@ -83,7 +83,7 @@ def fused_jobs(
     the ``target_parameters`` they need (the parameter path inside a layer, ``mlp.experts.gate_up_proj``).
     ``dtypes``: the output dtype of each source tensor. ``gate_up_proj`` is PEFT's inner wrapper
     (``experts.base_layer``) when ``down_proj`` is targeted too."""
-    from adapterdoc.formats.mlx_names import split_layer
+    from adapterdoc.formats.mlx.names import split_layer
 
     jobs: list[FusedJob] = []
     params: list[str] = []

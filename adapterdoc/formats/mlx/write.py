@@ -15,8 +15,8 @@ from adapterdoc.formats import Converted
 from adapterdoc.st.compose import Spec, element_bytes, transpose
 
 if TYPE_CHECKING:
-    from adapterdoc.formats.mlx_folder import MlxAdapter
-    from adapterdoc.formats.mlx_plan import Factor, Plan, Target
+    from adapterdoc.formats.mlx.folder import MlxAdapter
+    from adapterdoc.formats.mlx.plan import Factor, Plan, Target
     from adapterdoc.formats.peft import PeftAdapter
     from adapterdoc.st.tensors import TensorSource
 
@@ -38,10 +38,10 @@ def _dtype(dtypes: set[str], where: str, what: str) -> str:
 def write_mlx(plan: Plan, adapter: PeftAdapter, out: Path, outtype: str | None) -> Converted:
     """Write ``plan`` (PEFT → MLX) as ``out``: ``adapter_config.json`` + ``adapters.safetensors``."""
     from adapterdoc.formats.cast import cast_bytes, target_dtype
-    from adapterdoc.formats.mlx_folder import CONFIG, WEIGHTS
-    from adapterdoc.remap.engine_tensors import is_power_of_two, pad, scale_bytes
+    from adapterdoc.formats.mlx.folder import CONFIG, WEIGHTS
     from adapterdoc.st.atomic import atomic_folder
     from adapterdoc.st.compose import compose
+    from adapterdoc.st.tensor_edits import is_power_of_two, pad, scale_bytes
     from adapterdoc.st.tensors import TensorSource
 
     header = adapter.header
@@ -148,11 +148,11 @@ def write_peft(
     adapter: MlxAdapter, out: Path, *, base: str | None, outtype: str | None, fused: bool = False
 ) -> Converted:
     """mlx-lm adapter ``adapter`` → PEFT folder ``out``; ``fused``: stacked experts in PEFT's fused form at their
-    own rank (:mod:`adapterdoc.formats.mlx_fused`; the caller checked that gate and up share ``lora_a``), else
+    own rank (:mod:`adapterdoc.formats.mlx.fused`; the caller checked that gate and up share ``lora_a``), else
     one LoRA per expert."""
     from adapterdoc.formats.cast import cast_bytes, target_dtype
-    from adapterdoc.formats.mlx_folder import LEAVES, lora_parameters
-    from adapterdoc.formats.mlx_names import (
+    from adapterdoc.formats.mlx.folder import LEAVES, lora_parameters
+    from adapterdoc.formats.mlx.names import (
         base_facts,
         default_from_layout,
         family_of,
@@ -246,7 +246,7 @@ def write_peft(
             )
     if kind == "dora" and not all("m" in g for g in groups.values()):
         raise UnsupportedInputError(where, "fine_tune_type is dora but some modules have no `m`")
-    from adapterdoc.formats.mlx_fused import fused_bytes, fused_jobs
+    from adapterdoc.formats.mlx.fused import fused_bytes, fused_jobs
 
     fjobs, params = fused_jobs(header, owners, dtypes)
     by_name = {j.spec.name: j for j in fjobs}
@@ -328,7 +328,7 @@ def _check_rank(r: int, rank: int, path: str, where: str) -> None:
 def _targets(modules: list[str]) -> list[str] | str:
     """PEFT's ``target_modules``: the leaf names when every layer from 0 holds the same modules (what PEFT
     selects by name is then what the adapter has), else every module path."""
-    from adapterdoc.formats.mlx_names import split_layer
+    from adapterdoc.formats.mlx.names import split_layer
 
     by_layer: dict[int | None, set[str]] = {}
     for m in modules:

@@ -2,12 +2,12 @@
 profile says it needs (:meth:`~adapterdoc.engines.base.Profile.needs`):
 
 1. the key layout (the registry move ``--vl`` / ``--to`` use; header-only);
-2. the expert layout the engine reads (``--experts``' own conversion, :mod:`adapterdoc.remap.experts`);
+2. the expert layout the engine reads (``--experts``' own conversion, :mod:`adapterdoc.remap.expert_rewrite`);
 3. rsLoRA folded into ``lora_alpha`` (config only, exact);
 4. one rank and one scaling for an engine that ignores ``rank_pattern`` / ``alpha_pattern``: ranks zero-padded to
    the largest (exact in every dtype), and where the modules' scalings differ, ``lora_B`` multiplied by
    ``s_m / s`` (exact for a power of two, else rounded once per element: measured and reported);
-5. zero LoRA added where the engine drops or fails on a module that lacks a partner (:mod:`.engine_fill`);
+5. zero LoRA added where the engine drops or fails on a module that lacks a partner (:mod:`.fill`);
 6. a regex ``target_modules`` replaced by the module paths it selected.
 
 DoRA, ``modules_to_save`` and expert LoRA on an engine that serves none of them have no exact rewrite: refused
@@ -25,15 +25,15 @@ from dataclasses import dataclass
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, parse_key
 from adapterdoc.engines.base import EngineNeeds
 from adapterdoc.errors import RefusedError, UnsupportedInputError
-from adapterdoc.remap import engine_config as C
 from adapterdoc.remap.config import dump_like
-from adapterdoc.remap.engine_base import base_layout, key_move
-from adapterdoc.remap.engine_fill import fill_step
-from adapterdoc.remap.engine_ranks import plan_uniform
-from adapterdoc.remap.engine_tensors import Group, identity_groups, transform
 from adapterdoc.remap.expert_config import block_mapping, peft_fuses_keys_only
 from adapterdoc.remap.expert_names import DOWN, GATE_UP, fused_owner_prefix
-from adapterdoc.remap.experts import Pieces, Producer
+from adapterdoc.remap.expert_rewrite import Pieces, Producer
+from adapterdoc.remap.for_engine import config as C
+from adapterdoc.remap.for_engine.base_model import base_layout, key_move
+from adapterdoc.remap.for_engine.fill import fill_step
+from adapterdoc.remap.for_engine.ranks import plan_uniform
+from adapterdoc.remap.for_engine.tensors import Group, identity_groups, transform
 from adapterdoc.remap.plan import KeyMoves, Plan, WriteWeights, move_keys, open_safetensors, plan_header
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.remap_report import ConfigChange, RemapReport
@@ -220,7 +220,7 @@ def _model_type(layout: str | None, base: str | None, named: str | None) -> str 
         return LAYOUTS[layout].model_type
     from adapterdoc.bases import read_config_json
     from adapterdoc.errors import AdapterdocError
-    from adapterdoc.remap.engine_fill_base import resolve
+    from adapterdoc.remap.for_engine.fill_base_model import resolve
 
     try:
         spec = resolve(base, named)
@@ -276,7 +276,7 @@ def _refuse_inexact(
                 f"{merge}, or retrain without modules_to_save",
             )
     if not needs.expert_lora:
-        from adapterdoc.experts import expert_picture
+        from adapterdoc.adapter.expert_picture import expert_picture
 
         pic = expert_picture({k: t.shape for k, t in header.tensors.items()}, config=cfg)
         if pic.routed:
@@ -333,9 +333,9 @@ def _experts(
 ) -> ExpertsStep | None:
     """``--experts``' conversion when the engine reads the other expert layout (``None``: not needed); ``raw``
     rewritten for it."""
-    from adapterdoc.experts import expert_picture
+    from adapterdoc.adapter.expert_picture import expert_picture
     from adapterdoc.remap.expert_config import expert_config
-    from adapterdoc.remap.experts import plan_experts
+    from adapterdoc.remap.expert_rewrite import plan_experts
 
     if reads is None:
         return None

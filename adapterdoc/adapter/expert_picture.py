@@ -2,7 +2,7 @@
 
 API (shared by inspect, verify, ``remap --experts`` and merge)::
 
-    from adapterdoc.experts import expert_picture, classify, ExpertKey, ExpertBlock, ExpertPicture
+    from adapterdoc.adapter.expert_picture import expert_picture, classify, ExpertKey, ExpertBlock, ExpertPicture
 
     pic = expert_picture({name: shape, ...}, config=AdapterConfig | None, num_experts=None)
     pic.layout            # "per-expert" | "fused" | "3d" | "mixed" | None (no routed-expert LoRA)

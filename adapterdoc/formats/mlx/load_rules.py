@@ -5,7 +5,7 @@ header-only, each finding with its fix.
 paths ``lora_parameters.keys`` lists (all linear layers without it) and at the top-level paths it lists, then refuses
 any tensor that is not one of those layers' ``lora_a``/``lora_b``/``m`` or whose shape differs. The base's modules
 and shapes are read from its weights' headers (no weights read), named as mlx-lm names them
-(:mod:`adapterdoc.formats.mlx_names`)."""
+(:mod:`adapterdoc.formats.mlx.names`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from adapterdoc.report.findings import Finding, make
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from adapterdoc.formats.mlx_names import BaseFacts
+    from adapterdoc.formats.mlx.names import BaseFacts
     from adapterdoc.st.header import TensorInfo
 
 _FUSED = re.compile(r"^(?P<owner>.+)\.experts\.(?P<proj>gate_up_proj|down_proj)$")
@@ -27,8 +27,8 @@ _FUSED = re.compile(r"^(?P<owner>.+)\.experts\.(?P<proj>gate_up_proj|down_proj)$
 
 def check(path: str | os.PathLike[str], base: str | None) -> list[Finding]:
     """The findings on the mlx-lm adapter folder ``path`` (against ``base`` when given)."""
-    from adapterdoc.formats.mlx_folder import LEAVES, lora_parameters, open_mlx
-    from adapterdoc.formats.mlx_names import base_facts, family_of, split_layer, unknown_top
+    from adapterdoc.formats.mlx.folder import LEAVES, lora_parameters, open_mlx
+    from adapterdoc.formats.mlx.names import base_facts, family_of, split_layer, unknown_top
     from adapterdoc.layouts.mlx_models import MLX_LM_VERSION
 
     spec = os.fspath(path)
@@ -153,8 +153,8 @@ def _config_only(spec: str, base: str, facts: BaseFacts, tensors: Mapping[str, T
     in a decoder layer the base does not have, or under a prefix mlx-lm does not give this model (a Qwen3.5 or VL
     model's modules are ``language_model.model.…``, a plain decoder's ``model.…``): an adapter of another
     architecture."""
-    from adapterdoc.formats.mlx_names import split_layer
-    from adapterdoc.layouts.mlx_names import MLX_PREFIXES, MLX_WRAPPER
+    from adapterdoc.formats.mlx.names import split_layer
+    from adapterdoc.layouts.mlx_prefixes import MLX_PREFIXES, MLX_WRAPPER
 
     rules = MLX_PREFIXES.get(facts.layout or "")
     out: list[Finding] = []
@@ -209,9 +209,9 @@ def _base_modules(
 ) -> dict[str, tuple[int | None, int, int]] | None:
     """mlx-lm module path → (experts or ``None``, out, in) from the base's weights headers; ``None`` without
     weights (a config alone or a tiny base)."""
-    from adapterdoc.formats.mlx_names import base_weights, to_mlx
-    from adapterdoc.formats.mlx_write import EMBEDDINGS
-    from adapterdoc.layouts.mlx_names import SWITCH_SEGMENT
+    from adapterdoc.formats.mlx.names import base_weights, to_mlx
+    from adapterdoc.formats.mlx.write import EMBEDDINGS
+    from adapterdoc.layouts.mlx_prefixes import SWITCH_SEGMENT
 
     ckpt = base_weights(base)
     if ckpt is None:

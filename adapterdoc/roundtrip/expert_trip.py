@@ -35,7 +35,7 @@ def expert_trip(original: str, work: str) -> dict[str, str]:
     is equal in outputs, not in bytes. Raises :class:`Skip` for an adapter ``remap --experts`` does not move
     (no routed-expert LoRA, a 3-D or mixed layout, gate or up without the other) and :class:`Fail` otherwise.
     """
-    from adapterdoc.experts import classify, expert_picture
+    from adapterdoc.adapter.expert_picture import classify, expert_picture
     from adapterdoc.remap import remap
 
     src = open_checkpoint(original)

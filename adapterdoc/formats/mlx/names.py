@@ -1,6 +1,6 @@
 """PEFT module paths ⇄ mlx-lm parameter paths, and what a base says about them (layers, experts, class).
 
-The family facts are :mod:`adapterdoc.layouts.mlx_names`; this module applies them generically: the layout's prefix
+The family facts are :mod:`adapterdoc.layouts.mlx_prefixes`; this module applies them generically: the layout's prefix
 rules, then mlx-lm's stacked experts (``X.experts.E.P`` ⇄ ``X.switch_mlp.P``), then the split of a path into the
 decoder layer it sits in and its key inside that layer (what ``lora_parameters.keys`` lists)."""
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from adapterdoc.errors import RefusedError
-from adapterdoc.layouts.mlx_names import (
+from adapterdoc.layouts.mlx_prefixes import (
     FAMILY_PREFIXES,
     MLX_DEFAULT_FROM,
     MLX_PREFIXES,

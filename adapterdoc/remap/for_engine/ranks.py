@@ -16,11 +16,12 @@ from collections import Counter
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.errors import RefusedError
-from adapterdoc.remap import engine_config as C
-from adapterdoc.remap.engine_tensors import RANK_AXIS, Change, is_power_of_two, rank_of, rounding_of
 from adapterdoc.remap.expert_names import fused_owner_prefix
+from adapterdoc.remap.for_engine import config as C
+from adapterdoc.remap.for_engine.tensors import RANK_AXIS, Change, rank_of, rounding_of
 from adapterdoc.st.compose import element_bytes
 from adapterdoc.st.header import Header
+from adapterdoc.st.tensor_edits import is_power_of_two
 
 
 def plan_uniform(

@@ -1,4 +1,4 @@
-"""The base's modules a ``remap --for`` fill adds zero LoRA on (:mod:`adapterdoc.remap.engine_fill`): which
+"""The base's modules a ``remap --for`` fill adds zero LoRA on (:mod:`adapterdoc.remap.for_engine.fill`): which
 Linear modules it has, with their ``(out_features, in_features)``, and which modules PEFT can put LoRA on at all.
 The registry's module tree when it describes the base (torch-free), else the base built on the meta device
 (:mod:`adapterdoc.ml.build`; needs the ML extra). Only a fill that is needed reads the base this way."""

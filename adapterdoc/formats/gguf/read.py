@@ -1,7 +1,7 @@
-"""GGUF LoRA → PEFT adapter folder: the inverse of ``gguf_write``, exact (bytes kept where the dtype is kept).
+"""GGUF LoRA → PEFT adapter folder: the inverse of :mod:`.write`, exact (bytes kept where the dtype is kept).
 
 Module paths and the PEFT config come from the ``adapterdoc.peft.source`` metadata when adapterdoc wrote the file;
-otherwise from llama.cpp's name map (``gguf_names.NameMap.to_hf``), with ``lora_alpha = adapter.lora.alpha`` (PEFT's
+otherwise from llama.cpp's name map (``names.NameMap.to_hf``), with ``lora_alpha = adapter.lora.alpha`` (PEFT's
 ``alpha / r`` is then llama.cpp's ``alpha / rank`` for every pair) and the ranks from the tensors. The
 per-architecture permutations need the head counts, so architectures that permute need ``--base``.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.formats import Converted
-from adapterdoc.formats import gguf_names as names
-from adapterdoc.formats.gguf_header import (
+from adapterdoc.formats.gguf import names
+from adapterdoc.formats.gguf.header import (
     PROVENANCE,
     GgufHeader,
     GgufTensor,
@@ -27,7 +27,7 @@ from adapterdoc.formats.gguf_header import (
     out_of_bounds,
     read_header,
 )
-from adapterdoc.formats.gguf_write import base_config, convert_dtype
+from adapterdoc.formats.gguf.write import base_config, convert_dtype
 from adapterdoc.layouts import gguf as facts
 from adapterdoc.layouts import strip_language_model
 
@@ -247,7 +247,7 @@ def _disagrees(config_json: str, ranks: dict[str, int], alpha: float | None) -> 
 
 def _provenance(header: GgufHeader) -> dict[str, Any] | None:
     """adapterdoc's own metadata (``adapterdoc.peft.source``), or ``None`` where it is missing or not what
-    ``gguf_write`` writes (not JSON, another shape): the file is then read through llama.cpp's name map."""
+    :mod:`.write` writes (not JSON, another shape): the file is then read through llama.cpp's name map."""
     text = header.kv.get(PROVENANCE)
     if not isinstance(text, str):
         return None

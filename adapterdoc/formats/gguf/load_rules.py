@@ -1,7 +1,7 @@
 """``verify ADAPTER.gguf --base MODEL.gguf``: llama.cpp's LoRA load checks, header-only, as findings with the fix.
 
 First ggml's container rules (``gguf_init_from_file_impl``, ``ggml/src/gguf.cpp``), which :func:`~adapterdoc.
-formats.gguf_header.read_header` applies: a header it cannot read at all is exit 3, the other refusals
+formats.gguf.header.read_header` applies: a header it cannot read at all is exit 3, the other refusals
 (keys, tensor names, shapes, types, offsets, ``general.alignment``) are error findings here. Then
 ``llama_adapter_lora_init_impl`` (``src/llama-adapter.cpp``, both vendored in llama-cpp-python 0.3.36) in its order:
 ``general.type``, ``general.architecture``, ``adapter.type``, ``adapter.lora.alpha``,
@@ -20,7 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from adapterdoc.errors import UnsupportedInputError
-from adapterdoc.formats.gguf_header import (
+from adapterdoc.formats.gguf.header import (
     GgufHeader,
     GgufProblem,
     GgufTensor,

@@ -12,9 +12,9 @@ import struct
 import threading
 from collections.abc import Callable
 
+from adapterdoc.merge.background_writer import Writer
 from adapterdoc.merge.delta import AdapterTensors, Scratch, blocks
 from adapterdoc.merge.edits import Output, Plan
-from adapterdoc.merge.writer import Writer
 from adapterdoc.st.atomic import TEMP_PREFIX, atomic_folder, fsync, slow_point, write_marker
 from adapterdoc.st.dtypes import CONFIG_DTYPES
 from adapterdoc.st.header import TensorInfo, serialize_header

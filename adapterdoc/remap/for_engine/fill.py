@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from adapterdoc.adapter import WRAPPER, fused_expert_owner, parse_key
 from adapterdoc.adapter.targets import peft_selects
 from adapterdoc.errors import RefusedError
-from adapterdoc.remap.engine_fill_base import LAYER, BaseModules, layer_count, read_base, resolve
-from adapterdoc.remap.engine_tensors import Group
+from adapterdoc.remap.for_engine.fill_base_model import LAYER, BaseModules, layer_count, read_base, resolve
+from adapterdoc.remap.for_engine.tensors import Group
 from adapterdoc.report.remap_report import ConfigChange
 from adapterdoc.st.compose import Spec
 from adapterdoc.st.header import Header
@@ -172,7 +172,7 @@ def _layer_types(
                 lacking.setdefault(leaf, []).append(i)
     if lacking:
         from adapterdoc.engines.text_keys import layers_text
-        from adapterdoc.remap.engine_base import serving_elsewhere
+        from adapterdoc.remap.for_engine.base_model import serving_elsewhere
 
         leaf, where = next(iter(sorted(lacking.items())))
         instead = serving_elsewhere(engine, raw, sorted(factors), spec, dropped=leaf)
@@ -233,7 +233,7 @@ def _build(
     path: str,
     engine: str,
 ) -> Filled:
-    from adapterdoc.remap import engine_config as C
+    from adapterdoc.remap.for_engine import config as C
 
     absent = sorted(m for m in missing if m not in bm.linear)
     if absent:
@@ -361,8 +361,8 @@ def fill_step(
     """The fill step of ``remap --for``: ``raw`` updated; what it added (``None``: nothing, and nothing noted)."""
     import json
 
-    from adapterdoc.remap import engine_config as C
-    from adapterdoc.remap.engine_tensors import identity_groups
+    from adapterdoc.remap.for_engine import config as C
+    from adapterdoc.remap.for_engine.tensors import identity_groups
 
     if groups is not None:
         dtypes = {s.name: s.dtype for g in groups for s in g[0]}

@@ -146,7 +146,7 @@ def _refuse_3d(header: Header, parsed: dict[str, LoraKey], weights: str) -> None
     """The 3-D form (``experts.gate_up_proj.lora_A.weight`` ``[E, r, in]`` / ``lora_B`` ``[E, out, r]``, the
     parameter name in the key, as some engines write fused-MoE LoRA) is named by inspect but not converted here:
     which axis and which half is which differs between writers, and PEFT loads neither."""
-    from adapterdoc.experts import classify
+    from adapterdoc.adapter.expert_picture import classify
 
     for key, info in parsed.items():
         ek = classify(info, header.tensors[key].shape)

@@ -1,5 +1,5 @@
 """What PEFT → MLX decides before a byte is written (:func:`adapterdoc.formats.mlx._plan`) and the writer
-(:func:`adapterdoc.formats.mlx_write.write_mlx`) carries out: each mlx-lm module and the PEFT LoRA it holds."""
+(:func:`adapterdoc.formats.mlx.write.write_mlx`) carries out: each mlx-lm module and the PEFT LoRA it holds."""
 
 from __future__ import annotations
 
