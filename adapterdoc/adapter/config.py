@@ -107,7 +107,9 @@ class AdapterConfig:
 
     @property
     def lora_alpha(self) -> float:
-        return self.raw.get("lora_alpha", 8)
+        # a number (int or float, kept as written): checked when the config is read
+        alpha: float = self.raw.get("lora_alpha", 8)
+        return alpha
 
     @property
     def use_rslora(self) -> bool:

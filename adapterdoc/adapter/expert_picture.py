@@ -325,7 +325,7 @@ def expert_picture(
     forms = {b.layout for b in ordered if b.layout is not None}
     layout = None if not forms else forms.pop() if len(forms) == 1 else "mixed"
     counted = [b for b in ordered if b.experts is not None]
-    experts = max((b.experts for b in counted), default=None)  # type: ignore[type-var]
+    experts = max((b.experts for b in ordered if b.experts is not None), default=None)
     source = next((b.experts_from for b in counted if b.experts == experts), None)
     return ExpertPicture(ordered, layout, experts, source, sorted(shared, key=_natural))
 

@@ -48,7 +48,7 @@ def peft_selects(
     using_layers = layers_to_transform is not None and (
         len(layers_to_transform) != 0 if isinstance(layers_to_transform, list) else True
     )
-    if not (using_layers and found):
+    if not (using_layers and found) or layers_to_transform is None:
         return found
     match = None
     if not layers_pattern:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from types import ModuleType
 
 AREAS = ("format", "keys", "weights", "serving", "merge", "training", "roundtrip", "convert")
 
@@ -33,9 +34,15 @@ class Code:
 _CATALOGUE: dict[str, Code] | None = None
 
 
-def area_modules() -> dict[str, object]:
+def area_modules() -> dict[str, ModuleType]:
     """Each area's module; a listed area whose module is missing is an ImportError, never skipped."""
     return {area: importlib.import_module(f"adapterdoc.codes.{area}") for area in AREAS}
+
+
+def module_codes(mod: ModuleType) -> list[Code]:
+    """An area module's ``CODES`` list."""
+    codes: list[Code] = mod.CODES
+    return codes
 
 
 def catalogue() -> dict[str, Code]:
@@ -44,7 +51,7 @@ def catalogue() -> dict[str, Code]:
     if _CATALOGUE is None:
         out: dict[str, Code] = {}
         for mod in area_modules().values():
-            for c in mod.CODES:  # type: ignore[attr-defined]
+            for c in module_codes(mod):
                 if c.code in out:
                     raise RuntimeError(f"duplicate finding code {c.code}")
                 out[c.code] = c
@@ -66,7 +73,7 @@ def get_code(code: str) -> Code:
         codes = _BY_AREA.get(area)
         if codes is None:
             mod = importlib.import_module(f"adapterdoc.codes.{area}")
-            codes = _BY_AREA[area] = {c.code: c for c in mod.CODES}
+            codes = _BY_AREA[area] = {c.code: c for c in module_codes(mod)}
         found = codes.get(upper)
         if found is not None:
             return found

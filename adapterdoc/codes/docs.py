@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from adapterdoc.codes import Code, area_modules
+from adapterdoc.codes import Code, area_modules, module_codes
 
 DEFAULT_OUT = os.path.join("docs", "codes.md")
 _AREA_TITLES = {
@@ -24,7 +24,7 @@ _AREA_TITLES = {
 
 
 def codes_by_area() -> dict[str, list[Code]]:
-    return {area: sorted(mod.CODES, key=lambda c: c.code) for area, mod in area_modules().items()}  # type: ignore[attr-defined]
+    return {area: sorted(module_codes(mod), key=lambda c: c.code) for area, mod in area_modules().items()}
 
 
 def _cell(text: str) -> str:
