@@ -81,12 +81,8 @@ def remembered_interrupts() -> Iterator[None]:
     """For a command's run: SIGINT as Python raises it, and remembered for :func:`raise_if_interrupted` (only in the
     main thread, and only where SIGINT has Python's default handler: a caller's own handler is left alone)."""
     global _interrupted
+    import signal
     import threading
-
-    try:  # the C module `signal` wraps: loaded at every interpreter start; `signal` builds its enums (1 ms)
-        import _signal as signal
-    except ImportError:  # pragma: no cover  (another Python)
-        import signal  # type: ignore[no-redef]
 
     if threading.current_thread() is not threading.main_thread() or (
         signal.getsignal(signal.SIGINT) is not signal.default_int_handler

@@ -8,8 +8,6 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -311,25 +309,25 @@ def detect_layout(module_paths: Iterable[str], hint: str | Iterable[str] | None 
     ``base_model_name_or_path``); it only breaks ties between layouts that match the keys equally well.
     """
     raw = set(module_paths)
-    paths = _shapes(raw)
+    shapes = _shapes(raw)
     census = _layer_census(raw)
-    if not paths:
+    if not shapes:
         return Detection("unknown", ("no LoRA modules",))
     scored: list[tuple[int, str, list[str]]] = []
     for layout in LAYOUTS.values():
         evidence: list[str] = []
         ok = True
         for rx in layout.requires:
-            n = _count(rx, paths)
+            n = _count(rx, shapes)
             if not n:
                 ok = False
                 break
             evidence.append(f"{n} module(s) match /{rx}/")
-        if not ok or any(_count(rx, paths) for rx in layout.forbids):
+        if not ok or any(_count(rx, shapes) for rx in layout.forbids):
             continue
         score = 10 * len(layout.requires)
         for rx, text in layout.signals:
-            n = _count(rx, paths)
+            n = _count(rx, shapes)
             if n:
                 score += 1
                 evidence.append(f"{text}: {n} module(s)")
@@ -339,8 +337,10 @@ def detect_layout(module_paths: Iterable[str], hint: str | Iterable[str] | None 
             evidence.append(pattern)
         scored.append((score, layout.name, evidence))
     if not scored:
-        total = sum(p.count for p in paths)
-        return Detection("unknown", (f"{total} module(s); no registry layout matches, e.g. {paths[0]}",))
+        total = sum(shapes.values())
+        return Detection(
+            "unknown", (f"{total} module(s); no registry layout matches, e.g. {next(iter(shapes))}",)
+        )
     scored.sort(key=lambda s: -s[0])
     best = [s for s in scored if s[0] == scored[0][0]]
     hints = [hint] if isinstance(hint, str) else list(hint or [])
@@ -368,10 +368,9 @@ def _layer_census(module_paths: Iterable[str]) -> dict[str, str]:
     attn: set[int] = set()
     experts: set[int] = set()
     linear = False
-    towers = all_tower_segments()
     for path in module_paths:
         m = _LAYER.match(path)
-        if m is None or not towers.isdisjoint(path.split(".")):  # tower_segment(path) is not None
+        if m is None or tower_segment(path) is not None:
             continue
         digits, rest = m.groups()
         layer = int(digits)
@@ -403,95 +402,24 @@ def _hint_matches(layout: Layout, hint: str) -> bool:
     return bool(layout.hint and re.search(layout.hint, hint, re.IGNORECASE))
 
 
-class _Shape(str):
-    """A module path with layer/expert indices replaced by ``0``, standing for ``count`` real paths."""
-
-    count: int
-
-
 _INDEX = re.compile(r"\.\d+(?=\.|$)")
-"""A numeric segment with the dot before it (replaced by ``.0``: the same as matching the digits after a dot with
-a lookbehind, and faster, the search starting at each dot)."""
+"""A numeric segment with the dot before it (replaced by ``.0``)."""
 
 
-def _shapes(module_paths: Iterable[str]) -> list[_Shape]:
-    """Collapse module paths that differ only in numeric indices: detection cost stays O(distinct shapes)."""
+def _shapes(module_paths: Iterable[str]) -> dict[str, int]:
+    """Module paths with layer/expert indices replaced by ``0``, sorted, each with how many distinct paths it
+    stands for: detection cost stays O(distinct shapes)."""
     counts: dict[str, int] = {}
     for p in set(module_paths):
         key = _INDEX.sub(".0", p)
         counts[key] = counts.get(key, 0) + 1
-    out = []
-    for key in sorted(counts):
-        shape = _Shape(key)
-        shape.count = counts[key]
-        out.append(shape)
-    return out
+    return dict(sorted(counts.items()))
 
 
-def _count(rx: str, paths: list[_Shape]) -> int:
-    anchored, literal = _leading_literal(rx)
-    if literal and not any(map(str.startswith if anchored else str.__contains__, paths, repeat(literal))):
-        return 0  # no path holds the text every match starts with: no compile (a fresh process's is 50 µs)
+def _count(rx: str, shapes: dict[str, int]) -> int:
+    """How many module paths ``rx`` finds (each shape counts for the paths it stands for)."""
     pattern = re.compile(rx)
-    return sum(p.count for p in paths if pattern.search(p))
-
-
-_REGEX_SPECIAL = frozenset(".^$*+?{}[]()|\\")
-
-
-@lru_cache(maxsize=1024)  # the registry's patterns, read once each however often detection runs
-def _leading_literal(rx: str) -> tuple[bool, str]:
-    """``(anchored, text)``: literal text every match of ``rx`` starts with (at the start of the string when
-    anchored by ``^``), read from the pattern's leading plain characters and escaped punctuation (``\\.``); ``""``
-    when there is none or the pattern has a top-level ``|`` (then any text can match). A character made optional by
-    the quantifier after it (``?``, ``*``, ``{``) is not part of it. A necessary condition only: a path holding the
-    text still goes to the compiled pattern."""
-    anchored = rx.startswith("^")
-    i = 1 if anchored else 0
-    out: list[str] = []
-    while i < len(rx):
-        c = rx[i]
-        if c == "\\" and i + 1 < len(rx) and not rx[i + 1].isalnum():
-            out.append(rx[i + 1])
-            i += 2
-            continue
-        if c in _REGEX_SPECIAL:
-            if c in "?*{" and out:
-                out.pop()
-            break
-        out.append(c)
-        i += 1
-    return anchored, ("".join(out) if out and not _top_level_bar(rx) and not _inline(rx) else "")
-
-
-def _inline(rx: str) -> bool:
-    """Whether ``rx`` holds a comment group (``(?#...)``: its text is no group and may hold a ``(`` or ``|``) or
-    inline flags (``(?i)``, which Python 3.10 applies to the whole pattern wherever they stand; ``(?i:...)``):
-    patterns with either get no literal."""
-    return "(?" in rx and any(f"(?{c}" in rx for c in "#aiLmsux-")
-
-
-def _top_level_bar(rx: str) -> bool:
-    """Whether ``rx`` has an alternation ``|`` outside every group and character class."""
-    depth, i, n = 0, 0, len(rx)
-    while i < n:
-        c = rx[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":  # skip the class: `[^`, then a `]` first is a member, then up to the first unescaped `]`
-            i += 2 if rx.startswith("^", i + 1) else 1
-            i += 1 if rx.startswith("]", i) else 0
-            while i < n and rx[i] != "]":
-                i += 2 if rx[i] == "\\" else 1
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "|" and depth == 0:
-            return True
-        i += 1
-    return False
+    return sum(n for shape, n in shapes.items() if pattern.search(shape))
 
 
 _TOWERS: dict[int, frozenset[str]] = {}
@@ -512,13 +440,10 @@ def all_tower_segments() -> frozenset[str]:
 def tower_segment(module_path: str) -> str | None:
     """The tower/projector/talker segment a module path runs through, if any."""
     towers = all_tower_segments()
-    parts = module_path.split(".")
-    if towers.isdisjoint(parts):  # most paths: one C-level test
-        return None
-    for seg in parts:
+    for seg in module_path.split("."):
         if seg in towers:
             return seg
-    return None  # pragma: no cover  (isdisjoint said one is there)
+    return None
 
 
 def tower_probes(segment: str) -> tuple[str, ...]:

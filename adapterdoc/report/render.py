@@ -304,12 +304,3 @@ def write_fix(w: Writer, hint: str, *, indent: int = 0, label: str = "fix:") -> 
     command = " ".join(m.group().split())
     hang = indent + 2 if indent + 2 + len(command) <= w.width else indent  # a long command gets the room
     w.para(label, *([prose] if prose else []), (command, "bold"), rest, indent=indent, hang=hang)
-
-
-def findings_table(findings: Iterable[Finding], width: int | None = None) -> Text:
-    """The grouped findings as one rich renderable (for ``console.print``); new code uses :func:`write_findings`."""
-    from rich.text import Text
-
-    w = Writer(width)
-    write_findings(w, findings)
-    return Text.from_ansi(w.getvalue().rstrip("\n"))

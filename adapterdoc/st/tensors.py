@@ -118,12 +118,6 @@ def scan_bytes(data: bytes, dtype: str, *, finite: bool = True) -> tuple[bool, i
     return True, _first_nonzero(buf, dtype, bits), bad
 
 
-def scan_tensors(header: Header, names: Iterable[str], **kw: bool) -> Iterator[TensorScan]:
-    """:func:`scan_tensor` for each name in turn (one tensor in memory at a time)."""
-    for name in names:
-        yield scan_tensor(header, name, **kw)
-
-
 def read_tensor_bytes(header: Header, name: str) -> bytes:
     """The raw bytes of one tensor (for small tensors and tests)."""
     with TensorSource(header) as src:

@@ -10,14 +10,12 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from adapterdoc.errors import AdapterdocError, UnsupportedInputError
+from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.train.models import route_forward
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
 @dataclass
@@ -136,9 +134,3 @@ def load_model(base: Base, dtype: str = "float32", seed: int = 0) -> PreTrainedM
                 base.root, dtype=torch_dtype(dtype), local_files_only=True
             )
     return route_forward(model, base.layout)
-
-
-def check_dtype(name: str) -> str:
-    if name not in DTYPES:
-        raise AdapterdocError("--dtype", f"must be one of {', '.join(DTYPES)}")
-    return name

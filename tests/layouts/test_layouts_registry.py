@@ -4,6 +4,7 @@ key rename (:func:`adapterdoc.layouts.apply_move`) is what both ``remap --vl`` a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -246,3 +247,12 @@ def test_detection_shapes_and_towers_read_paths_as_before(segments: list[str]) -
     assert R._INDEX.sub(".0", path) == re.sub(r"(?<=\.)\d+(?=\.|$)", "0", path)
     towers = R.all_tower_segments()
     assert R.tower_segment(path) == next((s for s in path.split(".") if s in towers), None)
+
+
+def test_every_registry_pattern_compiles() -> None:
+    """Every layout's requires, forbids, signals and hint patterns are valid regular expressions."""
+    for layout in L.LAYOUTS.values():
+        for rx in (*layout.requires, *layout.forbids, *(s[0] for s in layout.signals)):
+            re.compile(rx)
+        if layout.hint:
+            re.compile(layout.hint, re.IGNORECASE)

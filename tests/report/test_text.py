@@ -658,15 +658,6 @@ def test_real_commands_fit_80_columns_off_a_terminal(tmp_path: Path, cli: Any) -
     ]
 
 
-def test_findings_table_prints_the_same_groups(inspect_report: InspectReport) -> None:
-    """The older entry point (a renderable for console.print) shows the grouped lines, not a table."""
-    w = render.Writer(80)
-    render.write_findings(w, inspect_report.findings)
-    console, buf = render.capture_console(80)
-    console.print(render.findings_table(inspect_report.findings, width=80))
-    assert buf.getvalue() == w.getvalue() and buf.getvalue().count("AD205") == 1
-
-
 _word = st.text(alphabet="abcxyz._/-×→", min_size=1, max_size=30)
 """Words without backticks (a backticked span is one unbreakable unit, tested above)."""
 
