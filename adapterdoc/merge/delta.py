@@ -109,14 +109,15 @@ class AdapterTensors:
         if key in self.cache:
             self.cache.move_to_end(key)
             return self.cache[key]
-        conv = self.experts.converted.get(key) if self.experts is not None else None
-        if conv is None:
+        experts = self.experts
+        conv = experts.converted.get(key) if experts is not None else None
+        if experts is None or conv is None:
             return self._keep(key, self._read(key))
         # PEFT's conversion of one fused layer's per-expert tensors: the sources live only for the call
-        made = self.experts.convert({k: self._read(k) for k in conv.sources})
+        made = experts.convert({k: self._read(k) for k in conv.sources})
         # contiguous once: PEFT's lora_B comes back transposed, and each expert's slice would copy it again
         for k, t in made.items():
-            if k != key and k in self.experts.converted and self.uses.get(k, 0) > 0:
+            if k != key and k in experts.converted and self.uses.get(k, 0) > 0:
                 self._keep(k, t.float().contiguous())
         return self._keep(key, made[key].float().contiguous())
 
@@ -149,7 +150,7 @@ def delta_weight(
     edit: Edit, piece: Piece, tensors: AdapterTensors, rows: tuple[int, int] | None = None
 ) -> torch.Tensor:
     """PEFT's ``get_delta_weight`` for ``edit``'s module, restricted to ``piece`` (and its ``rows``), float32."""
-    t = edit.target
+    t = edit.layer
     a = tensors.get(edit.keys["A"])
     b = tensors.get(edit.keys["B"])
     if t.kind == "embedding":  # lora_embedding_A [r, num_embeddings], lora_embedding_B [dim, r]
@@ -204,16 +205,16 @@ def apply_edits(
             d = delta_weight(e, piece, tensors, rows)
             m = tensors.get(e.keys["magnitude"])
             merged = w.add_(d)
-            if e.target.kind == "embedding":  # norm over the vocabulary: whole tensor only
+            if e.layer.kind == "embedding":  # norm over the vocabulary: whole tensor only
                 norm = torch.linalg.norm(merged.T, dim=1).to(merged.dtype)
                 w = (m / norm).view(1, -1) * merged
             else:
                 norm = torch.linalg.norm(merged, dim=1).to(merged.dtype)
                 w = (m[r0:r1] / norm).view(-1, 1) * merged
         elif e.kind == "bias":
-            w.add_(tensors.get(e.keys["bias"]) * e.target.scaling)
+            w.add_(tensors.get(e.keys["bias"]) * e.layer.scaling)
         elif e.kind == "tokens":
-            idx = torch.tensor(e.target.token_indices, dtype=torch.long)
+            idx = torch.tensor(e.layer.token_indices, dtype=torch.long)
             delta = tensors.get(e.keys["delta"]).to(w.dtype)
             keep = (idx >= r0) & (idx < r1)
             w = w.index_copy(0, idx[keep] - r0, delta[keep])
@@ -262,9 +263,9 @@ def row_blocks(o: Output, piece: Piece | None) -> bool:
     if not o.shape or piece is None or not piece.whole:
         return False
     for e in o.edits:
-        t = e.target
         if e.kind in ("replace", "tokens"):
             continue
+        t = e.layer
         if e.kind == "lora" and t.kind in ("linear", "embedding") and not t.fan_in_fan_out:
             continue
         if e.kind == "dora" and t.kind == "linear" and not t.fan_in_fan_out:
@@ -391,7 +392,7 @@ def blocks(
                 w = apply_edits(w.float(), o.edits, piece, tensors, (r0, r1) if blocked else None)
                 _check_finite(o.name, w)
             w = w.to(out_dtype).contiguous()
-            yield memoryview(w.reshape(-1).view(torch.uint8).numpy())
+            yield w.reshape(-1).view(torch.uint8).numpy().data
             continue
         n = w.numel()
         slot = reuse.out_slot(n * out_bits // 8)

@@ -31,6 +31,12 @@ class Edit:
     target: LoraTarget | None = None
     """The :class:`~adapterdoc.ml.inject.LoraTarget` (not for ``replace``)."""
 
+    @property
+    def layer(self) -> LoraTarget:
+        """The ``target`` of an edit of any kind but ``replace`` (each of those is made with one)."""
+        assert self.target is not None, f"a {self.kind} edit without its LoRA layer"
+        return self.target
+
 
 @dataclass(frozen=True)
 class Output:

@@ -59,11 +59,13 @@ class ExpertConversion:
 
     def convert(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """PEFT's conversion of real per-expert tensors (saved naming) into its fused tensors (saved naming)."""
+        # a conversion exists only where PEFT made one: with the injection's model and the adapter's config
+        assert self.peft_model is not None and self.peft_config is not None
         return _peft_convert(self.peft_model, self.peft_config, tensors)
 
 
 def _peft_convert(
-    pm: PeftModel | None, config: LoraConfig | None, tensors: dict[str, torch.Tensor]
+    pm: PeftModel, config: LoraConfig, tensors: dict[str, torch.Tensor]
 ) -> dict[str, torch.Tensor]:
     import copy
 
@@ -140,6 +142,7 @@ def convert_experts(
             continue
         sources = tuple(sorted(groups[m][r] for m in modules for r in _ROLES if r in groups[m]))
         meta = {k: torch.empty(adapter.tensors[k].shape, device="meta") for k in sources}
+        assert inv.pm is not None  # fused expert targets come from the injection's PeftModel
         try:
             result = _peft_convert(inv.pm, config, meta)
         except Exception as e:  # PEFT's own refusal (stacking a partial expert set, mixed dims)

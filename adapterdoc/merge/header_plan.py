@@ -38,7 +38,7 @@ from adapterdoc.ml.names import Piece
 from adapterdoc.st.dtypes import FLOAT_DTYPES
 from adapterdoc.verify.expected_config import METADATA, MODELLED, TASK_TYPES
 
-_OFF = (None, False, {}, [], 0, "", ())
+_OFF: tuple[object, ...] = (None, False, {}, [], 0, "", ())
 """Values of a LoraConfig field that switch nothing on."""
 _HANDLED = MODELLED - {"modules_to_save", "target_parameters", "use_dora", "lora_bias"}
 """The fields this planner reads: those verify's registry path models (:data:`~adapterdoc.verify.expected_config.MODELLED`)
@@ -127,10 +127,12 @@ def _in_registry(raw: Mapping[str, object]) -> bool:
 
 
 def _number(value: object, what: str, *, integer: bool) -> int | float:
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if not ok or isinstance(value, bool) or (integer and value <= 0):  # type: ignore[operator]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (integer and (not isinstance(value, int) or value <= 0))
+    ):
         raise Unvouched(f"{what} is {value!r}")
-    assert isinstance(value, (int, float))
     return value
 
 
@@ -278,7 +280,9 @@ def _target(
     rank_pattern = _patterns(raw, "rank_pattern", integer=True)
     alpha_pattern = _patterns(raw, "alpha_pattern", integer=False)
     rk, ak = pattern_key(rank_pattern, node.name), pattern_key(alpha_pattern, node.name)
-    r = int(rank_pattern[rk] if rk is not None else raw.get("r", 8))  # type: ignore[call-overload]
+    rank = rank_pattern[rk] if rk is not None else raw.get("r", 8)
+    assert isinstance(rank, (int, float))  # checked by _selected
+    r = int(rank)
     alpha = alpha_pattern[ak] if ak is not None else raw.get("lora_alpha", 8)
     assert isinstance(alpha, (int, float))
     scaling = alpha / math.sqrt(r) if raw.get("use_rslora", False) else alpha / r
