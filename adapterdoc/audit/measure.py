@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from adapterdoc.adapter import AdapterConfig, fused_expert_owner
 from adapterdoc.audit.read import FactorPair, Reader
@@ -54,6 +54,21 @@ def place(module: str) -> tuple[str, int | None, str, int | None]:
     return m["group"], int(m["idx"]), rest, expert
 
 
+class SharedFields(TypedDict, total=False):
+    """The :class:`ModuleDelta` fields one module's entries share (empty for a pair not measured)."""
+
+    module: str
+    kind: str
+    rank: int
+    scaling: float | None
+    parameter: str | None
+    layer: int | None
+    group: str
+    leaf: str
+    dtype: str
+    nonfinite: int
+
+
 @dataclass(frozen=True)
 class Measured:
     """One module's audit before the adapter's total is known: each entry's delta norm and ranks (one entry per
@@ -68,7 +83,7 @@ class Measured:
     experts: tuple[int | None, ...] = ()
     """Each entry's ``expert``."""
     rank: int = 0
-    common: dict[str, object] = field(default_factory=dict)
+    common: SharedFields = field(default_factory=SharedFields)
     """The :class:`ModuleDelta` fields the module's entries share (all but the per-entry ones above, the share and
     the inert flag)."""
 
@@ -108,7 +123,7 @@ def measure(
     reads[g.a or ""], reads[g.b or ""] = read_a, read_b
     bad = read_a.nonfinite + read_b.nonfinite
     param = _fused_parameter(cfg, g.module) if fused else None
-    common: dict[str, object] = {
+    common: SharedFields = {
         "module": g.module,
         "kind": kind,
         "rank": r,

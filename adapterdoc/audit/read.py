@@ -35,19 +35,32 @@ class FactorPair:
     order: tuple[int, int] = (0, 0)
 
 
+@dataclass
+class _Found:
+    """What :func:`factor_pairs` has found of one module so far."""
+
+    a: str | None = None
+    b: str | None = None
+    embedding: bool = False
+    magnitude: bool = False
+
+
 def factor_pairs(ckpt: Checkpoint) -> dict[str, FactorPair]:
     """LoRA modules in file order, so the reads stream through each file once (each pair built once)."""
-    acc: dict[str, list[object]] = {}  # module -> [a, b, embedding, magnitude]
+    acc: dict[str, _Found] = {}
     for name in ckpt.tensors:
         k = parse_key(name)
         if k.role == "magnitude":
-            acc.setdefault(k.module, [None, None, False, False])[3] = True
+            acc.setdefault(k.module, _Found()).magnitude = True
             continue
         if not k.is_lora:
             continue
-        slot = acc.setdefault(k.module, [None, None, False, False])
-        slot[0 if k.is_a else 1] = name
-        slot[2] = slot[2] or k.role.startswith("lora_embedding")
+        slot = acc.setdefault(k.module, _Found())
+        if k.is_a:
+            slot.a = name
+        else:
+            slot.b = name
+        slot.embedding = slot.embedding or k.role.startswith("lora_embedding")
     files = {p: i for i, p in enumerate(dict.fromkeys(ckpt.tensor_file.values()))}
 
     def position(name: str) -> tuple[int, int]:
@@ -56,13 +69,13 @@ def factor_pairs(ckpt: Checkpoint) -> dict[str, FactorPair]:
     out = [
         FactorPair(
             module,
-            a,  # type: ignore[arg-type]
-            b,  # type: ignore[arg-type]
-            bool(emb),
-            bool(mag),
-            min((position(n) for n in (a, b) if n), default=(0, 0)),  # type: ignore[arg-type]
+            f.a,
+            f.b,
+            f.embedding,
+            f.magnitude,
+            min((position(n) for n in (f.a, f.b) if n), default=(0, 0)),
         )
-        for module, (a, b, emb, mag) in acc.items()
+        for module, f in acc.items()
     ]
     return {g.module: g for g in sorted(out, key=lambda g: g.order)}
 
@@ -172,11 +185,13 @@ def _decode(np: ModuleType, raw: NDArray, dtype: str) -> NDArray:
     if dtype in ("F64", "F32", "F16"):
         return raw  # numpy's IEEE types are exact; the assignment widens to float64 exactly
     if dtype == "BF16":  # bfloat16 is the top half of a float32
-        return np.left_shift(raw, 16, dtype=np.uint32).view(np.float32)
+        widened: NDArray = np.left_shift(raw, 16, dtype=np.uint32).view(np.float32)
+        return widened
     table = _FP8_TABLES.get(dtype)
     if table is None:
         table = _FP8_TABLES[dtype] = np.array([fp8_value(dtype, b) for b in range(256)], dtype=np.float64)
-    return table[raw]
+    decoded: NDArray = table[raw]
+    return decoded
 
 
 _FP8 = {  # exponent bits, mantissa bits, bias, NaN/Inf convention

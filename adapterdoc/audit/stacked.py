@@ -91,11 +91,11 @@ def stacked_measure(
             continue
         a_e = np.asarray(a[e * r : (e + 1) * r], dtype=np.float64)
         b_e = np.asarray(b[:, e::experts] if experts > 1 else b, dtype=np.float64)
-        sv = core_singular_values(np, a_e, b_e)
+        values = core_singular_values(np, a_e, b_e)
         if ranks:
-            svs[e] = sv.tolist()
+            svs[e] = values.tolist()
         if not trusted[e]:
-            norms[e] = math.sqrt(float(np.sum(sv * sv)))
+            norms[e] = math.sqrt(float(np.sum(values * values)))
     return norms, svs
 
 
@@ -132,19 +132,23 @@ def core_singular_values(np: ModuleType, a: NDArray, b: NDArray) -> NDArray:
     of ``B`` and ``Aᵀ`` (block-wise, TSQR), accurate to ``eps · σ_max`` whatever the conditioning."""
     rank = a.shape[0]
     if a.size == 0 or b.size == 0 or not a.any() or not b.any():
-        return np.zeros(rank)
+        zeros: NDArray = np.zeros(rank)
+        return zeros
     lb, vb = np.linalg.eigh(b.T @ b)
     la, va = np.linalg.eigh(a @ a.T)
     core = (np.sqrt(np.clip(lb, 0, None))[:, None] * vb.T) @ (va * np.sqrt(np.clip(la, 0, None))[None, :])
-    sv = np.linalg.svd(core, compute_uv=False)
+    sv: NDArray = np.linalg.svd(core, compute_uv=False)
     if sv[0] > 0 and sv[-1] ** 2 >= GRAM_SAFE * sv[0] ** 2:
         return sv
-    return np.linalg.svd(_tsqr_r(np, b) @ _tsqr_r(np, a.T).T, compute_uv=False)
+    sv_qr: NDArray = np.linalg.svd(_tsqr_r(np, b) @ _tsqr_r(np, a.T).T, compute_uv=False)
+    return sv_qr
 
 
 def _tsqr_r(np: ModuleType, x: NDArray) -> NDArray:
     """The ``R`` of a tall matrix's QR, from the stacked ``R``s of row blocks (same ``R`` up to row signs)."""
     if x.shape[0] <= 2 * _TSQR_ROWS:
-        return np.linalg.qr(x, mode="r")
+        r: NDArray = np.linalg.qr(x, mode="r")
+        return r
     blocks = [np.linalg.qr(x[i : i + _TSQR_ROWS], mode="r") for i in range(0, x.shape[0], _TSQR_ROWS)]
-    return np.linalg.qr(np.vstack(blocks), mode="r")
+    r_stacked: NDArray = np.linalg.qr(np.vstack(blocks), mode="r")
+    return r_stacked
