@@ -1,9 +1,9 @@
 """Regenerate the generated blocks of README.md and docs/*.md: the quickstart (from real runs), the commands table
-(from click), the layout table, the matrix.
+(from click), the layout table, the layer picture and the package table (docs/architecture.md), the matrix.
 
-python scripts/render_readme.py            # quickstart, commands, layouts
+python scripts/render_readme.py            # quickstart, commands, layouts, layers, packages
 python scripts/render_readme.py --matrix   # also the layout x operation matrix (a few minutes)
-python scripts/render_readme.py --check    # exit 1 if the commands or layouts tables are stale (CI runs this)
+python scripts/render_readme.py --check    # exit 1 if a table or picture other than the quickstart is stale (CI)
 """
 
 from __future__ import annotations
@@ -127,6 +127,46 @@ def layers() -> str:
     return "```\n" + "\n".join(out) + "\n```\n"
 
 
+def _first_sentence(path: Path) -> str:
+    """The first sentence of a module's docstring, its reST roles and double backquotes made Markdown."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    para = " ".join(doc.split("\n\n", 1)[0].split())
+    m = re.match(r"(.+?[.?!])(?=\s|$)", para)
+    text = m[1] if m else para
+    text = re.sub(r":\w+:`~[^`]*?([^.`]+)`", r"`\1`", text)  # :class:`~a.b.C` -> `C`
+    text = re.sub(r":\w+:`\.?([^`]+)`", r"`\1`", text)  # :mod:`a.b` -> `a.b`
+    return text.replace("``", "`").replace("|", "\\|")
+
+
+def packages() -> str:
+    """The package table of docs/architecture.md, in the layer order of adapterdoc/layers.py (top first): one row per
+    top-level module and per package or subpackage, with its docstring's first sentence and a package's modules."""
+    from adapterdoc.layers import LAYERS
+
+    pkg = ROOT / "adapterdoc"
+
+    def rows(path: Path) -> list[str]:
+        name = f"`{path.relative_to(ROOT).as_posix()}{'/' if path.is_dir() else ''}`"
+        if not path.is_dir():
+            return [f"| {name} | {_first_sentence(path)} | |"]
+        subs = sorted(d for d in path.iterdir() if (d / "__init__.py").is_file())
+        mods = sorted(f.name for f in path.glob("*.py") if f.name != "__init__.py")
+        listed = ", ".join(f"`{m}`" for m in [*mods, *(f"{d.name}/" for d in subs)])
+        out = [f"| {name} | {_first_sentence(path / '__init__.py')} | {listed} |"]
+        for sub in subs:
+            out += rows(sub)
+        return out
+
+    lines = ["| adapterdoc/ | holds | modules |", "| --- | --- | --- |"]
+    for _, _, members in LAYERS:
+        for member in members:
+            path = pkg / member if (pkg / member).is_dir() else pkg / f"{member}.py"
+            lines += rows(path)
+    return "\n".join(lines) + "\n"
+
+
 def has_block(text: str, name: str) -> bool:
     return f"<!-- BEGIN generated:{name}" in text or f"<!-- BEGIN section:{name}" in text
 
@@ -156,7 +196,7 @@ def main() -> int:
     parser.add_argument("--matrix", action="store_true")
     parser.add_argument("--check", action="store_true", help="compare the commands and layouts tables only")
     args = parser.parse_args()
-    blocks = {"commands": commands(), "layouts": layouts(), "layers": layers()}
+    blocks = {"commands": commands(), "layouts": layouts(), "layers": layers(), "packages": packages()}
     if args.check:
         stale = render(blocks, check=True)
         for page in stale:

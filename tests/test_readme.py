@@ -28,12 +28,13 @@ def test_the_readme_reads_in_minutes():
 
 def test_the_generated_tables_are_current():
     # the commands table comes from click, the layouts table from the registry, the layer picture from
-    # adapterdoc/layers.py: a new command, option, layout or layer without `python scripts/render_readme.py` fails
-    # here (and in CI's `--check`)
+    # adapterdoc/layers.py, the package table from the source tree: a new command, option, layout, layer or module
+    # without `python scripts/render_readme.py` fails here (and in CI's `--check`)
     blocks = {
         "commands": render_readme.commands(),
         "layouts": render_readme.layouts(),
         "layers": render_readme.layers(),
+        "packages": render_readme.packages(),
     }
     stale = render_readme.render(blocks, check=True)
     assert stale == []
