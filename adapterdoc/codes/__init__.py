@@ -9,6 +9,10 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from adapterdoc.report.findings import Severity
 
 AREAS = ("format", "keys", "weights", "serving", "merge", "training", "roundtrip", "convert")
 
@@ -20,7 +24,7 @@ class Code:
     code: str
     name: str
     """kebab-case; names the problem, not the fix."""
-    severity: str
+    severity: Severity
     summary: str
     """What the finding means."""
     why: str

@@ -96,7 +96,7 @@ class Audit:
     @property
     def total_norm(self) -> float:
         """‖ΔW‖_F of the whole adapter (modules as disjoint blocks)."""
-        return math.sqrt(sum(m.delta_norm**2 for m in self.measured))  # type: ignore[operator]
+        return math.sqrt(sum(m.delta_norm**2 for m in self.modules if m.delta_norm is not None))
 
     @property
     def inert_count(self) -> int:

@@ -36,7 +36,7 @@ def envelope(
     ok: bool, findings: Sequence[Finding] | Sequence[Mapping[str, object]], body: Mapping[str, object]
 ) -> dict[str, object]:
     """The one JSON envelope: ``{"ok": ..., "findings": [...], **body}`` (findings as objects or dicts)."""
-    rows = [f if isinstance(f, dict) else f.to_dict() for f in findings]
+    rows = [f if isinstance(f, Mapping) else f.to_dict() for f in findings]
     return {"ok": ok, "findings": rows, **body}
 
 

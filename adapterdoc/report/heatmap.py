@@ -45,30 +45,30 @@ class Panel:
 
 def panels(audit: Audit) -> list[Panel]:
     """Arrange the audit's entries: one panel per layer stack, one per expert projection, one for the rest."""
-    stacks: dict[str, list[ModuleDelta]] = {}
-    experts: dict[tuple[str, str], list[ModuleDelta]] = {}
+    stacks: dict[str, list[tuple[int, ModuleDelta]]] = {}  # group → (layer, entry)
+    experts: dict[tuple[str, str], list[tuple[int, int, ModuleDelta]]] = {}  # → (layer, expert, entry)
     other: list[ModuleDelta] = []
     for m in audit.modules:
         if m.expert is not None and m.layer is not None:
-            experts.setdefault((m.group, m.leaf), []).append(m)
+            experts.setdefault((m.group, m.leaf), []).append((m.layer, m.expert, m))
         elif m.layer is not None:
-            stacks.setdefault(m.group, []).append(m)
+            stacks.setdefault(m.group, []).append((m.layer, m))
         else:
             other.append(m)
     out: list[Panel] = []
-    spans: dict[str, list[ModuleDelta]] = {}
+    spans: dict[str, list[int]] = {}
     for m in audit.modules:
         if m.layer is not None:
-            spans.setdefault(m.group, []).append(m)
-    for group, mods in stacks.items():
+            spans.setdefault(m.group, []).append(m.layer)
+    for group, placed in stacks.items():
         layers = _layer_range(spans[group])
-        cols = list(dict.fromkeys(m.leaf for m in mods))
-        cells = {(layers.index(m.layer), cols.index(m.leaf)): m for m in mods}
+        cols = list(dict.fromkeys(m.leaf for _, m in placed))
+        cells = {(layers.index(layer), cols.index(m.leaf)): m for layer, m in placed}
         out.append(Panel(f"{group}.N", [str(i) for i in layers], cols, cells))
-    for (group, leaf), mods in experts.items():
+    for (group, leaf), by_expert in experts.items():
         layers = _layer_range(spans[group])
-        n = max(m.expert for m in mods) + 1
-        cells = {(layers.index(m.layer), m.expert): m for m in mods}
+        n = max(e for _, e, _ in by_expert) + 1
+        cells = {(layers.index(layer), e): m for layer, e, m in by_expert}
         title = f"{group}.N.{leaf}, per expert"
         out.append(Panel(title, [str(i) for i in layers], [str(e) for e in range(n)], cells, xlabel="expert"))
     if other:
@@ -79,8 +79,8 @@ def panels(audit: Audit) -> list[Panel]:
     return out
 
 
-def _layer_range(mods: list[ModuleDelta]) -> list[int]:
-    present = sorted({m.layer for m in mods})
+def _layer_range(layers: list[int]) -> list[int]:
+    present = sorted(set(layers))
     return list(range(present[0], present[-1] + 1))
 
 
@@ -94,7 +94,7 @@ def render_png(audit: Audit, *, title: str | None = None) -> bytes:
     from matplotlib.patches import Patch
 
     ps = panels(audit)
-    top = max((m.delta_norm for m in audit.measured), default=0.0) or 1.0
+    top = max((m.delta_norm for m in audit.modules if m.delta_norm is not None), default=0.0) or 1.0
     norm = Normalize(vmin=0.0, vmax=top)
     cmap = plt.colormaps["viridis"]
     widest = max((len(p.cols) for p in ps), default=1)

@@ -77,6 +77,10 @@ class InspectReport(FrozenReport):
     else ``None`` (and no ``experts`` object in the JSON)."""
 
     def body(self) -> dict[str, object]:
+        lora: dict[str, object] | None = None
+        if self.lora:
+            lora = asdict(self.lora)
+            lora["ranks"] = {str(k): v for k, v in self.lora.ranks.items()}
         d: dict[str, object] = dict(
             input=self.spec,
             kind=self.kind,
@@ -92,14 +96,12 @@ class InspectReport(FrozenReport):
                 "evidence": list(self.layout.evidence),
                 "candidates": list(self.layout.candidates),
             },
-            lora=asdict(self.lora) if self.lora else None,
+            lora=lora,
         )
         if self.format is not None:
             d["format"] = self.format
         if self.bytes_received is not None:
             d["bytes_received"] = self.bytes_received
-        if self.lora:
-            d["lora"]["ranks"] = {str(k): v for k, v in self.lora.ranks.items()}
         if self.experts is not None:
             d["experts"] = self.experts.to_dict()
         if self.weights is not None:

@@ -126,8 +126,8 @@ def _render_lora(w: Writer, report: InspectReport) -> None:
 def _render_experts(w: Writer, pic: ExpertPicture) -> None:
     """One or two lines: the expert layout, count and coverage per projection."""
     if not pic.routed:
-        shared = f"; shared expert {plural(len(pic.shared), 'module')}" if pic.shared else ""
-        w.para("experts:", f"no routed-expert LoRA{shared}", hang=2, indent=2)
+        shared_note = f"; shared expert {plural(len(pic.shared), 'module')}" if pic.shared else ""
+        w.para("experts:", f"no routed-expert LoRA{shared_note}", hang=2, indent=2)
         return
     n = f"{pic.experts} experts ({pic.experts_from})" if pic.experts else "experts count unknown"
     cov = [
@@ -174,7 +174,9 @@ def _fact(v: object) -> str:
 def _render_format(w: Writer, fmt: Mapping[str, object]) -> None:
     """An adapter in another runtime's format: its name, the evidence, and its own facts."""
     w.para("format", (str(fmt.get("name")), "bold"), hang=2)
-    for ev in fmt.get("evidence", []):
+    evidence = fmt.get("evidence", [])
+    assert isinstance(evidence, list)  # inspection writes it as a list
+    for ev in evidence:
         w.para("•", str(ev), indent=2)
     shown = (
         "name",

@@ -4,7 +4,7 @@ not a table of every key."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from adapterdoc.report.registry import Group, View, register
@@ -84,12 +84,12 @@ def _expert_counts(r: Mapping[str, object]) -> str:
 
 def _rewrite(r: Mapping[str, object]) -> str:
     """One ``--for`` rewrite in a few words."""
-    extra = {
+    words: dict[str, Callable[[], str]] = {
         "keys": lambda: f"{r.get('from')} → {r.get('to')}",
         "experts": lambda: (
             f"{r.get('from')} → {r.get('to')}" + (f", {_expert_counts(r)}" if "tensors_read" in r else "")
         ),
-        "rslora": lambda: "lora_alpha {} → {}".format(*r["lora_alpha"]),  # type: ignore[misc]
+        "rslora": lambda: "lora_alpha " + _arrow(r["lora_alpha"]),
         "ranks": lambda: f"to {r['to']}, {r['bytes_added']} bytes added",
         "scaling": lambda: f"{r['tensors']} lora_B tensor(s), largest rounding {r['max_rel_rounding']:.3g}",
         "patterns": lambda: "rank_pattern / alpha_pattern dropped",
@@ -97,8 +97,15 @@ def _rewrite(r: Mapping[str, object]) -> str:
         "fill": lambda: (
             f"{r['fill']}, {r['modules']} module(s) ({r['tensors']} tensors), {r['bytes_added']} bytes added"
         ),
-    }.get(str(r["rewrite"]))
+    }
+    extra = words.get(str(r["rewrite"]))
     return f"{r['rewrite']}: {extra()}" if extra else str(r["rewrite"])
+
+
+def _arrow(pair: object) -> str:
+    """``old → new`` of a two-item list."""
+    assert isinstance(pair, (list, tuple))
+    return "{} → {}".format(*pair)
 
 
 def _tensor_rewrites(w: Writer, r: Mapping[str, object]) -> None:
@@ -155,10 +162,10 @@ def _patterns(w: Writer, mapping: Mapping[str, str], *, unit: str) -> None:
         groups.setdefault(key, []).append((head, old_mid, new_mid, tail))
     items = sorted(groups.values(), key=len, reverse=True)
     for members in items[:SHOWN]:
-        head = _glob([m[0] for m in members], from_end=True)
-        tail = _glob([m[3] for m in members], from_end=False)
-        old = ".".join(x for x in (head, ".".join(members[0][1]), tail) if x)
-        new = ".".join(x for x in (head, ".".join(members[0][2]), tail) if x)
+        head_glob = _glob([m[0] for m in members], from_end=True)
+        tail_glob = _glob([m[3] for m in members], from_end=False)
+        old = ".".join(x for x in (head_glob, ".".join(members[0][1]), tail_glob) if x)
+        new = ".".join(x for x in (head_glob, ".".join(members[0][2]), tail_glob) if x)
         label = f"{plural(len(members), unit)}:"
         if 4 + len(label) + 1 + max(len(old), len(new)) <= w.width:
             w.line(label, " ", old, indent=4)

@@ -135,12 +135,14 @@ def render_train(r: TrainReport) -> str:
         return "–" if not d else f"{d['before']:.4f} → {d['after']:.4f}"
 
     v = r.verify
+    lora_b = v.get("lora_b", {})
+    b_counts: Mapping[str, object] = lora_b if isinstance(lora_b, Mapping) else {}
     lines = [
         f"train: {r.base} ({r.layout or 'outside the registry'}), {r.steps} steps on {r.num_processes} process(es)",
         f"  train loss {pair(r.train_loss)}; val loss {pair(r.val_loss)}",
         f"  adapter {r.adapter}",
         f"  doctor: verify {'passed' if v.get('ok') else 'FAILED'}, lora_B non-zero "
-        f"{v.get('lora_b', {}).get('nonzero', 0)}/{v.get('lora_b', {}).get('total', 0)}, tower LoRA {v.get('tower_lora', 0)}",
+        f"{b_counts.get('nonzero', 0)}/{b_counts.get('total', 0)}, tower LoRA {v.get('tower_lora', 0)}",
         f"  report {os.path.join(r.out, 'RUN_REPORT.md')}",
     ]
     lines += [f"  {f.code} {f.severity}: {f.message}" for f in r.findings]
