@@ -59,9 +59,11 @@ def load_config(base: BaseSpec, what: str | None = None) -> PretrainedConfig:
         return tiny_config(base.tiny_layout or "")
     from transformers import AutoConfig
 
+    assert base.config_path is not None  # read_config_json above found it
     try:
         with no_warnings():
-            return AutoConfig.from_pretrained(base.config_path, local_files_only=True)
+            config: PretrainedConfig = AutoConfig.from_pretrained(base.config_path, local_files_only=True)
+            return config
     except (ValueError, KeyError, TypeError, OSError, _config_validation_error()) as e:
         why = e.__cause__ if isinstance(e.__cause__, ValueError) else e  # the strict dataclass's own reason
         raise UnsupportedInputError(
@@ -85,16 +87,18 @@ def model_class_for(config: PretrainedConfig, base: BaseSpec) -> ModelClass:
 
         return model_class(base.tiny_layout or "")
     for name in getattr(config, "architectures", None) or []:
-        cls = getattr(tf, name, None)
+        cls: ModelClass | None = getattr(tf, name, None)
         if cls is not None:
             return cls
     for layout in LAYOUTS.values():
         if layout.model_type == config.model_type and hasattr(tf, layout.model_class):
-            return getattr(tf, layout.model_class)
+            registered: ModelClass = getattr(tf, layout.model_class)
+            return registered
     for auto in ("AutoModelForImageTextToText", "AutoModelForCausalLM", "AutoModel"):
         mapping = getattr(getattr(tf, auto, None), "_model_mapping", None)
         try:
-            return mapping[type(config)]  # type: ignore[index]
+            mapped: ModelClass = mapping[type(config)]  # type: ignore[index]
+            return mapped
         except (KeyError, TypeError, ValueError):
             continue
     raise UnsupportedInputError(
@@ -136,7 +140,7 @@ def counterpart_class(
         for name, attrs in loadable_as(home)[1:]:
             if LAYOUTS[name].model_class != class_name or not hasattr(tf, class_name):
                 continue
-            sub = config
+            sub: PretrainedConfig | None = config
             for attr in attrs:
                 sub = getattr(sub, attr, None)
             if sub is None or getattr(sub, "model_type", None) is None:
@@ -161,7 +165,8 @@ def build_meta_model(
         cls, config = as_class
     try:
         with no_warnings(), torch.device("meta"):
-            return cls._from_config(config)
+            model: PreTrainedModel = cls._from_config(config)  # type: ignore[no-untyped-call]  # unannotated in transformers
+            return model
     except Exception as e:  # model constructors raise anything on odd configs
         raise UnsupportedInputError(
             base.config_path or base.spec, f"cannot build {cls.__name__} from this config: {first_line(e)}"

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from adapterdoc.adapter import WRAPPER, AdapterConfig, fused_expert_owner
 from adapterdoc.errors import ConfigError, UnsupportedInputError
@@ -21,8 +21,9 @@ from adapterdoc.ml.quiet import no_warnings
 
 if TYPE_CHECKING:
     import torch
-    from peft import LoraConfig, PeftModel
+    from peft import LoraConfig, PeftConfig, PeftModel
     from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora.layer import ParamWrapper
     from peft.tuners.trainable_tokens import TrainableTokensLayer
     from torch import nn
 
@@ -46,8 +47,9 @@ def lora_config_from_raw(
         )
     try:
         with no_warnings():
-            kwargs = LoraConfig.check_kwargs(**kwargs)
-            return LoraConfig.from_peft_type(**kwargs)
+            kwargs = LoraConfig.check_kwargs(**kwargs)  # type: ignore[no-untyped-call]  # unannotated in PEFT
+            config: LoraConfig = LoraConfig.from_peft_type(**kwargs)  # type: ignore[no-untyped-call]  # unannotated in PEFT
+            return config
     except (TypeError, ValueError) as e:
         raise ConfigError(path, f"PEFT refuses this LoRA config: {first_line(e)}") from e
 
@@ -66,7 +68,7 @@ def for_meta(config: LoraConfig) -> LoraConfig:
 _REWRITE_FIELDS = ("target_modules", "target_parameters", "rank_pattern", "alpha_pattern", "modules_to_save")
 
 
-def snapshot(cfg: LoraConfig) -> dict[str, object]:
+def snapshot(cfg: PeftConfig) -> dict[str, object]:
     """The config fields PEFT may rewrite on injection, in a normal form (sorted, empty → ``None``)."""
     out: dict[str, object] = {}
     for f in _REWRITE_FIELDS:
@@ -194,6 +196,15 @@ def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(int(d) for d in t.shape)
 
 
+def _weight_shape(layer: nn.Module) -> tuple[int, ...]:
+    """The shape of ``layer.weight`` (a LoRA A or B layer's)."""
+    import torch
+
+    weight = layer.weight
+    assert isinstance(weight, torch.Tensor)
+    return _shape(weight)
+
+
 def _describe(path: str, mod: LoraLayer) -> LoraTarget:
     cls = type(mod).__name__
     owner = fused_expert_owner(path)
@@ -211,12 +222,13 @@ def _describe(path: str, mod: LoraLayer) -> LoraTarget:
     if mag is not None and ADAPTER in mag:
         common["magnitude_shape"] = _shape(mag[ADAPTER].weight)
     if cls == "ParamWrapper":
+        wrapper = cast("ParamWrapper", mod)
         return LoraTarget(
             kind="experts",
-            param=f"{owner}.{mod.parameter_name}",
-            a_shape=_shape(mod.lora_A[ADAPTER].weight),
-            b_shape=_shape(mod.lora_B[ADAPTER].weight),
-            num_experts=int(mod.num_experts),
+            param=f"{owner}.{wrapper.parameter_name}",
+            a_shape=_weight_shape(mod.lora_A[ADAPTER]),
+            b_shape=_weight_shape(mod.lora_B[ADAPTER]),
+            num_experts=int(wrapper.num_experts),
             experts_out_in=bool(getattr(mod, "_did_swap_in_out_features", False)),
             **common,
         )
@@ -232,8 +244,8 @@ def _describe(path: str, mod: LoraLayer) -> LoraTarget:
     return LoraTarget(
         kind=kind,
         param=f"{path}.weight",
-        a_shape=_shape(mod.lora_A[ADAPTER].weight),
-        b_shape=_shape(mod.lora_B[ADAPTER].weight),
+        a_shape=_weight_shape(mod.lora_A[ADAPTER]),
+        b_shape=_weight_shape(mod.lora_B[ADAPTER]),
         **common,
     )
 

@@ -113,7 +113,7 @@ def load_base(base: BaseSpec, built_as: BuiltAs | None = None) -> PreTrainedMode
     cls, sub, _ = picked
     import torch
 
-    dst = cls._from_config(sub, dtype=torch.float32)
+    dst: PreTrainedModel = cls._from_config(sub, dtype=torch.float32)  # type: ignore[no-untyped-call]  # unannotated in transformers
     try:
         return build_counterpart(model, built_as.default_layout, built_as.layout, dst=dst)
     except RuntimeError as e:
@@ -142,7 +142,8 @@ def _load_own(base: BaseSpec) -> PreTrainedModel:
     except (OSError, ValueError, RuntimeError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UnsupportedInputError(base.spec, f"cannot load the base weights: {reason}") from e
-    return model.eval()
+    model.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
+    return model
 
 
 def probe_inputs(model: PreTrainedModel) -> dict[str, torch.Tensor]:
@@ -150,7 +151,7 @@ def probe_inputs(model: PreTrainedModel) -> dict[str, torch.Tensor]:
 
     cfg = model.config
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    vocab = int(getattr(text, "vocab_size", None) or getattr(cfg, "vocab_size", 1000))
+    vocab = int(getattr(text, "vocab_size", 0) or getattr(cfg, "vocab_size", 1000))
     ids = torch.tensor([[t % vocab for t in PROBE_TOKENS]], dtype=torch.long)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
@@ -161,7 +162,8 @@ def forward(model: PreTrainedModel, inputs: dict[str, torch.Tensor]) -> torch.Te
         warnings.simplefilter("ignore")
         out = target(**inputs)
     for name in ("logits", "last_hidden_state"):
-        value = getattr(out, name, None)
+        value: torch.Tensor | None = getattr(out, name, None)
         if value is not None:
             return value
-    return out[0]
+    first: torch.Tensor = out[0]
+    return first

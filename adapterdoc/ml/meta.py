@@ -13,6 +13,7 @@ them from this module.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -173,7 +174,8 @@ class PeftLoad:
 
         for name, module in self.pm.named_modules():
             if isinstance(module, AuxiliaryTrainingWrapper):
-                for k, v in module.adapter_state_dict_load_map(ADAPTER).items():
+                load_map: dict[str, str] = module.adapter_state_dict_load_map(ADAPTER)  # type: ignore[no-untyped-call]  # unannotated in PEFT
+                for k, v in load_map.items():
                     lookup, store = f"{name}.{k}", f"{name}.{v}"
                     if lookup in state:
                         state[store] = state.pop(lookup)
@@ -181,9 +183,10 @@ class PeftLoad:
 
     def _tuner_remap(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
         from peft.mapping import PEFT_TYPE_TO_TUNER_MAPPING
+        from peft.utils import PeftType
 
         cfg = self.pm.peft_config[ADAPTER]
-        tuner = PEFT_TYPE_TO_TUNER_MAPPING[cfg.peft_type]
+        tuner = PEFT_TYPE_TO_TUNER_MAPPING[PeftType(cfg.peft_type)]
         remap = getattr(tuner, "_remap_adapter_state_dict_for_load", None)
         if remap is not None:
             out: dict[str, Tensor] = remap(model=self.pm, config=cfg, adapter_name=ADAPTER, state_dict=state)
@@ -258,23 +261,21 @@ def build_meta_adapter(
         model = build_meta_model(base, config, as_class=picked[:2] if picked else None)
     names, leaves = _leaf_kinds(model)
     inj = inject(model, lora_config)
-    common = {
-        "base": base,
-        "model_class": type(model).__name__,
-        "model_type": str(getattr(model.config, "model_type", "")),
-        "base_modules": tuple(names),
-        "lora_capable_leaves": leaves,
-        "config_before": inj.config_before,
-        "config_after": inj.config_after,
-        "built_as": built_as,
-    }
+    common = functools.partial(
+        ExpectedModel,
+        base=base,
+        model_class=type(model).__name__,
+        model_type=str(getattr(model.config, "model_type", "")),
+        base_modules=tuple(names),
+        lora_capable_leaves=leaves,
+        config_before=inj.config_before,
+        config_after=inj.config_after,
+        built_as=built_as,
+    )
     if inj.pm is None:
-        return ExpectedModel(
-            **common, expected={}, injected_modules=(), inject_error=inj.error, layout=base_layout(model)
-        )
+        return common(expected={}, injected_modules=(), inject_error=inj.error, layout=base_layout(model))
     injected = sorted({_module_of(k) for k in inj.expected if ".lora_" in k})
-    return ExpectedModel(
-        **common,
+    return common(
         expected=inj.expected,
         injected_modules=tuple(injected),
         matcher=PeftLoad(inj.pm, {k: tuple(v.shape) for k, v in inj.pm.state_dict().items()}),

@@ -13,15 +13,16 @@ transformers is imported inside the functions that need it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.ml.inject import LoraTarget
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+    from transformers import PreTrainedModel
     from transformers.core_model_loading import WeightConverter, WeightRenaming
 
     _Entry = tuple[str, WeightConverter, int | None, int]
@@ -97,7 +98,7 @@ class NameMap:
         return None
 
 
-def _split_transforms(model: nn.Module) -> tuple[list[WeightRenaming], list[WeightConverter]]:
+def _split_transforms(model: PreTrainedModel) -> tuple[list[WeightRenaming], list[WeightConverter]]:
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import WeightConverter, WeightRenaming
 
@@ -112,7 +113,7 @@ def to_memory_name(
     disk: str,
     renamings: list[WeightRenaming],
     converters: list[WeightConverter],
-    names: Mapping[str, tuple[int, ...]],
+    names: dict[str, tuple[int, ...]],
 ) -> tuple[str, str | None]:
     """transformers' own load-time rename of one checkpoint key: (in-memory name, matched converter pattern)."""
     from transformers.core_model_loading import rename_source_key
@@ -124,7 +125,7 @@ def to_memory_name(
     return renamed, pattern
 
 
-def build_name_map(model: nn.Module, disk_shapes: dict[str, tuple[int, ...]]) -> NameMap:
+def build_name_map(model: PreTrainedModel, disk_shapes: dict[str, tuple[int, ...]]) -> NameMap:
     """Place every on-disk tensor (name → shape) inside the meta ``model``'s parameters."""
     state = {k: tuple(v.shape) for k, v in model.state_dict(keep_vars=True).items()}
     nm = NameMap(model_class=type(model).__name__, param_shapes=state)
@@ -180,7 +181,7 @@ def _expert_index(disk: str, pattern: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _op_signature(conv: WeightConverter) -> list[tuple[str, dict[str, object]]]:
+def _op_signature(conv: WeightConverter) -> list[tuple[str, dict[str, Any]]]:
     return [(type(op).__name__, dict(vars(op))) for op in conv.operations]
 
 
@@ -220,7 +221,7 @@ def _slice_plan(
     for disk, _, expert, slot in entries:
         by_expert.setdefault(expert if stacked else None, []).append((disk, slot))
     inner_shape = param_shape[1:] if stacked else param_shape
-    if stacked and sorted(by_expert) != list(range(param_shape[0])):
+    if stacked and set(by_expert) != set(range(param_shape[0])):
         raise _Unsupported(f"{len(by_expert)} expert tensors on disk for {param_shape[0]} experts")
     for expert, items in by_expert.items():
         items.sort(key=lambda x: x[1])

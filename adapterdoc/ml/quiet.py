@@ -6,6 +6,7 @@ Importing this module imports nothing heavy; each helper imports transformers / 
 from __future__ import annotations
 
 import contextlib
+import logging
 import warnings
 from collections.abc import Iterator
 
@@ -20,11 +21,11 @@ def no_warnings() -> Iterator[None]:
 
 def quiet_transformers() -> None:
     """From now on: no log lines below errors and no progress bars from transformers or huggingface_hub."""
-    from huggingface_hub.utils import disable_progress_bars
+    from huggingface_hub.utils.tqdm import disable_progress_bars
     from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity(logging.ERROR)
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
     disable_progress_bars()
 
 
@@ -37,8 +38,8 @@ def quiet_libraries() -> Iterator[None]:
 
     level = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity(logging.ERROR)
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning)
@@ -50,7 +51,7 @@ def quiet_libraries() -> Iterator[None]:
     finally:
         hf_logging.set_verbosity(level)
         if bars:
-            hf_logging.enable_progress_bar()
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
 
 
 __all__ = ["no_warnings", "quiet_libraries", "quiet_transformers"]

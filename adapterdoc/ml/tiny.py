@@ -26,7 +26,8 @@ def tiny_config(layout: str) -> PretrainedConfig:
     lay = LAYOUTS.get(layout)
     if lay is None or lay.tiny is None:
         raise KeyError(f"no tiny reference config for layout {layout!r}; have: {', '.join(TINY_LAYOUTS)}")
-    return getattr(tf, lay.tiny.config_class)(**lay.tiny.kwargs())
+    config: PretrainedConfig = getattr(tf, lay.tiny.config_class)(**lay.tiny.kwargs())
+    return config
 
 
 TINY_LAYOUTS = tiny_layouts()
@@ -36,7 +37,8 @@ TINY_LAYOUTS = tiny_layouts()
 def model_class(layout: str) -> type[PreTrainedModel]:
     import transformers as tf
 
-    return getattr(tf, get_layout(layout).model_class)
+    cls: type[PreTrainedModel] = getattr(tf, get_layout(layout).model_class)
+    return cls
 
 
 def build_tiny(layout: str, seed: int = 0, *, dtype: torch.dtype | None = None) -> PreTrainedModel:
@@ -47,8 +49,9 @@ def build_tiny(layout: str, seed: int = 0, *, dtype: torch.dtype | None = None) 
     cls = model_class(layout)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = cls._from_config(cfg, dtype=dtype or torch.float32)
-    return model.eval()
+        model: PreTrainedModel = cls._from_config(cfg, dtype=dtype or torch.float32)  # type: ignore[no-untyped-call]  # unannotated in transformers
+    model.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
+    return model
 
 
 def counterpart_state(
@@ -78,4 +81,5 @@ def build_counterpart(
     if missing:
         raise RuntimeError(f"{dst_layout} weights not provided by {src_layout}: {missing[:5]}")
     dst.load_state_dict(usable, strict=False)
-    return dst.eval()
+    dst.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
+    return dst
