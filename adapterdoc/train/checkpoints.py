@@ -117,7 +117,8 @@ def save_checkpoint(
 def read_checkpoint_state(folder: str) -> CheckpointState:
     """The trainer state :func:`save_checkpoint` wrote (our own JSON: ``step``, ``history``, the evaluations)."""
     with open(os.path.join(folder, _STATE), encoding="utf-8") as f:
-        return json.load(f)
+        state: CheckpointState = json.load(f)
+    return state
 
 
 def load_checkpoint(

@@ -85,13 +85,15 @@ def main(argv: list[str] | None = None) -> int:
 def _world_size() -> int:
     from accelerate import PartialState
 
-    return PartialState(cpu=True).num_processes
+    processes: int = PartialState(cpu=True).num_processes
+    return processes
 
 
 def _is_main() -> bool:
     from accelerate import PartialState
 
-    return PartialState().is_main_process
+    main: bool = PartialState().is_main_process
+    return main
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def train(
     out_dir: str | os.PathLike[str],
     settings: TrainSettings | None = None,
     *,
-    data: str | os.PathLike[str] = D.DEFAULT_DATA,
+    data: D.DataSource = D.DEFAULT_DATA,
     on_event: OnEvent | None = None,
 ) -> TrainResult:
     """The reference run of ``layout``: its tiny base, the bundled rows, the smoke tokenizer; see :func:`run`."""
@@ -60,11 +60,14 @@ def train(
     return run(tiny_plan(layout, data, s), out_dir, s, on_event=on_event)
 
 
-def tiny_plan(layout: str, data: str | os.PathLike[str], s: TrainSettings) -> Plan:
+def tiny_plan(layout: str, data: D.DataSource, s: TrainSettings) -> Plan:
     """The plan of a reference run: the tiny base of ``layout`` and the smoke rows' own encodings."""
     objective = objective_for(layout)
     ds = D.load_dataset(data)
     tok = D.build_tokenizer(ds.train + ds.val)
+    assert isinstance(
+        data, (str, os.PathLike)
+    )  # a file: the bundled rows are a pathlib.Path (D.DEFAULT_DATA)
     return Plan(
         layout=layout,
         objective=objective,
@@ -125,15 +128,18 @@ class _Run:
 
     @property
     def main(self) -> bool:
-        return self.acc.is_main_process
+        main: bool = self.acc.is_main_process
+        return main
 
     @property
     def rank(self) -> int:
-        return self.acc.process_index
+        rank: int = self.acc.process_index
+        return rank
 
     @property
     def world(self) -> int:
-        return self.acc.num_processes
+        world: int = self.acc.num_processes
+        return world
 
     def evaluate(self, mod: nn.Module, examples: list[D.Example]) -> Metrics | None:
         if not examples:
@@ -224,7 +230,7 @@ def _build(r: _Run) -> None:
     torch.manual_seed(s.seed)
     base = plan.build_model()
     if s.gradient_checkpointing:
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})  # type: ignore[no-untyped-call]  # unannotated in transformers
         if hasattr(base.config, "use_cache"):
             base.config.use_cache = False
     lora_cfg = plan_lora_config(plan, s)
@@ -253,7 +259,8 @@ def _baseline(r: _Run, optimizer: torch.optim.Optimizer) -> None:
         assert r.ckpt is not None
         r.start, r.history = int(r.resumed["step"]), list(r.resumed["history"])
         r.train_before = Metrics(**r.resumed["train_before"])
-        r.val_before = Metrics(**r.resumed["val_before"]) if r.resumed.get("val_before") else None
+        val_before = r.resumed.get("val_before")
+        r.val_before = Metrics(**val_before) if val_before else None
         C.load_checkpoint(r.ckpt, r.acc.unwrap_model(r.model), optimizer, sharded=r.sharding is not None)
         r.log("resume", step=r.start, checkpoint=r.ckpt)
     else:

@@ -61,7 +61,7 @@ def lora_config(
         exclude_regex = None
     else:
         exclude_regex = exclude
-    args: dict[str, object] = dict(
+    args: dict[str, Any] = dict(
         r=r,
         lora_alpha=2 * r if alpha is None else alpha,
         lora_dropout=dropout,
@@ -91,7 +91,7 @@ def generic_lora_config(
 
     return LoraConfig(
         r=r,
-        lora_alpha=2 * r if alpha is None else alpha,
+        lora_alpha=2 * r if alpha is None else alpha,  # type: ignore[arg-type]  # PEFT says int; a float works
         lora_dropout=dropout,
         target_modules=list(targets) if targets else ALL_LINEAR,
         bias="none",
@@ -112,9 +112,12 @@ def inject(
     from peft import get_peft_model
 
     lay = (get_layout(layout) if layout else None) if isinstance(layout, str) or layout is None else layout
-    if lay is None and config is None:
+    if config is not None:
+        cfg = config
+    elif lay is not None:
+        cfg = lora_config(lay, **kw)
+    else:
         raise AdapterdocError(type(model).__name__, "outside the registry a LoRA config must be given")
-    cfg = config if config is not None else lora_config(lay, **kw)
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:

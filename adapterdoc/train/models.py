@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.errors import AdapterdocError
 from adapterdoc.layouts import forward_module, get_layout
@@ -57,7 +58,8 @@ def pooled_module_class() -> type[nn.Module]:
             return mean_pool(hidden, attention_mask)
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            return self.head(self.pooled(input_ids, attention_mask))
+            logits: torch.Tensor = self.head(self.pooled(input_ids, attention_mask))
+            return logits
 
     return PooledClassifier
 
@@ -87,13 +89,19 @@ def encoder_width(model: nn.Module) -> int:
         return int(model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state.shape[-1])
 
 
+def peft_base(model: nn.Module) -> nn.Module:
+    """The model inside a PEFT wrapper (``get_base_model``), else ``model`` itself."""
+    get_base: Callable[[], nn.Module] | None = getattr(model, "get_base_model", None)
+    return get_base() if get_base is not None else model
+
+
 def output_head(model: nn.Module) -> nn.Module:
     """The module that projects hidden states to vocabulary logits (``lm_head``, the MLM ``decoder``)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    base = forward_module(base)
-    head = base.get_output_embeddings()
+    # a transformers model, whose get_output_embeddings is unannotated
+    inner: Any = forward_module(peft_base(model))
+    head: nn.Module | None = inner.get_output_embeddings()
     if head is None:
-        raise AdapterdocError(type(base).__name__, "has no output projection to restrict to the answer tail")
+        raise AdapterdocError(type(inner).__name__, "has no output projection to restrict to the answer tail")
     return head
 
 
@@ -103,14 +111,20 @@ def plan_lora_config(plan: Plan, s: TrainSettings) -> LoraConfig:
     if not plan.layout:
         return L.generic_lora_config(r=s.r, alpha=s.alpha, dropout=s.dropout, targets=s.targets)
     lay = get_layout(plan.layout)
-    extra: dict[str, list[str] | None] = {}
-    if s.targets:
-        params = [t for t in s.targets if t in lay.target_parameters]
-        extra["target_modules"] = [t for t in s.targets if t not in params] or None
-        extra["target_parameters"] = params or None
-        if not extra["target_modules"] and not params:
-            raise AdapterdocError("--targets", "no target given")
-    return L.lora_config(lay, r=s.r, alpha=s.alpha, dropout=s.dropout, **extra)
+    if not s.targets:
+        return L.lora_config(lay, r=s.r, alpha=s.alpha, dropout=s.dropout)
+    params = [t for t in s.targets if t in lay.target_parameters]
+    modules = [t for t in s.targets if t not in params] or None
+    if not modules and not params:
+        raise AdapterdocError("--targets", "no target given")
+    return L.lora_config(
+        lay,
+        r=s.r,
+        alpha=s.alpha,
+        dropout=s.dropout,
+        target_modules=modules,
+        target_parameters=params or None,
+    )
 
 
 def save_head(head: nn.Module, folder: str, config: dict[str, object]) -> None:

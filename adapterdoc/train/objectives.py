@@ -90,7 +90,7 @@ def _token_tally(picked: torch.Tensor, target: torch.Tensor, w: torch.Tensor) ->
 def _selected_loss(
     model: nn.Module,
     batch: Batch,
-    head: nn.Module,
+    head: nn.Module | None,
     select: torch.Tensor,
     target: torch.Tensor,
     tail_only: bool,
@@ -99,6 +99,7 @@ def _selected_loss(
     w = batch["weights"][:, None].expand_as(select)[select]
     ids, mask = batch["input_ids"], batch["attention_mask"]
     if tail_only:
+        assert head is not None  # a token objective's model has an output head (models.output_head)
         with supervised_projection(head, select) as state:
             logits = model(input_ids=ids, attention_mask=mask).logits
         picked = logits[0] if state["hit"] else logits[select]
@@ -107,7 +108,9 @@ def _selected_loss(
     return _token_tally(picked, target, w)
 
 
-def answer_token_loss(model: nn.Module, batch: Batch, head: nn.Module, *, tail_only: bool = True) -> Tally:
+def answer_token_loss(
+    model: nn.Module, batch: Batch, head: nn.Module | None, *, tail_only: bool = True
+) -> Tally:
     """Next-token cross-entropy over the supervised (answer) tokens only.
 
     With ``tail_only`` the hidden states are computed for the whole sequence, the positions that predict a
@@ -124,7 +127,9 @@ def answer_token_loss(model: nn.Module, batch: Batch, head: nn.Module, *, tail_o
     return _selected_loss(model, batch, head, select, nxt[supervised], tail_only)
 
 
-def masked_token_loss(model: nn.Module, batch: Batch, head: nn.Module, *, tail_only: bool = True) -> Tally:
+def masked_token_loss(
+    model: nn.Module, batch: Batch, head: nn.Module | None, *, tail_only: bool = True
+) -> Tally:
     """Cross-entropy on the masked answer tokens; the decoder projects only the masked positions."""
     labels = batch["labels"]
     select = labels != D.IGNORE

@@ -4,7 +4,7 @@ dict, ``training_metadata.json`` and ``RUN_REPORT.md``."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from adapterdoc.train import lora as L
 from adapterdoc.train.models import save_head
@@ -14,6 +14,7 @@ from adapterdoc.train.settings import Plan, TrainSettings
 
 if TYPE_CHECKING:
     import torch
+    from peft import PeftModel
     from torch import nn
 
 
@@ -32,16 +33,21 @@ def save_outputs(
     within = "encoder." if pooled else ""
     peft_part = {k[len(within) :]: v for k, v in _strip_all(full_state).items() if k.startswith(within)}
     state = L.adapter_state(peft_part, what=adapter_dir)
-    target = unwrapped.encoder if pooled else unwrapped
+    # the PeftModel itself, or the pooled classifier's encoder (which is the PeftModel)
+    target = cast("PeftModel", unwrapped.encoder if pooled else unwrapped)
     saved = L.save_adapter(
         target, state, adapter_dir, base_name=plan.base_name, unwrap_forward=s.unwrap_forward
     )
     if head_dir:
+        import torch
+
+        head = unwrapped.head
+        assert isinstance(head, torch.nn.Linear)  # the pooled classifier's (train.models.pooled_module_class)
         save_head(
-            unwrapped.head,
+            head,
             head_dir,
             {
-                "in_features": unwrapped.head.in_features,
+                "in_features": head.in_features,
                 "classes": plan.classes,
                 "pooling": "mean over attention_mask",
                 "input": "last_hidden_state",

@@ -21,14 +21,14 @@ import os
 import random
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from adapterdoc.errors import ConfigError
 from adapterdoc.train.data import IGNORE, MASK_FRACTION, Example, check_data_file, json_object
 from adapterdoc.train.objectives import CAUSAL, MASKED, POOLED
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 MESSAGES, PROMPT_COMPLETION, TEXT = "messages", "prompt_completion", "text"
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -123,9 +123,28 @@ def chat_mask_method(tok: PreTrainedTokenizerBase) -> str:
     return "generation markers" if has_generation_markers(tok) else "prefix differences"
 
 
-def _template(tok: PreTrainedTokenizerBase, msgs: list[dict[str, str]], **kw: bool) -> list[int]:
-    out = tok.apply_chat_template(msgs, tokenize=True, return_dict=True, **kw)
-    return list(out["input_ids"])
+def _chat(
+    tok: PreTrainedTokenizerBase,
+    msgs: list[dict[str, str]],
+    *,
+    add_generation_prompt: bool = False,
+    return_assistant_tokens_mask: bool = False,
+) -> BatchEncoding:
+    """``msgs`` through the chat template, tokenized, as the dict ``return_dict=True`` gives."""
+    out = tok.apply_chat_template(
+        msgs,
+        tokenize=True,
+        return_dict=True,
+        add_generation_prompt=add_generation_prompt,
+        return_assistant_tokens_mask=return_assistant_tokens_mask,
+    )
+    return cast("BatchEncoding", out)
+
+
+def _template(
+    tok: PreTrainedTokenizerBase, msgs: list[dict[str, str]], *, add_generation_prompt: bool = False
+) -> list[int]:
+    return list(_chat(tok, msgs, add_generation_prompt=add_generation_prompt)["input_ids"])
 
 
 def encode_messages(tok: PreTrainedTokenizerBase, row: UserRow, path: str) -> tuple[list[int], list[int]]:
@@ -134,9 +153,7 @@ def encode_messages(tok: PreTrainedTokenizerBase, row: UserRow, path: str) -> tu
     if getattr(tok, "chat_template", None) is None:
         raise ConfigError(path, f"line {row.line}: a `messages` row needs a tokenizer with a chat template")
     if has_generation_markers(tok):
-        out = tok.apply_chat_template(
-            msgs, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
-        )
+        out = _chat(tok, msgs, return_assistant_tokens_mask=True)
         return list(out["input_ids"]), [int(x) for x in out["assistant_masks"]]
     ids = _template(tok, msgs)
     sup = [0] * len(ids)
@@ -286,7 +303,10 @@ def encode_data(
     else:
         train_rows, val_rows = split_rows(rows, val_split, seed)
     cls = classes if classes is not None else (classes_of(train_rows) if objective == POOLED else [])
-    kw = dict(max_length=max_length, seed=seed, classes=cls)
-    train = encode(objective, tok, train_rows, data, **kw)
-    val = encode(objective, tok, val_rows, val_data or data, **kw) if val_rows else []
+    train = encode(objective, tok, train_rows, data, max_length=max_length, seed=seed, classes=cls)
+    val = (
+        encode(objective, tok, val_rows, val_data or data, max_length=max_length, seed=seed, classes=cls)
+        if val_rows
+        else []
+    )
     return Encoded(train, val, cls, rows[0].kind)

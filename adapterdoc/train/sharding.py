@@ -10,7 +10,7 @@ layers) is a unit of its own, then the root. Parameters become ``DTensor`` shard
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from adapterdoc.errors import AdapterdocError
 
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     import torch
     from accelerate import Accelerator
     from torch import nn
+    from torch.distributed.checkpoint.state_dict import OptimizerStateType, ValueType
+    from torch.distributed.tensor import DTensor
 
 ACCELERATE, OWN = "accelerate", "fully_shard"
 
@@ -47,7 +49,7 @@ def shard(model: nn.Module, acc: Accelerator) -> nn.Module:
     try:
         from torch.distributed.fsdp import fully_shard
     except ImportError:  # torch < 2.6 keeps it under _composable
-        from torch.distributed._composable.fsdp import fully_shard
+        from torch.distributed._composable.fsdp import fully_shard  # type: ignore[attr-defined]  # its old home
 
     mesh = init_device_mesh("cpu", (acc.num_processes,))
     names = _block_classes(model)
@@ -80,7 +82,7 @@ def is_sharded(t: torch.Tensor) -> bool:
 
 def full(t: torch.Tensor) -> torch.Tensor:
     """The whole tensor behind a ``DTensor`` shard (a collective: every process calls it), else ``t``."""
-    return t.full_tensor() if is_sharded(t) else t
+    return cast("DTensor", t).full_tensor() if is_sharded(t) else t
 
 
 def full_trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -92,7 +94,7 @@ def full_trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
     }
 
 
-def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, object]:
+def optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> OptimizerStateType:
     """The optimizer's state, whole and keyed by parameter name (``torch.distributed.checkpoint``)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
@@ -104,7 +106,7 @@ def load_state(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     tensors: dict[str, torch.Tensor],
-    opt_state: dict[str, object],
+    opt_state: OptimizerStateType,
 ) -> None:
     """Put a checkpoint's whole trainable tensors and optimizer state back into the sharded model and optimizer."""
     from torch.distributed.checkpoint.state_dict import (
@@ -114,7 +116,7 @@ def load_state(
     )
 
     opts = StateDictOptions(full_state_dict=True, strict=False)
-    set_model_state_dict(model, tensors, options=opts)
+    set_model_state_dict(model, cast("dict[str, ValueType]", tensors), options=opts)
     set_optimizer_state_dict(
         model, _raw(optimizer), opt_state, options=StateDictOptions(full_state_dict=True)
     )

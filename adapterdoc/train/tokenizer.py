@@ -39,7 +39,7 @@ def chat_tokenizer(texts: Iterable[str], vocab_size: int = TOKENIZER_VOCAB) -> P
     from transformers import PreTrainedTokenizerFast
 
     tok = train_bpe(sorted(set(texts)), vocab_size, CHAT_SPECIALS)
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # unannotated in transformers
         tokenizer_object=tok,
         pad_token=SPECIALS[0],
         bos_token=SPECIALS[1],
