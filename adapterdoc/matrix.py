@@ -205,14 +205,14 @@ def render_markdown(cells: list[Cell]) -> str:
     for layout, row in rows.items():
         marks = []
         for op in ops:
-            c = row.get(op)
-            if c is None:
+            cell = row.get(op)
+            if cell is None:
                 marks.append("")
-            elif c.status == "n/a":
-                n = reasons.setdefault(c.detail, len(reasons) + 1)
+            elif cell.status == "n/a":
+                n = reasons.setdefault(cell.detail, len(reasons) + 1)
                 marks.append(f"n/a [{n}]")
             else:
-                marks.append(_MARK[c.status])
+                marks.append(_MARK[cell.status])
         lines.append(f"| `{layout}` | " + " | ".join(marks) + " |")
     if reasons:
         lines.append("")

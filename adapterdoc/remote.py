@@ -52,7 +52,7 @@ class _Repo:
 
     def _get(self, filename: str, byte_range: str | None = None) -> httpx2.Response:
         from huggingface_hub import constants, get_session, hf_hub_url
-        from huggingface_hub.utils import build_hf_headers
+        from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]  # exported lazily
 
         endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
         url = hf_hub_url(self.repo, filename, revision=self.revision, endpoint=endpoint)

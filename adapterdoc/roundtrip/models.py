@@ -4,7 +4,7 @@ outputs, the adapter remapped to the text counterpart on the counterpart class, 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from adapterdoc.adapter import ADAPTER_CONFIG
 from adapterdoc.checkpoint import ADAPTER_WEIGHTS
@@ -22,6 +22,7 @@ from adapterdoc.roundtrip.expert_trip import (
 if TYPE_CHECKING:
     import torch
     from peft import PeftModel
+    from transformers import PreTrainedModel
 
     from adapterdoc.bases import BaseSpec
 
@@ -76,7 +77,7 @@ def model_roundtrips(
     return checks
 
 
-def _peft_outputs(model: torch.nn.Module, adapter_dir: str) -> tuple[PeftModel, torch.Tensor]:
+def _peft_outputs(model: PreTrainedModel, adapter_dir: str) -> tuple[PeftModel, torch.Tensor]:
     import warnings
 
     import torch
@@ -90,8 +91,13 @@ def _peft_outputs(model: torch.nn.Module, adapter_dir: str) -> tuple[PeftModel, 
         pm = PeftModel.from_pretrained(model, adapter_dir, is_trainable=False)
     pm.eval()
     with torch.no_grad():
-        out = forward(pm.base_model.model, probe)
+        out = forward(_inner(pm), probe)
     return pm, out
+
+
+def _inner(pm: PeftModel) -> PreTrainedModel:
+    """The transformers model a LoRA ``PeftModel`` wraps."""
+    return cast("PreTrainedModel", pm.get_base_model())
 
 
 def _reload(state: State, base: BaseSpec, original: str, work: str, trip: dict[str, str]) -> str:
@@ -131,6 +137,7 @@ def _merge(state: State, base: BaseSpec, original: str, work: str) -> str:
     if base.kind == "tiny":
         base_dir = os.path.join(work, "tiny-base")
         load_base(base).save_pretrained(base_dir)
+    assert base_dir is not None  # every base but a tiny one is a folder
     out = os.path.join(work, "merged")
     result = merge(original, base=base_dir, out=out)
     refused = [f for f in result.findings if f.severity == "error"]
@@ -157,7 +164,7 @@ def _merge(state: State, base: BaseSpec, original: str, work: str) -> str:
     return f"max |merged − unmerged| = {diff:.3g} ≤ {bound:.3g}"
 
 
-def _counterpart(state: State, base_model: torch.nn.Module, layout: str, original: str, work: str) -> str:
+def _counterpart(state: State, base_model: PreTrainedModel, layout: str, original: str, work: str) -> str:
     import torch
 
     from adapterdoc.ml.tiny import build_counterpart
@@ -180,7 +187,7 @@ def _counterpart(state: State, base_model: torch.nn.Module, layout: str, origina
 
         pm, _ = _peft_outputs(base_model, original)
         with torch.no_grad():
-            want = forward(getattr(pm.base_model.model, inner), probe_inputs(pm.base_model.model))
+            want = forward(getattr(_inner(pm), inner), probe_inputs(_inner(pm)))
     if got.shape != want.shape:
         raise Fail(f"outputs have different shapes: {tuple(got.shape)} vs {tuple(want.shape)}")
     if not bitwise_equal(got, want):
@@ -195,7 +202,7 @@ def _expert_outputs(state: State, base: BaseSpec, trip: dict[str, str]) -> str:
     pm, there = _peft_outputs(load_base(base), trip["there"])
     _, back = _peft_outputs(load_base(base), trip["back"])
     if trip["other"] == "per-expert" and not peft_has_expert_lora(pm):
-        a = peft_drops_note(pm.base_model.model, trip["other"])
+        a = peft_drops_note(pm.get_base_model(), trip["other"])
     else:
         a = expert_outputs_match(want, there, f"as {trip['other']}")
     b = expert_outputs_match(want, back, "back")

@@ -48,7 +48,7 @@ def check_loss(ctx: Ctx) -> CheckResult:
 
 def check_towers(ctx: Ctx) -> CheckResult:
 
-    model = ctx.result.model
+    model = ctx.model
     lay = get_layout(ctx.layout)
     segments = lora.tower_segments(lay)
     towers = [n for n, _ in model.named_parameters() if any(s in segments for s in n.split("."))]
@@ -200,7 +200,8 @@ def check_merge(ctx: Ctx) -> CheckResult:
             impl,
             code="AD608",
         )
-    merged = model_class(ctx.saved_layout).from_pretrained(merged_dir, dtype=_float32()).eval()
+    merged = model_class(ctx.saved_layout).from_pretrained(merged_dir, dtype=_float32())
+    merged.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
     if ctx.saved_layout == ctx.layout:
         M.route_forward(merged, ctx.layout)
     return _compare_merged(ctx, merged, impl, f"{len(report.applied)} module(s) merged on disk; ")
@@ -242,7 +243,7 @@ def check_experts(ctx: Ctx) -> CheckResult:
     impl = "adapterdoc.adapter.expert_picture.expert_picture"
     if get_layout(ctx.saved_layout).experts is None:
         return CheckResult("experts", None, f"{ctx.saved_layout} has no routed experts", impl)
-    blocks, n = _model_experts(ctx.result.model)
+    blocks, n = _model_experts(ctx.model)
     ckpt = open_checkpoint(ctx.result.adapter_dir)
     config = ckpt.adapter_config
     pic = expert_picture({k: t.shape for k, t in ckpt.tensors.items()}, config=config, num_experts=n)
@@ -310,7 +311,7 @@ def check_experts_trip(ctx: Ctx) -> CheckResult:
         model, miss = lora.load_peft(fresh_saved_base(ctx), folder)
         missing += miss
         if folder == trip["there"] and trip["other"] == "per-expert" and not peft_has_expert_lora(model):
-            parts.append(peft_drops_note(model.base_model.model, trip["other"]))
+            parts.append(peft_drops_note(model.get_base_model(), trip["other"]))
             continue
         diff, _, names = max_diff(
             ctx.reference, outputs(model, ctx.batch, ctx.objective, head=head), ctx.batch["attention_mask"]

@@ -48,7 +48,14 @@ class Ctx:
 
     @property
     def batch(self) -> Batch:
-        return self.result.val_batch  # type: ignore[return-value]  # every run keeps its validation batch
+        assert self.result.val_batch is not None  # every run keeps its validation batch
+        return self.result.val_batch
+
+    @property
+    def model(self) -> nn.Module:
+        """The trained module (every run keeps it)."""
+        assert self.result.model is not None
+        return self.result.model
 
 
 def outputs(module: nn.Module, batch: Batch, objective: str, head: nn.Module | None = None) -> Outputs:
@@ -58,14 +65,14 @@ def outputs(module: nn.Module, batch: Batch, objective: str, head: nn.Module | N
     ids, mask = batch["input_ids"], batch["attention_mask"]
     with torch.no_grad():
         if objective == POOLED:
-            encoder = module.encoder if head is None else module
-            head = module.head if head is None else head
+            encoder = module.get_submodule("encoder") if head is None else module
+            head = module.get_submodule("head") if head is None else head
             hidden = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
             return {"hidden": hidden, "logits": head(models.mean_pool(hidden, mask))}
         out = {"logits": module(input_ids=ids, attention_mask=mask).logits}
         if objective == MASKED:
-            base = module.get_base_model() if hasattr(module, "get_base_model") else module
-            out["hidden"] = base.model(input_ids=ids, attention_mask=mask).last_hidden_state
+            encoder = models.peft_base(module).get_submodule("model")
+            out["hidden"] = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
         return out
 
 
@@ -79,6 +86,7 @@ def counterpart_outputs(module: nn.Module, batch: Batch, objective: str, head: n
             return {"logits": out.logits}
         res = {"hidden": out.last_hidden_state}
         if objective == POOLED:
+            assert head is not None  # the pooled objective's head comes with it
             res["logits"] = head(models.mean_pool(out.last_hidden_state, mask))
         return res
 
@@ -104,4 +112,9 @@ def fresh_saved_base(ctx: Ctx) -> PreTrainedModel:
     seed = ctx.result.settings.base_seed
     if ctx.saved_layout == ctx.layout:
         return models.build_base(ctx.layout, seed)
-    return forward_module(models.build_base(ctx.layout, seed))  # a wrapper saved in its inner module's naming
+    from transformers import PreTrainedModel
+
+    # a wrapper saved in its inner module's naming
+    inner = forward_module(models.build_base(ctx.layout, seed))
+    assert isinstance(inner, PreTrainedModel)
+    return inner

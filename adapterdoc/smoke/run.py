@@ -105,7 +105,7 @@ def _run_layout(
     except Exception as e:
         from adapterdoc.st.atomic import is_write_refusal, not_writable
 
-        if is_write_refusal(
+        if isinstance(e, OSError) and is_write_refusal(
             e
         ):  # the output folder cannot be written: one exit-3 line, not a finding per layout
             raise not_writable(work, e) from e
@@ -115,9 +115,9 @@ def _run_layout(
         return _failed(
             layout, work, error, make("AD609", f"{layout}: training crashed: {error}", path=work), t0
         )
-    saved = forward_layout(layout) if settings.unwrap_forward else layout
+    saved = forward_layout(layout) if result.settings.unwrap_forward else layout
     ctx = Ctx(layout, result, work, saved)
-    ctx.reference = outputs(result.model, result.val_batch, result.objective)
+    ctx.reference = outputs(ctx.model, ctx.batch, result.objective)
     checks: list[CheckResult] = []
     findings: list[Finding] = []
     for check in CHECKS:
