@@ -498,7 +498,9 @@ def llama_f32(a: GgufHeader, key: str) -> tuple[float, str | None]:
     if key not in a.kv_types:
         return 0.0, None
     if gguf_kind(a, key) in ("FLOAT32", "ARRAY of 1 FLOAT32"):
-        return float(_one(a, key)), None  # type: ignore[arg-type]
+        value = _one(a, key)
+        assert isinstance(value, (int, float))  # a FLOAT32 is read as a number
+        return float(value), None
     return 0.0, _aborts(a, key, "FLOAT32", "gguf_get_val_f32")
 
 

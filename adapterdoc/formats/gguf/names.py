@@ -87,7 +87,8 @@ def model_arch(arch: facts.GgufArch) -> Any:
 
 def arch_name(arch: facts.GgufArch) -> str:
     """``general.architecture`` for ``arch`` (``gguf.MODEL_ARCH_NAMES``)."""
-    return gguf_package().MODEL_ARCH_NAMES[model_arch(arch)]
+    name: str = gguf_package().MODEL_ARCH_NAMES[model_arch(arch)]
+    return name
 
 
 def block_count(hp: Mapping[str, Any]) -> int:
@@ -111,7 +112,8 @@ class NameMap:
 
     def to_gguf(self, hf_module: str) -> str | None:
         """``model.layers.0.self_attn.q_proj`` → ``blk.0.attn_q.weight`` (``None``: llama.cpp has no such tensor)."""
-        return self._map.get_name(hf_module + ".weight", try_suffixes=(".weight",))
+        name: str | None = self._map.get_name(hf_module + ".weight", try_suffixes=(".weight",))
+        return name
 
     def to_hf(self, gguf_name: str) -> str | None:
         """``blk.0.attn_q.weight`` → ``model.layers.0.self_attn.q_proj`` (the text model's plain spelling)."""

@@ -105,16 +105,18 @@ def read_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) ->
         prov = None  # the tensors were edited after adapterdoc wrote them: the name map decides
     config = base_config(base)
     hp = names.text_hparams(config) if config else None
-    if hp is None and prov is None:
-        unread = (
-            f"its {PROVENANCE} metadata is not what adapterdoc writes, so " if PROVENANCE in header.kv else ""
-        )
-        raise UnsupportedInputError(
-            str(src),
-            f"{unread}--base is needed (the base's config.json): it names the modules and undoes llama.cpp's "
-            "permutations",
-        )
     if hp is None:
+        if prov is None:
+            unread = (
+                f"its {PROVENANCE} metadata is not what adapterdoc writes, so "
+                if PROVENANCE in header.kv
+                else ""
+            )
+            raise UnsupportedInputError(
+                str(src),
+                f"{unread}--base is needed (the base's config.json): it names the modules and undoes llama.cpp's "
+                "permutations",
+            )
         hp = names.text_hparams(prov.get("hparams") or {})
     nmap = names.NameMap(arch, names.block_count(hp)) if "num_hidden_layers" in hp else None
     notes: list[str] = []

@@ -238,9 +238,10 @@ def _plan(adapter: PeftAdapter, where: str, base: str | None) -> Plan:
     }
     if cfg.base_model:
         config["model"] = cfg.base_model
-    config["adapterdoc"] = {"converted_from": "peft", "layout": layout}
+    written_by: dict[str, object] = {"converted_from": "peft", "layout": layout}
     if family in FAMILY_PREFIXES:
-        config["adapterdoc"]["mlx_model"] = family
+        written_by["mlx_model"] = family
+    config["adapterdoc"] = written_by
     if dropped:
         notes.append(
             f"{len(dropped)} whole weights PEFT saved beside the LoRA (`{dropped[0]}`) equal the base's and were "
@@ -443,7 +444,8 @@ def describe(path: Path) -> dict[str, object]:
 
     adapter = open_mlx(path)
     raw = adapter.raw
-    params = raw.get("lora_parameters") if isinstance(raw.get("lora_parameters"), dict) else {}
+    lora_parameters = raw.get("lora_parameters")
+    params = lora_parameters if isinstance(lora_parameters, dict) else {}
     modules: dict[str, list[int]] = {}
     stacked = 0
     for name, info in adapter.header.tensors.items():

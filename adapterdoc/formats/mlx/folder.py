@@ -8,7 +8,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from adapterdoc.errors import ConfigError, RefusedError, UnsupportedInputError
 from adapterdoc.opened import MLX_WEIGHTS
@@ -104,9 +104,9 @@ def _field_error(name: str, raw: dict[str, Any], params: dict[str, Any]) -> str 
     return None
 
 
-def _integer(v: object) -> bool:
+def _integer(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _number(v: object) -> bool:
+def _number(v: object) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

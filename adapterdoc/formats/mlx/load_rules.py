@@ -223,9 +223,9 @@ def _base_modules(
         fused = _FUSED.match(name)
         if fused and len(info.shape) == 3:
             e, rows, cols = info.shape
-            place = f"{fused['owner']}.{SWITCH_SEGMENT}"
+            switch = f"{fused['owner']}.{SWITCH_SEGMENT}"
             try:
-                owner = to_mlx(place, facts.layout, base, family).path
+                owner = to_mlx(switch, facts.layout, base, family).path
             except AdapterdocError:
                 continue
             if fused["proj"] == "gate_up_proj":

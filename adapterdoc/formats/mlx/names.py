@@ -7,6 +7,7 @@ decoder layer it sits in and its key inside that layer (what ``lora_parameters.k
 from __future__ import annotations
 
 import re
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -196,8 +197,13 @@ def base_facts(spec: str) -> BaseFacts:
     else:
         raw = read_config_json(base)
         archs = raw.get("architectures") or []
-        name = next((n for n, lay in LAYOUTS.items() if lay.model_class in archs), None)
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+        name = next(
+            (n for n, lay in LAYOUTS.items() if isinstance(archs, Container) and lay.model_class in archs),
+            None,
+        )
+    config: Mapping[str, Any] = raw  # config.json's values, as JSON gives them
+    text_config = config.get("text_config")
+    text: Mapping[str, Any] = text_config if isinstance(text_config, dict) else config
     if hasattr(text, "to_dict"):
         text = text.to_dict()
     layers = text.get("num_hidden_layers")
@@ -206,7 +212,7 @@ def base_facts(spec: str) -> BaseFacts:
     return BaseFacts(
         spec,
         name,
-        raw.get("model_type"),
+        config.get("model_type"),
         layers if isinstance(layers, int) else None,
         experts if isinstance(experts, int) else None,
         tied if isinstance(tied, bool) else None,

@@ -35,6 +35,12 @@ def _dtype(dtypes: set[str], where: str, what: str) -> str:
     return next(iter(dtypes))
 
 
+def _dense(t: Target) -> Factor:
+    """The one factor of a target the plan made dense jobs (``a``, ``b``, ``m``) for."""
+    assert t.dense is not None
+    return t.dense
+
+
 def write_mlx(plan: Plan, adapter: PeftAdapter, out: Path, outtype: str | None) -> Converted:
     """Write ``plan`` (PEFT → MLX) as ``out``: ``adapter_config.json`` + ``adapters.safetensors``."""
     from adapterdoc.formats.cast import cast_bytes, target_dtype
@@ -65,6 +71,9 @@ def write_mlx(plan: Plan, adapter: PeftAdapter, out: Path, outtype: str | None) 
                 dm = target_dtype(header.tensors[t.dense.m].dtype, outtype, what=t.path)
                 jobs.append((Spec(f"{t.path}.m", dm, (o,)), "m", t))
         else:
+            assert (
+                plan.experts is not None
+            )  # a target without a dense factor holds experts: the plan counted them
             jobs.append((Spec(f"{t.path}.lora_a", da, (plan.experts, R, i)), "ea", t))
             jobs.append((Spec(f"{t.path}.lora_b", db, (plan.experts, o, R)), "eb", t))
     specs = [j[0] for j in sorted(jobs, key=lambda j: j[0].name)]
@@ -78,7 +87,7 @@ def write_mlx(plan: Plan, adapter: PeftAdapter, out: Path, outtype: str | None) 
 
     def b_bytes(src: TensorSource, f: Factor, out_dtype: str) -> Buffer:
         info = header.tensors[f.b]
-        buf: Buffer = src.read(f.b)
+        buf: bytes | bytearray = src.read(f.b)
         k = factor_of(f.scaling)
         if k is not None:
             buf, err = scale_bytes(buf, info.dtype, k)
@@ -91,7 +100,7 @@ def write_mlx(plan: Plan, adapter: PeftAdapter, out: Path, outtype: str | None) 
 
     def a_bytes(src: TensorSource, f: Factor, out_dtype: str) -> Buffer:
         info = header.tensors[f.a]
-        buf: Buffer = src.read(f.a)
+        buf: bytes | bytearray = src.read(f.a)
         if f.rank < R:
             buf = pad(buf, Spec(f.a, info.dtype, info.shape), 0, R)
         return recast(buf, info.dtype, out_dtype)
@@ -108,11 +117,13 @@ def write_mlx(plan: Plan, adapter: PeftAdapter, out: Path, outtype: str | None) 
             for spec, kind, t in jobs:
                 w = element_bytes(spec.dtype)
                 if kind == "a":  # [R, in] → [in, R]
-                    yield transpose(a_bytes(src, t.dense, spec.dtype), w, R, spec.shape[0])
+                    yield transpose(a_bytes(src, _dense(t), spec.dtype), w, R, spec.shape[0])
                 elif kind == "b":  # [out, R] → [R, out]
-                    yield transpose(b_bytes(src, t.dense, spec.dtype), w, spec.shape[1], R)
+                    yield transpose(b_bytes(src, _dense(t), spec.dtype), w, spec.shape[1], R)
                 elif kind == "m":
-                    yield recast(src.read(t.dense.m), header.tensors[t.dense.m].dtype, spec.dtype)
+                    m = _dense(t).m
+                    assert m is not None  # an "m" job is made for a factor with a magnitude only
+                    yield recast(src.read(m), header.tensors[m].dtype, spec.dtype)
                 else:  # stacked experts: each expert's PEFT factor as it is ([R, in], [out, R])
                     size = math.prod(spec.shape[1:]) * w
                     for e in range(spec.shape[0]):
