@@ -113,11 +113,11 @@ def _pixtral(t: Tree, f: Fields, p: str) -> int:
 
 def _mistral3(raw: Mapping[str, object]) -> Tree:
     top = Fields(raw, "mistral3", _MISTRAL3, _MISTRAL3_INERT)
-    tf = Fields(
-        sub_config(raw, "text_config", "ministral3", "mistral3"), "ministral3", _MINISTRAL3, _MINISTRAL3_INERT
-    )
-    vf = Fields(sub_config(raw, "vision_config", "pixtral", "mistral3"), "pixtral", _PIXTRAL, _PIXTRAL_INERT)
-    if "model_type" not in raw["text_config"] or "model_type" not in raw["vision_config"]:
+    text = sub_config(raw, "text_config", "ministral3", "mistral3")
+    tf = Fields(text, "ministral3", _MINISTRAL3, _MINISTRAL3_INERT)
+    vision = sub_config(raw, "vision_config", "pixtral", "mistral3")
+    vf = Fields(vision, "pixtral", _PIXTRAL, _PIXTRAL_INERT)
+    if "model_type" not in text or "model_type" not in vision:
         raise Unmodeled("mistral3 sub-configs without `model_type` default to other families")
     t = Tree("mistral3_vl", "Mistral3ForConditionalGeneration", "mistral3")
     t.add("model")

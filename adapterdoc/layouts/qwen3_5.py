@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TypedDict
 
 from adapterdoc.layouts.common import (
     ATTN,
@@ -233,6 +234,16 @@ def _qwen3_5_moe_text() -> dict[str, object]:
     return {**DECODER, **_QWEN35_LINEAR, **_QWEN35_MOE}
 
 
+class _Shared(TypedDict):
+    """The :class:`Layout` fields the VL class and the text-only class of one pair share."""
+
+    family: str
+    model_module: str
+    lora_leaves: tuple[str, ...]
+    target_parameters: tuple[str, ...]
+    hint: str
+
+
 def _pair(moe: bool) -> tuple[Layout, Layout]:
     """The VL class and the text-only class of Qwen3.5 dense (``moe`` false) or MoE: one family each, the same
     LoRA leaves and the same moves between the two; the MoE pair adds the fused experts and the shared expert."""
@@ -240,7 +251,7 @@ def _pair(moe: bool) -> tuple[Layout, Layout]:
     cls = "Qwen3_5Moe" if moe else "Qwen3_5"
     vl, text = f"{fam}_vl", f"{fam}_text"
     kind = "MoE" if moe else "dense"
-    shared = dict(
+    shared = _Shared(
         family=fam,
         model_module=f"transformers.models.{fam}.modeling_{fam}",
         lora_leaves=ATTN + MLP + _DELTANET,

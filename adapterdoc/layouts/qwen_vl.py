@@ -174,6 +174,7 @@ def _qwen2_5_vl_tree(raw: Mapping[str, object]) -> Tree:
     vision = raw.get("vision_config")
     if isinstance(vision, dict) and vision.get("model_type") == "qwen2_5_vl":  # old checkpoints: overridden
         raw = {**raw, "vision_config": {**vision, "model_type": "qwen2_5_vl_vision"}}
+    text: Mapping[str, object]
     if raw.get("text_config") is None:
         raw, text = _split_flat(raw)
         top = Fields(raw, "qwen2_5_vl", _TOP, _TOP_INERT | _FLAT_INERT)
@@ -199,7 +200,7 @@ def _qwen2_5_vl_tree(raw: Mapping[str, object]) -> Tree:
 
 
 def _qwen2_5_vl() -> dict[str, object]:
-    text = {**DECODER, "num_hidden_layers": 2}
+    text: dict[str, object] = {**DECODER, "num_hidden_layers": 2}
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}
     vision = dict(QWEN_VISION_TINY, fullatt_block_indexes=[0])
     return dict(text_config=text, vision_config=vision)

@@ -257,7 +257,7 @@ def build_tree(raw: Mapping[str, object]) -> Tree:
     builder = TREES.get((str(mt), cls))
     if builder is None:
         raise Unmodeled(f"the registry has no module tree for {cls} with model_type {mt!r}")
-    tree = builder(raw)
+    tree: Tree = builder(raw)
     tree.load_conversion = tree.model_type in LOAD_CONVERSIONS
     tree.peft_moe = PEFT_MOE.get(tree.model_type)
     return tree
