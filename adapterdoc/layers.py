@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "knowledge",
         "the layout registry, the adapter config and key grammar, expert layouts, base resolution",
-        ("layouts", "adapter", "bases"),
+        ("layouts", "adapter", "bases", "quant"),
     ),
     ("storage", "safetensors without tensors: headers, rewrites, tensor reads, atomic writes", ("st",)),
     ("base", "errors, the version, the layer order", ("errors", "__init__", "layers")),
