@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
+    from adapterdoc.engines.zero_lora import FillInput, ZeroLora
     from adapterdoc.ml.meta import ExpectedModel
     from adapterdoc.report.findings import Finding
     from adapterdoc.report.verify_report import VerifySubject
@@ -77,7 +78,8 @@ class EngineNeeds:
     embedding_copies: bool = False
     """Whether the engine applies LoRA on ``embed_tokens`` / ``lm_head`` and skips PEFT's ``base_layer.weight``
     copy saved beside it (SGLang): the copy is then no ``modules_to_save`` tensor, and is refused only where it
-    differs from the base's weight (``--base`` with weights)."""
+    differs from the base's weight (``--base`` with weights). Reported; the rule is the profile's
+    :meth:`Profile.skipped_copies`."""
     lora_bias: bool = True
     """Whether ``lora_B.bias`` tensors (``lora_bias=True``) are applied; ``False``: refused, no exact rewrite."""
     modules_to_save_heads: tuple[str, ...] = ()
@@ -91,10 +93,24 @@ class EngineNeeds:
     rank one it does not pad, zero-padding lora_A/lora_B and scaling ``lora_alpha`` so that each module keeps
     PEFT's scaling exactly. ``None``: ranks are served as they are."""
     fill: str | None = None
-    """Zero LoRA the engine needs added (``B A = 0``: PEFT's outputs unchanged): ``layer-types`` (the engine drops
-    a layer type unless every layer has it, TGI and LoRAX: the type is added on the layers that lack it),
-    ``sglang-pairs`` (the partners SGLang stacks: ``v_proj`` (and ``k_proj``) for a ``q_proj``, ``q_proj`` for a
-    ``k_proj`` / ``v_proj``, ``gate_proj`` for an ``up_proj``). ``None``: nothing is added."""
+    """The name of the zero LoRA rule the profile's :meth:`Profile.zero_lora` applies (the ``fill`` of the report's
+    ``rewrites`` entry): ``layer-types`` (the engine drops a layer type unless every layer has it, TGI and LoRAX:
+    the type is added on the layers that lack it), ``sglang-pairs`` (the partners SGLang stacks: ``v_proj`` (and
+    ``k_proj``) for a ``q_proj``, ``q_proj`` for a ``k_proj`` / ``v_proj``, ``gate_proj`` for an ``up_proj``).
+    ``None``: nothing is added."""
+
+
+@dataclass(frozen=True)
+class CopyCheck:
+    """One whole-weight copy of a base weight that an engine skips (PEFT's ``base_layer.weight`` beside LoRA on
+    ``embed_tokens`` / ``lm_head``) and what comparing it with the base's weight found."""
+
+    key: str
+    head: str
+    """``embed_tokens`` or ``lm_head``."""
+    verdict: str
+    """``equal``, ``differs``, ``shape`` (a resized vocabulary: the shapes differ) or ``unchecked``."""
+    detail: str
 
 
 def engine_finding(
@@ -182,6 +198,25 @@ class Profile:
         LoRA module paths on a base of ``model_type`` (``None``: unknown), whatever ``remap --for`` rewrites;
         ``None`` when nothing stands in the way. ``remap --for`` refuses with it (AD270)."""
         return None
+
+    def zero_lora(self, a: FillInput) -> ZeroLora | None:
+        """The zero LoRA (``B A = 0``: PEFT's outputs unchanged) ``remap --for`` adds so that the engine loads what it
+        would drop or fail on, from the adapter's factors and its base (:class:`~adapterdoc.engines.zero_lora.FillInput`);
+        ``None`` (the default): nothing to add. Raise :class:`~adapterdoc.errors.RefusedError` (AD269) when no fill
+        can make the engine load the adapter. :attr:`EngineNeeds.fill` names the rule in the report."""
+        return None
+
+    def drops_partial_layer_types(self) -> bool:
+        """Whether the engine drops a LoRA layer type unless every layer has it (TGI, LoRAX): ``remap --for``'s
+        refusal of a layer type the base lacks in some layers does not suggest such an engine instead."""
+        return False
+
+    def skipped_copies(self, keys: list[LoraKey], adapter_root: str, base: str | None) -> list[CopyCheck]:
+        """PEFT's whole-weight copies of base weights among ``keys`` that the engine skips, serving the base's own
+        weight (SGLang: ``base_layer.weight`` beside LoRA on ``embed_tokens`` / ``lm_head``), each compared with the
+        base's (``base``: ``--base`` as given). ``remap --for`` keeps them as they are (no ``modules_to_save``) and
+        refuses the adapter where one differs (AD490). The default: none."""
+        return []
 
     def label(self, options: ProfileOptions) -> str:
         """The profile as the text report's header names it."""

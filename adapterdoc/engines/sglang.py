@@ -15,7 +15,14 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from adapterdoc.engines.base import EngineNeeds, Profile, ProfileInput, ProfileOptions, engine_finding
+from adapterdoc.engines.base import (
+    CopyCheck,
+    EngineNeeds,
+    Profile,
+    ProfileInput,
+    ProfileOptions,
+    engine_finding,
+)
 from adapterdoc.engines.sglang_copies import base_config, compare, copy_keys
 from adapterdoc.engines.sglang_keys import (
     EMBEDDING_NAMES,
@@ -25,12 +32,14 @@ from adapterdoc.engines.sglang_keys import (
     Loaded,
     RegexTargets,
     load,
+    missing_partners,
     normalize_targets,
     target_of,
 )
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
+    from adapterdoc.engines.zero_lora import FillInput, ZeroLora
     from adapterdoc.ml.meta import ExpectedModel
     from adapterdoc.report.findings import Finding
     from adapterdoc.report.verify_report import VerifySubject
@@ -149,6 +158,24 @@ class SglangProfile(Profile):
             version=SGLANG_VERSION,
             fill="sglang-pairs",
         )
+
+    def zero_lora(self, a: FillInput) -> ZeroLora | None:
+        """The partners SGLang stacks and the adapter lacks (:func:`~.sglang_keys.missing_partners`); their shapes
+        come from the base."""
+        from adapterdoc.engines.zero_lora import ZeroLora
+
+        return ZeroLora(missing_partners(a.factors))
+
+    def skipped_copies(self, keys: list[LoraKey], adapter_root: str, base: str | None) -> list[CopyCheck]:
+        """PEFT's ``base_layer.weight`` copies beside LoRA on embed_tokens / lm_head, which SGLang skips (it serves
+        the base's own weight), compared with the base's (:func:`~.sglang_copies.compare`)."""
+        from adapterdoc.bases import resolve_base
+
+        found = copy_keys(keys)
+        if not found:
+            return []
+        spec = resolve_base(base) if base else None
+        return compare(found, adapter_root, spec, base_config(spec))
 
     def rules(self, a: ProfileInput) -> list[Finding]:
         spec, report, keys, meta, options, config = a.spec, a.subject, a.keys, a.meta, a.options, a.config

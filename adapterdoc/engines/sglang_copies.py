@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import LoraKey
+from adapterdoc.engines.base import CopyCheck
 
 if TYPE_CHECKING:
     from adapterdoc.bases import BaseSpec
@@ -30,18 +30,6 @@ Raw = Mapping[str, object]
 
 HEADS = ("embed_tokens", "lm_head")
 CHUNK = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Copy:
-    """One copy and what comparing it with the base found."""
-
-    key: str
-    head: str
-    """``embed_tokens`` or ``lm_head``."""
-    verdict: str
-    """``equal``, ``differs``, ``shape`` (a resized vocabulary: the shapes differ) or ``unchecked``."""
-    detail: str
 
 
 def copy_keys(keys: list[LoraKey]) -> list[LoraKey]:
@@ -57,7 +45,7 @@ def copy_keys(keys: list[LoraKey]) -> list[LoraKey]:
 
 def compare(
     keys: list[LoraKey], adapter_root: str | None, base: BaseSpec | None, raw: Raw | None
-) -> list[Copy]:
+) -> list[CopyCheck]:
     """Each copy compared with the base's own weight (``base``: a resolved :class:`~adapterdoc.bases.BaseSpec`
     or ``None``; ``raw``: the base's text config, for the shapes)."""
     copies = copy_keys(keys)
@@ -69,7 +57,7 @@ def compare(
         head = k.module.removesuffix(".base_layer").rpartition(".")[2]
         info = _find(headers, k.key)
         if info is None:
-            out.append(Copy(k.key, head, "unchecked", "the adapter's weights file could not be read"))
+            out.append(CopyCheck(k.key, head, "unchecked", "the adapter's weights file could not be read"))
             continue
         out.append(_compare_one(k.key, head, info, base, raw))
     return out
@@ -113,11 +101,11 @@ def _find(headers: list[Header], name: str) -> tuple[Header, TensorInfo] | None:
 
 def _compare_one(
     key: str, head: str, info: tuple[Header, TensorInfo], base: BaseSpec | None, raw: Raw | None
-) -> Copy:
+) -> CopyCheck:
     header, t = info
     expected = _expected_shape(head, raw)
     if expected is not None and tuple(t.shape) != expected:
-        return Copy(
+        return CopyCheck(
             key,
             head,
             "shape",
@@ -128,7 +116,9 @@ def _compare_one(
         return _compare_tiny(key, head, header, base.tiny_layout)
     if kind in ("dir", "repo") and getattr(base, "has_weights", False) and base.root:
         return _compare_folder(key, head, header, t, base.root, raw)
-    return Copy(key, head, "unchecked", "the base has no weights to compare with (shapes match its config)")
+    return CopyCheck(
+        key, head, "unchecked", "the base has no weights to compare with (shapes match its config)"
+    )
 
 
 def _expected_shape(head: str, raw: Raw | None) -> tuple[int, int] | None:
@@ -162,7 +152,9 @@ def _base_names(key: str, head: str, tied: bool) -> list[str]:
     return names
 
 
-def _compare_folder(key: str, head: str, header: Header, t: TensorInfo, root: str, raw: Raw | None) -> Copy:
+def _compare_folder(
+    key: str, head: str, header: Header, t: TensorInfo, root: str, raw: Raw | None
+) -> CopyCheck:
     from adapterdoc.errors import AdapterdocError
     from adapterdoc.st.header import read_header
 
@@ -185,14 +177,18 @@ def _compare_folder(key: str, head: str, header: Header, t: TensorInfo, root: st
         hits = [(h, bt) for h in base_headers for n, bt in h.tensors.items() if n.endswith(leaf)]
         found = hits[0] if len(hits) == 1 else None
     if found is None:
-        return Copy(key, head, "unchecked", f"the base's weights have no single `{leaf}` to compare with")
+        return CopyCheck(
+            key, head, "unchecked", f"the base's weights have no single `{leaf}` to compare with"
+        )
     bh, bt = found
     if tuple(bt.shape) != tuple(t.shape):
-        return Copy(key, head, "shape", f"shape {list(t.shape)}, the base's `{bt.name}` is {list(bt.shape)}")
+        return CopyCheck(
+            key, head, "shape", f"shape {list(t.shape)}, the base's `{bt.name}` is {list(bt.shape)}"
+        )
     if bt.dtype != t.dtype:
-        return Copy(key, head, "unchecked", f"dtype {t.dtype}, the base's `{bt.name}` is {bt.dtype}")
+        return CopyCheck(key, head, "unchecked", f"dtype {t.dtype}, the base's `{bt.name}` is {bt.dtype}")
     same = _same_bytes(header, t, bh, bt)
-    return Copy(key, head, "equal" if same else "differs", f"compared with the base's `{bt.name}`")
+    return CopyCheck(key, head, "equal" if same else "differs", f"compared with the base's `{bt.name}`")
 
 
 def _same_bytes(ha: Header, ta: TensorInfo, hb: Header, tb: TensorInfo) -> bool:
@@ -208,14 +204,14 @@ def _same_bytes(ha: Header, ta: TensorInfo, hb: Header, tb: TensorInfo) -> bool:
     return True
 
 
-def _compare_tiny(key: str, head: str, header: Header, layout: str) -> Copy:
+def _compare_tiny(key: str, head: str, header: Header, layout: str) -> CopyCheck:
     try:
         import torch
         from safetensors import safe_open
 
         from adapterdoc.ml.tiny import build_tiny
     except ImportError:
-        return Copy(key, head, "unchecked", "comparing with a tiny base needs the ml extra (torch)")
+        return CopyCheck(key, head, "unchecked", "comparing with a tiny base needs the ml extra (torch)")
     model = build_tiny(layout)
     weight = (
         model.get_input_embeddings() if head == "embed_tokens" else model.get_output_embeddings()
@@ -223,8 +219,8 @@ def _compare_tiny(key: str, head: str, header: Header, layout: str) -> Copy:
     with safe_open(header.path, "pt") as f:
         copy = f.get_tensor(key)
     if tuple(copy.shape) != tuple(weight.shape):
-        return Copy(
+        return CopyCheck(
             key, head, "shape", f"shape {list(copy.shape)}, the base's {head} is {list(weight.shape)}"
         )
     same = torch.equal(copy.to(weight.dtype), weight.detach())
-    return Copy(key, head, "equal" if same else "differs", f"compared with the tiny base's {head}")
+    return CopyCheck(key, head, "equal" if same else "differs", f"compared with the tiny base's {head}")

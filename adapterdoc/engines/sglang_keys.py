@@ -195,3 +195,36 @@ def _qkv(names: dict[str, list[str]], key_errors: list[str]) -> None:
             key_errors.extend(names[name])
             continue
         _move(names, name.replace("q_proj", "qkv_proj"), name, *([k] if "k_proj" in present else []), v)
+
+
+def missing_partners(factors: Mapping[str, object]) -> dict[str, str]:
+    """The partners ``normalize_qkv_proj`` / ``normalize_gate_up_proj`` need and an adapter's LoRA ``factors`` (module
+    paths, no wrapper) lack, each with the module it copies dtype and key spelling from: a ``q_proj`` needs its
+    ``v_proj`` (a KeyError otherwise) and its ``k_proj`` when the layer has any; a ``k_proj`` / ``v_proj`` without
+    ``q_proj`` and an ``up_proj`` without ``gate_proj`` are never stacked (skipped). Decoder layers only (no
+    experts, no towers)."""
+    from adapterdoc.engines.zero_lora import LAYER
+    from adapterdoc.layouts import tower_segment
+
+    parents: dict[str, dict[str, str]] = {}
+    k_in_layer: set[str] = set()
+    for module in factors:
+        parent, _, leaf = module.rpartition(".")
+        m = LAYER.search(module)
+        if m is None or ".experts." in module or tower_segment(module) is not None:
+            continue
+        if leaf in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"):
+            parents.setdefault(parent, {})[leaf] = module
+            if leaf == "k_proj":
+                k_in_layer.add(m.group(1))
+    missing: dict[str, str] = {}
+    for parent, leaves in sorted(parents.items()):
+        found = LAYER.search(parent + ".")
+        like = next(iter(leaves.values()))
+        if leaves.keys() & {"q_proj", "k_proj", "v_proj"}:
+            need = {"q_proj", "v_proj"} | ({"k_proj"} if found and found.group(1) in k_in_layer else set())
+            for leaf in sorted(need - leaves.keys()):
+                missing[f"{parent}.{leaf}"] = leaves.get("q_proj", like)
+        if "up_proj" in leaves and "gate_proj" not in leaves:
+            missing[f"{parent}.gate_proj"] = leaves["up_proj"]
+    return missing

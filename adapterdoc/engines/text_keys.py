@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
     from adapterdoc.bases import BaseSpec
     from adapterdoc.checkpoint import Checkpoint
+    from adapterdoc.engines.zero_lora import FillInput, ZeroLora
     from adapterdoc.ml.meta import ExpectedModel
     from adapterdoc.report.findings import Finding
 
@@ -277,6 +278,14 @@ class TextKeyProfile(Profile):
             fill="layer-types",
         )
 
+    def zero_lora(self, a: FillInput) -> ZeroLora | None:
+        """A layer type is loaded only when every layer of the served model has it: the type is added, with its
+        rank, on every layer that lacks it (:func:`missing_layer_types`)."""
+        return missing_layer_types(a, self.name)
+
+    def drops_partial_layer_types(self) -> bool:
+        return True
+
     def keys_against(self, base_layout: str | None, options: ProfileOptions | None = None) -> str | None:
         """The engine reads text-style keys on a VL base too (TGI's Qwen2-VL / Qwen2.5-VL classes find the
         language model under ``language_model`` but look up ``model.layers.{i}...``): check the keys against the
@@ -451,6 +460,77 @@ class TextKeyProfile(Profile):
                 "kernels",
                 f"padded rank {top} is above the kernels' {KERNEL_MAX_RANK}: the slower SGMV loop runs",
             )
+
+
+_MODULE = re.compile(r"^model\.layers\.(\d+)\.(self_attn|mlp)\.([^.]+)$")
+_LAYER_FIELDS = ("layers_to_transform", "layers_pattern")
+
+
+def missing_layer_types(a: FillInput, engine: str) -> ZeroLora | None:
+    """The zero LoRA an engine that drops a layer type unless every layer has it needs (``remap --for``): each type
+    the adapter has, on every layer of the base that lacks it. Refused (AD269) when the base is unknown and some
+    layers lack a type (or ``layers_to_transform`` is set), and when the base itself has no such module in some
+    layer (a hybrid stack: no fill makes the type load)."""
+    from adapterdoc.engines.served import serving_elsewhere
+    from adapterdoc.engines.zero_lora import ZeroLora, describe, layer_count, read_base
+    from adapterdoc.errors import RefusedError
+
+    have: dict[tuple[str, str], dict[int, str]] = {}
+    for module, roles in a.factors.items():
+        m = _MODULE.match(module)
+        if m and len(roles) == 2 and _block_ok(m.group(2), m.group(3)):
+            have.setdefault((m.group(2), m.group(3)), {})[int(m.group(1))] = module
+    if not have:
+        return None
+    spec = a.spec()
+    top = max(i for layers in have.values() for i in layers) + 1
+    counted = layer_count(spec) if spec is not None else None
+    nlayers = max(top, counted or 0)
+    gaps = any(len(layers) < nlayers for layers in have.values())
+    if spec is None:
+        if gaps or any(a.raw.get(f) for f in _LAYER_FIELDS):
+            every = {
+                _layer_module(b, leaf, i): next(iter(v.values()))
+                for (b, leaf), v in have.items()
+                for i in range(top)
+            }
+            absent = {m: like for m, like in every.items() if m not in a.factors}
+            raise RefusedError(
+                a.path,
+                f"AD269: {engine} drops a layer type unless every layer has it, and which layers the base has is "
+                f"unknown ({describe(absent) if absent else 'layers_to_transform is set'}); pass --base",
+            )
+        a.notes.append("the base is unknown: layer types checked against the adapter's own layers only")
+        return None
+    if not gaps and counted is not None:
+        return None  # every type on every layer the base's config counts: nothing to read
+    bm = read_base(spec)
+    nlayers = max(nlayers, bm.nlayers)
+    missing: dict[str, str] = {}
+    lacking: dict[str, list[int]] = {}
+    for (block, leaf), layers in sorted(have.items()):
+        like = layers[min(layers)]
+        for i in range(nlayers):
+            if i in layers:
+                continue
+            module = _layer_module(block, leaf, i)
+            if module in bm.linear:
+                missing[module] = like
+            else:
+                lacking.setdefault(leaf, []).append(i)
+    if lacking:
+        leaf, where = next(iter(sorted(lacking.items())))
+        instead = serving_elsewhere(engine, a.raw, sorted(a.factors), spec, dropped=leaf)
+        raise RefusedError(
+            a.path,
+            f"AD269: the base has no {leaf} in layer(s) {layers_text(where)} of {nlayers}, and {engine} loads a layer "
+            f"type only when every layer has it: it drops {leaf} whatever is added; {instead}",
+        )
+    return ZeroLora(missing, bm)
+
+
+def _layer_module(block: str, leaf: str, i: int) -> str:
+    return f"model.layers.{i}.{block}.{leaf}"
 
 
 PAD_MINIMUM = 8

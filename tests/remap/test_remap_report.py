@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from source_scan import attribute_writes
 
+from adapterdoc.engines.zero_lora import BaseModules
 from adapterdoc.remap.config import ConfigPlan
 from adapterdoc.remap.expert_rewrite import Block, ExpertPlan
 from adapterdoc.remap.for_engine.fill import Filled, FillStep
-from adapterdoc.remap.for_engine.fill_base_model import BaseModules
 from adapterdoc.remap.for_engine.plan import ExpertsStep
 from adapterdoc.remap.moves import RemapMove
 from adapterdoc.remap.plan import HeaderPlan, KeyMoves, Plan

@@ -3,16 +3,11 @@ adapter that model's keys, from the registry's moves (the ones ``--vl`` / ``--to
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from adapterdoc.checkpoint import Checkpoint
-from adapterdoc.engines.served import is_vl, served_layout
+from adapterdoc.engines.served import is_vl, layout_of_base, served_layout
 from adapterdoc.errors import AdapterdocError, RefusedError
 from adapterdoc.layouts import LAYOUTS, move_rules, remap_path, rename
 from adapterdoc.remap.moves import RemapMove, detect, resolve_layout_move, vl_move
-
-if TYPE_CHECKING:
-    from adapterdoc.bases import BaseSpec
 
 
 def base_layout(
@@ -41,26 +36,6 @@ def base_layout(
     if found.name in LAYOUTS:
         return found.name, "the adapter's keys"
     return None, "unknown"
-
-
-def layout_of_base(spec: object, what: str) -> str | None:
-    """The registry layout of a resolved base: its tiny layout, or the layout whose class and model type its
-    config.json names (``architectures[0]``, else the model type's registry class)."""
-    from adapterdoc.bases import BaseSpec, read_config_json
-    from adapterdoc.layouts.trees import Unmodeled, model_class_name
-
-    assert isinstance(spec, BaseSpec)
-    if spec.kind == "tiny":
-        return spec.tiny_layout
-    raw = read_config_json(spec)
-    try:
-        cls = model_class_name(raw)
-    except Unmodeled:
-        return None
-    hits = [
-        n for n, lay in LAYOUTS.items() if lay.model_class == cls and lay.model_type == raw.get("model_type")
-    ]
-    return hits[0] if hits else None
 
 
 def _settle_text(weights: str, modules: list[str], candidates: tuple[str, ...], served: str | None) -> str:
@@ -130,47 +105,3 @@ def key_move(
         )
         return None
     return resolve_layout_move(weights, modules, hint, target, source, notes)
-
-
-def serving_elsewhere(
-    engine: str, raw: dict[str, object], modules: list[str], spec: BaseSpec | None, dropped: str
-) -> str:
-    """What a refusal of ``remap --for ENGINE`` suggests: the other engines whose own rules take this adapter as
-    it is (their profile's :meth:`~adapterdoc.engines.base.Profile.unservable` says nothing, they read
-    expert LoRA where it has some, and ``dropped`` (a layer type some layers lack) is no reason for them to drop
-    it), else none; a merge always works."""
-    from adapterdoc.engines import PROFILES, get_profile
-
-    layout, model_type = _base_type(spec)
-    experts = any(".experts." in m or m.endswith(".experts") for m in modules)
-    fits = []
-    for other in PROFILES:
-        if other == engine:
-            continue
-        profile = get_profile(other)
-        needs = profile.needs(layout, None)
-        if needs is None or profile.unservable(raw, modules, model_type) is not None:
-            continue
-        if (experts and not needs.expert_lora) or (dropped and needs.fill == "layer-types"):
-            continue
-        fits.append(profile.summary.split()[0])
-    merge = "merge it into the base (adapterdoc merge ADAPTER --base BASE --out DIR)"
-    if not fits:
-        return f"no other engine adapterdoc knows serves it as it is; {merge}"
-    return f"serve the adapter on {' or '.join(fits)}, or {merge}"
-
-
-def _base_type(spec: BaseSpec | None) -> tuple[str | None, str | None]:
-    """(registry layout, ``model_type``) of a resolved base (``None`` each when it does not say)."""
-    from adapterdoc.bases import read_config_json
-
-    if spec is None:
-        return None, None
-    try:
-        layout = layout_of_base(spec, spec.spec)
-        if layout in LAYOUTS:
-            return layout, LAYOUTS[layout].model_type
-        mt = read_config_json(spec).get("model_type") if spec.kind != "tiny" else None
-    except (AdapterdocError, OSError, ValueError):
-        return None, None
-    return None, mt if isinstance(mt, str) else None

@@ -1,13 +1,7 @@
-"""Zero LoRA an engine needs added (``remap --for``, :attr:`EngineNeeds.fill`): a module whose ``lora_A`` and
-``lora_B`` are both zero has ``B A = 0``, so PEFT's outputs do not change, and the engine then loads what it
-dropped or failed on.
-
-- ``layer-types`` (TGI, LoRAX): a layer type is loaded only when every layer of the served model has it (one
-  missing layer drops the type everywhere). The type is added, with its rank, on every layer that lacks it; when
-  the base itself has no such module in some layer (a hybrid stack) no fill makes the type load: refused (AD269).
-- ``sglang-pairs`` (SGLang ``normalize_qkv_proj`` / ``normalize_gate_up_proj``): a ``q_proj`` needs its
-  ``v_proj`` (a KeyError otherwise) and its ``k_proj`` when the layer has any; a ``k_proj`` / ``v_proj`` without
-  ``q_proj`` and an ``up_proj`` without ``gate_proj`` are never stacked (skipped). The missing partners are added.
+"""Zero LoRA an engine needs added (``remap --for``): a module whose ``lora_A`` and ``lora_B`` are both zero has
+``B A = 0``, so PEFT's outputs do not change, and the engine then loads what it dropped or failed on. Which modules
+is the engine's own rule (its profile's :meth:`~adapterdoc.engines.base.Profile.zero_lora`: TGI and LoRAX add a layer
+type on the layers that lack it, SGLang the q/k/v and gate/up partners it stacks); this module writes them.
 
 The new tensors take the shapes of the base's modules (``[r, in]``, ``[out, r]``: the base is needed, ``--base``
 or a local ``base_model_name_or_path``) and the dtype of the adapter's own factors, and are appended to the
@@ -18,26 +12,27 @@ paths when nothing shorter selects exactly them).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import WRAPPER, fused_expert_owner, parse_key
 from adapterdoc.adapter.targets import peft_selects
+from adapterdoc.engines.base import Profile
+from adapterdoc.engines.zero_lora import (
+    LAYER,
+    BaseModules,
+    Factors,
+    FillInput,
+    Missing,
+    describe,
+    read_base,
+)
 from adapterdoc.errors import RefusedError
-from adapterdoc.remap.for_engine.fill_base_model import LAYER, BaseModules, layer_count, read_base, resolve
 from adapterdoc.remap.for_engine.tensors import Group
 from adapterdoc.report.remap_report import ConfigChange
 from adapterdoc.st.compose import Spec
 from adapterdoc.st.header import Header
 
-if TYPE_CHECKING:
-    from adapterdoc.bases import BaseSpec
-
-_TEXT = re.compile(r"^model\.layers\.(\d+)\.(self_attn|mlp)\.([^.]+)$")
-_ATTN = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj"})
-_MLP = frozenset({"gate_proj", "up_proj", "down_proj", "c_fc", "c_proj"})
 _LAYER_FIELDS = ("layers_to_transform", "layers_pattern")
 CHUNK = 1 << 22
 
@@ -53,40 +48,30 @@ class Filled:
 
 
 def plan_fill(
-    kind: str | None,
+    profile: Profile,
     raw: dict[str, object],
     names: list[tuple[str, tuple[int, ...]]],
     dtypes: dict[str, str],
     base: str | None,
     path: str,
-    engine: str,
     notes: list[str],
 ) -> Filled | None:
-    """What zero LoRA ``kind`` adds to the adapter whose tensors are ``names`` (after the earlier steps; ``dtypes``
-    by name), and ``raw`` rewritten for it in place; ``None`` when nothing is needed."""
-    if kind is None:
-        return None
+    """What zero LoRA ``profile``'s rule adds to the adapter whose tensors are ``names`` (after the earlier steps;
+    ``dtypes`` by name), and ``raw`` rewritten for it in place; ``None`` when nothing is needed."""
     factors = _factors(names)
     if not factors:
         return None
-    named = raw.get("base_model_name_or_path")
-    spec = resolve(base, named if isinstance(named, str) else None)
-    if kind == "layer-types":
-        wanted = _layer_types(factors, raw, spec, path, engine, notes)
-    elif kind == "sglang-pairs":
-        wanted = _pairs(factors)
-    else:
-        raise ValueError(f"unknown fill {kind!r}")
-    if wanted is None:
+    a = FillInput(factors, raw, base, path, notes)
+    wanted = profile.zero_lora(a)
+    if wanted is None or not wanted.missing:
         return None
-    missing, bm = wanted
-    if not missing:
-        return None
+    missing, bm = wanted.missing, wanted.base
     if bm is None:
+        spec = a.spec()
         if spec is None:
             raise RefusedError(
                 path,
-                f"AD269: {engine} needs zero LoRA added ({_what(missing)}), whose shapes come from the base; "
+                f"AD269: {profile.name} needs zero LoRA added ({describe(missing)}), whose shapes come from the base; "
                 "pass --base (the model folder the server loads)",
             )
         bm = read_base(spec)
@@ -98,14 +83,7 @@ def plan_fill(
             raw.get("target_parameters") and fused_expert_owner(parse_key(n).module).endswith(".experts")
         )
     }
-    return _build(missing, factors, every, dtypes, raw, bm, path, engine)
-
-
-# -------------------------------------------------------------------------------------------- what is missing
-
-
-Factors = dict[str, dict[str, tuple[str, tuple[int, ...]]]]
-"""LoRA module (no wrapper) → role → (tensor, shape)."""
+    return _build(missing, factors, every, dtypes, raw, bm, path, profile.name)
 
 
 def _factors(names: list[tuple[str, tuple[int, ...]]]) -> Factors:
@@ -116,108 +94,6 @@ def _factors(names: list[tuple[str, tuple[int, ...]]]) -> Factors:
         if k.role in ("lora_A", "lora_B") and len(shape) == 2 and k.adapter_name is None:
             out.setdefault(k.module, {})[k.role] = (name, shape)
     return out
-
-
-Missing = dict[str, str]
-"""Module to add → the adapter module it copies its dtype and key spelling from."""
-
-
-def _layer_types(
-    factors: Factors,
-    raw: dict[str, object],
-    spec: BaseSpec | None,
-    path: str,
-    engine: str,
-    notes: list[str],
-) -> tuple[Missing, BaseModules | None] | None:
-    have: dict[tuple[str, str], dict[int, str]] = {}
-    for module, roles in factors.items():
-        m = _TEXT.match(module)
-        if m and len(roles) == 2 and m.group(3) in (_ATTN if m.group(2) == "self_attn" else _MLP):
-            have.setdefault((m.group(2), m.group(3)), {})[int(m.group(1))] = module
-    if not have:
-        return None
-    top = max(i for layers in have.values() for i in layers) + 1
-    counted = layer_count(spec) if spec is not None else None
-    nlayers = max(top, counted or 0)
-    gaps = any(len(layers) < nlayers for layers in have.values())
-    if spec is None:
-        if gaps or any(raw.get(f) for f in _LAYER_FIELDS):
-            missing = {
-                _name(b, leaf, i): next(iter(v.values())) for (b, leaf), v in have.items() for i in range(top)
-            }
-            missing = {m: like for m, like in missing.items() if m not in factors}
-            raise RefusedError(
-                path,
-                f"AD269: {engine} drops a layer type unless every layer has it, and which layers the base has is "
-                f"unknown ({_what(missing) if missing else 'layers_to_transform is set'}); pass --base",
-            )
-        notes.append("the base is unknown: layer types checked against the adapter's own layers only")
-        return None
-    if not gaps and counted is not None:
-        return None  # every type on every layer the base's config counts: nothing to read
-    bm = read_base(spec)
-    nlayers = max(nlayers, bm.nlayers)
-    missing: Missing = {}
-    lacking: dict[str, list[int]] = {}
-    for (block, leaf), layers in sorted(have.items()):
-        like = layers[min(layers)]
-        for i in range(nlayers):
-            if i in layers:
-                continue
-            module = _name(block, leaf, i)
-            if module in bm.linear:
-                missing[module] = like
-            else:
-                lacking.setdefault(leaf, []).append(i)
-    if lacking:
-        from adapterdoc.engines.text_keys import layers_text
-        from adapterdoc.remap.for_engine.base_model import serving_elsewhere
-
-        leaf, where = next(iter(sorted(lacking.items())))
-        instead = serving_elsewhere(engine, raw, sorted(factors), spec, dropped=leaf)
-        raise RefusedError(
-            path,
-            f"AD269: the base has no {leaf} in layer(s) {layers_text(where)} of {nlayers}, and {engine} loads a layer "
-            f"type only when every layer has it: it drops {leaf} whatever is added; {instead}",
-        )
-    return missing, bm
-
-
-def _name(block: str, leaf: str, i: int) -> str:
-    return f"model.layers.{i}.{block}.{leaf}"
-
-
-def _pairs(factors: Factors) -> tuple[Missing, None]:
-    from adapterdoc.layouts import tower_segment
-
-    parents: dict[str, dict[str, str]] = {}
-    k_in_layer: set[str] = set()
-    for module in factors:
-        parent, _, leaf = module.rpartition(".")
-        m = LAYER.search(module)
-        if m is None or ".experts." in module or tower_segment(module) is not None:
-            continue
-        if leaf in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"):
-            parents.setdefault(parent, {})[leaf] = module
-            if leaf == "k_proj":
-                k_in_layer.add(m.group(1))
-    missing: Missing = {}
-    for parent, leaves in sorted(parents.items()):
-        layer = LAYER.search(parent + ".")
-        like = next(iter(leaves.values()))
-        if leaves.keys() & {"q_proj", "k_proj", "v_proj"}:
-            need = {"q_proj", "v_proj"} | ({"k_proj"} if layer and layer.group(1) in k_in_layer else set())
-            for leaf in sorted(need - leaves.keys()):
-                missing[f"{parent}.{leaf}"] = leaves.get("q_proj", like)
-        if "up_proj" in leaves and "gate_proj" not in leaves:
-            missing[f"{parent}.gate_proj"] = leaves["up_proj"]
-    return missing, None
-
-
-def _what(missing: Missing) -> str:
-    leaves = sorted({m.rpartition(".")[2] for m in missing})
-    return f"{len(missing)} module(s): {', '.join(leaves)}"
 
 
 # ----------------------------------------------------------------------------------- the tensors and the config
@@ -324,7 +200,7 @@ def zero_groups(specs: Sequence[Spec]) -> list[Group]:
     return [([s], producer(s.nbytes)) for s in specs]
 
 
-def rewrite_entry(kind: str, filled: Filled) -> dict[str, object]:
+def rewrite_entry(kind: str | None, filled: Filled) -> dict[str, object]:
     return {
         "rewrite": "fill",
         "fill": kind,
@@ -349,6 +225,7 @@ class FillStep:
 
 
 def fill_step(
+    profile: Profile,
     kind: str | None,
     raw: dict[str, object],
     names: list[tuple[str, tuple[int, ...]]],
@@ -356,9 +233,9 @@ def fill_step(
     view: Header,
     base: str | None,
     path: str,
-    engine: str,
 ) -> FillStep | None:
-    """The fill step of ``remap --for``: ``raw`` updated; what it added (``None``: nothing, and nothing noted)."""
+    """The fill step of ``remap --for``: ``raw`` updated; what ``profile``'s rule added (``None``: nothing, and
+    nothing noted). ``kind`` names the rule in the ``rewrites`` entry (:attr:`EngineNeeds.fill`)."""
     import json
 
     from adapterdoc.remap.for_engine import config as C
@@ -370,10 +247,9 @@ def fill_step(
         dtypes = {n: t.dtype for n, t in view.tensors.items()}
     before = json.loads(json.dumps(raw))
     notes: list[str] = []
-    filled = plan_fill(kind, raw, names, dtypes, base, path, engine, notes)
+    filled = plan_fill(profile, raw, names, dtypes, base, path, notes)
     if filled is None:
         return FillStep(groups, names, notes=tuple(notes)) if notes else None
-    assert kind is not None
     groups = (groups if groups is not None else identity_groups(view)) + zero_groups(filled.specs)
     return FillStep(
         groups,

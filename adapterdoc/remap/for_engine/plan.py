@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, parse_key
-from adapterdoc.engines.base import EngineNeeds
+from adapterdoc.engines.base import EngineNeeds, Profile
 from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.remap.config import dump_like
 from adapterdoc.remap.expert_config import block_mapping, peft_fuses_keys_only
@@ -45,9 +45,11 @@ from adapterdoc.st.header import Header
 def make_engine_plan(
     spec: str, engine: str, base: str | None, out: str | None, needs: EngineNeeds | None = None
 ) -> Plan:
-    """Plan ``remap --for ENGINE`` of ``spec``; nothing is written here. ``needs`` replaces the profile's
-    (a library caller's own engine description; the profile is then not looked up). Each step below returns
-    what it changed; the plan (and its report) is assembled once, at the end."""
+    """Plan ``remap --for ENGINE`` of ``spec``; nothing is written here. The engine's profile says what it needs
+    (:meth:`~adapterdoc.engines.base.Profile.needs`, as data) and decides its own rules (the zero LoRA it needs
+    added, the copies it skips, what it cannot serve). ``needs`` replaces the profile (a library caller's own
+    engine description: the profile is then not looked up, and no engine-specific rule applies). Each step below
+    returns what it changed; the plan (and its report) is assembled once, at the end."""
     from adapterdoc.engines import get_profile
 
     ckpt, weights = open_safetensors(
@@ -75,7 +77,8 @@ def make_engine_plan(
         raise UnsupportedInputError(
             engine, "is not a serving engine; remap --for has nothing to rewrite for it"
         )
-    _refuse_inexact(weights, engine, needs, cfg, header, parsed, base)
+    rules = profile if profile is not None else Profile()
+    _refuse_inexact(weights, engine, needs, rules, cfg, header, parsed, base)
     with open(cfg.path, "rb") as f:
         original = f.read()
     raw = json.loads(original.decode("utf-8"))
@@ -134,7 +137,7 @@ def make_engine_plan(
             groups = transform(groups if groups is not None else identity_groups(view), tensor_changes)
 
     # 5. zero LoRA the engine needs added (a streamed copy)
-    filled = fill_step(needs.fill, raw, names, groups, view, base, cfg.path, engine)
+    filled = fill_step(rules, needs.fill, raw, names, groups, view, base, cfg.path)
     if filled is not None:
         groups, names = filled.groups, filled.names
         changes += filled.changes
@@ -219,8 +222,8 @@ def _model_type(layout: str | None, base: str | None, named: str | None) -> str 
     if layout in LAYOUTS:
         return LAYOUTS[layout].model_type
     from adapterdoc.bases import read_config_json
+    from adapterdoc.engines.zero_lora import resolve
     from adapterdoc.errors import AdapterdocError
-    from adapterdoc.remap.for_engine.fill_base_model import resolve
 
     try:
         spec = resolve(base, named)
@@ -235,6 +238,7 @@ def _refuse_inexact(
     weights: str,
     engine: str,
     needs: EngineNeeds,
+    rules: Profile,
     cfg: AdapterConfig,
     header: Header,
     parsed: list[LoraKey],
@@ -256,9 +260,7 @@ def _refuse_inexact(
             f"them (each is overwritten by its module's lora_B weight); no LoRA-only rewrite is exact; {merge}, "
             "or retrain with lora_bias=False",
         )
-    copies: set[str] = set()
-    if needs.embedding_copies:
-        copies = _embedding_copies(weights, engine, parsed, base, merge)
+    copies = _skipped_copies(weights, engine, rules, parsed, base, merge)
     if not needs.modules_to_save:
         saved = [m for m in cfg.modules_to_save if m not in needs.modules_to_save_heads]
         full = [
@@ -287,36 +289,22 @@ def _refuse_inexact(
             )
 
 
-def _embedding_copies(
-    weights: str, engine: str, parsed: list[LoraKey], base: str | None, merge: str
+def _skipped_copies(
+    weights: str, engine: str, rules: Profile, parsed: list[LoraKey], base: str | None, merge: str
 ) -> set[str]:
-    """PEFT's ``base_layer.weight`` copies beside LoRA on embed_tokens / lm_head, which the engine skips: kept
+    """The copies of base weights the engine skips (:meth:`~adapterdoc.engines.base.Profile.skipped_copies`): kept
     as they are, and refused where ``--base`` has weights and a copy differs from the base's (or its shape does)."""
     import os
 
-    from adapterdoc.bases import read_config_json, resolve_base
-    from adapterdoc.engines.sglang_copies import compare, copy_keys
-
-    found = copy_keys(parsed)
-    if not found:
-        return set()
-    spec = resolve_base(base) if base else None
-    raw = None
-    if spec is not None and spec.kind == "tiny":
-        from adapterdoc.layouts import LAYOUTS
-
-        lay = LAYOUTS.get(spec.tiny_layout or "")
-        raw = lay.tiny.kwargs() if lay and lay.tiny else None
-    elif spec is not None and spec.config_path:
-        raw = read_config_json(spec)
-    for c in compare(found, os.path.dirname(weights), spec, raw):
+    checked = rules.skipped_copies(parsed, os.path.dirname(weights), base)
+    for c in checked:
         if c.verdict in ("differs", "shape"):
             raise RefusedError(
                 weights,
                 f"AD490: `{c.key}` (PEFT's copy of the base's {c.head}) differs from the base's ({c.detail}); "
                 f"{engine} skips the copy and serves the base's {c.head}; {merge}",
             )
-    return {k.key for k in found}
+    return {c.key for c in checked}
 
 
 @dataclass(frozen=True)

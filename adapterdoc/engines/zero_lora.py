@@ -1,7 +1,10 @@
-"""The base's modules a ``remap --for`` fill adds zero LoRA on (:mod:`adapterdoc.remap.for_engine.fill`): which
-Linear modules it has, with their ``(out_features, in_features)``, and which modules PEFT can put LoRA on at all.
-The registry's module tree when it describes the base (torch-free), else the base built on the meta device
-(:mod:`adapterdoc.ml.build`; needs the ML extra). Only a fill that is needed reads the base this way."""
+"""What a profile's zero-LoRA rule (:meth:`~adapterdoc.engines.base.Profile.zero_lora`) reads and returns, and the
+base's modules it reads: ``remap --for`` adds zero LoRA (``B A = 0``: PEFT's outputs unchanged) where an engine drops
+or fails on a module that lacks a partner (:mod:`adapterdoc.remap.for_engine.fill` writes it).
+
+The base's modules are which Linear modules it has, with their ``(out_features, in_features)``, and which modules
+PEFT can put LoRA on at all: the registry's module tree when it describes the base (torch-free), else the base built
+on the meta device (:mod:`adapterdoc.ml.build`; needs the ML extra). Only a fill that is needed reads the base."""
 
 from __future__ import annotations
 
@@ -33,6 +36,46 @@ class BaseModules:
 
         found = [int(m.group(1)) for n in self.capable if tower_segment(n) is None and (m := LAYER.search(n))]
         return max(found) + 1 if found else 0
+
+
+Factors = dict[str, dict[str, tuple[str, tuple[int, ...]]]]
+"""LoRA module (no wrapper) → role (``lora_A`` / ``lora_B``) → (tensor, shape): the adapter's 2-D factors."""
+
+Missing = dict[str, str]
+"""Module to add → the adapter module it copies its dtype and key spelling from."""
+
+
+@dataclass(frozen=True)
+class FillInput:
+    """What a zero-LoRA rule reads: the adapter's factors (after the earlier ``remap --for`` steps), its
+    adapter_config.json as a dict, ``--base`` as given (``None``: the config's ``base_model_name_or_path`` when it
+    resolves locally, :meth:`spec`), the file refusals name, and the notes the report prints (a rule may add one)."""
+
+    factors: Factors
+    raw: Mapping[str, object]
+    base: str | None
+    path: str
+    notes: list[str]
+
+    def spec(self) -> BaseSpec | None:
+        """The base: ``--base``, else ``base_model_name_or_path`` when it resolves locally; ``None`` otherwise."""
+        named = self.raw.get("base_model_name_or_path")
+        return resolve(self.base, named if isinstance(named, str) else None)
+
+
+@dataclass(frozen=True)
+class ZeroLora:
+    """The zero LoRA a rule adds: ``missing`` (module → the module it copies dtype and spelling from) and the base's
+    modules when the rule read them (``None``: ``remap --for`` reads them, for the new tensors' shapes)."""
+
+    missing: Missing
+    base: BaseModules | None = None
+
+
+def describe(missing: Missing) -> str:
+    """``3 module(s): q_proj, v_proj``."""
+    leaves = sorted({m.rpartition(".")[2] for m in missing})
+    return f"{len(missing)} module(s): {', '.join(leaves)}"
 
 
 def resolve(base: str | None, named: str | None) -> BaseSpec | None:
