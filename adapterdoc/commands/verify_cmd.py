@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any, TypeVar
 
 import click
 
 from adapterdoc.commands import options as opt
 from adapterdoc.engines import PROFILES as _REGISTRY
-from adapterdoc.engines.served import SERVED_AS
-from adapterdoc.engines.vllm import VLLM_MAX_LORA_RANKS as RANKS
+from adapterdoc.engines.options import OPTIONS, EngineOption
 from adapterdoc.errors import AdapterdocError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 PROFILES = tuple(_REGISTRY)
 """The profile registry's names (read when the command line starts)."""
@@ -25,6 +28,24 @@ def _profile_help() -> str:
     return f"Rules to apply: {listed}."
 
 
+def _engine_option(o: EngineOption[Any]) -> Callable[[F], F]:
+    """One engine option's click option, from its declaration (:mod:`adapterdoc.engines.options`)."""
+    help_text = o.help_text(_REGISTRY.values())
+    if o.kind == "rank":
+        return click.option(o.flag, type=click.IntRange(min=1), metavar=o.metavar, help=help_text)
+    if o.kind == "names":
+        return click.option(o.flag, multiple=True, metavar=o.metavar, help=help_text)
+    return click.option(o.flag, type=click.Choice(o.choices), metavar=o.metavar, help=help_text)
+
+
+def engine_options(f: F) -> F:
+    """Every engine option the engines declare (:data:`~adapterdoc.engines.options.OPTIONS`), in their order; the
+    command receives them by name."""
+    for o in reversed(OPTIONS):
+        f = _engine_option(o)(f)
+    return f
+
+
 @click.command("verify", epilog=opt.INPUT_FORMS)
 @opt.adapter_argument("adapters", many=True)
 @opt.base_option(
@@ -32,23 +53,7 @@ def _profile_help() -> str:
     "each adapter's own base_model_name_or_path (when it resolves locally)."
 )
 @click.option("--profile", type=click.Choice(PROFILES), help=_profile_help())
-@click.option(
-    "--max-lora-rank",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help=f"The server's --max-lora-rank: vLLM one of {', '.join(map(str, RANKS))} (default 16); SGLang any "
-    "rank (default: none, no rank check).",
-)
-@click.option(
-    "--lora-target-modules",
-    multiple=True,
-    metavar="MODULES",
-    help="The SGLang server's --lora-target-modules (repeat it or give a comma list; `all`). Default: inferred "
-    "from the adapter, as SGLang does for a startup adapter.",
-)
-@click.option(
-    "--served-as", type=click.Choice(SERVED_AS), help="How vLLM serves the base (default: inferred)."
-)
+@engine_options
 @click.option(
     "--load", is_flag=True, help="Also load base weights + adapter with PEFT and check the outputs change."
 )
@@ -80,15 +85,13 @@ def command(
     adapters: tuple[str, ...],
     base: str | None,
     profile: str | None,
-    max_lora_rank: int | None,
-    lora_target_modules: tuple[str, ...],
-    served_as: str | None,
     load: bool,
     scan: str,
     max_inert_share: float | None,
     output: opt.Output,
     junit_file: str | None,
     exit_zero: bool,
+    **engine: object,
 ) -> None:
     """Check adapters against a base before they are deployed: keys, shapes, weights, serving rules.
 
@@ -111,9 +114,7 @@ def command(
         options = verify_settings(
             defaults,
             profile=profile,
-            max_lora_rank=max_lora_rank,
-            lora_target_modules=lora_target_modules,
-            served_as=served_as,
+            engine_options=engine,
             load=load,
             scan=scan,
             max_inert_share=max_inert_share,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
@@ -16,12 +16,14 @@ if TYPE_CHECKING:
 
 class ProfileOptions(Protocol):
     """What the profiles read of verify's options (:class:`adapterdoc.verify.options.VerifyOptions`; engines
-    import no verify module)."""
+    import no verify module): the running profile's name and the engine options' values by name (read them with
+    :meth:`adapterdoc.engines.options.EngineOption.of`)."""
 
-    profile: str
-    max_lora_rank: int | None
-    served_as: str | None
-    lora_target_modules: tuple[str, ...] | None
+    @property
+    def profile(self) -> str: ...
+
+    @property
+    def engine_options(self) -> Mapping[str, object]: ...
 
     @property
     def profile_rules(self) -> Profile: ...
@@ -134,7 +136,12 @@ class Profile:
     summary: str = ""
     """What it checks, for ``--profile``'s help (e.g. ``vLLM serving``)."""
     options: tuple[str, ...] = ()
-    """The :class:`~adapterdoc.verify.options.VerifyOptions` fields it reads."""
+    """The engine options it reads, by name (declared in :data:`adapterdoc.engines.options.OPTIONS`)."""
+    option_defaults: ClassVar[Mapping[str, object]] = {}
+    """The value of an option it reads when neither the command line nor the table gives one and this profile runs,
+    where it is not the option's own default (SGLang: no ``--max-lora-rank``)."""
+    option_help: ClassVar[Mapping[str, str]] = {}
+    """Its clause in an option's ``--help`` (``max_lora_rank``: ``vLLM one of 1, 8, ... (default 16)``)."""
 
     def check_options(self, options: ProfileOptions) -> None:
         """Raise ``ValueError`` for a value of one of its options it cannot use. Every profile checks its own

@@ -13,7 +13,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from adapterdoc.engines.base import (
     CopyCheck,
@@ -23,6 +23,7 @@ from adapterdoc.engines.base import (
     ProfileOptions,
     engine_finding,
 )
+from adapterdoc.engines.options import LORA_TARGET_MODULES, MAX_LORA_RANK
 from adapterdoc.engines.sglang_copies import base_config, compare, copy_keys
 from adapterdoc.engines.sglang_keys import (
     EMBEDDING_NAMES,
@@ -88,25 +89,18 @@ def verdict(codes: Iterable[str]) -> str:
     return next((v for v in ORDER if v in found), "accept")
 
 
-def split_targets(values: str | Iterable[object] | None) -> tuple[str, ...] | None:
-    """``--lora-target-modules`` values (repeated, space- or comma-separated) as one tuple; ``None`` if none."""
-    if values is None:
-        return None
-    if isinstance(values, str):
-        values = [values]
-    out = tuple(p for v in values for p in str(v).replace(",", " ").split())
-    return out or None
-
-
 class SglangProfile(Profile):
     name = "sglang"
     summary = "SGLang serving"
     options = ("max_lora_rank", "lora_target_modules")
-    default_max_lora_rank = None
+    option_defaults: ClassVar[Mapping[str, object]] = {"max_lora_rank": None}
     """SGLang has no fixed ceiling: without ``--max-lora-rank`` the pool sizes itself from the startup adapters."""
+    option_help: ClassVar[Mapping[str, str]] = {
+        "max_lora_rank": "SGLang any rank (default: none, no rank check)"
+    }
 
     def check_options(self, options: ProfileOptions) -> None:
-        targets = options.lora_target_modules
+        targets = LORA_TARGET_MODULES.of(options)
         if targets is None:
             return
         bad = [t for t in targets if t not in (*SERVER_CHOICES, "all")]
@@ -120,14 +114,14 @@ class SglangProfile(Profile):
 
     def run_fields(self, options: ProfileOptions, *, active: bool) -> dict[str, object]:
         return {
-            "max_lora_rank": options.max_lora_rank if active else None,
+            "max_lora_rank": MAX_LORA_RANK.of(options) if active else None,
             "sglang_version": SGLANG_VERSION if active else None,
-            "lora_target_modules": list(options.lora_target_modules or []) or None if active else None,
+            "lora_target_modules": list(LORA_TARGET_MODULES.of(options) or []) or None if active else None,
         }
 
     def label(self, options: ProfileOptions) -> str:
-        rank = options.max_lora_rank or "from the adapters"
-        targets = " ".join(options.lora_target_modules or ()) or "from the adapters"
+        rank = MAX_LORA_RANK.of(options) or "from the adapters"
+        targets = " ".join(LORA_TARGET_MODULES.of(options) or ()) or "from the adapters"
         return f"sglang {SGLANG_VERSION}, max LoRA rank {rank}, target modules {targets}"
 
     def unservable(
@@ -190,17 +184,17 @@ class SglangProfile(Profile):
                 f"server targets {sorted(server)} "
                 + (
                     "(--lora-target-modules)"
-                    if options.lora_target_modules
+                    if LORA_TARGET_MODULES.of(options)
                     else "(inferred from the adapter)"
                 )
                 + (
-                    f", --max-lora-rank {options.max_lora_rank}"
-                    if options.max_lora_rank
+                    f", --max-lora-rank {MAX_LORA_RANK.of(options)}"
+                    if MAX_LORA_RANK.of(options)
                     else ", no --max-lora-rank"
                 ),
             )
         )
-        if adapter_targets is not None and options.lora_target_modules and "all" not in server:
+        if adapter_targets is not None and LORA_TARGET_MODULES.of(options) and "all" not in server:
             extra = sorted(adapter_targets - server - {"all"})
             if extra:
                 out.append(
@@ -271,10 +265,10 @@ def _config_findings(
         odd = sorted(targets - KNOWN_TARGETS - {"all"})
         if odd:
             add("AD436", f"target modules {odd} have no LoRA support in SGLang", key="target_modules")
-    if options.max_lora_rank is not None and rank_ok and r > options.max_lora_rank:
+    if MAX_LORA_RANK.of(options) is not None and rank_ok and r > MAX_LORA_RANK.of(options):
         add(
             "AD424",
-            f"LoRA rank {r} is greater than --max-lora-rank {options.max_lora_rank}: as a startup --lora-paths "
+            f"LoRA rank {r} is greater than --max-lora-rank {MAX_LORA_RANK.of(options)}: as a startup --lora-paths "
             f"adapter, {FIRST_REQUEST} (LoRA buffer shape assertion); /load_lora_adapter refuses it",
             key="r",
             hint=f"start the server with --max-lora-rank {r} and verify with the same value",
@@ -340,7 +334,7 @@ def _server_targets(
 ) -> set[str]:
     """The server's target modules: ``--lora-target-modules`` normalised (``all``: what ``auto_detect`` finds on
     the base, plus the embeddings), else the adapter's own, as SGLang infers them from a startup adapter."""
-    given = options.lora_target_modules
+    given = LORA_TARGET_MODULES.of(options)
     if given and "all" not in given:
         return normalize_targets(given)
     if given or (adapter_targets and "all" in adapter_targets):

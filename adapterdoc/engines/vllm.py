@@ -6,9 +6,11 @@ releases. The findings' explanations are in :mod:`adapterdoc.codes.serving`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 from adapterdoc.engines.base import EngineNeeds, Profile, ProfileInput, ProfileOptions, engine_finding
+from adapterdoc.engines.options import MAX_LORA_RANK, SERVED_AS
 from adapterdoc.engines.served import is_vl, served_layout, served_modules
 
 if TYPE_CHECKING:
@@ -29,6 +31,7 @@ VLLM_COMMIT = "4ba787ec9"
 VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The values vLLM accepts for ``--max-lora-rank``."""
 VLLM_DEFAULT_MAX_LORA_RANK = 16
+"""vLLM's ``--max-lora-rank`` when none is given (:data:`~adapterdoc.engines.options.MAX_LORA_RANK`'s default)."""
 
 _VLLM_INITS = ("gaussian", "eva", "orthogonal", "mica", "lora_ga")
 _VLLM_HEADS = ("classifier", "score")
@@ -38,20 +41,23 @@ class VllmProfile(Profile):
     name = "vllm"
     summary = "vLLM serving"
     options = ("max_lora_rank", "served_as")
+    option_help: ClassVar[Mapping[str, str]] = {
+        "max_lora_rank": f"vLLM one of {', '.join(map(str, VLLM_MAX_LORA_RANKS))} (default {VLLM_DEFAULT_MAX_LORA_RANK})"
+    }
 
     def check_options(self, options: ProfileOptions) -> None:
         running = options.profile_rules
         if running is not self and "max_lora_rank" in running.options:
             return  # the running profile reads --max-lora-rank itself and checks it by its own rule
-        if options.max_lora_rank not in VLLM_MAX_LORA_RANKS:
+        if MAX_LORA_RANK.of(options) not in VLLM_MAX_LORA_RANKS:
             allowed = ", ".join(map(str, VLLM_MAX_LORA_RANKS))
             raise ValueError(
-                f"max_lora_rank must be one of {allowed} (vLLM {VLLM_VERSION}), got {options.max_lora_rank}"
+                f"max_lora_rank must be one of {allowed} (vLLM {VLLM_VERSION}), got {MAX_LORA_RANK.of(options)}"
             )
 
     def run_fields(self, options: ProfileOptions, *, active: bool) -> dict[str, object]:
         return {
-            "max_lora_rank": options.max_lora_rank if active else None,
+            "max_lora_rank": MAX_LORA_RANK.of(options) if active else None,
             "vllm_version": VLLM_VERSION if active else None,
         }
 
@@ -62,7 +68,7 @@ class VllmProfile(Profile):
         ``modules_to_save`` other than the classification heads."""
         from adapterdoc.layouts import LAYOUTS
 
-        served_as = (options.served_as if options else None) or ("vl" if is_vl(base_layout) else "text")
+        served_as = (SERVED_AS.of(options) if options else None) or ("vl" if is_vl(base_layout) else "text")
         layout = served_layout(base_layout, served_as)
         facts = LAYOUTS[layout].experts if layout in LAYOUTS else None
         reads = None if facts is None or facts.served_fused is None else facts.served_fused
@@ -74,7 +80,7 @@ class VllmProfile(Profile):
         )
 
     def label(self, options: ProfileOptions) -> str:
-        return f"vllm {VLLM_VERSION}, max LoRA rank {options.max_lora_rank}"
+        return f"vllm {VLLM_VERSION}, max LoRA rank {MAX_LORA_RANK.of(options)}"
 
     def rules(self, a: ProfileInput) -> list[Finding]:
         out = _config_findings(a.spec, a.config, bool(a.subject.config.get("inferred")), a.keys, a.options)
@@ -82,7 +88,7 @@ class VllmProfile(Profile):
         return out + _expert_findings(a.spec, a.config, a.keys, a.meta, self.served_as(a.meta, a.options))
 
     def served_as(self, meta: ExpectedModel, options: ProfileOptions) -> str | None:
-        return _served_as(options.served_as, meta)[0]
+        return _served_as(SERVED_AS.of(options), meta)[0]
 
 
 PROFILE = VllmProfile()
@@ -107,10 +113,10 @@ def _config_findings(
         add("AD417", f"non-positive or non-integer rank(s) {bad}", key="rank_pattern")
     else:
         top = max(ranks)
-        if top > options.max_lora_rank:
+        if top > MAX_LORA_RANK.of(options):
             add(
                 "AD411",
-                f"LoRA rank {top} is greater than max_lora_rank {options.max_lora_rank}",
+                f"LoRA rank {top} is greater than max_lora_rank {MAX_LORA_RANK.of(options)}",
                 hint=f"start the server with --max-lora-rank {_rank_slot(top)} and verify with the same value",
             )
     if acfg.use_dora or any(k.role == "magnitude" for k in keys):
@@ -166,7 +172,7 @@ def _served_findings(
         out.append(_make(code, spec, msg, key=key, hint=hint))
 
     mts = acfg.raw.get("modules_to_save")
-    served_as, why = _served_as(options.served_as, meta)
+    served_as, why = _served_as(SERVED_AS.of(options), meta)
     own_layout = meta.built_as.default_layout if meta.built_as else meta.layout
     add("AD416", f"served as {served_as}: {why}")
     lora_mods = sorted({fused_expert_owner(k.module) for k in keys if k.is_lora})

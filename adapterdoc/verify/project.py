@@ -1,5 +1,6 @@
 """``[tool.adapterdoc]`` in the nearest ``pyproject.toml``: a project's defaults for `adapterdoc verify`
-(``--profile``, ``--max-lora-rank``, ``--lora-target-modules``, ``--base``, ``--served-as``, ``--max-inert-share``).
+(``--profile``, ``--base``, ``--max-inert-share`` and the engine options the engines declare,
+:data:`adapterdoc.engines.options.OPTIONS`: ``--max-lora-rank``, ``--lora-target-modules``, ``--served-as``).
 
 The command passes what was given on its command line; :func:`verify_settings` fills the rest from the table and
 checks it, so the command only parses, calls and renders. A bad table value is an input error (exit 3) naming the
@@ -10,20 +11,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from typing import cast
 
 from adapterdoc.engines import PROFILES
-from adapterdoc.engines.served import SERVED_AS
-from adapterdoc.engines.sglang import split_targets
+from adapterdoc.engines.options import OPTIONS
 from adapterdoc.errors import ConfigError
 from adapterdoc.verify.options import VerifyOptions
 
 TABLE_KEYS = {
     "profile": "profile",
-    "max-lora-rank": "max_lora_rank",
-    "lora-target-modules": "lora_target_modules",
+    **{o.key: o.name for o in OPTIONS},
     "base": "base",
-    "served-as": "served_as",
     "max-inert-share": "max_inert_share",
 }
 """``[tool.adapterdoc]`` keys (underscores accepted too) → option names."""
@@ -82,19 +81,12 @@ def project_defaults(start: str | None = None) -> dict[str, object]:
         out[name] = value
     if "profile" in out and out["profile"] not in PROFILES:
         raise ConfigError(path, f"[tool.adapterdoc] profile must be one of {', '.join(PROFILES)}")
-    if "served_as" in out and out["served_as"] not in SERVED_AS:
-        raise ConfigError(path, "[tool.adapterdoc] served-as must be text or vl")
-    rank = out.get("max_lora_rank")
-    if "max_lora_rank" in out and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
-        raise ConfigError(path, "[tool.adapterdoc] max-lora-rank must be a positive integer")
-    if "lora_target_modules" in out:
-        mods = out["lora_target_modules"]
-        if isinstance(mods, str) or (isinstance(mods, list) and all(isinstance(m, str) for m in mods)):
-            out["lora_target_modules"] = split_targets(mods)
-        else:
-            raise ConfigError(
-                path, "[tool.adapterdoc] lora-target-modules must be a list of names or a string"
-            )
+    for o in OPTIONS:
+        if o.name in out:
+            try:
+                out[o.name] = o.from_table(out[o.name])
+            except ValueError as e:
+                raise ConfigError(path, f"[tool.adapterdoc] {o.key} {e}") from None
     share = out.get("max_inert_share")
     if "max_inert_share" in out and (
         isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1
@@ -120,32 +112,26 @@ def verify_settings(
     defaults: Mapping[str, object],
     *,
     profile: str | None,
-    max_lora_rank: int | None,
-    lora_target_modules: Sequence[str],
-    served_as: str | None,
+    engine_options: Mapping[str, object],
     load: bool,
     scan: str,
     max_inert_share: float | None,
 ) -> VerifyOptions:
-    """The run's :class:`VerifyOptions`: each option from the command line, else from ``defaults`` (the table).
-    A table value the running profile cannot use is a :class:`ConfigError` naming the file (exit 3); a command-line
-    value it cannot use stays a ``ValueError`` (the command's usage error)."""
-    targets = split_targets(list(lora_target_modules)) if lora_target_modules else None
-    from_table = [
-        name
-        for name, flag in (("max_lora_rank", max_lora_rank), ("lora_target_modules", targets))
-        if flag is None and name in defaults
-    ]
-    d: Mapping[str, object] = defaults  # values checked by project_defaults
+    """The run's :class:`VerifyOptions`: each option from the command line (``engine_options``: the engine options'
+    values by name, as click gives them), else from ``defaults`` (the table). A table value the running profile
+    cannot use is a :class:`ConfigError` naming the file (exit 3); a command-line value it cannot use stays a
+    ``ValueError`` (the command's usage error)."""
+    given = {o.name: o.from_command_line(engine_options.get(o.name)) for o in OPTIONS}
+    from_table = [name for name, value in given.items() if value is None and name in defaults]
+    engine = {name: defaults.get(name) if value is None else value for name, value in given.items()}
+    share = max_inert_share if max_inert_share is not None else defaults.get("max_inert_share")
     try:
         return VerifyOptions(
-            profile=profile or d.get("profile", "peft"),  # type: ignore[arg-type]
-            max_lora_rank=max_lora_rank or d.get("max_lora_rank"),  # type: ignore[arg-type]
-            lora_target_modules=targets or d.get("lora_target_modules"),  # type: ignore[arg-type]
-            served_as=served_as or d.get("served_as"),  # type: ignore[arg-type]
+            profile or cast(str, defaults.get("profile", "peft")),  # table values checked by project_defaults
             load=load,
             scan=scan,
-            max_inert_share=max_inert_share if max_inert_share is not None else d.get("max_inert_share"),  # type: ignore[arg-type]
+            max_inert_share=cast("float | None", share),
+            engine_options=engine,
         )
     except ValueError as e:
         bad = next((n for n in from_table if str(e).startswith(n)), None)

@@ -14,6 +14,7 @@ import pytest
 
 from adapterdoc.codes import catalogue
 from adapterdoc.engines import get_profile
+from adapterdoc.engines.options import MAX_LORA_RANK
 from adapterdoc.engines.sglang import SGLANG_VERSION
 from adapterdoc.verify import VerifyOptions
 
@@ -271,8 +272,8 @@ def test_rank_option_is_sglangs_own(sg: Callable[[str], str]) -> None:
     assert "start the server with --max-lora-rank 32" in errors(data)["AD424"]["hint"]
     bad = _cli("verify", sg("r32"), "--base", BASES["r32"], "--profile", "vllm", "--max-lora-rank", "24")
     assert bad.exit_code == 2 and "one of 1, 8, 16" in bad.output  # vLLM's values still checked under vllm
-    assert VerifyOptions(profile="sglang").max_lora_rank is None
-    assert VerifyOptions(profile="vllm").max_lora_rank == 16 == VerifyOptions().max_lora_rank
+    assert MAX_LORA_RANK.of(VerifyOptions(profile="sglang")) is None
+    assert MAX_LORA_RANK.of(VerifyOptions(profile="vllm")) == 16 == MAX_LORA_RANK.of(VerifyOptions())
 
 
 def test_target_modules_option(sg: Callable[[str], str]) -> None:

@@ -17,7 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 peft = pytest.importorskip("peft")
 
-from adapterdoc.engines.sglang import split_targets, verdict  # noqa: E402
+from adapterdoc.engines.options import split_names  # noqa: E402
+from adapterdoc.engines.sglang import verdict  # noqa: E402
 from adapterdoc.ml.tiny import build_tiny  # noqa: E402
 
 pytestmark = [pytest.mark.oracle, pytest.mark.ml]
@@ -140,7 +141,7 @@ def oracle(oracle_env: Callable[[str], Path], tmp_path_factory: Any) -> dict[str
             base=str(bases[layout]),
             ids=IDS,
             max_lora_rank=int(opts["--max-lora-rank"]) if "--max-lora-rank" in opts else None,
-            lora_target_modules=sorted(split_targets(opts.get("--lora-target-modules")) or []) or None,
+            lora_target_modules=sorted(split_names(opts.get("--lora-target-modules")) or []) or None,
         )
         jobs.append(job)
         meta[name] = dict(layout=layout, folder=folder, extra=extra, want=_peft_logits(folder, layout))
