@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import ADAPTER_CONFIG, AdapterConfig
@@ -56,8 +57,13 @@ TORCH_TO_ST = {
 }
 
 
-def open_checkpoint(spec: str | os.PathLike[str], *, read_bin: bool = True) -> Checkpoint:
-    """Open ``spec`` (path or ``org/name[@revision]``) header-only; raise an :class:`AdapterdocError` if unusable."""
+def open_checkpoint(
+    spec: str | os.PathLike[str], *, read_bin: bool = True, header: Header | None = None
+) -> Checkpoint:
+    """Open ``spec`` (path or ``org/name[@revision]``) header-only; raise an :class:`AdapterdocError` if unusable.
+
+    ``header``: the header of the safetensors file ``spec`` names, already read (format detection reads it), taken
+    instead of reading the file again."""
     s = os.fspath(spec)
     if s.startswith("~"):
         s = os.path.expanduser(s)
@@ -66,7 +72,7 @@ def open_checkpoint(spec: str | os.PathLike[str], *, read_bin: bool = True) -> C
 
         return open_remote(s)
     if os.path.lexists(s):
-        return _open_path(s, s, read_bin=read_bin)
+        return _open_path(s, s, read_bin=read_bin, header=header)
     from adapterdoc.bases import match_repo_id, resolve_cached_repo  # a repo id: not a local path's start
 
     m = match_repo_id(s)
@@ -78,7 +84,7 @@ def open_checkpoint(spec: str | os.PathLike[str], *, read_bin: bool = True) -> C
     raise InputNotFoundError(s, "no such file or directory")
 
 
-def _open_path(path: str, spec: str, *, read_bin: bool) -> Checkpoint:
+def _open_path(path: str, spec: str, *, read_bin: bool, header: Header | None = None) -> Checkpoint:
     if os.path.islink(path) and not os.path.exists(path):
         raise InputNotFoundError(spec, "is a broken symlink")
     if os.path.isdir(path):
@@ -93,8 +99,15 @@ def _open_path(path: str, spec: str, *, read_bin: bool) -> Checkpoint:
     if path.endswith(".json"):
         raise UnsupportedInputError(spec, "is a JSON file; pass the directory that holds it")
     _refuse_gguf(path, spec)
-    header = read_header(path)
-    return _single(spec, "file", path, header, weights_path=path)
+    return _single(spec, "file", path, _header(path, header), weights_path=path)
+
+
+def _header(path: str, known: Header | None) -> Header:
+    """The header of the file at ``path``: ``known`` when it is that file's (read before), said of ``path`` as
+    spelled here, else read now."""
+    if known is None or os.path.normpath(known.path) != os.path.normpath(path):
+        return read_header(path)
+    return known if known.path == path else replace(known, path=path)
 
 
 def _refuse_gguf(path: str, spec: str) -> None:

@@ -3,7 +3,6 @@ belongs to, its dtypes, the LoRA picture and the findings. ``inspect`` reports i
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 from collections import Counter
@@ -63,21 +62,7 @@ class HeaderFacts:
 
 def header_facts(ckpt: Checkpoint) -> HeaderFacts:
     """What the header (and adapter_config.json) alone say about ``ckpt``: the detected layout, the dtypes, the
-    LoRA summary and the findings (sorted), without reading tensor data.
-
-    The cyclic garbage collector is paused meanwhile, as for the header parse: a parsed key, a module's LoRA and
-    a classified expert key per name are tens of thousands of containers, none in a cycle, and each collection
-    they would trigger walks them all."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _header_facts(ckpt)
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _header_facts(ckpt: Checkpoint) -> HeaderFacts:
+    LoRA summary and the findings (sorted), without reading tensor data."""
     infos = ckpt.tensors.values()
     dtypes = Counter(map(_DTYPE, infos))
     parameters = sum(map(math.prod, map(_SHAPE, infos)))  # each TensorInfo.numel, without its property call
@@ -308,10 +293,10 @@ def _adapter_findings(
             )
         )
     towers: dict[str, list[str]] = {}
-    for m in modules:
-        seg = tower_segment(m)
+    for name in modules:
+        seg = tower_segment(name)
         if seg:
-            towers.setdefault(seg, []).append(m)
+            towers.setdefault(seg, []).append(name)
     for seg, mods in sorted(towers.items()):
         out.append(make("AD202", f"{len(mods)} LoRA module(s) under `{seg}`", path=path, key=mods[0]))
     if cfg is not None:

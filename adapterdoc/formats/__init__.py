@@ -22,8 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from adapterdoc import opened
+
+if TYPE_CHECKING:
+    from adapterdoc.st.header import Header
 
 FORMATS = ("peft", "mlx", "gguf")
 """The only list of format names; ``adapterdoc.formats.<name>`` is each one's module."""
@@ -35,6 +39,9 @@ class Detection:
 
     format: str
     evidence: tuple[str, ...]
+    header: Header | None = field(default=None, compare=False, repr=False)
+    """The safetensors header detection read, when the input is one safetensors file: opening the input as a
+    checkpoint takes it (``open_checkpoint(..., header=)``) instead of reading it again."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ def detect(path: Path) -> Detection | None:
             mod = module(name)
         except ImportError:  # a format whose module is not written yet
             continue
-        found = mod.detect(Path(path))
+        found: Detection | None = mod.detect(Path(path))
         if found is not None:
             return found
     return None

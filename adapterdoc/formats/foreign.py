@@ -31,12 +31,21 @@ from adapterdoc.formats import Detection
 
 def foreign(spec: str) -> tuple[Detection, ModuleType] | None:
     """(detection, format module) when ``spec`` is a local adapter of a format other than PEFT, else ``None``."""
+    return foreign_of(detect_local(spec))
+
+
+def detect_local(spec: str) -> Detection | None:
+    """The format of a local input (:func:`adapterdoc.formats.detect`); ``None`` for ``hf://`` or a missing path."""
     if spec.startswith("hf://"):
         return None
     path = os.path.expanduser(spec)
     if not os.path.exists(path):
         return None
-    found = formats.detect(Path(path))
+    return formats.detect(Path(path))
+
+
+def foreign_of(found: Detection | None) -> tuple[Detection, ModuleType] | None:
+    """(``found``, its format module) when ``found`` is a format other than PEFT, else ``None``."""
     if found is None or found.format == "peft":
         return None
     try:

@@ -9,10 +9,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.errors import AdapterdocError, UnsupportedInputError
 from adapterdoc.formats import Converted, Detection
+
+if TYPE_CHECKING:
+    from adapterdoc.st.header import Header
 
 NAME = "peft"
 CONFIG = "adapter_config.json"
@@ -39,10 +42,10 @@ def detect(path: Path) -> Detection | None:
         if p.is_file() and p.suffix == ".safetensors":
             from adapterdoc.st.header import read_header
 
-            names = read_header(p).tensors
-            lora = [k for k in names if ".lora_A." in k or ".lora_B." in k]
+            header = read_header(p)
+            lora = [k for k in header.tensors if ".lora_A." in k or ".lora_B." in k]
             if lora:
-                return Detection(NAME, (f"{len(lora)} PEFT LoRA tensors (`{lora[0]}`)",))
+                return Detection(NAME, (f"{len(lora)} PEFT LoRA tensors (`{lora[0]}`)",), header)
     except (OSError, ValueError, AdapterdocError):
         return None
     return None
@@ -54,8 +57,8 @@ class PeftAdapter:
 
     folder: str
     raw: dict[str, Any]
-    header: Any
-    """:class:`~adapterdoc.st.header.Header` of ``adapter_model.safetensors``."""
+    header: Header
+    """The header of ``adapter_model.safetensors``."""
 
 
 def open_peft(src: str | os.PathLike[str]) -> PeftAdapter:

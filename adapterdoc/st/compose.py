@@ -13,13 +13,15 @@ import os
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Literal
 
 from adapterdoc.st.atomic import atomic_writer
 from adapterdoc.st.dtypes import DTYPE_BITS
 from adapterdoc.st.header import TensorInfo, serialize_header
 from adapterdoc.st.rewrite import aligned_length, padded
 
-_FORMAT = {1: "B", 2: "H", 4: "I", 8: "Q"}
+_FORMAT: dict[int, Literal["B", "H", "I", "Q"]] = {1: "B", 2: "H", 4: "I", 8: "Q"}
 WRITE_BYTES = 8 * 1024 * 1024
 """Pieces smaller than this are gathered and written together (fewer, larger writes)."""
 NUMPY_FROM = 1 << 16
@@ -151,7 +153,7 @@ def transpose(
     return out
 
 
-def _numpy():  # type: ignore[no-untyped-def]
+def _numpy() -> ModuleType | None:
     try:
         import numpy
     except ImportError:  # pragma: no cover - the standard-library path is tested directly

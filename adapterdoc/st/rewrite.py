@@ -48,7 +48,8 @@ def key_spans(text: str) -> list[KeySpan]:
         return _WS_RE.match(text, i).end() if i < n and text[i] in _WS else i  # type: ignore[union-attr]
 
     scan_string = json.decoder.scanstring  # type: ignore[attr-defined]
-    scan_value = _DECODER.scan_once
+    # JSONDecoder sets scan_once (its C scanner) in __init__; typeshed does not declare it
+    scan_value: Callable[[str, int], tuple[object, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
     i = skip(0)
     if i >= n or text[i] != "{":
         raise ValueError("header is not a JSON object")
