@@ -154,6 +154,11 @@ def verdict_section(v: Verdict) -> str:
     return "\n".join(lines)
 
 
+def history_numbers(history: Sequence[Mapping[str, object]], key: str) -> list[float]:
+    """``key`` of each history row that holds a number there (the rows are JSON objects)."""
+    return [float(v) for h in history if isinstance(v := h.get(key), (int, float))]
+
+
 def write_loss_curve(history: Sequence[Mapping[str, object]], path: str) -> bool:
     """The per-step loss as a PNG (atomically); False when matplotlib is not installed."""
     try:
@@ -169,7 +174,9 @@ def write_loss_curve(history: Sequence[Mapping[str, object]], path: str) -> bool
 
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
     ax.plot(
-        [h["step"] for h in history], [h["loss"] for h in history], marker="." if len(history) < 50 else None
+        history_numbers(history, "step"),
+        history_numbers(history, "loss"),
+        marker="." if len(history) < 50 else None,
     )
     ax.set_xlabel("step")
     ax.set_ylabel("train loss")

@@ -12,9 +12,7 @@ from adapterdoc.report.train_report import EvalReport
 from adapterdoc.train import models as M
 from adapterdoc.train import rows as R
 from adapterdoc.train.base_model import has_tokenizer, load_model, open_base
-from adapterdoc.train.loop import evaluate
-from adapterdoc.train.objectives import LOSSES, POOLED, objective_for
-from adapterdoc.train.records import Metrics
+from adapterdoc.train.objectives import LOSSES, POOLED, Metrics, evaluate, objective_for
 from adapterdoc.train.runtime import accelerator_for, quiet_libraries, torch_threads
 from adapterdoc.train.settings import TrainSettings
 
@@ -71,14 +69,15 @@ def eval_on_base(
     findings: list[Finding] = []
     with torch_threads(1), quiet_libraries():
         acc = accelerator_for(TrainSettings(cpu=True))
-        model = load_model(base, dtype).eval()
+        model: torch.nn.Module = load_model(base, dtype)
+        model.eval()
         loss_fn = LOSSES[objective]
 
         def score(m: torch.nn.Module) -> Metrics:
             module = m
-            if objective == POOLED:
+            if head is not None:  # the pooled objective's head
                 module = M.pooled_module_class()(m, head.in_features, len(classes or []))
-                module.head.load_state_dict(head.state_dict())
+                module.get_submodule("head").load_state_dict(head.state_dict())
             out_head = None if objective == POOLED else M.output_head(m)
             return evaluate(acc, module, enc.train, lambda a, b, h: loss_fn(a, b, h), out_head, batch_size)
 

@@ -1,7 +1,8 @@
 """`adapterdoc train --out DIR`: what the run folder is, and whether the run starts, continues or starts again there.
 
-The output rules of CLI.md apply as for `merge`: a file, a symlink or a read-only folder (or a new folder inside a
-read-only one) is refused with exit 3, root included. An earlier run of ours (its ``progress.jsonl``) is continued
+The output-folder rule is every command's (:func:`adapterdoc.st.atomic.check_output_folder`): a file, a symlink or
+a read-only folder (or a new folder inside a read-only one) is refused with exit 3, root included; a non-empty
+folder train did not write is refused, ``--force`` or not. An earlier run of ours (its ``progress.jsonl``) is continued
 with ``--resume`` from its last complete checkpoint, replaced with ``--force``, and started again when it holds no
 complete checkpoint and never finished (Ctrl-C or a full disk before the first checkpoint: there is nothing to lose).
 
@@ -12,11 +13,11 @@ processes have joined (:func:`adapterdoc.train.checkpoints.clear_run`, from the 
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 
 from adapterdoc.errors import RefusedError
-from adapterdoc.st.paths import TEMP_PREFIX, read_only
+from adapterdoc.st.atomic import check_output_folder
+from adapterdoc.st.paths import TEMP_PREFIX
 from adapterdoc.train.checkpoints import FINISHED, MARKER, last_checkpoint
 
 NEW, RESUME, RESTART, FRESH = "new", "resume", "restart", "fresh"
@@ -40,29 +41,12 @@ class OutPlan:
 
 
 def plan_out(out: str, *, resume: bool, force: bool) -> OutPlan:
-    """Check ``out`` against the output rules and decide how the run uses it; nothing is written."""
-    path = os.path.abspath(out)
-    st = _lstat(out)
-    if st is None:
-        _check_parent(out, path)
-        return OutPlan(path, RESTART if resume else NEW, reason=_NOTHING if resume else "")
-    if stat.S_ISLNK(st.st_mode):
-        raise RefusedError(
-            out,
-            f"is a symlink (to {os.path.realpath(path)}); adapterdoc does not write its run folder through a "
-            "link: give the real folder or a new path",
-        )
-    if not stat.S_ISDIR(st.st_mode):
-        raise RefusedError(out, "is a regular file, not a folder; give a new or empty folder for --out")
-    if read_only(path, st):
-        raise RefusedError(out, f"folder is read-only (mode {stat.S_IMODE(st.st_mode):04o})")
-    entries = [e for e in os.listdir(path) if not e.startswith(TEMP_PREFIX)]
+    """Check ``out`` by the output-folder rule (:func:`~adapterdoc.st.atomic.check_output_folder`: an earlier run of
+    ours may be written into) and decide how the run uses it; nothing is written."""
+    path = check_output_folder(out, force=force, ours=_earlier_run, mark=MARKER, into=True)
+    entries = [e for e in os.listdir(path) if not e.startswith(TEMP_PREFIX)] if os.path.isdir(path) else []
     if not entries:
         return OutPlan(path, RESTART if resume else NEW, reason=_NOTHING if resume else "")
-    if not os.path.isfile(os.path.join(path, MARKER)):
-        raise RefusedError(
-            out, "is a non-empty folder that adapterdoc train did not write; choose another --out"
-        )
     if force:
         return OutPlan(path, FRESH)
     ckpt = last_checkpoint(path)
@@ -89,26 +73,9 @@ def plan_out(out: str, *, resume: bool, force: bool) -> OutPlan:
     )
 
 
-def _lstat(out: str) -> os.stat_result | None:
-    try:
-        return os.lstat(out)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        raise RefusedError(out, "a part of the path is not a folder") from None
-
-
-def _check_parent(out: str, path: str) -> None:
-    """The nearest existing folder above a new ``out`` must be writable (the run folder is made in it)."""
-    parent = os.path.dirname(path)
-    while not os.path.lexists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise RefusedError(out, f"{parent} is not a folder")
-    st = os.stat(parent)
-    if read_only(parent, st):
-        raise RefusedError(
-            parent,
-            f"folder is not writable (mode {stat.S_IMODE(st.st_mode):04o}); the run folder {out} is made in it: "
-            "make it writable or choose another --out",
-        )
+def _earlier_run(folder: str) -> bool:
+    """A folder train may write into: an earlier run of train's (its ``progress.jsonl``), or nothing but
+    adapterdoc's temp leftovers."""
+    if os.path.isfile(os.path.join(folder, MARKER)):
+        return True
+    return all(e.startswith(TEMP_PREFIX) for e in os.listdir(folder))

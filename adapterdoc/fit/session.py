@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError
-from adapterdoc.fit.doctor import examine
+from adapterdoc.fit.doctor import examine, history_numbers
 from adapterdoc.fit.outdir import RESTART, RESUME, plan_out
 from adapterdoc.report.findings import Finding, make, sort_findings
 from adapterdoc.report.train_report import TrainReport
@@ -127,7 +127,7 @@ def _report(
     seconds: float = 0.0,
 ) -> TrainReport:
     """The run's report, built once: the loop's result, then (main process) the doctor's verdict and findings."""
-    speeds = [h["tokens_per_s"] for h in result.history if h.get("tokens_per_s")]
+    speeds = [s for s in history_numbers(result.history, "tokens_per_s") if s]
     return TrainReport(
         base=base.name,
         layout=base.layout,

@@ -117,13 +117,13 @@ def convert(
     if inside(src, dest) or (folder_in is not None and inside(dest, folder_in)):
         raise RefusedError(shown, "is the input or inside the input adapter folder; choose a path outside it")
     parent = os.path.dirname(dest)
-    if not os.path.isdir(parent):
+    if is_file_format(target) and not os.path.isdir(parent):  # check_output_folder says it for a folder
         raise InputNotFoundError(parent, "the parent folder of --out does not exist")
     check_not_an_input(dest, shown, src, base)
     if is_file_format(target):
         direct = check_output_file(dest, shown, force=force)
     else:
-        check_output_folder(dest, force=force)
+        check_output_folder(dest, force=force, make_parents=False)
         direct = False
     route = [found.format, to] if "peft" in (found.format, to) else [found.format, "peft", to]
     require_extras(route)

@@ -469,7 +469,7 @@ def forward_layout(name: str) -> str:
 def forward_module(model: nn.Module) -> nn.Module:
     """The module whose forward runs ``model`` (its ``thinker`` for the Omni wrapper), else ``model`` itself."""
     for attr in dict.fromkeys(lay.forward_via for lay in LAYOUTS.values() if lay.forward_via):
-        inner = getattr(model, attr, None)
+        inner: nn.Module | None = getattr(model, attr, None)
         if inner is not None:
             return inner
     return model

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 
 from adapterdoc.adapter import ADAPTER_CONFIG
 from adapterdoc.checkpoint import ADAPTER_BIN, ADAPTER_WEIGHTS, load_bin
-from adapterdoc.errors import InputNotFoundError, RefusedError
+from adapterdoc.errors import RefusedError
 from adapterdoc.remap.plan import BIN_BACKUP, Plan
 from adapterdoc.report.remap_report import Written
 from adapterdoc.st import rewrite
@@ -157,10 +157,7 @@ def _write_out(plan: Plan, out: str, *, progress: CopyProgress | None) -> Writte
     source_dir = plan.ckpt.root if os.path.isdir(plan.ckpt.root) else os.path.dirname(plan.weights_path)
     if inside(out, source_dir):
         raise RefusedError(out, "is inside the input adapter folder; choose a folder outside it")
-    parent = os.path.dirname(os.path.abspath(out)) or "."
-    if not os.path.isdir(parent):
-        raise InputNotFoundError(parent, "the parent folder of --out does not exist")
-    check_output_folder(out)  # a new or empty folder only (remap has no --force)
+    check_output_folder(out, make_parents=False)  # a new or empty folder only (remap has no --force)
     with atomic_folder(out) as tmp:
         filled = _fill_out(plan, tmp, progress=progress)
     return Written(tuple(os.path.join(out, w) for w in filled.paths), filled.notes)

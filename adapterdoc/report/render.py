@@ -34,6 +34,8 @@ MORE = "--json lists them"
 
 
 def _isatty(stream: IO[str] | None) -> bool:
+    if stream is None:
+        return False
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):

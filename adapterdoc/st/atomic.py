@@ -35,7 +35,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from adapterdoc.errors import RefusedError
+from adapterdoc.errors import InputNotFoundError, RefusedError
 from adapterdoc.st.paths import (
     TEMP_PREFIX,
     Target,
@@ -200,70 +200,95 @@ def check_output_folder(
     force: bool | None = None,
     ours: Callable[[str], bool] | None = None,
     mark: str = OUTPUT_MARKER,
+    into: bool = False,
+    make_parents: bool = True,
+    option: str = "--out",
 ) -> str:
-    """Refuse (nothing written) an output folder adapterdoc may not replace; return its absolute path.
+    """The output-folder rule of every command (``merge``, ``convert``, ``remap``, ``train`` and ``train-smoke
+    --out``, ``roundtrip --keep``): refuse with exit 3 (nothing written) a folder adapterdoc may not write; return
+    its absolute path.
 
-    Allowed: a missing path (its parent must be a writable folder, or missing, to be made), an empty folder, and,
-    when ``force`` is true, a folder that ``ours`` recognises (default: it holds :data:`OUTPUT_MARKER`; ``mark``
-    names what ``ours`` looks for, in the message). ``force=None`` means the command has no ``--force``.
+    Allowed: a missing path whose nearest existing folder above it is writable (the folder is made there), an empty
+    folder, and a non-empty folder that ``ours`` recognises (default: it holds :data:`OUTPUT_MARKER`; ``mark``
+    names what ``ours`` looks for, in the message) when ``force`` is true or the command writes ``into`` it (train
+    continues or restarts its own run there; the caller decides). Refused: a symlink, dangling or not (adapterdoc
+    neither writes an output folder through a link nor replaces the link), anything else that is not a folder, a
+    read-only folder, a path below a file or a broken symlink, and, without ``make_parents``, a missing parent
+    folder. ``force=None``: the command has no ``--force``. ``option`` names the option in messages.
     """
     spath = os.fspath(path)
     out = os.path.abspath(spath)
     ours = ours or is_our_output
     try:
         st = os.lstat(out)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # missing, or below a file: the walk up says which
         st = None
-    except NotADirectoryError as e:
-        raise RefusedError(spath, "a part of the path is not a folder") from e
     if st is not None:
-        if stat.S_ISLNK(st.st_mode):
-            raise RefusedError(
-                spath,
-                f"is a symlink (to {os.path.realpath(out)}); the output folder is replaced, which would replace "
-                "the link: give the real folder or a new path",
-            )
-        if not stat.S_ISDIR(st.st_mode):
-            raise RefusedError(
-                spath,
-                f"is {describe(st)}, not a folder; give a new or empty folder"
-                + (" (--force does not change this)" if force is not None else ""),
-            )
-        if read_only(out, st):
-            raise RefusedError(spath, f"folder is {unwritable(out, st)}")
-        entries = sorted(os.listdir(out))
-        if entries:
-            if not force:
-                hint = "pass --force to replace a previous adapterdoc output" if force is not None else ""
-                raise RefusedError(
-                    spath,
-                    f"is not empty; refusing to overwrite it ({hint or 'choose a new or empty folder'})",
-                )
-            if not ours(out):
-                raise RefusedError(
-                    spath,
-                    f"is a folder adapterdoc did not write (no {mark} in it); it holds {_listing(entries)}; "
-                    "only adapterdoc's own output folders are replaced: choose another folder or empty it yourself",
-                )
-    parent = _existing_ancestor(os.path.dirname(out))
-    pst = os.stat(parent)
-    if read_only(parent, pst):
-        raise RefusedError(
-            parent,
-            f"{folder_unwritable(parent, pst)}; {spath} is built beside it first",
-        )
+        _check_existing_folder(spath, out, st, force=force, ours=ours, mark=mark, into=into, option=option)
+    if st is None or not into:  # made in the folder above, or built beside it and renamed into place
+        _check_folder_above(spath, out, make_parents=make_parents, option=option)
     return out
 
 
-def _existing_ancestor(folder: str) -> str:
-    while not os.path.exists(folder):
-        up = os.path.dirname(folder)
-        if up == folder:
-            break
-        folder = up
-    if not os.path.isdir(folder):
-        raise RefusedError(folder, "is not a folder")
-    return folder
+def _check_existing_folder(
+    spath: str,
+    out: str,
+    st: os.stat_result,
+    *,
+    force: bool | None,
+    ours: Callable[[str], bool],
+    mark: str,
+    into: bool,
+    option: str,
+) -> None:
+    """What is at ``out`` (``st``, not followed): a writable folder, empty or one adapterdoc may reuse."""
+    if stat.S_ISLNK(st.st_mode):
+        broken = "" if os.path.exists(out) else "broken "
+        raise RefusedError(
+            spath,
+            f"is a {broken}symlink (to {os.path.realpath(out)}); adapterdoc neither writes an output folder "
+            "through a link nor replaces the link: give the real folder or a new path",
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise RefusedError(spath, f"is {describe(st)}, not a folder; give a new or empty folder for {option}")
+    if read_only(out, st):
+        raise RefusedError(spath, f"folder is {unwritable(out, st)}")
+    entries = sorted(os.listdir(out))
+    if not entries or ((force or into) and ours(out)):
+        return
+    if not force:
+        hint = "pass --force to replace a previous adapterdoc output" if force is not None else ""
+        raise RefusedError(
+            spath, f"is not empty; refusing to overwrite it ({hint or 'choose a new or empty folder'})"
+        )
+    raise RefusedError(
+        spath,
+        f"is a folder adapterdoc did not write (no {mark} in it); it holds {_listing(entries)}; "
+        "only adapterdoc's own output folders are replaced: choose another folder or empty it yourself",
+    )
+
+
+def _check_folder_above(spath: str, out: str, *, make_parents: bool, option: str) -> None:
+    """The nearest existing path above ``out`` must be a writable folder (a symlink to one is fine: only the output
+    folder itself is never a link); without ``make_parents`` it must be ``out``'s parent."""
+    parent = os.path.dirname(out)
+    folder = parent
+    while not os.path.lexists(folder):
+        folder = os.path.dirname(folder)  # the root always exists
+    try:
+        st = os.stat(folder)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        what = f"a broken symlink (to {os.path.realpath(folder)})" if st is None else describe(st)
+        raise RefusedError(spath, f"{folder} is {what}, not a folder; choose another {option}")
+    if folder != parent and not make_parents:
+        raise InputNotFoundError(parent, f"the parent folder of {option} does not exist")
+    if read_only(folder, st):
+        raise RefusedError(
+            folder,
+            f"{folder_unwritable(folder, st)}; {spath} is made in it: make it writable or choose another {option}",
+        )
 
 
 def _listing(entries: list[str], most: int = 5) -> str:
@@ -356,7 +381,7 @@ def prepare_output_folder(
     path: str, *, ours: Callable[[str], bool] | None = None, mark: str = OUTPUT_MARKER
 ) -> None:
     """Make ``path`` an empty folder to write into directly: a missing or empty folder, or a previous output
-    (``ours``) which is removed first; anything else is refused as by :func:`check_output_folder`."""
+    (``ours``) which is removed first; anything else is refused by :func:`check_output_folder`."""
     out = check_output_folder(path, force=True, ours=ours, mark=mark)
     with writing(path):
         if os.path.isdir(out) and os.listdir(out):
@@ -365,16 +390,18 @@ def prepare_output_folder(
 
 
 def ensure_folder(path: str, *, option: str = "--out") -> str:
-    """A folder adapterdoc writes *into* (new entries only, nothing in it replaced): made if missing; a file, device
-    or other non-folder there is refused. Returns its absolute path."""
-    out = os.path.abspath(path)
-    if os.path.lexists(out) and not os.path.isdir(out):
-        raise RefusedError(path, f"is {describe(os.lstat(out))}, not a folder; give a folder for {option}")
+    """A folder adapterdoc writes *into* (new entries only, nothing in it replaced): made if missing; whatever
+    :func:`check_output_folder` refuses (a file, a symlink, a read-only folder) is refused. Returns its absolute
+    path."""
+    out = check_output_folder(path, ours=_any_folder, into=True, option=option)
     with writing(out):
         os.makedirs(out, exist_ok=True)
-    if read_only(out):
-        raise RefusedError(path, f"folder is not writable (mode {stat.S_IMODE(os.stat(out).st_mode):04o})")
     return out
+
+
+def _any_folder(folder: str) -> bool:
+    """Every folder may take new entries (:func:`ensure_folder`'s ``ours``)."""
+    return True
 
 
 # ----------------------------------------------------------------------------------------------------- locks

@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Literal
 
 from adapterdoc.errors import HeaderError
 from adapterdoc.st.header import Header, TensorInfo
@@ -293,7 +295,7 @@ def _element_width(dtype: str) -> int:
     return max(1, _FLOAT_BITS[dtype].width if dtype in _FLOAT_BITS else _INT_WIDTH.get(dtype, 1))
 
 
-def _np():  # type: ignore[no-untyped-def]
+def _np() -> ModuleType | None:
     try:
         import numpy
     except ImportError:  # pragma: no cover - numpy ships with torch; the fallback is tested directly
@@ -366,8 +368,12 @@ def _count_nonfinite(buf: memoryview, bits: _Bits) -> int:
     return n
 
 
+_WORD_FORMATS: dict[int, Literal["B", "H", "I", "Q"]] = {1: "B", 2: "H", 4: "I", 8: "Q"}
+"""The unsigned struct format of each element width."""
+
+
 def _words(buf: memoryview, width: int) -> Iterator[int]:
-    fmt = {1: "B", 2: "H", 4: "I", 8: "Q"}[width]
+    fmt = _WORD_FORMATS[width]
     if sys.byteorder == "little":
         yield from buf.cast(fmt)
         return

@@ -126,7 +126,7 @@ def load_model(base: Base, dtype: str = "float32", seed: int = 0) -> PreTrainedM
         from adapterdoc.ml.tiny import build_tiny
 
         dt = torch_dtype(dtype)
-        model = build_tiny(base.layout, seed, dtype=None if dt == "auto" else dt)
+        model = build_tiny(base.layout, seed, dtype=None if isinstance(dt, str) else dt)
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
