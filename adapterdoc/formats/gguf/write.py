@@ -404,7 +404,8 @@ def convert_dtype(arr: Any, kind: str, outtype: str | None) -> tuple[Any, str]:
     return q.view(np.uint16).reshape(f32.shape), want
 
 
-def _check_dtypes(src: Path, pairs: list[Pair]) -> None:
+def _refuse_unsupported_dtypes(src: Path, pairs: list[Pair]) -> None:
+    """Refuse a LoRA factor whose dtype GGUF LoRA does not take (F32/F16/BF16 only)."""
     for p in pairs:
         for info in (p.a, p.b):
             if info.dtype not in NP_DTYPES:
@@ -446,7 +447,7 @@ def write_gguf(src: Path, out: Path, *, base: str | None, outtype: str | None) -
     pairs, fulls = _group(src, header, cfg)
     if not pairs:
         raise UnsupportedInputError(str(src), "has no LoRA pairs to convert")
-    _check_dtypes(src, pairs)
+    _refuse_unsupported_dtypes(src, pairs)
     planned = plan(src, pairs, cfg, hp, arch)
     notes = check_whole_weights(src, header, fulls, base, hp)
     alpha = gguf_alpha(src, cfg, pairs)
