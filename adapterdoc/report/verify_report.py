@@ -17,9 +17,11 @@ OWN_BASE = "(each adapter's base_model_name_or_path)"
 class RunOptions(Protocol):
     """What a run's JSON reads from verify's options (:class:`adapterdoc.verify.VerifyOptions`)."""
 
-    profile: str
-    max_lora_rank: int
-    served_as: str | None
+    @property
+    def profile(self) -> str: ...
+
+    @property
+    def served_as(self) -> str | None: ...
 
     def profile_fields(self) -> dict[str, object]:
         """The run-level JSON keys the serving profiles add (after ``profile``)."""

@@ -10,6 +10,7 @@ without importing the whole run.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,17 +41,17 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("OWN_BASE", "VerifyReport", "VerifyRun"):
-        from adapterdoc.report import verify_report as module
+        home = "adapterdoc.report.verify_report"
     elif name in ("VerifyOptions", "SCAN_MODES"):
-        from adapterdoc.verify import options as module
+        home = "adapterdoc.verify.options"
     elif name == "PROFILES":
-        from adapterdoc import engines as module
+        home = "adapterdoc.engines"
     elif name in ("SERVED_AS", "served_layout", "served_modules"):
-        from adapterdoc.engines import served as module
+        home = "adapterdoc.engines.served"
     elif name == "infer_config":
-        from adapterdoc.verify import config as module
+        home = "adapterdoc.verify.config"
     elif name in __all__:
-        from adapterdoc.verify import run as module
+        home = "adapterdoc.verify.run"
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(module, name)
+    return getattr(importlib.import_module(home), name)

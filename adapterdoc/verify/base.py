@@ -144,6 +144,7 @@ def registry_class(base: Base, as_class: str | None) -> tuple[Tree, BuiltAs | No
     from adapterdoc.ml.build import BuiltAs
 
     tree = base.tree
+    assert tree is not None  # called for a base the registry describes
     if not as_class or as_class == tree.model_class:
         return tree, None
     homes = [
@@ -242,7 +243,7 @@ def keys_view(meta: ExpectedModel, view: str | None, fix: str | None) -> Expecte
     from adapterdoc.engines.served import is_vl, served_layout
     from adapterdoc.layouts import LAYOUTS, VL_RULES, move_rules
 
-    if view != "text" or not is_vl(meta.layout):
+    if view != "text" or meta.layout is None or not is_vl(meta.layout):
         return meta
     layout = served_layout(meta.layout, "text")
     rules = move_rules(meta.layout, layout) if layout else None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -167,7 +167,7 @@ def registry_adapter(
     tm: Any = tm_raw if isinstance(tm_raw, str) else _strings(tm_raw, "target_modules")
     excl_raw = raw.get("exclude_modules")
     excl: Any = excl_raw if isinstance(excl_raw, str) else _strings(excl_raw, "exclude_modules")
-    tp = _strings(raw.get("target_parameters"), "target_parameters")
+    tp: list[str] | set[str] | None = _strings(raw.get("target_parameters"), "target_parameters")
     mts_raw = raw.get("modules_to_save")
     if isinstance(mts_raw, str):
         raise AdapterUnmodeled(
@@ -241,6 +241,7 @@ def registry_adapter(
         if why:
             errors.append(why)
             return 1
+        assert isinstance(rank, int)  # rank_error passes ints only
         return int(rank)
 
     for name in selected:
@@ -270,12 +271,13 @@ def registry_adapter(
             add(mag, (out_dim,), f"{mag}.{ADAPTER}.weight")
         injected.append(name)
 
-    for node in tree.nodes if tp else ():
+    params: Collection[str] = tp or ()
+    for node in tree.nodes if params else ():
         router = node.name in tree.other_params
         hits = [
             (p, shape)
             for p, shape in (tree.other_params[node.name] if router else node.params)
-            if f"{node.name}.{p}" in tp or any(f"{node.name}.{p}".endswith(f".{t}") for t in tp)
+            if f"{node.name}.{p}" in params or any(f"{node.name}.{p}".endswith(f".{t}") for t in params)
         ]
         if not hits:
             continue

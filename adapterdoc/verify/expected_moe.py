@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from adapterdoc.adapter import WRAPPER, peft_selects
 from adapterdoc.layouts.trees import EMBEDDING, EXPERTS, LINEAR, Tree
@@ -84,13 +85,13 @@ def _resolve(tree: Tree, tm: str, excl: str | list[str] | None, mts: list[str] |
 def convert_config(
     tree: Tree,
     tm: Targets,
-    tp: list[str] | None,
+    tp: list[str] | set[str] | None,
     rank: dict[str, object],
     alpha: dict[str, object],
     raw: Mapping[str, object],
     excl: str | list[str] | None,
     mts: list[str] | None,
-) -> tuple[Targets, list[str] | None, dict[str, object], dict[str, object]]:
+) -> tuple[Targets, list[str] | set[str] | None, dict[str, object], dict[str, object]]:
     """(target_modules, target_parameters, rank_pattern, alpha_pattern) after PEFT's config rewrite."""
     conv = tree.peft_moe
     if conv is None:
@@ -120,8 +121,11 @@ def convert_config(
                 f"targeting {missing} because they are fused into {new}"
             )
         if len(present) == len(olds) and len(olds) > 1:
-            rank[rf".*\.{re.escape(new)}"] = int(raw.get("r", 8)) * len(olds)
-            alpha[rf".*\.{re.escape(new)}"] = raw.get("lora_alpha", 8) * len(olds)
+            # the values as the config holds them: PEFT doubles them as they are (verify judges them later)
+            r: Any = raw.get("r", 8)
+            lora_alpha: Any = raw.get("lora_alpha", 8)
+            rank[rf".*\.{re.escape(new)}"] = int(r) * len(olds)
+            alpha[rf".*\.{re.escape(new)}"] = lora_alpha * len(olds)
     return remaining, params, rank, alpha
 
 
@@ -143,6 +147,7 @@ def convert_keys(
         groups.setdefault(m["block"], {}).setdefault((m["leaf"], m["ab"]), {})[int(m["e"])] = tuple(shape)
     if not groups:
         return out, False
+    assert conv is not None  # per-expert keys on a model type PEFT does not convert raised above
     nodes = {n.name: n for n in tree.nodes}
     fused_of = {old: new for old, new in conv.renames}
     for block, parts in groups.items():

@@ -167,6 +167,7 @@ def _scan_bin(ckpt: Checkpoint, b_keys: list[str], other: list[str], mode: str) 
             t = pickled[name]
             scanned, first, bad = scan_bytes(t.data, t.dtype, finite=finite)
         else:
+            assert legacy is not None  # the legacy pickle, read by torch
             scanned, first, bad = _scan_torch(legacy[name], zeros=name in b_keys, finite=finite)
         out[name] = (scanned, first if name in b_keys else None, bad)
     return out
