@@ -48,7 +48,7 @@ from adapterdoc.report.findings import Finding
 _CODE_NOTE = re.compile(r"^(AD\d{3}): (.+)$", re.S)
 
 
-def _module(name: str, role: str):  # type: ignore[no-untyped-def]
+def _module(name: str, role: str) -> ModuleType:
     try:
         return formats.module(name)
     except ImportError:
