@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import Literal
 
-if TYPE_CHECKING:
-    from adapterdoc.report.findings import Severity
+Severity = Literal["error", "warning", "info"]
+"""How bad a finding is (``adapterdoc.report.findings`` uses the same)."""
 
 AREAS = ("format", "keys", "weights", "serving", "merge", "training", "roundtrip", "convert")
 

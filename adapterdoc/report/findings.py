@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Literal
 
-Severity = Literal["error", "warning", "info"]
+from adapterdoc.codes import Severity
+
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
