@@ -1,10 +1,12 @@
 """The serving engines and loaders ``verify --profile`` and ``remap --for`` know: one module per engine (``peft``,
-``vllm``, ``sglang``, ``tgi``, ``lorax``), each holding its :class:`Profile` (verify rules, ``needs()`` for
-``remap --for``, options), and :data:`NAMES`, the only list of engine names.
+``vllm``, ``sglang``, ``tgi``, ``lorax``), each holding its :class:`Profile` (verify rules, ``needs()`` and the
+rules ``remap --for`` asks it, the options it reads), and :data:`NAMES`, the only list of engine names.
 
-A new engine is a new module here (defining ``PROFILE``) plus its name in :data:`NAMES`. verify and remap import this
-package; it imports neither. The modules are imported on first use of :data:`PROFILES`, so that reading :data:`NAMES`
-(the command line's choices) costs nothing at start-up.
+A new engine is a new module here (defining ``PROFILE``) plus its name in :data:`NAMES`; verify, remap and the
+command line take it from there. Findings of its own need their codes in ``adapterdoc/codes/ENGINE.py`` (appended in
+``codes/serving.py``); an option no engine declares yet is one entry in :data:`adapterdoc.engines.options.OPTIONS`.
+verify and remap import this package; it imports neither. The modules are imported on first use of
+:data:`PROFILES`, so that reading :data:`NAMES` (the command line's choices) costs nothing at start-up.
 """
 
 from __future__ import annotations

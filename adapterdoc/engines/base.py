@@ -126,7 +126,10 @@ def engine_finding(
 
 
 class Profile:
-    """One ``verify --profile NAME``: a name, the options it reads, its findings and its run-level JSON keys.
+    """One ``verify --profile NAME`` and ``remap --for NAME``: a name, the options it reads, its findings, its
+    run-level JSON keys, and for a serving engine what ``remap --for`` makes of an adapter (:meth:`needs`, as data;
+    :meth:`unservable`, :meth:`zero_lora`, :meth:`skipped_copies`, :meth:`drops_partial_layer_types`, its own
+    rules). Every method has a default here: an engine overrides what it does differently.
 
     Subclass it in a module of its own under :mod:`adapterdoc.engines`, make one instance and list it in
     that package's registry. Import what the rules need inside the methods: the registry is read when the

@@ -216,3 +216,76 @@ def test_vllm_per_expert_adapter_on_a_3d_moe_class(tiny_model: Any, tmp_path: Pa
     assert f.severity == "error" and "refuses the per-expert modules" in f.message, f.message
     assert "--enable-mixed-moe-lora-format" in f.message
     assert f.hint == f"adapterdoc remap {tmp_path / 'per'} --experts fused --out DIR"
+
+
+# ----------------------------------------------------------- what the engines declare: options, remap --for's rules
+
+
+def test_engine_options_are_the_engines_declarations() -> None:
+    """verify's engine flags, their help and the [tool.adapterdoc] keys come from engines/options.py and the
+    profiles that read them (each adds its clause to a shared option's help); verify declares none itself."""
+    from adapterdoc.commands.verify_cmd import command
+    from adapterdoc.engines.options import MAX_LORA_RANK, OPTIONS
+    from adapterdoc.verify.project import TABLE_KEYS
+
+    flags = [p.opts[0] for p in command.params if p.opts[0] in {o.flag for o in OPTIONS}]
+    assert flags == [o.flag for o in OPTIONS] == ["--max-lora-rank", "--lora-target-modules", "--served-as"]
+    rank = next(p for p in command.params if p.opts[0] == "--max-lora-rank")
+    assert rank.help == MAX_LORA_RANK.help_text(PROFILES.values())
+    assert (
+        rank.help.startswith("The server's --max-lora-rank: vLLM one of 1, 8, 16, ")
+        and "; SGLang any" in rank.help
+    )
+    assert {o.key: o.name for o in OPTIONS}.items() <= TABLE_KEYS.items()
+
+
+def test_verify_options_take_engine_options_by_name() -> None:
+    from adapterdoc.engines.options import LORA_TARGET_MODULES, MAX_LORA_RANK, SERVED_AS
+
+    o = VerifyOptions(profile="sglang", max_lora_rank=64, lora_target_modules=["q_proj"], served_as="vl")
+    assert (MAX_LORA_RANK.of(o), LORA_TARGET_MODULES.of(o), SERVED_AS.of(o)) == (64, ("q_proj",), "vl")
+    assert o == VerifyOptions(
+        "sglang", engine_options={"max_lora_rank": 64, "lora_target_modules": ("q_proj",), "served_as": "vl"}
+    )
+    assert (
+        MAX_LORA_RANK.of(VerifyOptions()) == 16 and MAX_LORA_RANK.of(VerifyOptions(profile="sglang")) is None
+    )
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_rank'"):
+        VerifyOptions(max_rank=8)
+    with pytest.raises(ValueError, match="served_as must be text or vl, got 'xx'"):
+        VerifyOptions(served_as="xx")
+
+
+class PairsProfile(Profile):
+    """A stand-in serving engine with a zero-LoRA rule of its own (SGLang's partner rule)."""
+
+    name = "pairs"
+    summary = "pairs serving"
+
+    def needs(self, base_layout: str | None, options: Any = None) -> Any:
+        from adapterdoc.engines.base import EngineNeeds
+
+        return EngineNeeds(fill="v-for-q", version="1")
+
+    def zero_lora(self, a: Any) -> Any:
+        from adapterdoc.engines.sglang_keys import missing_partners
+        from adapterdoc.engines.zero_lora import ZeroLora
+
+        return ZeroLora(missing_partners(a.factors))
+
+
+def test_a_registered_engine_drives_remap_for(tmp_path: Path) -> None:
+    """``remap --for`` asks the engine's profile for its rules: a profile registered from outside adds its zero
+    LoRA with no change to remap."""
+    from small_adapters import BASE, write_small_adapter
+
+    from adapterdoc.remap import remap
+
+    register(PairsProfile())
+    try:
+        report = remap(str(write_small_adapter(tmp_path / "a")), engine="pairs", base=BASE, dry_run=True)
+    finally:
+        del PROFILES["pairs"]
+    fill = next(r for r in report.rewrites if r["rewrite"] == "fill")
+    assert fill["fill"] == "v-for-q" and fill["added"] == {"v_proj": [0]}
+    assert report.engine["needs"]["fill"] == "v-for-q"
