@@ -63,7 +63,7 @@ def debug_enabled() -> bool:
     return flag or os.environ.get("ADAPTERDOC_DEBUG", "") not in ("", "0")
 
 
-def fail(message: str, code: int = 3) -> None:
+def fail(message: str, code: int = 3) -> NoReturn:
     """Print ``adapterdoc: error: <message>`` on one line of stderr and exit."""
     one_line = " ".join(message.split())
     click.echo(f"adapterdoc: error: {one_line}", err=True)
@@ -116,7 +116,7 @@ def _traceback() -> None:
         traceback.print_exc()
 
 
-def _refuse(e: AdapterdocError, output: Output) -> None:
+def _refuse(e: AdapterdocError, output: Output) -> NoReturn:
     _traceback()
     if output.json:
         _emit_json_error(e)
@@ -125,7 +125,7 @@ def _refuse(e: AdapterdocError, output: Output) -> None:
     fail(str(e), e.exit_code)
 
 
-def _bug(e: BaseException) -> None:
+def _bug(e: BaseException) -> NoReturn:
     _traceback()
     where = "" if debug_enabled() else " with the output of --debug"
     fail(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from adapterdoc.adapter import LoraKey
 from adapterdoc.engines.base import CopyCheck
@@ -111,10 +111,9 @@ def _compare_one(
             "shape",
             f"shape {list(t.shape)}, the base's {head} is {list(expected)} (a resized vocabulary)",
         )
-    kind = getattr(base, "kind", None)
-    if kind == "tiny":
+    if base is not None and base.kind == "tiny" and base.tiny_layout is not None:
         return _compare_tiny(key, head, header, base.tiny_layout)
-    if kind in ("dir", "repo") and getattr(base, "has_weights", False) and base.root:
+    if base is not None and base.kind in ("dir", "repo") and base.has_weights and base.root:
         return _compare_folder(key, head, header, t, base.root, raw)
     return CopyCheck(
         key, head, "unchecked", "the base has no weights to compare with (shapes match its config)"
@@ -212,10 +211,9 @@ def _compare_tiny(key: str, head: str, header: Header, layout: str) -> CopyCheck
         from adapterdoc.ml.tiny import build_tiny
     except ImportError:
         return CopyCheck(key, head, "unchecked", "comparing with a tiny base needs the ml extra (torch)")
-    model = build_tiny(layout)
-    weight = (
-        model.get_input_embeddings() if head == "embed_tokens" else model.get_output_embeddings()
-    ).weight
+    model: Any = build_tiny(layout)  # a transformers model, whose get_output_embeddings is unannotated
+    module = model.get_input_embeddings() if head == "embed_tokens" else model.get_output_embeddings()
+    weight: torch.Tensor = module.weight
     with safe_open(header.path, "pt") as f:
         copy = f.get_tensor(key)
     if tuple(copy.shape) != tuple(weight.shape):

@@ -7,7 +7,7 @@ releases. The findings' explanations are in :mod:`adapterdoc.codes.serving`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeGuard
 
 from adapterdoc.engines.base import EngineNeeds, Profile, ProfileInput, ProfileOptions, engine_finding
 from adapterdoc.engines.options import MAX_LORA_RANK, SERVED_AS
@@ -87,7 +87,7 @@ class VllmProfile(Profile):
         out += _served_findings(a.spec, a.config, a.keys, a.meta, a.options, a.subject)
         return out + _expert_findings(a.spec, a.config, a.keys, a.meta, self.served_as(a.meta, a.options))
 
-    def served_as(self, meta: ExpectedModel, options: ProfileOptions) -> str | None:
+    def served_as(self, meta: ExpectedModel, options: ProfileOptions) -> str:
         return _served_as(SERVED_AS.of(options), meta)[0]
 
 
@@ -108,15 +108,17 @@ def _config_findings(
     if missing:
         add("AD401", "missing required configuration fields: " + ", ".join(missing))
     ranks: list[object] = [raw.get("r", 8), *(raw.get("rank_pattern") or {}).values()]
-    bad = [r for r in ranks if not isinstance(r, int) or isinstance(r, bool) or r <= 0]
+    good = [r for r in ranks if _is_rank(r)]
+    bad = [r for r in ranks if not _is_rank(r)]
+    limit = MAX_LORA_RANK.of(options)
     if bad:
         add("AD417", f"non-positive or non-integer rank(s) {bad}", key="rank_pattern")
     else:
-        top = max(ranks)
-        if top > MAX_LORA_RANK.of(options):
+        top = max(good)
+        if limit is not None and top > limit:
             add(
                 "AD411",
-                f"LoRA rank {top} is greater than max_lora_rank {MAX_LORA_RANK.of(options)}",
+                f"LoRA rank {top} is greater than max_lora_rank {limit}",
                 hint=f"start the server with --max-lora-rank {_rank_slot(top)} and verify with the same value",
             )
     if acfg.use_dora or any(k.role == "magnitude" for k in keys):
@@ -151,6 +153,11 @@ def _config_findings(
     if unsupported:
         add("AD412", f"{len(unsupported)} tensor name(s) are unsupported LoRA weights", key=unsupported[0])
     return out
+
+
+def _is_rank(r: object) -> TypeGuard[int]:
+    """A positive integer (not a bool)."""
+    return isinstance(r, int) and not isinstance(r, bool) and r > 0
 
 
 def _served_findings(
@@ -247,8 +254,14 @@ def _expert_findings(
     if not pic.routed:
         return []
     layout = served_layout(meta.built_as.default_layout if meta.built_as else meta.layout, served_as)
-    facts = LAYOUTS[layout].experts if layout in LAYOUTS else None
-    if facts is None or facts.served_fused is None or pic.layout not in ("per-expert", "fused"):
+    served = LAYOUTS.get(layout) if layout is not None else None
+    facts = served.experts if served is not None else None
+    if (
+        served is None
+        or facts is None
+        or facts.served_fused is None
+        or pic.layout not in ("per-expert", "fused")
+    ):
         return []
     reads = "fused" if facts.served_fused else "per-expert"
     out: list[Finding] = []
@@ -268,7 +281,7 @@ def _expert_findings(
             _make(
                 "AD418",
                 spec,
-                f"reads {reads} expert LoRA for {LAYOUTS[layout].model_class} (is_3d_moe_weight "
+                f"reads {reads} expert LoRA for {served.model_class} (is_3d_moe_weight "
                 f"{facts.served_fused}); the adapter is {pic.layout}: {what}",
                 key=example,
                 hint=f"adapterdoc remap {spec} --experts {reads} --out DIR",

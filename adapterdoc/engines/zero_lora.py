@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from adapterdoc.bases import BaseSpec
 
@@ -114,10 +115,9 @@ def _find(raw: object, key: str) -> int | None:
     if not isinstance(raw, dict):
         return None
     text = raw.get("text_config")
-    if isinstance(text, dict) and isinstance(text.get(key), int):
-        return text[key]
-    if isinstance(raw.get(key), int):
-        return raw[key]
+    for value in (text.get(key) if isinstance(text, dict) else None, raw.get(key)):
+        if isinstance(value, int):
+            return value
     for value in raw.values():
         found = _find(value, key)
         if found is not None:
@@ -148,7 +148,7 @@ def _meta(spec: BaseSpec) -> BaseModules:
     require_ml(f"remap --for on {spec.spec} (the base's module shapes: the registry does not describe it)")
     import torch
 
-    model = build_meta_model(spec)
+    model: Any = build_meta_model(spec)  # a transformers model, whose get_output_embeddings is unannotated
     linear: dict[str, tuple[int, int]] = {}
     capable: set[str] = set()
     output_embedding = None

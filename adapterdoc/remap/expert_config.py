@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
+from typing import cast
 
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.adapter.targets import module_name_matches
@@ -90,9 +92,9 @@ def _to_fused(raw: dict[str, object], cfg: AdapterConfig, plan: ExpertPlan, othe
     elif isinstance(tm, str):  # a regex or all-linear: the modules the keys carry, by name
         raw["target_modules"] = sorted(kept)
     params = {b.param for b in plan.blocks}
-    raw["target_parameters"] = sorted(set(raw.get("target_parameters") or []) | params)
-    rp = dict(raw.get("rank_pattern") or {})
-    ap = dict(raw.get("alpha_pattern") or {})
+    raw["target_parameters"] = sorted(set(_names(raw, "target_parameters")) | params)
+    rp = _patterns(raw, "rank_pattern")
+    ap = _patterns(raw, "alpha_pattern")
     for param in sorted(params):
         blocks = [b for b in plan.blocks if b.param == param]
         b0 = blocks[0]
@@ -111,7 +113,7 @@ def _to_fused(raw: dict[str, object], cfg: AdapterConfig, plan: ExpertPlan, othe
 
 def _to_per_expert(raw: dict[str, object], cfg: AdapterConfig, plan: ExpertPlan, others: list[str]) -> None:
     params = {b.param for b in plan.blocks}
-    tp = [t for t in raw.get("target_parameters") or [] if not (isinstance(t, str) and _leaf(t) in params)]
+    tp = [t for t in _names(raw, "target_parameters") if not (isinstance(t, str) and _leaf(t) in params)]
     raw["target_parameters"] = tp or None
     leaves = [leaf for leaf in plan.style.leaves if any(leaf in b.leaves for b in plan.blocks)]
     tm = raw.get("target_modules")
@@ -124,7 +126,7 @@ def _to_per_expert(raw: dict[str, object], cfg: AdapterConfig, plan: ExpertPlan,
     new_modules = [m for b in plan.blocks for m in _per_expert_modules(plan, b)] + others
     fused_names = [f"{b.owner}.{b.param}" for b in plan.blocks]
     for fld in ("rank_pattern", "alpha_pattern"):
-        pat = dict(raw.get(fld) or {})
+        pat = _patterns(raw, fld)
         for k in list(pat):  # keys that only ever matched the fused parameters now match nothing
             if any(module_name_matches(k, n) for n in fused_names) and not any(
                 module_name_matches(k, m) for m in new_modules
@@ -144,8 +146,8 @@ def _to_per_expert(raw: dict[str, object], cfg: AdapterConfig, plan: ExpertPlan,
             if (trial.rank_for(m), trial.alpha_for(m)) != want:
                 # matches PEFT's fused name too (its load conversion keeps the patterns)
                 key = rf"experts\.(?:\d+\.{re.escape(_leaf(m))}|{re.escape(b.param)})"
-                raw["rank_pattern"] = {key: want[0], **raw["rank_pattern"]}
-                raw["alpha_pattern"] = {key: want[1], **raw["alpha_pattern"]}
+                raw["rank_pattern"] = {key: want[0], **_patterns(raw, "rank_pattern")}
+                raw["alpha_pattern"] = {key: want[1], **_patterns(raw, "alpha_pattern")}
     _keep_others(raw, cfg, others)
 
 
@@ -158,7 +160,7 @@ def _fused_on_load(raw: dict[str, object], before: dict[str, object], plan: Expe
         "target_modules"
     )  # the experts come from target_parameters: no leaf added
     new = _config(raw)
-    rp, ap = dict(raw.get("rank_pattern") or {}), dict(raw.get("alpha_pattern") or {})
+    rp, ap = _patterns(raw, "rank_pattern"), _patterns(raw, "alpha_pattern")
     done: set[str] = set()
     for b in plan.blocks:
         if b.param in done:
@@ -201,17 +203,23 @@ def _keep_others(raw: dict[str, object], cfg: AdapterConfig, others: list[str]) 
             if (trial.rank_for(m), trial.alpha_for(m)) == want:
                 continue
             key = re.escape(m) if exact else re.escape(_leaf(m))
-            raw["rank_pattern"] = {**raw["rank_pattern"], key: want[0]}
-            raw["alpha_pattern"] = {**raw["alpha_pattern"], key: want[1]}
+            raw["rank_pattern"] = {**_patterns(raw, "rank_pattern"), key: want[0]}
+            raw["alpha_pattern"] = {**_patterns(raw, "alpha_pattern"), key: want[1]}
         if all(_resolves(raw, cfg, m) for m in others):
             return
         if not exact:  # a leaf pattern broke another module: start again with exact ones
-            raw["rank_pattern"] = {
-                k: v for k, v in raw["rank_pattern"].items() if k not in _leaf_keys(others)
-            }
-            raw["alpha_pattern"] = {
-                k: v for k, v in raw["alpha_pattern"].items() if k not in _leaf_keys(others)
-            }
+            for fld in ("rank_pattern", "alpha_pattern"):
+                raw[fld] = {k: v for k, v in _patterns(raw, fld).items() if k not in _leaf_keys(others)}
+
+
+def _patterns(raw: dict[str, object], field: str) -> dict[str, object]:
+    """``rank_pattern`` / ``alpha_pattern`` of ``raw`` as a new dict (``{}`` when absent or null)."""
+    return dict(cast("Mapping[str, object]", raw.get(field) or {}))
+
+
+def _names(raw: dict[str, object], field: str) -> list[str]:
+    """A list field of ``raw`` (``target_parameters``) as a new list (``[]`` when absent or null)."""
+    return list(cast("Iterable[str]", raw.get(field) or []))
 
 
 def _leaf_keys(modules: list[str]) -> set[str]:

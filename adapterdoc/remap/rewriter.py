@@ -84,6 +84,8 @@ class ConfigRewriter:
                 if hit
                 else (value, "unchanged")
             )
+        if not isinstance(value, list):
+            return value, "unchanged"
         return self._list_field(value, pairs, _list_match)
 
     def _list_field(
@@ -120,6 +122,8 @@ class ConfigRewriter:
             cand = self._regex_candidates(value)[1][0]
             keep = [re.escape(n) for m, n in pairs if not fullmatch(value, m)]
             return f"(?!(?:{'|'.join(keep)})$)(?:{cand})", "explicit"
+        if not isinstance(value, list):
+            return value, "unchanged"
         return self._list_field(value, pairs, _list_match)
 
     def _modules_to_save(self, value: object) -> tuple[object, str]:

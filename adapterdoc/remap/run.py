@@ -66,11 +66,11 @@ def remap(
             return make_engine_plan(os.fspath(spec), engine, base, out, needs)
         return make_plan(os.fspath(spec), vl=vl, to=to, source=source, user_rules=user_rules, out=out)
 
-    if dry_run or out is not None:
+    if dry_run:
+        return build_remap_report(make(out).planned, None)
+    if out is not None:
         plan = make(out)
-        if dry_run:
-            return build_remap_report(plan.planned, None)
-        return build_remap_report(plan.planned, write(plan, out=os.fspath(out), progress=progress))
+        return build_remap_report(plan.planned, write(plan, out=out, progress=progress))
     folder = _writable_folder(os.fspath(spec))
     if folder is None:  # not a cached repo id either (an hf:// spec): planning finds the folder
         probe = make(None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import cast
 
 from adapterdoc.adapter import AdapterConfig
 from adapterdoc.adapter.targets import pattern_key
@@ -67,7 +68,7 @@ def _settle(raw: dict[str, object], modules: list[str], want: dict[str, float], 
     wrong = [m for m in modules if not _close(new.scaling_for(m), want[m])]
     if wrong:
         exact = {re.escape(m): number(want[m] * _divisor(new, m)) for m in wrong}
-        raw["alpha_pattern"] = {**exact, **raw.get("alpha_pattern", {})}
+        raw["alpha_pattern"] = {**exact, **cast("dict[str, object]", raw.get("alpha_pattern", {}))}
         new = parse(raw)
     bad = next((m for m in modules if not _close(new.scaling_for(m), want[m])), None)
     if bad is not None:

@@ -12,8 +12,9 @@ paths when nothing shorter selects exactly them).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from adapterdoc.adapter import WRAPPER, fused_expert_owner, parse_key
 from adapterdoc.adapter.targets import peft_selects
@@ -167,16 +168,17 @@ def _targets(raw: dict[str, object], wanted: set[str], bm: BaseModules, path: st
 
 
 def _selects(raw: dict[str, object], bm: BaseModules, wanted: set[str]) -> bool:
-    tm = raw.get("target_modules")
+    # the config's fields as PEFT reads them (adapter_config.json values, passed through as they are)
+    tm = cast("str | Collection[str] | None", raw.get("target_modules"))
     if isinstance(tm, str) and tm.lower() == "all-linear":
         tm = sorted({n.rpartition(".")[2] for n in bm.linear if n != bm.output_embedding})
-    kw = {
-        "exclude_modules": raw.get("exclude_modules"),
-        "layers_to_transform": raw.get("layers_to_transform"),
-        "layers_pattern": raw.get("layers_pattern"),
-    }
+    exclude = cast("str | Collection[str] | None", raw.get("exclude_modules"))
+    layers = cast("int | Collection[int] | None", raw.get("layers_to_transform"))
+    pattern = cast("str | Iterable[str] | None", raw.get("layers_pattern"))
     for m in bm.capable | wanted:
-        picked = peft_selects(m, tm, **kw)
+        picked = peft_selects(
+            m, tm, exclude_modules=exclude, layers_to_transform=layers, layers_pattern=pattern
+        )
         if m in bm.capable and picked != (m in wanted):
             return False
         if m not in bm.capable and not picked:

@@ -21,6 +21,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from adapterdoc.adapter import AdapterConfig, LoraKey, fused_expert_owner, parse_key
 from adapterdoc.engines.base import EngineNeeds, Profile
@@ -377,10 +378,11 @@ def renamed_header(header: Header, mapping: dict[str, str]) -> Header:
 def resolution_names(names: list[tuple[str, tuple[int, ...]]], raw: dict[str, object]) -> list[str]:
     """The names PEFT resolves ``rank_pattern`` / ``alpha_pattern`` on, one per LoRA module: the module path, or
     for a fused expert module the parameter's name (``...experts.gate_up_proj`` / ``...experts.down_proj``)."""
+    targets = raw.get("target_parameters")
     params = [
         p
         for p in (GATE_UP, DOWN)
-        if any(str(t).rpartition(".")[2] == p for t in raw.get("target_parameters") or [])
+        if isinstance(targets, list) and any(str(t).rpartition(".")[2] == p for t in targets)
     ]
     out: set[str] = set()
     for name, _ in names:
@@ -412,10 +414,11 @@ def _findings(engine: str, spec: str, rewrites: list[Mapping[str, object]]) -> l
     for r in rewrites:
         kind = r["rewrite"]
         if kind == "rslora":
+            before, after = cast("list[object]", r["lora_alpha"])
             out.append(
                 make(
                     "AD264",
-                    f"use_rslora folded into lora_alpha {r['lora_alpha'][0]} → {r['lora_alpha'][1]} for {engine}",
+                    f"use_rslora folded into lora_alpha {before} → {after} for {engine}",
                     path=spec,
                 )
             )
@@ -437,7 +440,8 @@ def _findings(engine: str, spec: str, rewrites: list[Mapping[str, object]]) -> l
                 )
             )
         elif kind == "fill":
-            what = ", ".join(f"{leaf} on {len(layers)} layer(s)" for leaf, layers in r["added"].items())
+            added = cast("Mapping[str, list[int]]", r["added"])
+            what = ", ".join(f"{leaf} on {len(layers)} layer(s)" for leaf, layers in added.items())
             out.append(
                 make(
                     "AD268",
