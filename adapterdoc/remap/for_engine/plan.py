@@ -31,9 +31,9 @@ from adapterdoc.remap.expert_config import block_mapping, peft_fuses_keys_only
 from adapterdoc.remap.expert_names import DOWN, GATE_UP, fused_owner_prefix
 from adapterdoc.remap.expert_rewrite import Pieces, Producer
 from adapterdoc.remap.for_engine import config as C
-from adapterdoc.remap.for_engine.base_model import base_layout, key_move
 from adapterdoc.remap.for_engine.fill import fill_step
 from adapterdoc.remap.for_engine.ranks import plan_uniform
+from adapterdoc.remap.for_engine.served_keys import base_layout, key_move
 from adapterdoc.remap.for_engine.tensors import Group, identity_groups, transform
 from adapterdoc.remap.plan import KeyMoves, Plan, WriteWeights, move_keys, open_safetensors, plan_header
 from adapterdoc.report.findings import Finding, make, sort_findings
