@@ -3,7 +3,8 @@ make anything slower.
 
 Each row runs one command in a fresh process, alternately with this tree's ``adapterdoc`` and the tree given by
 ``--before`` (a ``git worktree`` of the commit to compare with: ``git worktree add /tmp/before <commit>``), each on
-``PYTHONPATH`` so both import the same way, with the input in the page cache. Medians of ``--repeat`` runs (the fast
+``PYTHONPATH`` so both import the same way, both with their bytecode compiled first (``PYTHONDONTWRITEBYTECODE``
+may be set), with the input in the page cache. Medians of ``--repeat`` runs (the fast
 ``inspect`` row gets 5× as many); wall time from the parent, CPU time and peak RSS from ``os.wait4``.
 
 Rows and their limits (after / before):
@@ -150,6 +151,8 @@ def main() -> int:
         rows = build(work, args.gib)
         print(f"inputs in {work} ({time.perf_counter() - t0:.0f} s to build)")
         trees = {"before": before, "after": ROOT}
+        for tree in trees.values():  # bytecode compiled in both, as an installed package has it
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "adapterdoc")], check=True)
         print(
             f"before: {before} ({_commit(before)})  after: {ROOT} ({_commit(ROOT)})  cores: {os.cpu_count()}"
         )
