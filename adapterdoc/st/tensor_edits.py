@@ -41,18 +41,23 @@ def scale_bytes(buf: bytes | bytearray, dtype: str, factor: float) -> tuple[byte
     if dtype not in SCALABLE:
         raise UnsupportedInputError(dtype, f"cannot scale {dtype} values; only {', '.join(SCALABLE)}")
     try:
-        import numpy as np
+        import numpy  # noqa: F401  (the values are decoded and rounded with numpy)
     except ImportError:
         raise MissingExtraError("remap --for (scaling lora_B)", "numpy") from None
-    if dtype == "BF16":
-        bits = np.frombuffer(buf, "<u2").astype("<u4") << 16
-        x = bits.view("<f4").astype("<f8")
-    else:
-        x = np.frombuffer(buf, {"F64": "<f8", "F32": "<f4", "F16": "<f2"}[dtype]).astype("<f8")
-    exact = x * factor
+    exact = float_values(buf, dtype) * factor
     if dtype == "F64":
         return exact.tobytes(), 0.0 if is_power_of_two(factor) else 2.0**-53
     return round_values(exact, dtype)
+
+
+def float_values(buf: bytes | bytearray | memoryview, dtype: str) -> np.ndarray:
+    """The values of ``buf`` (``F64``, ``F32``, ``F16`` or ``BF16`` elements) as float64, exactly. Needs numpy."""
+    import numpy as np
+
+    if dtype == "BF16":  # bfloat16 is the top half of a float32
+        return (np.frombuffer(buf, "<u2").astype("<u4") << 16).view("<f4").astype("<f8")
+    values: np.ndarray = np.frombuffer(buf, {"F64": "<f8", "F32": "<f4", "F16": "<f2"}[dtype]).astype("<f8")
+    return values
 
 
 def round_values(exact: np.ndarray, dtype: str) -> tuple[bytes, float]:
