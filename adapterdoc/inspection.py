@@ -17,6 +17,7 @@ from adapterdoc.report.inspect_report import FileSummary, InspectReport, LoraSum
 
 if TYPE_CHECKING:
     from adapterdoc.formats import Detection as Detected
+    from adapterdoc.quant import Quantization
     from adapterdoc.report.audit_report import Audit
 
 __all__ = ["FileSummary", "InspectReport", "LoraSummary", "inspect", "inspect_checkpoint"]
@@ -154,7 +155,36 @@ def inspect_checkpoint(ckpt: Checkpoint) -> InspectReport:
         experts=facts.experts,
         weights_format=ckpt.weights_format,
         bytes_received=ckpt.bytes_received if ckpt.spec.startswith("hf://") else None,
+        quantization=None if facts.lora is not None else _quantization(ckpt),
     )
+
+
+def _quantization(ckpt: Checkpoint) -> Quantization | None:
+    """How a local base model's safetensors are quantized (the ``config.json`` in its folder, or beside the file,
+    when there is one); ``None`` when they are not, for an adapter, a remote input, or a config whose
+    ``quantization_config`` cannot be read (torch-free: :func:`adapterdoc.quant.detect`)."""
+    from adapterdoc.quant import detect
+
+    if ckpt.is_adapter or not ckpt.headers or ckpt.spec.startswith("hf://"):
+        return None
+    folder = ckpt.root if os.path.isdir(ckpt.root) else os.path.dirname(ckpt.root)
+    try:
+        q = detect(_config(os.path.join(folder, "config.json")), ckpt.headers)
+    except AdapterdocError:
+        return None
+    return None if q.scheme == "none" else q
+
+
+def _config(path: str) -> dict[str, object] | None:
+    """The JSON object in ``path``, or ``None`` when there is none (or it is not one)."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            raw = json.loads(f.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
 
 
 def _file_summaries(ckpt: Checkpoint) -> list[FileSummary]:

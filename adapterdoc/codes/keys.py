@@ -480,4 +480,32 @@ CODES += [
         "Convert it to today's layout, exactly (each expert's factors swapped and transposed; `peft_version` set "
         "to 0.19.1): `adapterdoc remap ADAPTER --experts fused --out DIR`.",
     ),
+    Code(
+        "AD280",
+        "quantized-base",
+        "info",
+        "The base is stored quantized (block FP8, compressed-tensors, GPTQ, AWQ, bitsandbytes, MXFP4): the scheme, "
+        "its geometry and how many of the modules the adapter targets are quantized.",
+        "The base stores a quantized module under renamed tensors (`q_proj.qweight`, `q_proj.weight_packed`, "
+        "`q_proj.weight` + `weight_scale_inv`), while LoRA targets the module `q_proj` itself: the keys match by "
+        "module path. Serving the adapter unmerged beside the quantized kernel applies it exactly; merging it into "
+        "the quantized weights and quantizing again can erase a delta smaller than one quantization step.",
+        "ct-w4a16 (bits 4, group 128): 14 of 14 targeted modules are quantized, e.g. model.layers.0.self_attn.q_proj",
+        "Nothing to fix. Serve it unmerged, or merge into a bf16 copy of the base; check the survival before "
+        "re-quantizing a merge.",
+    ),
+    Code(
+        "AD281",
+        "quantized-shape-mismatch",
+        "warning",
+        "A targeted module's logical shape `(out, in)`, as the quantized base stores it (unpacked from its codes), "
+        "disagrees with the LoRA factors (`lora_A` `[r, in]`, `lora_B` `[out, r]`).",
+        "The quantized tensors' own shapes are packed (`qweight [in/8, out]`, `weight_packed [out, in/8]`), so "
+        "the logical shape is read back from the packing; where it differs from the factors the adapter was "
+        "trained on another model (or the base's config and its tensors disagree), and loading it fails or "
+        "applies a delta of the wrong size.",
+        "model.layers.0.mlp.down_proj stored (256, 576), lora_A [4, 768]",
+        "Verify against the base the adapter was trained on; compare `adapterdoc inspect BASE`'s quantization with "
+        "the base's config.json.",
+    ),
 ]

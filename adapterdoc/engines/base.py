@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
     from adapterdoc.engines.zero_lora import FillInput, ZeroLora
     from adapterdoc.ml.meta import ExpectedModel
+    from adapterdoc.quant import Quantization, QuantizedModule
     from adapterdoc.report.findings import Finding
     from adapterdoc.report.verify_report import VerifySubject
 
@@ -226,6 +227,14 @@ class Profile:
         weight (SGLang: ``base_layer.weight`` beside LoRA on ``embed_tokens`` / ``lm_head``), each compared with the
         base's (``base``: ``--base`` as given). ``remap --for`` keeps them as they are (no ``modules_to_save``) and
         refuses the adapter where one differs (AD490). The default: none."""
+        return []
+
+    def quantized_base(
+        self, spec: str, q: Quantization, quantized: Sequence[QuantizedModule]
+    ) -> list[Finding]:
+        """Its findings on adapter ``spec`` verified against a quantized base (``q``; ``quantized``: the modules
+        the adapter targets that the base stores quantized): what the engine does with LoRA there
+        (:mod:`adapterdoc.engines.quantized`). The default: nothing."""
         return []
 
     def label(self, options: ProfileOptions) -> str:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
     from adapterdoc.engines.zero_lora import FillInput, ZeroLora
     from adapterdoc.ml.meta import ExpectedModel
+    from adapterdoc.quant import Quantization, QuantizedModule
     from adapterdoc.report.findings import Finding
     from adapterdoc.report.verify_report import VerifySubject
 
@@ -209,6 +210,13 @@ class SglangProfile(Profile):
         out += _added_tokens(spec, report, meta)
         out += _copies(spec, report, keys, meta)
         return out
+
+    def quantized_base(
+        self, spec: str, q: Quantization, quantized: Sequence[QuantizedModule]
+    ) -> list[Finding]:
+        from adapterdoc.engines.quantized import sglang_findings
+
+        return sglang_findings(spec, q, quantized, SGLANG_VERSION)
 
 
 PROFILE = SglangProfile()

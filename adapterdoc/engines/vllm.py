@@ -6,7 +6,7 @@ releases. The findings' explanations are in :mod:`adapterdoc.codes.serving`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, ClassVar, TypeGuard
 
 from adapterdoc.engines.base import EngineNeeds, Profile, ProfileInput, ProfileOptions, engine_finding
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig, LoraKey
     from adapterdoc.adapter.expert_picture import ExpertBlock, ExpertPicture
     from adapterdoc.ml.meta import ExpectedModel
+    from adapterdoc.quant import Quantization, QuantizedModule
     from adapterdoc.report.findings import Finding
     from adapterdoc.report.verify_report import VerifySubject
 
@@ -89,6 +90,13 @@ class VllmProfile(Profile):
 
     def served_as(self, meta: ExpectedModel, options: ProfileOptions) -> str:
         return _served_as(SERVED_AS.of(options), meta)[0]
+
+    def quantized_base(
+        self, spec: str, q: Quantization, quantized: Sequence[QuantizedModule]
+    ) -> list[Finding]:
+        from adapterdoc.engines.quantized import vllm_findings
+
+        return vllm_findings(spec, q, quantized, VLLM_VERSION)
 
 
 PROFILE = VllmProfile()

@@ -11,6 +11,7 @@ from adapterdoc.report.base import FrozenReport
 
 if TYPE_CHECKING:
     from adapterdoc.adapter.expert_picture import ExpertPicture
+    from adapterdoc.quant import Quantization
     from adapterdoc.report.audit_report import Audit  # only with --weights, which builds it
 
 
@@ -75,6 +76,9 @@ class InspectReport(FrozenReport):
     experts: ExpertPicture | None = None
     """The expert layout and coverage (:class:`adapterdoc.adapter.expert_picture.ExpertPicture`) of a mixture-of-experts adapter,
     else ``None`` (and no ``experts`` object in the JSON)."""
+    quantization: Quantization | None = None
+    """How a base model (not an adapter) is stored quantized (:func:`adapterdoc.quant.detect`), else ``None`` (and
+    no ``quantization`` object in the JSON)."""
 
     def body(self) -> dict[str, object]:
         lora: dict[str, object] | None = None
@@ -104,6 +108,10 @@ class InspectReport(FrozenReport):
             d["bytes_received"] = self.bytes_received
         if self.experts is not None:
             d["experts"] = self.experts.to_dict()
+        if self.quantization is not None:
+            from adapterdoc.report.inspect_quant import quantization_dict
+
+            d["quantization"] = quantization_dict(self.quantization)
         if self.weights is not None:
             d.update(self.weights.to_dict())
         return d

@@ -21,7 +21,11 @@ from adapterdoc.report.render import (
 
 if TYPE_CHECKING:
     from adapterdoc.adapter.expert_picture import ExpertPicture
+    from adapterdoc.quant import Quantization
     from adapterdoc.report.inspect_report import InspectReport
+
+UNQUANTIZED_SHOWN = 6
+"""How many unquantized module paths the text names (``--json`` lists them all)."""
 
 
 @register("InspectReport", view=one_group("inspect", "spec"))
@@ -50,6 +54,8 @@ def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
         _render_lora(w, report)
     if report.experts is not None:
         _render_experts(w, report.experts)
+    if report.quantization is not None:
+        _render_quantization(w, report.quantization)
     if report.weights is not None:  # inspect --weights
         from adapterdoc.report.audit_text import write_audit
 
@@ -57,6 +63,24 @@ def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
     write_findings(w, report.findings, context=(report.spec,))
     w.para(count_line(report.findings))
     return w.getvalue()
+
+
+def _render_quantization(w: Writer, q: Quantization) -> None:
+    """A quantized base: the scheme and geometry, its quantized modules and the tensors that store them, what is
+    stored unquantized, and the detection's notes."""
+    from adapterdoc.report.inspect_quant import scheme_text
+
+    fmt = f", {q.format}" if q.format and q.format != q.method else ""
+    via = f"({q.method}{fmt})" if q.method else "(no quantization_config)"
+    w.para("quantization", (scheme_text(q), "bold"), via, hang=2)
+    tensors = ", ".join(sorted({suffix for m in q.modules for suffix in m.tensors}))
+    w.para(f"{plural(len(q.modules), 'quantized module')}: {tensors}", indent=2)
+    if q.unquantized:
+        shown = ", ".join(q.unquantized[:UNQUANTIZED_SHOWN])
+        more = len(q.unquantized) - UNQUANTIZED_SHOWN
+        w.para("stored unquantized:", shown + (f" and {more} more" if more > 0 else ""), hang=2, indent=2)
+    for note in q.notes:
+        w.para("note:", note, hang=2, indent=2)
 
 
 def _files(w: Writer, report: InspectReport) -> None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from adapterdoc.layouts import Rule
     from adapterdoc.layouts.trees import Tree
     from adapterdoc.ml.build import BuiltAs
+    from adapterdoc.quant import Quantization
 
 
 class RegistryDeclined(MissingExtraError):
@@ -43,6 +44,7 @@ class Base:
     ) -> None:
         self.spec, self.tree, self.why, self.raw = spec, tree, why, raw
         self._config: PretrainedConfig | None = None
+        self._quantization: Quantization | None = None
 
     @classmethod
     def resolve(cls, base: str) -> Base:
@@ -65,6 +67,15 @@ class Base:
             except MissingExtraError as e:
                 raise RegistryDeclined(e, reason) from e
         return self._config
+
+    def quantization(self) -> Quantization:
+        """How the base is stored quantized (:func:`adapterdoc.quant.detect_base`: its config and its weights'
+        headers, torch-free), read on first use; scheme ``none`` for a plain base."""
+        if self._quantization is None:
+            from adapterdoc.quant import detect_base
+
+            self._quantization = detect_base(self.spec)
+        return self._quantization
 
     @property
     def model_type(self) -> object:

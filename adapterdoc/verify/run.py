@@ -26,6 +26,7 @@ from adapterdoc.verify.config import adapter_config, check_config
 from adapterdoc.verify.keys import check_keys
 from adapterdoc.verify.load import check_load
 from adapterdoc.verify.options import VerifyOptions
+from adapterdoc.verify.quant import check_quantization
 from adapterdoc.verify.weights import check_weights
 
 
@@ -205,6 +206,8 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
     key_check = check_keys(subject, ckpt, keys, kmeta, km, acfg)
     weights = check_weights(spec, ckpt, keys, options.scan, options.max_inert_share)
     profile = options.profile_rules.check(subject, keys, kmeta, options, acfg)
+    flagged = {k for k, _, _ in km.shape_mismatch}
+    quantized = check_quantization(spec, base.quantization(), keys, shapes, options.profile_rules, flagged)
     load = check_load(spec, ckpt, base.spec, meta.built_as) if options.load else None
     if (
         meta.layout is None
@@ -219,6 +222,7 @@ def verify_one(spec: str, base: Base, options: VerifyOptions) -> VerifyReport:
         *check_peft_layout(spec, acfg, shapes, meta),
         *weights.findings,
         *profile.findings,
+        *quantized,
         *(load.findings if load else ()),
     ]
     return build_report(
