@@ -13,6 +13,7 @@ from adapterdoc.merge.edits import Plan
 from adapterdoc.merge.header_plan import Unvouched, header_plan
 from adapterdoc.merge.output import Progress, write
 from adapterdoc.merge.plan import make_plan
+from adapterdoc.merge.quantized import quantized_base_finding, refused_plan
 from adapterdoc.report.findings import has_errors, make
 from adapterdoc.report.merge_report import MergeReport
 from adapterdoc.st.atomic import check_output_folder
@@ -77,7 +78,11 @@ def merge(
 
 
 def choose_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
-    """The header plan where it can vouch for the merge (no transformers, no peft), else the meta-model plan."""
+    """The header plan where it can vouch for the merge (no transformers, no peft), else the meta-model plan; on a
+    quantized base, a refusal (AD520) before either."""
+    refusal = quantized_base_finding(base)
+    if refusal is not None:
+        return refused_plan(adapter, base, refusal)
     try:
         return header_plan(adapter, base, dtype)
     except Unvouched as e:

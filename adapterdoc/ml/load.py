@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.layouts import forward_module
-from adapterdoc.ml.quiet import quiet_transformers
+from adapterdoc.ml.quiet import quiet_quantizers, quiet_transformers
 
 if TYPE_CHECKING:
     import torch
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from adapterdoc.adapter import AdapterConfig
     from adapterdoc.bases import BaseSpec
     from adapterdoc.ml.build import BuiltAs
+    from adapterdoc.ml.quant_load import QuantizedBase
 
 
 class OpenedAdapter(Protocol):
@@ -60,11 +61,29 @@ def load_check(base: BaseSpec, ckpt: OpenedAdapter, built_as: BuiltAs | None = N
     (:class:`~adapterdoc.ml.meta.BuiltAs`) loads the base as that counterpart class, as verify's key check did."""
     if ckpt.adapter_config is None:
         return LoadResult(skipped="PEFT needs adapter_config.json to load an adapter; this input has none")
+    from adapterdoc.ml.quant_load import library_failure, quantized_base, require_libraries
+
+    qb = quantized_base(base)
+    if qb is None:
+        return _load_check(base, ckpt, built_as, None)
+    require_libraries(qb)
+    try:
+        with quiet_quantizers():
+            return _load_check(base, ckpt, built_as, qb)
+    except UnsupportedInputError:
+        raise
+    except Exception as e:  # whatever the quantization library raises is its limit on this base, not our bug
+        raise library_failure(qb, e) from None
+
+
+def _load_check(
+    base: BaseSpec, ckpt: OpenedAdapter, built_as: BuiltAs | None, qb: QuantizedBase | None
+) -> LoadResult:
     import torch
     from peft import LoraConfig, PeftModel
 
     quiet_transformers()
-    model = load_base(base, built_as)
+    model = load_base(base, built_as, qb)
     probe = probe_inputs(model)
     with torch.no_grad():
         before = forward(model, probe)
@@ -98,10 +117,13 @@ def _saved(key: str) -> str:
     return key.replace(f".{ADAPTER_NAME}.", ".").removesuffix(f".{ADAPTER_NAME}")
 
 
-def load_base(base: BaseSpec, built_as: BuiltAs | None = None) -> PreTrainedModel:
+def load_base(
+    base: BaseSpec, built_as: BuiltAs | None = None, qb: QuantizedBase | None = None
+) -> PreTrainedModel:
     """The base with its real weights, in eval mode, on the CPU; with ``built_as``, as that counterpart class
-    (built from the sub-config, holding the base's weights renamed along the registry's move)."""
-    model = _load_own(base)
+    (built from the sub-config, holding the base's weights renamed along the registry's move). A quantized base
+    (``qb``, else detected here) loads dequantized where transformers can, after its library is checked."""
+    model = _load_own(base, qb)
     if built_as is None:
         return model
     from adapterdoc.ml.build import counterpart_class
@@ -122,7 +144,7 @@ def load_base(base: BaseSpec, built_as: BuiltAs | None = None) -> PreTrainedMode
         ) from None
 
 
-def _load_own(base: BaseSpec) -> PreTrainedModel:
+def _load_own(base: BaseSpec, qb: QuantizedBase | None) -> PreTrainedModel:
     import torch
 
     if base.kind == "tiny":
@@ -130,7 +152,12 @@ def _load_own(base: BaseSpec) -> PreTrainedModel:
 
         return build_tiny(base.tiny_layout, 0)  # type: ignore[arg-type]  # a tiny spec always names its layout
     from adapterdoc.ml.build import load_config, model_class_for
+    from adapterdoc.ml.quant_load import loading_config, quantized_base, require_libraries
 
+    qb = qb or quantized_base(base)
+    if qb is not None:
+        require_libraries(qb)
+    qc = None if qb is None else loading_config(qb)  # None: as the checkpoint's config says
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     quiet_transformers()
     config = load_config(base)
@@ -138,8 +165,16 @@ def _load_own(base: BaseSpec) -> PreTrainedModel:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = cls.from_pretrained(base.root, config=config, dtype=torch.float32, local_files_only=True)
-    except (OSError, ValueError, RuntimeError) as e:
+            model = cls.from_pretrained(
+                base.root, config=config, dtype=torch.float32, local_files_only=True, quantization_config=qc
+            )
+    except Exception as e:
+        if qb is not None:  # the quantization library's limit on this base
+            from adapterdoc.ml.quant_load import library_failure
+
+            raise library_failure(qb, e) from None
+        if not isinstance(e, (OSError, ValueError, RuntimeError)):
+            raise
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UnsupportedInputError(base.spec, f"cannot load the base weights: {reason}") from e
     model.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers

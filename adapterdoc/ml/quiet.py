@@ -6,6 +6,8 @@ Importing this module imports nothing heavy; each helper imports transformers / 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import io
 import logging
 import warnings
 from collections.abc import Iterator
@@ -54,4 +56,34 @@ def quiet_libraries() -> Iterator[None]:
             hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
 
 
-__all__ = ["no_warnings", "quiet_libraries", "quiet_transformers"]
+QUANTIZER_LOGGERS = ("bitsandbytes", "compressed_tensors")
+"""The standard-library loggers of the quantization libraries (bitsandbytes logs a warning per int8 matmul)."""
+
+
+@contextlib.contextmanager
+def quiet_quantizers() -> Iterator[None]:
+    """Inside the block, keep the quantization libraries off stderr: their loggers below errors, compressed-tensors'
+    loguru lines off, their progress bars (written to ``sys.stderr``) and warnings dropped; restored afterwards."""
+    loggers = [logging.getLogger(name) for name in QUANTIZER_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    loguru = importlib.util.find_spec("loguru") is not None
+    if loguru:
+        from loguru import logger
+
+        logger.disable("compressed_tensors")
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+        if loguru:
+            from loguru import logger
+
+            logger.enable("compressed_tensors")
+
+
+__all__ = ["no_warnings", "quiet_libraries", "quiet_quantizers", "quiet_transformers"]
