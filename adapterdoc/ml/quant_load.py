@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.quant.detect import UNKNOWN
 
 if TYPE_CHECKING:
     from transformers.utils.quantization_config import QuantizationConfigMixin
@@ -84,7 +85,10 @@ def quantized_base(base: BaseSpec) -> QuantizedBase | None:
 
 
 def describe(q: Quantization) -> str:
-    """The scheme and, when every module shares one, its geometry in words."""
+    """The scheme and, when every module shares one, its geometry in words; a method adapterdoc does not read is
+    named as the config writes it."""
+    if q.scheme == UNKNOWN and q.method:
+        return f"quant_method {q.method!r}"
     g = q.geometry
     if g is None:
         return q.scheme

@@ -56,6 +56,12 @@ def test_describe_names_scheme_and_geometry(tmp_path: Path) -> None:
     assert describe(detect_folder(_w4a16(tmp_path))) == "ct-w4a16, 4-bit groups of 128"
 
 
+def test_a_method_adapterdoc_does_not_read_is_named(tmp_path: Path) -> None:
+    folder = write_base(tmp_path / "hqq", {"quant_method": "hqq"}, plain())
+    qb = quantized_base(resolve_base(str(folder)))
+    assert qb is not None and qb.described == "quant_method 'hqq'" and qb.route.modules == ()
+
+
 def test_a_plain_or_tiny_base_takes_the_usual_route(tmp_path: Path) -> None:
     assert quantized_base(resolve_base("tiny:ministral3_text")) is None
     plain_base = write_base(tmp_path / "plain", None, plain())
