@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from adapterdoc.checkpoint import Checkpoint
 from adapterdoc.merge.edits import HEADERS, Plan
-from adapterdoc.ml.quant_load import describe
 from adapterdoc.quant import detect_folder
+from adapterdoc.quant.text import scheme_text
 from adapterdoc.report.findings import Finding, make
 
 
@@ -17,7 +17,7 @@ def quantized_base_finding(base: Checkpoint) -> Finding | None:
         return None
     return make(
         "AD520",
-        f"the base is quantized ({describe(q)}; {len(q.modules)} quantized module(s)); merging W + BA and "
+        f"the base is quantized: {scheme_text(q)}, {len(q.modules)} quantized module(s); merging W + BA and "
         "quantizing again can erase the delta; adapterdoc does not merge into quantized bases yet: serve the "
         "adapter unmerged, or merge into the unquantized base",
         path=base.spec,

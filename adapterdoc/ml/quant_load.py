@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import UnsupportedInputError
-from adapterdoc.quant.detect import UNKNOWN
 
 if TYPE_CHECKING:
     from transformers.utils.quantization_config import QuantizationConfigMixin
@@ -69,7 +68,9 @@ class QuantizedBase:
     @property
     def described(self) -> str:
         """``ct-nvfp4, 4-bit group 16`` or ``bnb-nf4``: the scheme and its geometry, in words."""
-        return describe(self.quantization)
+        from adapterdoc.quant.text import scheme_text
+
+        return scheme_text(self.quantization)
 
 
 def quantized_base(base: BaseSpec) -> QuantizedBase | None:
@@ -84,24 +85,6 @@ def quantized_base(base: BaseSpec) -> QuantizedBase | None:
     return QuantizedBase(base.spec, q, ROUTES.get(q.method or "", OTHER))
 
 
-def describe(q: Quantization) -> str:
-    """The scheme and, when every module shares one, its geometry in words; a method adapterdoc does not read is
-    named as the config writes it."""
-    if q.scheme == UNKNOWN and q.method:
-        return f"quant_method {q.method!r}"
-    g = q.geometry
-    if g is None:
-        return q.scheme
-    parts = [f"{g.bits}-bit"] if g.bits else []
-    if g.block_size:
-        parts.append(f"{g.block_size[0]}x{g.block_size[1]} blocks")
-    elif g.group_size:
-        parts.append(f"groups of {g.group_size}")
-    elif g.strategy:
-        parts.append(f"per {g.strategy}")
-    return f"{q.scheme}, {' '.join(parts)}" if parts else q.scheme
-
-
 def require_libraries(qb: QuantizedBase) -> None:
     """Raise one exit-3 line naming the scheme and the pip install when a library the route needs is missing."""
     missing = [m for m in qb.route.modules if importlib.util.find_spec(m) is None]
@@ -109,7 +92,7 @@ def require_libraries(qb: QuantizedBase) -> None:
         names = ", ".join(f"`{m}`" for m in missing)
         raise UnsupportedInputError(
             qb.spec,
-            f"the base is quantized ({qb.described}); loading it needs {names} (not installed): "
+            f"the base is quantized: {qb.described}; loading it needs {names} (not installed): "
             f"{qb.route.install}",
         )
 
@@ -132,7 +115,7 @@ def library_failure(qb: QuantizedBase, error: BaseException) -> UnsupportedInput
     first = text.splitlines()[0] if text else ""
     reason = f"{type(error).__name__}: {first}" if first else type(error).__name__
     return UnsupportedInputError(
-        qb.spec, f"the base is quantized ({qb.described}); {qb.route.library} could not load it: {reason}"
+        qb.spec, f"the base is quantized: {qb.described}; {qb.route.library} could not load it: {reason}"
     )
 
 
@@ -141,7 +124,6 @@ __all__ = [
     "ROUTES",
     "QuantRoute",
     "QuantizedBase",
-    "describe",
     "library_failure",
     "loading_config",
     "quantized_base",

@@ -68,7 +68,7 @@ def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
 def _render_quantization(w: Writer, q: Quantization) -> None:
     """A quantized base: the scheme and geometry, its quantized modules and the tensors that store them, what is
     stored unquantized, and the detection's notes."""
-    from adapterdoc.report.inspect_quant import scheme_text
+    from adapterdoc.quant.text import scheme_text
 
     fmt = f", {q.format}" if q.format and q.format != q.method else ""
     via = f"({q.method}{fmt})" if q.method else "(no quantization_config)"

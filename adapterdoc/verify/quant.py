@@ -9,8 +9,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from adapterdoc.quant.text import scheme_text
 from adapterdoc.report.findings import Finding, make
-from adapterdoc.report.inspect_quant import scheme_text
 
 if TYPE_CHECKING:
     from adapterdoc.adapter import LoraKey

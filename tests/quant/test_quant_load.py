@@ -11,8 +11,9 @@ import pytest
 
 from adapterdoc.bases import resolve_base
 from adapterdoc.errors import UnsupportedInputError
-from adapterdoc.ml.quant_load import describe, quantized_base, require_libraries
+from adapterdoc.ml.quant_load import quantized_base, require_libraries
 from adapterdoc.quant import detect_folder
+from adapterdoc.quant.text import scheme_text
 from tests.quant.quant_helpers import CT_W4A16_WEIGHTS, ct_qc, i64_pair, plain, write_base
 
 DOWN = "model.layers.0.mlp.down_proj"
@@ -53,7 +54,7 @@ def _gptq(tmp_path: Path) -> Path:
 
 
 def test_describe_names_scheme_and_geometry(tmp_path: Path) -> None:
-    assert describe(detect_folder(_w4a16(tmp_path))) == "ct-w4a16, 4-bit groups of 128"
+    assert scheme_text(detect_folder(_w4a16(tmp_path))) == "ct-w4a16 (4-bit, group 128, symmetric)"
 
 
 def test_a_method_adapterdoc_does_not_read_is_named(tmp_path: Path) -> None:
@@ -80,7 +81,7 @@ def test_compressed_tensors_missing_is_one_line_with_the_install(tmp_path: Path)
         load_check(base, ckpt)  # type: ignore[arg-type]
     assert e.value.exit_code == 3
     assert str(e.value).endswith(
-        "the base is quantized (ct-w4a16, 4-bit groups of 128); loading it needs `compressed_tensors` "
+        "the base is quantized: ct-w4a16 (4-bit, group 128, symmetric); loading it needs `compressed_tensors` "
         "(not installed): pip install 'compressed-tensors>=0.15.0'"
     )
 
@@ -90,6 +91,6 @@ def test_gptq_needs_gptqmodel(tmp_path: Path) -> None:
     qb = quantized_base(resolve_base(str(_gptq(tmp_path))))
     assert qb is not None and qb.quantization.scheme == "gptq"
     with pytest.raises(
-        UnsupportedInputError, match=r"\(gptq, 4-bit groups of 128\).*pip install optimum gptqmodel"
+        UnsupportedInputError, match=r"quantized: gptq \(4-bit, group 128, symmetric\); .*pip install optimum gptqmodel"
     ):
         require_libraries(qb)

@@ -88,7 +88,7 @@ def test_what_cannot_load_here_is_one_exit_3_line(made: tuple[Path, Path], name:
     r = _verify(python, root, name)
     assert r.returncode == 3, r.stderr[-3000:]
     (line,) = r.stderr.splitlines()
-    assert line.startswith(f"adapterdoc: error: {root / name}: the base is quantized ({name.split('-')[0]}")
+    assert line.startswith(f"adapterdoc: error: {root / name}: the base is quantized: {name.split('-')[0]}")
     assert REFUSED[name] in line
 
 
@@ -103,4 +103,4 @@ def test_without_the_library_the_line_names_the_install(made: tuple[Path, Path],
         pytest.skip("the main interpreter has the library")
     assert r.returncode == 3, r.stderr[-3000:]
     (line,) = r.stderr.splitlines()
-    assert "the base is quantized (" in line and line.endswith(INSTALL[name.split("-")[0]])
+    assert "the base is quantized: " in line and line.endswith(INSTALL[name.split("-")[0]])

@@ -27,7 +27,7 @@ def test_merge_into_a_quantized_base_is_one_clear_refusal(tmp_path: Path) -> Non
     report = merge(adapter, base, out)
     assert [f.code for f in report.findings] == ["AD520"]
     assert report.findings[0].message == (
-        "the base is quantized (ct-w4a16, 4-bit groups of 128; 1 quantized module(s)); merging W + BA and "
+        "the base is quantized: ct-w4a16 (4-bit, group 128, symmetric), 1 quantized module(s); merging W + BA and "
         "quantizing again can erase the delta; adapterdoc does not merge into quantized bases yet: serve the "
         "adapter unmerged, or merge into the unquantized base"
     )
