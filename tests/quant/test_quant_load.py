@@ -91,6 +91,7 @@ def test_gptq_needs_gptqmodel(tmp_path: Path) -> None:
     qb = quantized_base(resolve_base(str(_gptq(tmp_path))))
     assert qb is not None and qb.quantization.scheme == "gptq"
     with pytest.raises(
-        UnsupportedInputError, match=r"quantized: gptq \(4-bit, group 128, symmetric\); .*pip install optimum gptqmodel"
+        UnsupportedInputError,
+        match=r"quantized: gptq \(4-bit, group 128, symmetric\); .*pip install optimum gptqmodel",
     ):
         require_libraries(qb)

@@ -12,12 +12,10 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytestmark = [pytest.mark.oracle]
-MAKER = Path(__file__).resolve().parents[2] / "fixtures" / "make_quantized.py"
 ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = """
 import sys, torch
@@ -44,11 +42,8 @@ INSTALL = {
 
 
 @pytest.fixture(scope="module")
-def made(oracle_env: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    python = oracle_env("quant")
-    root = tmp_path_factory.mktemp("quantized")
-    r = subprocess.run([str(python), str(MAKER), str(root)], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+def made(real_bases: tuple[Path, Path]) -> tuple[Path, Path]:
+    python, root = real_bases
     for width in ("576", "768"):
         r = subprocess.run(
             [str(python), "-c", ADAPTER, str(root / f"_bf16-{width}"), str(root / f"adapter-{width}")],

@@ -5,7 +5,6 @@ a matching adapter passes (exit 0, no missing, unexpected or shape key), and vLL
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from tests.quant.quant_bases import DOWN, Q, V, lora_adapter
 
 pytestmark = [pytest.mark.oracle]
 pytest.importorskip("transformers")  # a Llama base: verify builds it on the meta device
-MAKER = Path(__file__).resolve().parents[2] / "fixtures" / "make_quantized.py"
 QUANTIZED = [
     "awq",
     "bnb-fp4",
@@ -35,12 +33,8 @@ PLAIN = ["_bf16-576", "_bf16-768"]
 
 
 @pytest.fixture(scope="module")
-def bases(oracle_env: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = oracle_env("quant")
-    root = tmp_path_factory.mktemp("quantized")
-    r = subprocess.run([str(python), str(MAKER), str(root)], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    return root
+def bases(real_bases: tuple[Path, Path]) -> Path:
+    return real_bases[1]
 
 
 @pytest.fixture(scope="module")
