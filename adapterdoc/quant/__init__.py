@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-from adapterdoc.quant.detect import (
-    SCHEMES,
-    Geometry,
-    Quantization,
-    QuantizedModule,
-    detect,
-    detect_base,
-    detect_folder,
-    weight_files,
-)
+from adapterdoc.quant.detect import detect, detect_base, detect_folder, weight_files
+from adapterdoc.quant.schemes import SCHEMES, Geometry, Quantization, QuantizedModule
 
 __all__ = [
     "SCHEMES",

@@ -40,364 +40,28 @@ from adapterdoc.st.tensors import TensorSource
 if TYPE_CHECKING:
     from adapterdoc.bases import BaseSpec
 
-FP8_BLOCK = "fp8-block"
-"""Block-scaled FP8 as transformers' FineGrainedFP8 and the DeepSeek reference write it (``weight_scale_inv``)."""
-CT_FP8 = "ct-fp8"
-"""compressed-tensors ``float-quantized`` FP8 (block, channel or tensor scales in ``weight_scale``)."""
-CT_W4A16 = "ct-w4a16"
-"""compressed-tensors ``pack-quantized`` integer weights (4 bits as W4A16 writes them; the bits are in the geometry)."""
-CT_NVFP4 = "ct-nvfp4"
-"""compressed-tensors ``nvfp4-pack-quantized``."""
-GPTQ = "gptq"
-AWQ = "awq"
-BNB_NF4 = "bnb-nf4"
-BNB_FP4 = "bnb-fp4"
-BNB_INT8 = "bnb-int8"
-MXFP4 = "mxfp4"
-"""MXFP4 expert parameters (``_blocks`` / ``_scales``)."""
-NONE = "none"
-UNKNOWN = "unknown"
-MIXED = "mixed"
-"""Modules stored in more than one scheme (compressed-tensors ``mixed-precision``, or tensors without a config)."""
-SCHEMES = (
-    FP8_BLOCK,
-    CT_FP8,
-    CT_W4A16,
-    CT_NVFP4,
-    GPTQ,
+from adapterdoc.quant.config import ConfigView, Group, read_config
+from adapterdoc.quant.schemes import (
     AWQ,
-    BNB_NF4,
     BNB_FP4,
     BNB_INT8,
+    BNB_NF4,
+    CT_FP8,
+    CT_NVFP4,
+    CT_W4A16,
+    FLOAT_WEIGHT_DTYPES,
+    FP8_BLOCK,
+    FP8_DTYPES,
+    GPTQ,
+    MIXED,
     MXFP4,
     NONE,
+    SMALL_READ_LIMIT,
     UNKNOWN,
-    MIXED,
+    Geometry,
+    Quantization,
+    QuantizedModule,
 )
-
-FP8_DTYPES = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")
-FLOAT_WEIGHT_DTYPES = ("F16", "BF16", "F32", "F64")
-SMALL_READ_LIMIT = 1 << 16
-"""Largest ``weight_shape`` / ``quant_state`` tensor read (bytes); a larger one is described, not read."""
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """How the codes are grouped under their scales."""
-
-    bits: int | None = None
-    """Bits per weight code."""
-    group_size: int | None = None
-    """Weights per scale along the input dimension (GPTQ/AWQ/compressed-tensors groups, NVFP4 16, MXFP4 32,
-    bitsandbytes 4-bit blocks), when scales are grouped that way."""
-    block_size: tuple[int, int] | None = None
-    """(rows, columns) covered by one scale (block FP8)."""
-    strategy: str | None = None
-    """The scale layout: ``block``, ``channel``, ``group``, ``tensor_group`` or ``tensor``."""
-    symmetric: bool | None = None
-    desc_act: bool | None = None
-    """GPTQ activation order (``g_idx`` permutes the groups)."""
-    double_quant: bool | None = None
-    """bitsandbytes 4-bit: the absmax values are themselves quantized."""
-
-
-@dataclass(frozen=True)
-class QuantizedModule:
-    """One quantized linear module (or stacked expert parameter) and the tensors that hold it."""
-
-    path: str
-    """The module path, e.g. ``model.layers.0.self_attn.q_proj`` (for an expert parameter stored as ``X_blocks``,
-    the parameter path ``X``)."""
-    scheme: str
-    """The scheme its tensors show (one of :data:`SCHEMES`)."""
-    tensors: dict[str, str]
-    """Suffix → tensor name (``path + suffix``), e.g. ``{".weight": ..., ".weight_scale_inv": ...}``."""
-    dtype: str
-    """The dtype the codes are stored in (``F8_E4M3``, ``I32``, ``U8``, ``I8``)."""
-    shape: tuple[int, int] | None
-    """The logical ``(out_features, in_features)``, recovered from the packed shapes; None when it cannot be."""
-    experts: int | None = None
-    """The leading expert count of a stacked 3-D (or 4-D MXFP4) parameter."""
-    geometry: Geometry | None = None
-    """From the config (for compressed-tensors, the group whose targets match this module)."""
-
-
-@dataclass(frozen=True)
-class Quantization:
-    """A base model's quantization, as its config and headers describe it."""
-
-    scheme: str
-    """One of :data:`SCHEMES`: the config's scheme, or (without a config) the tensors'."""
-    method: str | None
-    """``quant_method`` as the config writes it; None without a ``quantization_config``."""
-    format: str | None
-    """compressed-tensors ``format``, GPTQ ``checkpoint_format``, AWQ ``version``, when given."""
-    geometry: Geometry | None
-    """The geometry every quantized module shares (None when none is known or groups differ)."""
-    modules: tuple[QuantizedModule, ...]
-    """The quantized modules, in name order."""
-    unquantized: tuple[str, ...]
-    """Module paths of floating-point ``.weight`` matrices stored unquantized (embeddings, ``lm_head``, ignored
-    layers), in name order."""
-    ignore: tuple[str, ...]
-    """The config's exclusion patterns as written (``ignore``, ``modules_to_not_convert``, ``llm_int8_skip_modules``)."""
-    notes: tuple[str, ...] = ()
-    """Inconsistencies and limits, one sentence each."""
-    config: dict[str, object] | None = field(default=None, repr=False)
-    """The raw ``quantization_config``."""
-
-    @property
-    def quantized(self) -> bool:
-        return self.scheme != NONE
-
-    def module(self, path: str) -> QuantizedModule | None:
-        """The quantized module at ``path``, or None."""
-        return next((m for m in self.modules if m.path == path), None)
-
-
-# ------------------------------------------------------------------------------------------------- the config
-
-
-@dataclass(frozen=True)
-class _Group:
-    """One compressed-tensors config group (or the whole config for other methods)."""
-
-    scheme: str
-    geometry: Geometry
-    targets: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class _ConfigView:
-    """What the ``quantization_config`` says."""
-
-    scheme: str
-    method: str | None
-    format: str | None
-    groups: tuple[_Group, ...]
-    ignore: tuple[str, ...]
-    ct_matching: bool
-    """compressed-tensors matching (``re:`` regexes, exact names) instead of transformers' module patterns."""
-    notes: tuple[str, ...] = ()
-
-
-_NO_CONFIG = _ConfigView(NONE, None, None, (), (), False)
-
-
-def _read_config(qc: Mapping[str, object] | None) -> _ConfigView:
-    if qc is None:
-        return _NO_CONFIG
-    method = _str(qc, "quant_method")
-    if method is None and ("load_in_4bit" in qc or "load_in_8bit" in qc):
-        method = "bitsandbytes"
-    reader = _CONFIG_READERS.get(method or "")
-    if reader is None:
-        why = (
-            "has no `quant_method`"
-            if method is None
-            else f"`quant_method` {method!r} is not one adapterdoc reads"
-        )
-        return _ConfigView(UNKNOWN, method, None, (), _ignore(qc), False, (f"quantization_config {why}",))
-    return reader(qc, method or "")
-
-
-def _fp8_config(qc: Mapping[str, object], method: str) -> _ConfigView:
-    block = _int_pair(qc, "weight_block_size")
-    notes = () if block else ("the fp8 config has no `weight_block_size`: one scale per tensor",)
-    geo = Geometry(bits=8, block_size=block, strategy="block" if block else "tensor", symmetric=True)
-    return _ConfigView(
-        FP8_BLOCK, method, _str(qc, "fmt"), (_Group(FP8_BLOCK, geo),), _ignore(qc), False, notes
-    )
-
-
-def _gptq_config(qc: Mapping[str, object], method: str) -> _ConfigView:
-    group = _int(qc, "group_size")
-    geo = Geometry(
-        bits=_int(qc, "bits"),
-        group_size=group if group is not None and group > 0 else None,
-        strategy="channel" if group == -1 else "group",
-        symmetric=_bool(qc, "sym"),
-        desc_act=_bool(qc, "desc_act"),
-    )
-    fmt = _str(qc, "checkpoint_format") or _str(qc, "format")
-    return _ConfigView(GPTQ, method, fmt, (_Group(GPTQ, geo),), _ignore(qc), False)
-
-
-def _awq_config(qc: Mapping[str, object], method: str) -> _ConfigView:
-    bits = _int(qc, "bits") if "bits" in qc else _int(qc, "w_bit")
-    group = _int(qc, "group_size") if "group_size" in qc else _int(qc, "q_group_size")
-    zero_point = _bool(qc, "zero_point")
-    geo = Geometry(
-        bits=bits,
-        group_size=group if group is not None and group > 0 else None,
-        strategy="channel" if group == -1 else "group",
-        symmetric=None if zero_point is None else not zero_point,
-    )
-    fmt = _str(qc, "version") or _str(qc, "format")
-    notes = () if fmt in (None, "gemm") else (f"AWQ version {fmt!r}: only the GEMM layout's shapes are read",)
-    return _ConfigView(AWQ, method, fmt, (_Group(AWQ, geo),), _ignore(qc), False, notes)
-
-
-def _bnb_config(qc: Mapping[str, object], method: str) -> _ConfigView:
-    four = _bool(qc, "load_in_4bit") or _bool(qc, "_load_in_4bit")
-    eight = _bool(qc, "load_in_8bit") or _bool(qc, "_load_in_8bit")
-    if four and eight:
-        raise ConfigError(None, "quantization_config sets both `load_in_4bit` and `load_in_8bit`")
-    if eight:  # an int8 config also carries the 4-bit defaults (`bnb_4bit_quant_type: fp4`): not read
-        geo = Geometry(bits=8, strategy="channel", symmetric=True)
-        return _ConfigView(BNB_INT8, method, None, (_Group(BNB_INT8, geo),), _ignore(qc), False)
-    if not four:
-        note = "the bitsandbytes config sets neither `load_in_4bit` nor `load_in_8bit`"
-        return _ConfigView(UNKNOWN, method, None, (), _ignore(qc), False, (note,))
-    kind = _str(qc, "bnb_4bit_quant_type") or "fp4"  # bitsandbytes' default
-    scheme = {"nf4": BNB_NF4, "fp4": BNB_FP4}.get(kind)
-    if scheme is None:
-        raise ConfigError(None, f"quantization_config `bnb_4bit_quant_type` is {kind!r}, not nf4 or fp4")
-    geo = Geometry(bits=4, strategy="block", double_quant=bool(_bool(qc, "bnb_4bit_use_double_quant")))
-    return _ConfigView(scheme, method, None, (_Group(scheme, geo),), _ignore(qc), False)
-
-
-def _mxfp4_config(qc: Mapping[str, object], method: str) -> _ConfigView:
-    geo = Geometry(bits=4, group_size=32, strategy="group", symmetric=True)
-    return _ConfigView(MXFP4, method, None, (_Group(MXFP4, geo),), _ignore(qc), False)
-
-
-_CT_FORMATS = {
-    "float-quantized": CT_FP8,
-    "naive-quantized": CT_FP8,
-    "pack-quantized": CT_W4A16,
-    "nvfp4-pack-quantized": CT_NVFP4,
-}
-"""compressed-tensors formats adapterdoc reads → scheme (``naive-quantized`` only for 8-bit float weights)."""
-
-
-def _ct_config(qc: Mapping[str, object], method: str) -> _ConfigView:
-    top = _str(qc, "format")
-    raw_groups = qc.get("config_groups")
-    if raw_groups is None:
-        raw_groups = {}
-    if not isinstance(raw_groups, dict):
-        raise ConfigError(None, "quantization_config `config_groups` must be an object")
-    groups: list[_Group] = []
-    notes: list[str] = []
-    for name, raw in raw_groups.items():
-        if not isinstance(raw, dict):
-            raise ConfigError(None, f"quantization_config config group {name!r} must be an object")
-        group, note = _ct_group(name, raw, top)
-        groups.append(group)
-        if note:
-            notes.append(note)
-    if not groups:
-        notes.append("the compressed-tensors config has no `config_groups`")
-    schemes = {g.scheme for g in groups}
-    scheme = UNKNOWN if not schemes else schemes.pop() if len(schemes) == 1 else MIXED
-    return _ConfigView(scheme, method, top, tuple(groups), _ignore(qc), True, tuple(notes))
-
-
-def _ct_group(name: str, raw: Mapping[str, object], top: str | None) -> tuple[_Group, str | None]:
-    fmt = _str(raw, "format") or top
-    weights = raw.get("weights")
-    if weights is None:
-        return _Group(UNKNOWN, Geometry(), _targets(raw)), f"config group {name!r} quantizes no weights"
-    if not isinstance(weights, dict):
-        raise ConfigError(None, f"quantization_config config group {name!r}: `weights` must be an object")
-    bits = _int(weights, "num_bits")
-    kind = _str(weights, "type")
-    geo = Geometry(
-        bits=bits,
-        group_size=_int(weights, "group_size"),
-        block_size=_block_structure(weights),
-        strategy=_str(weights, "strategy"),
-        symmetric=_bool(weights, "symmetric"),
-    )
-    scheme = _CT_FORMATS.get(fmt or "", UNKNOWN)
-    if scheme == CT_FP8 and (kind not in (None, "float") or bits not in (None, 8)):
-        scheme = UNKNOWN
-    note = None
-    if scheme == UNKNOWN:
-        note = f"config group {name!r}: compressed-tensors format {fmt!r} ({kind} {bits}-bit) is not one adapterdoc reads"
-    return _Group(scheme, geo, _targets(raw)), note
-
-
-_CONFIG_READERS = {
-    "fp8": _fp8_config,
-    "compressed-tensors": _ct_config,
-    "gptq": _gptq_config,
-    "awq": _awq_config,
-    "bitsandbytes": _bnb_config,
-    "mxfp4": _mxfp4_config,
-}
-"""``quant_method`` → its reader."""
-
-
-def _targets(raw: Mapping[str, object]) -> tuple[str, ...]:
-    return _str_list(raw, "targets")
-
-
-def _ignore(qc: Mapping[str, object]) -> tuple[str, ...]:
-    out: list[str] = []
-    for key in ("ignore", "modules_to_not_convert", "llm_int8_skip_modules"):
-        out.extend(_str_list(qc, key))
-    return tuple(out)
-
-
-def _block_structure(weights: Mapping[str, object]) -> tuple[int, int] | None:
-    raw = weights.get("block_structure")
-    if isinstance(raw, str):  # older compressed-tensors spelled it "128x128"
-        m = re.fullmatch(r"(\d+)x(\d+)", raw)
-        if m is None:
-            raise ConfigError(None, f"quantization_config `block_structure` {raw!r} is not ROWSxCOLS")
-        return int(m[1]), int(m[2])
-    return _int_pair(weights, "block_structure")
-
-
-# the typed reads of config values: absent or null is None, a wrong type is a ConfigError naming the key
-
-
-def _str(d: Mapping[str, object], key: str) -> str | None:
-    v = d.get(key)
-    if v is None or isinstance(v, str):
-        return v
-    raise ConfigError(None, f"quantization_config `{key}` must be a string, not {type(v).__name__}")
-
-
-def _int(d: Mapping[str, object], key: str) -> int | None:
-    v = d.get(key)
-    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
-        return v
-    raise ConfigError(None, f"quantization_config `{key}` must be an integer, not {type(v).__name__}")
-
-
-def _bool(d: Mapping[str, object], key: str) -> bool | None:
-    v = d.get(key)
-    if v is None or isinstance(v, bool):
-        return v
-    raise ConfigError(None, f"quantization_config `{key}` must be true or false, not {type(v).__name__}")
-
-
-def _int_pair(d: Mapping[str, object], key: str) -> tuple[int, int] | None:
-    v = d.get(key)
-    if v is None:
-        return None
-    if (
-        isinstance(v, list)
-        and len(v) == 2
-        and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)
-    ):
-        return int(v[0]), int(v[1])
-    raise ConfigError(None, f"quantization_config `{key}` must be two positive integers, not {v!r}")
-
-
-def _str_list(d: Mapping[str, object], key: str) -> tuple[str, ...]:
-    v = d.get(key)
-    if v is None:
-        return ()
-    if isinstance(v, str):
-        return (v,)
-    if isinstance(v, list) and all(isinstance(x, str) for x in v):
-        return tuple(str(x) for x in v)
-    raise ConfigError(None, f"quantization_config `{key}` must be a list of strings")
-
 
 # ------------------------------------------------------------------------------------------------ the tensors
 
@@ -746,7 +410,7 @@ def _check_packing(m: QuantizedModule, t: _Tensors, notes: _Notes, bits: int) ->
         notes.per_module(f"{bits}-bit codes packed as {list(packed)} (expected {list(want)})", m.path)
 
 
-def _group_for(path: str, scheme: str, view: _ConfigView) -> _Group | None:
+def _group_for(path: str, scheme: str, view: ConfigView) -> Group | None:
     """The config group a module belongs to: the one whose ``re:`` or exact-name target matches it, else the one
     group of its scheme (a class-name target such as ``Linear`` cannot be checked without the model)."""
     if len(view.groups) == 1:
@@ -778,7 +442,7 @@ def _transformers_match(path: str, pattern: str) -> bool:
         return path == pattern or path.startswith(pattern + ".")
 
 
-def _excluded(path: str, view: _ConfigView) -> bool:
+def _excluded(path: str, view: ConfigView) -> bool:
     match = _ct_match if view.ct_matching else _transformers_match
     return any(match(path, p) for p in view.ignore)
 
@@ -803,7 +467,7 @@ def _unquantized(t: _Tensors, quantized: set[str]) -> list[str]:
 
 
 def _consistency(
-    view: _ConfigView,
+    view: ConfigView,
     modules: list[QuantizedModule],
     unquantized: list[str],
     notes: _Notes,
@@ -842,7 +506,7 @@ def detect(config: Mapping[str, object] | None, headers: Iterable[Header]) -> Qu
     """The quantization of a base whose ``config.json`` is ``config`` (None when there is none) and whose weights'
     headers are ``headers`` (every shard; none when only the config is known)."""
     qc = _quantization_config(config)
-    view = _read_config(qc)
+    view = read_config(qc)
     headers = list(headers)
     infos: dict[str, TensorInfo] = {}
     files: dict[str, Header] = {}
@@ -937,7 +601,7 @@ def _quantization_config(config: Mapping[str, object] | None) -> Mapping[str, ob
     return qc
 
 
-def _module_geometry(m: QuantizedModule, t: _Tensors, view: _ConfigView) -> Geometry | None:
+def _module_geometry(m: QuantizedModule, t: _Tensors, view: ConfigView) -> Geometry | None:
     group = _group_for(m.path, m.scheme, view)
     if group is None:
         return None
@@ -953,7 +617,7 @@ def _module_geometry(m: QuantizedModule, t: _Tensors, view: _ConfigView) -> Geom
     return geo
 
 
-def _overall_scheme(view: _ConfigView, modules: list[QuantizedModule]) -> str:
+def _overall_scheme(view: ConfigView, modules: list[QuantizedModule]) -> str:
     if view.method is not None:
         return view.scheme
     schemes = {m.scheme for m in modules}
@@ -962,7 +626,7 @@ def _overall_scheme(view: _ConfigView, modules: list[QuantizedModule]) -> str:
     return schemes.pop() if len(schemes) == 1 else MIXED
 
 
-def _shared_geometry(modules: list[QuantizedModule], view: _ConfigView) -> Geometry | None:
+def _shared_geometry(modules: list[QuantizedModule], view: ConfigView) -> Geometry | None:
     geos = {m.geometry for m in modules if m.geometry is not None}
     if not modules:
         geos = {g.geometry for g in view.groups}

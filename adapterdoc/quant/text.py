@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from adapterdoc.quant.detect import UNKNOWN, Geometry, Quantization
+from adapterdoc.quant.schemes import UNKNOWN, Geometry, Quantization
 
 
 def geometry_text(g: Geometry | None) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from adapterdoc.errors import ConfigError, HeaderError
 from adapterdoc.quant import Geometry, detect, detect_base, detect_folder, weight_files
-from adapterdoc.quant.detect import (
+from adapterdoc.quant.schemes import (
     AWQ,
     BNB_FP4,
     BNB_INT8,
