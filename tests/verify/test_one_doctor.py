@@ -465,3 +465,59 @@ def test_a_stranger_s_broken_inputs_get_their_own_reason(
         assert r.exit_code == 1, (args, r.output)
         codes |= {f["code"] for f in json.loads(r.stdout)["findings"] if f["severity"] == "error"}
     assert codes == {"AD854"}
+
+
+def _fp8_base(plain: Path, out: Path) -> Path:
+    """``plain`` stored as block FP8 the way transformers' FineGrainedFP8 writes it: every decoder projection's
+    weight as F8_E4M3 with its ``weight_scale_inv`` per 128×128 block (``amax / 448``), the rest as it was, and
+    ``quantization_config`` in config.json."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir()
+    tensors = load_file(plain / "model.safetensors")
+    stored: dict[str, Any] = {}
+    for name, t in tensors.items():
+        if ".layers." in name and name.endswith("_proj.weight"):
+            rows, cols = (math.ceil(n / 128) for n in t.shape)
+            scale = torch.empty(rows, cols)
+            q = torch.empty(t.shape, dtype=torch.float8_e4m3fn)
+            for i in range(rows):
+                for j in range(cols):
+                    block = t[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128].float()
+                    s = block.abs().max().clamp(min=1e-12) / 448
+                    scale[i, j] = s
+                    q[i * 128 : (i + 1) * 128, j * 128 : (j + 1) * 128] = (block / s).to(torch.float8_e4m3fn)
+            stored[name], stored[name + "_scale_inv"] = q, scale
+        else:
+            stored[name] = t
+    save_file(stored, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((plain / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+        "activation_scheme": "dynamic",
+    }
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.mark.parametrize("case", ["good", "zero", "nan", "shape", "extra"])
+def test_every_format_on_a_quantized_base_gets_the_verdict_of_its_plain_base(
+    cli: Any, cases: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, case: str
+) -> None:
+    """The same base stored as block FP8: every format gets the verdict it gets on the plain base (exit code,
+    error and warning codes, missing/unexpected/shape lists, lora_B counts); the quantization only adds its info
+    finding (AD280)."""
+    quantized = cases.get("fp8-base")
+    if quantized is None:
+        quantized = cases["fp8-base"] = _fp8_base(cases["base"], tmp_path_factory.mktemp("fp8") / "base")
+    src, own_base = cases[case]
+    for fmt in FORMATS:
+        adapter = _convert(cli, src, fmt, own_base)
+        plain_rc, plain_codes, plain_rep = _verdict(cli, adapter, cases["base"])
+        rc, codes, rep = _verdict(cli, adapter, quantized)
+        assert (rc, codes) == (plain_rc, plain_codes), fmt
+        for field in ("lora_b", "missing", "unexpected", "shape_mismatch"):
+            assert rep[field] == plain_rep[field], (fmt, field)
+        assert "AD280" in {f["code"] for f in rep["findings"]}, fmt
