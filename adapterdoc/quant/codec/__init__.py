@@ -1,0 +1,78 @@
+"""Decode and encode the weights of a quantized base, bit for bit as each format's own library does (torch).
+
+One module per family of formats: :mod:`~adapterdoc.quant.codec.fp8` (block FP8 as transformers and DeepSeek write
+it, compressed-tensors FP8), :mod:`~adapterdoc.quant.codec.packed_int` (compressed-tensors W4A16, GPTQ, AWQ),
+:mod:`~adapterdoc.quant.codec.bnb` (bitsandbytes NF4/FP4/int8), :mod:`~adapterdoc.quant.codec.fp4` (compressed-tensors
+NVFP4, MXFP4). Each exports ``decode(module, tensors) -> Decoded`` and ``encode(module, weight, tensors) -> dict``
+(raising :class:`NotWritable` where adapterdoc cannot quantize as the library does).
+
+``tensors`` maps each of the module's suffixes (:attr:`QuantizedModule.tensors`, e.g. ``.weight`` and
+``.weight_scale_inv``) to the tensor as stored in the file (its on-disk dtype and shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from adapterdoc.quant import schemes
+
+if TYPE_CHECKING:
+    import torch
+
+    from adapterdoc.quant.schemes import QuantizedModule
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A quantized weight decoded."""
+
+    values: torch.Tensor
+    """float32, the logical weight as an unquantized checkpoint stores it (``(out, in)``; a stacked expert
+    parameter as its bf16 checkpoint stores it), equal bit for bit to the library's dequantization computed in
+    float32."""
+    codes: torch.Tensor
+    """One integer code per weight (unpacked), the same shape as ``values``."""
+    step: torch.Tensor
+    """float32, the local quantization step at each weight: the gap between the two representable values around
+    it under its own scales (for a non-uniform grid, the mean of the gaps below and above). Same shape."""
+
+
+class NotWritable(Exception):
+    """adapterdoc cannot quantize this module as its library would; the message says why, in one sentence."""
+
+
+def decode(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> Decoded:
+    """``module``'s weight decoded from its stored ``tensors`` (suffix → tensor)."""
+    return _codec(module.scheme).decode(module, tensors)
+
+
+def encode(
+    module: QuantizedModule, weight: torch.Tensor, tensors: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """``weight`` (float32, the logical shape :func:`decode` returns) quantized in ``module``'s format and geometry as
+    its library quantizes a weight (its rounding, its rule for fresh scales), one tensor per suffix of
+    ``module.tensors`` (same dtypes and shapes as ``tensors``, the stored originals, which give what is kept:
+    ``g_idx``, ``weight_shape``, a quant_state's JSON). Raises :class:`NotWritable`."""
+    return _codec(module.scheme).encode(module, weight, tensors)
+
+
+def _codec(scheme: str):  # type: ignore[no-untyped-def]
+    if scheme in (schemes.FP8_BLOCK, schemes.CT_FP8):
+        from adapterdoc.quant.codec import fp8
+
+        return fp8
+    if scheme in (schemes.CT_W4A16, schemes.GPTQ, schemes.AWQ):
+        from adapterdoc.quant.codec import packed_int
+
+        return packed_int
+    if scheme in (schemes.BNB_NF4, schemes.BNB_FP4, schemes.BNB_INT8):
+        from adapterdoc.quant.codec import bnb
+
+        return bnb
+    if scheme in (schemes.CT_NVFP4, schemes.MXFP4):
+        from adapterdoc.quant.codec import fp4
+
+        return fp4
+    raise NotWritable(f"adapterdoc cannot decode {scheme} weights")
