@@ -114,15 +114,48 @@ CODES = [
     ),
     Code(
         "AD520",
-        "merge-into-quantized-base",
+        "quantized-base-not-decodable",
         "error",
-        "The base checkpoint is quantized (FP8, int4, NF4, NVFP4, MXFP4 ...): its weights are codes under scales, "
-        "and adapterdoc does not merge into quantized bases yet.",
-        "Merging W + BA and quantizing again can erase the delta: a delta smaller than one quantization step "
-        "rounds back to the same codes (on NF4, 0.000 of the codes change and 1.7% of the delta survives), and "
-        "the tool still says done.",
-        "an adapter on a compressed-tensors W4A16 base (q_proj.weight_packed, weight_scale)",
-        "Serve the adapter unmerged (vLLM applies LoRA beside the quantized kernel, exactly), or merge into the "
-        "unquantized base and quantize the merged model afterwards.",
+        "The base checkpoint is quantized in a method or layout adapterdoc cannot decode exactly (a quant_method it "
+        "does not read, or a module whose logical shape its tensors do not give).",
+        "A merge needs every weight the adapter changes decoded exactly as the format's library does; a guess "
+        "would write a model that differs from the base everywhere.",
+        "an adapter on a base with quant_method 'hqq'",
+        "Merge into the unquantized base, or serve the adapter unmerged beside the quantized base (vLLM applies "
+        "LoRA beside the quantized kernel, exactly).",
+    ),
+    Code(
+        "AD521",
+        "merged-into-quantized-base",
+        "info",
+        "The base is quantized: every weight the adapter changes was decoded exactly (bit for bit as the format's "
+        "library decodes it) and merged in float32; the output is a bf16/f16 checkpoint without "
+        "quantization_config, or with --requantize the same format.",
+        "A merged bf16 model is larger than the quantized base and loads without the quantization library; a "
+        "requantized one can lose the update (see AD522).",
+        "an adapter on a block-FP8 base (weight + weight_scale_inv) merged to bf16",
+        "Check `adapterdoc merge --dry-run` to see whether the update survives requantization.",
+    ),
+    Code(
+        "AD522",
+        "update-lost-on-requantize",
+        "error",
+        "Quantizing the merged weight again keeps too little of the adapter's update: fewer than 90% (or more than "
+        "110%) of ⟨Δ, Δ⟩ is kept, or the stored update points elsewhere (cosine below 0.9).",
+        "A delta smaller than one quantization step rounds back to the same codes: on NF4 0.000 of the codes change "
+        "and 1.7% of the update survives, and the merged model behaves like the base while every tool says done.",
+        "q_proj on an NF4 base: 0.000 of the codes change and 1.7% of the update is kept (cosine 0.04)",
+        "Keep the merged model in bf16 (merge without --requantize), serve the adapter unmerged (exact on engines "
+        "that keep LoRA beside the quantized kernel: vLLM, SGLang), or quantize to a finer format.",
+    ),
+    Code(
+        "AD523",
+        "cannot-requantize",
+        "error",
+        "adapterdoc cannot encode this format as its library does (its scales come from calibration data, or the "
+        "library's rounding cannot be reproduced here).",
+        "A requantized file that its library would not write is a new format under an old name.",
+        "--requantize on an MXFP4 base",
+        "Merge to bf16 (without --requantize) and quantize with the format's own tool, or serve unmerged.",
     ),
 ]

@@ -335,7 +335,7 @@ def _lora_rows(e: Edit, tensors: AdapterTensors, r0: int, r1: int, scratch: Scra
     return d
 
 
-def _check_finite(name: str, merged: torch.Tensor) -> None:
+def check_finite(name: str, merged: torch.Tensor) -> None:
     """Raise :class:`NotFinite` when ``merged`` (float32) holds inf or nan: one reduction instead of an elementwise
     isfinite pass (inf/nan always reach the sum; a sum that overflowed is then checked element by element).
     Probed: the float32 sum is as fast as the bfloat16 output's and three times faster than its float32-accumulated
@@ -390,7 +390,7 @@ def blocks(
             if o.edits:
                 assert piece is not None  # every edited tensor is a piece of a parameter
                 w = apply_edits(w.float(), o.edits, piece, tensors, (r0, r1) if blocked else None)
-                _check_finite(o.name, w)
+                check_finite(o.name, w)
             w = w.to(out_dtype).contiguous()
             yield w.reshape(-1).view(torch.uint8).numpy().data
             continue
@@ -409,5 +409,5 @@ def blocks(
         if n:
             out.copy_(merged)
         if o.edits:
-            _check_finite(o.name, merged)
+            check_finite(o.name, merged)
         yield memoryview(slot)[: n * out_bits // 8]

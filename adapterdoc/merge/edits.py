@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from adapterdoc.merge.fuse_experts import ExpertConversion
     from adapterdoc.ml.inject import LoraTarget
     from adapterdoc.ml.names import Piece
+    from adapterdoc.quant.schemes import Quantization, QuantizedModule
 
 HEADERS, META_MODEL = "headers", "meta-model"
 """The two planners (:mod:`~adapterdoc.merge.header_plan`, :mod:`~adapterdoc.merge.plan`), as ``merge --json``
@@ -49,6 +50,10 @@ class Output:
     """The base tensor it starts from (``None`` for a tensor the merge adds, e.g. an untied head)."""
     source_file: str | None
     edits: list[Edit] = field(default_factory=list)
+    quantized: QuantizedModule | None = None
+    """The quantized module this tensor is computed from (``source`` is then its code tensor): the module
+    decoded when the output is its float weight, or re-encoded (``--requantize``) when the output is one of its
+    stored tensors and the adapter changes it."""
 
     @property
     def nbytes(self) -> int:
@@ -81,3 +86,7 @@ class Plan:
     """Which planner made the plan: :data:`HEADERS` or :data:`META_MODEL`."""
     fallback: str | None = None
     """Why the header plan could not vouch for this merge (the meta-model plan ran), if it was tried."""
+    quantization: Quantization | None = None
+    """The base's quantization, when it is stored quantized (the plan was made on its decoded view)."""
+    requantize: bool = False
+    """Whether the merged weights of quantized modules are encoded again in the base's format."""

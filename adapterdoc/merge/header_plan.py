@@ -53,10 +53,13 @@ class Unvouched(Exception):
     """The header plan cannot vouch for this merge; the message says why (the meta-model plan runs instead)."""
 
 
-def header_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
-    """The merge plan from headers and config files alone; :class:`Unvouched` where the registry cannot say."""
+def header_plan(
+    adapter: Checkpoint, base: Checkpoint, dtype: str, *, config: Mapping[str, object] | None = None
+) -> Plan:
+    """The merge plan from headers and config files alone; :class:`Unvouched` where the registry cannot say.
+    ``config``: the config to plan with instead of the base's ``config.json`` (a quantized base's decoded view)."""
     assert adapter.adapter_config is not None
-    tree = _tree(base)
+    tree = _tree(base, config)
     raw = adapter.adapter_config.raw
     selected = _selected(tree, raw)
     groups = _groups(adapter)
@@ -78,13 +81,15 @@ def header_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
     )
 
 
-def _tree(base: Checkpoint) -> Tree:
+def _tree(base: Checkpoint, config: Mapping[str, object] | None) -> Tree:
     """The base's module tree, if the base's on-disk names are its in-memory names as they load: the registry's
     for a registry family, else the one read off the base's own headers (:mod:`adapterdoc.merge.header_tree`)."""
     path = os.path.join(base.root, "config.json")
+    raw: object = config
     try:
-        with open(path, "rb") as f:
-            raw = json.loads(f.read().decode("utf-8"))
+        if raw is None:
+            with open(path, "rb") as f:
+                raw = json.loads(f.read().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise Unvouched(f"config.json cannot be read: {e}") from None
     if not isinstance(raw, dict) or "auto_map" in raw:

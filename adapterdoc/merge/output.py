@@ -13,10 +13,11 @@ import threading
 from collections.abc import Callable
 
 from adapterdoc.merge.background_writer import Writer
+from adapterdoc.merge.decoded import Reencoder, decoded_bytes
 from adapterdoc.merge.delta import AdapterTensors, Scratch, blocks
 from adapterdoc.merge.edits import Output, Plan
 from adapterdoc.st.atomic import TEMP_PREFIX, atomic_folder, fsync, slow_point, write_marker
-from adapterdoc.st.dtypes import CONFIG_DTYPES
+from adapterdoc.st.dtypes import CAST_DTYPES, CONFIG_DTYPES
 from adapterdoc.st.header import TensorInfo, serialize_header
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx")
@@ -82,6 +83,7 @@ def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tup
                 for key in e.keys.values():
                     uses[key] = uses.get(key, 0) + 1
     tensors = AdapterTensors(plan.adapter, uses, experts=plan.experts)
+    reencoder = Reencoder(plan, tensors) if plan.requantize else None
     total = sum(sum(o.nbytes for o in outs) for _, _, outs in plan.shards)
     done = 0
     n_tensors = n_merged = 0
@@ -100,7 +102,14 @@ def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tup
                 for o in outs:
                     assert o.source is not None
                     start = header.data_start + o.source.begin
-                    if not o.edits and o.dtype == o.source.dtype:
+                    if o.quantized is not None:  # a module of a quantized base: decoded, or encoded again
+                        data = reencoder.tensor_bytes(o) if reencoder else decoded_bytes(plan, o, tensors)
+                        writer.put(f, data)
+                        n_merged += 1 if o.edits else 0
+                        tensors.done_with(o.edits)
+                    elif o.source_file != header.path:  # a module's tensor kept from another shard
+                        writer.put(f, _read_bytes(plan, o))
+                    elif not o.edits and o.dtype == o.source.dtype:
                         writer.copy(f, src, start, o.source.nbytes)  # in the kernel, no buffers here
                     else:
                         for block in blocks(o, src, start, plan, tensors, scratch):
@@ -125,6 +134,15 @@ def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tup
     return n_tensors, n_merged, written_bytes
 
 
+def _read_bytes(plan: Plan, o: Output) -> bytes:
+    """The stored bytes of ``o``'s source tensor, from the shard that holds it."""
+    assert o.source is not None and o.source_file is not None
+    header = next(h for h in plan.base.headers if h.path == o.source_file)
+    with open(header.path, "rb") as f:
+        f.seek(header.data_start + o.source.begin)
+        return f.read(o.source.nbytes)
+
+
 def _flush_early(path: str) -> threading.Thread:
     """Start writing a finished shard back to disk on a helper thread while the next one is computed. Only a head
     start: the output folder's own fsync before its rename (:func:`adapterdoc.st.atomic.fsync_tree`) is the
@@ -145,6 +163,8 @@ def _write_index(plan: Plan, folder: str, weight_map: dict[str, str], total: int
     new_map = dict(data["weight_map"])
     for name in plan.added:
         new_map[name] = weight_map[name]
+    if plan.quantization is not None and not plan.requantize:  # decoded weights replace the stored tensors
+        new_map = dict(weight_map)
     out = {**data, "metadata": meta, "weight_map": new_map}
     with open(os.path.join(folder, os.path.basename(base.index_path)), "w", encoding="utf-8") as f:
         json.dump(out, f, indent=2)
@@ -161,15 +181,27 @@ def _copy_side_files(plan: Plan, folder: str, dtype: str) -> None:
         if name.endswith(_WEIGHT_SUFFIXES) or name.endswith(".index.json") or name.startswith(TEMP_PREFIX):
             continue
         dst = os.path.join(folder, name)
-        if name == "config.json" and (dtype != "auto" or plan.untie):
+        decoded = plan.quantization is not None and not plan.requantize
+        if name == "config.json" and (dtype != "auto" or plan.untie or decoded):
             with open(src, "rb") as f:
                 cfg = json.loads(f.read().decode("utf-8"))
-            _edit_config(cfg, CONFIG_DTYPES.get(dtype), plan.untie)
+            _edit_config(
+                cfg, CONFIG_DTYPES.get(dtype) or (_decoded_dtype(plan) if decoded else None), plan.untie
+            )
+            if decoded and isinstance(cfg, dict):
+                cfg.pop("quantization_config", None)
             with open(dst, "w", encoding="utf-8") as f:
                 json.dump(cfg, f, indent=2, sort_keys=True)
                 f.write("\n")
         else:
             shutil.copyfile(src, dst)
+
+
+def _decoded_dtype(plan: Plan) -> str | None:
+    """The config spelling of the dtype the decoded weights were written in."""
+    dtypes = {o.dtype for _, _, outs in plan.shards for o in outs if o.quantized is not None}
+    names = {v: k for k, v in CAST_DTYPES.items()}
+    return CONFIG_DTYPES.get(names.get(dtypes.pop(), "")) if len(dtypes) == 1 else None
 
 
 def _edit_config(cfg: object, dtype: str | None, untie: bool) -> None:

@@ -11,9 +11,19 @@ from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.merge.delta import NotFinite
 from adapterdoc.merge.edits import Plan
 from adapterdoc.merge.header_plan import Unvouched, header_plan
-from adapterdoc.merge.output import Progress, write
+from adapterdoc.merge.output import COMPUTE_THREADS, Progress, write
 from adapterdoc.merge.plan import make_plan
-from adapterdoc.merge.quantized import quantized_base_finding, refused_plan
+from adapterdoc.merge.quantized import (
+    decoded_dtype,
+    decoded_finding,
+    decoded_view,
+    read_quantization,
+    refused_plan,
+    stored_plan,
+    undecodable_finding,
+)
+from adapterdoc.merge.survival import Survival, survival, survival_findings
+from adapterdoc.quant.text import scheme_text
 from adapterdoc.report.findings import has_errors, make
 from adapterdoc.report.merge_report import MergeReport
 from adapterdoc.st.atomic import check_output_folder
@@ -24,13 +34,19 @@ from adapterdoc.st.paths import inside
 def merge(
     adapter: str | os.PathLike[str],
     base: str | os.PathLike[str],
-    out: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None,
     *,
     dtype: str = "auto",
     force: bool = False,
     progress: Progress | None = None,
+    dry_run: bool = False,
+    requantize: bool = False,
 ) -> MergeReport:
     """Merge ``adapter`` into the checkpoint folder ``base`` and write the result to the folder ``out``.
+
+    A quantized base is decoded exactly and written as ``dtype`` (bf16 by default), or with ``requantize`` in its
+    own format, refused where the update would not survive. ``dry_run`` plans (and, on a quantized base, measures
+    what survives requantization) and writes nothing; ``out`` may then be None.
 
     Raises :class:`~adapterdoc.errors.AdapterdocError` for unusable inputs or a refused ``out``; returns a report
     whose ``findings`` hold any error that stopped the merge (then nothing is written and ``out`` is ``None``).
@@ -40,24 +56,30 @@ def merge(
         raise UnsupportedInputError(
             None, f"--dtype must be auto or one of {', '.join(CAST_DTYPES)}, got {dtype!r}"
         )
-    aspec, bspec, ospec = (os.path.expanduser(os.fspath(p)) for p in (adapter, base, out))
+    if out is None and not dry_run:
+        raise UnsupportedInputError(None, "--out is needed unless --dry-run")
+    aspec, bspec = (os.path.expanduser(os.fspath(p)) for p in (adapter, base))
     adapter_ckpt = _open_adapter(aspec)
     base_ckpt = _open_base(bspec)
-    out_path = _check_out(ospec, base_ckpt, adapter_ckpt, force=force)
-    plan = choose_plan(adapter_ckpt, base_ckpt, dtype)
+    out_path = None
+    if out is not None and not dry_run:
+        out_path = _check_out(os.path.expanduser(os.fspath(out)), base_ckpt, adapter_ckpt, force=force)
+    plan = choose_plan(adapter_ckpt, base_ckpt, dtype, requantize=requantize)
     findings = list(plan.findings)
+    rows: list[Survival] = []
     written: tuple[int, int, int] | None = None
-    if not has_errors(findings):
-        try:
+    try:
+        if plan.quantization is not None and (dry_run or requantize) and not has_errors(findings):
+            rows = measure_survival(plan)
+            findings.extend(survival_findings(rows, requantize=requantize))
+        if out_path is not None and not has_errors(findings):
             written = write(plan, out_path, dtype, force=force, progress=progress)
-        except NotFinite as e:
-            findings.append(
-                make(
-                    "AD506",
-                    f"merging gives non-finite values in `{e.tensor}`; nothing was written",
-                    key=e.tensor,
-                )
+    except NotFinite as e:
+        findings.append(
+            make(
+                "AD506", f"merging gives non-finite values in `{e.tensor}`; nothing was written", key=e.tensor
             )
+        )
     tensors, merged_tensors, bytes_written = written or (0, 0, 0)
     return MergeReport(
         adapter=aspec,
@@ -74,17 +96,44 @@ def merge(
         seconds=time.perf_counter() - started,
         plan=plan.planner,
         plan_fallback=plan.fallback,
+        quantization=scheme_text(plan.quantization) if plan.quantization is not None else None,
+        requantize=requantize,
+        dry_run=dry_run,
+        survival=[r.to_dict() for r in rows],
     )
 
 
-def choose_plan(adapter: Checkpoint, base: Checkpoint, dtype: str) -> Plan:
+def measure_survival(plan: Plan) -> list[Survival]:
+    """:func:`~adapterdoc.merge.survival.survival` of ``plan`` with the adapter tensors it needs."""
+    from adapterdoc.merge.delta import AdapterTensors
+    from adapterdoc.train.runtime import torch_threads
+
+    with torch_threads(COMPUTE_THREADS):
+        return survival(plan, AdapterTensors(plan.adapter, experts=plan.experts))
+
+
+def choose_plan(adapter: Checkpoint, base: Checkpoint, dtype: str, *, requantize: bool = False) -> Plan:
     """The header plan where it can vouch for the merge (no transformers, no peft), else the meta-model plan; on a
-    quantized base, a refusal (AD520) before either."""
-    refusal = quantized_base_finding(base)
+    quantized base, either made on its decoded view (:mod:`adapterdoc.merge.quantized`), or a refusal (AD520)."""
+    q, config = read_quantization(base)
+    if not q.quantized:
+        if requantize:
+            raise UnsupportedInputError(
+                base.spec, "--requantize needs a quantized base; this one is not quantized"
+            )
+        return _plan(adapter, base, dtype, None)
+    refusal = undecodable_finding(base, q)
     if refusal is not None:
         return refused_plan(adapter, base, refusal)
+    view = decoded_view(base, q, config, dtype)
+    plan = stored_plan(_plan(adapter, view.checkpoint, dtype, view.config), base, view, q, requantize)
+    info = decoded_finding(base, q, decoded_dtype(config, dtype), requantize)
+    return replace(plan, findings=[*plan.findings, info])
+
+
+def _plan(adapter: Checkpoint, base: Checkpoint, dtype: str, config: dict[str, object] | None) -> Plan:
     try:
-        return header_plan(adapter, base, dtype)
+        return header_plan(adapter, base, dtype, config=config)
     except Unvouched as e:
         return replace(make_plan(adapter, base, dtype), fallback=str(e))
 

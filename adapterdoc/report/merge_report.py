@@ -33,6 +33,13 @@ class MergeReport(FrozenReport):
     PEFT on the meta device)."""
     plan_fallback: str | None = None
     """Why the header plan could not vouch for this merge, where the meta-model plan ran instead."""
+    quantization: str | None = None
+    """The base's quantization in words, when it is quantized."""
+    requantize: bool = False
+    dry_run: bool = False
+    survival: list[dict[str, object]] = field(default_factory=list)
+    """Per quantized module the adapter changes: what survives quantizing the merged weight again
+    (:meth:`adapterdoc.merge.survival.Survival.to_dict`)."""
 
     def body(self) -> dict[str, object]:
         return {
@@ -49,6 +56,10 @@ class MergeReport(FrozenReport):
             "seconds": round(self.seconds, 3),
             "plan": self.plan,
             "plan_fallback": self.plan_fallback,
+            "quantization": self.quantization,
+            "requantize": self.requantize,
+            "dry_run": self.dry_run,
+            "survival": self.survival,
         }
 
     def to_dict(self) -> dict[str, object]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from adapterdoc.quant import schemes
 
@@ -58,7 +58,17 @@ def encode(
     return _codec(module.scheme).encode(module, weight, tensors)
 
 
-def _codec(scheme: str):  # type: ignore[no-untyped-def]
+class _Codec(Protocol):
+    """What each family module provides."""
+
+    def decode(self, module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> Decoded: ...
+
+    def encode(
+        self, module: QuantizedModule, weight: torch.Tensor, tensors: Mapping[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]: ...
+
+
+def _codec(scheme: str) -> _Codec:
     if scheme in (schemes.FP8_BLOCK, schemes.CT_FP8):
         from adapterdoc.quant.codec import fp8
 

@@ -1,0 +1,111 @@
+"""The maths of a merge into a quantized base (torch): a module's stored tensors read and decoded exactly
+(:mod:`adapterdoc.quant.codec`), the adapter's edits applied to the decoded weight in float32 (PEFT's formulas,
+:func:`adapterdoc.merge.delta.apply_edits`), and the result cast to the output dtype or, with ``--requantize``,
+encoded again in the module's own format. One module is held at a time."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.merge.delta import AdapterTensors, apply_edits, check_finite, read_tensor, torch_dtype
+from adapterdoc.merge.edits import Output, Plan
+from adapterdoc.merge.quantized import decoded_name
+
+if TYPE_CHECKING:
+    import torch
+
+    from adapterdoc.quant.codec import Decoded
+    from adapterdoc.quant.schemes import QuantizedModule
+
+
+def stored_tensors(plan: Plan, m: QuantizedModule) -> dict[str, torch.Tensor]:
+    """``m``'s stored tensors (suffix → tensor as the file holds it), read from the base."""
+    base = plan.base
+    headers = {h.path: h for h in base.headers}
+    out: dict[str, torch.Tensor] = {}
+    for suffix, name in m.tensors.items():
+        info = base.tensors[name]
+        header = headers[base.tensor_file[name]]
+        with open(header.path, "rb") as f:
+            out[suffix] = read_tensor(f, header.data_start + info.begin, info.dtype, tuple(info.shape))
+    return out
+
+
+def decode_module(plan: Plan, m: QuantizedModule) -> tuple[Decoded, dict[str, torch.Tensor]]:
+    """``m`` decoded, and its stored tensors."""
+    from adapterdoc.quant.codec import NotWritable, decode
+
+    stored = stored_tensors(plan, m)
+    try:
+        return decode(m, stored), stored
+    except NotWritable as e:
+        raise UnsupportedInputError(plan.base.spec, f"`{m.path}`: {e}") from None
+
+
+def merged_weight(
+    plan: Plan, o: Output, m: QuantizedModule, decoded: Decoded, tensors: AdapterTensors
+) -> torch.Tensor:
+    """The decoded weight with ``o``'s edits applied (float32, a new tensor)."""
+    w = decoded.values.clone()
+    if not o.edits:
+        return w
+    piece = plan.pieces[decoded_name(m)]
+    w = apply_edits(w, o.edits, piece, tensors)
+    check_finite(decoded_name(m), w)
+    return w
+
+
+def decoded_bytes(plan: Plan, o: Output, tensors: AdapterTensors) -> memoryview:
+    """The bytes of a decoded (and merged) weight in ``o.dtype``."""
+    import torch
+
+    assert o.quantized is not None
+    decoded, _ = decode_module(plan, o.quantized)
+    w = merged_weight(plan, o, o.quantized, decoded, tensors)
+    if tuple(w.shape) != tuple(o.shape):
+        raise UnsupportedInputError(
+            plan.base.spec, f"`{o.quantized.path}` decodes to {list(w.shape)}, expected {list(o.shape)}"
+        )
+    return w.to(torch_dtype(o.dtype)).contiguous().reshape(-1).view(torch.uint8).numpy().data
+
+
+class Reencoder:
+    """``--requantize``: each changed module encoded once, its stored tensors handed out one by one, then dropped."""
+
+    def __init__(self, plan: Plan, tensors: AdapterTensors) -> None:
+        self.plan = plan
+        self.tensors = tensors
+        self.pending: dict[str, dict[str, torch.Tensor]] = {}
+
+    def tensor_bytes(self, o: Output) -> memoryview:
+        """The bytes of the stored tensor ``o`` of its module, encoded again after the merge."""
+        import torch
+
+        m = o.quantized
+        assert m is not None
+        if m.path not in self.pending:
+            self.pending[m.path] = self.encoded(o, m)
+        encoded = self.pending[m.path]
+        suffix = next(s for s, name in m.tensors.items() if name == o.name)
+        t = encoded.pop(suffix)
+        if not encoded:
+            del self.pending[m.path]
+        if t.dtype != torch_dtype(o.dtype) or tuple(t.shape) != tuple(o.shape):
+            raise UnsupportedInputError(
+                self.plan.base.spec,
+                f"`{o.name}` encodes to {t.dtype} {list(t.shape)}, the base stores {o.dtype} {list(o.shape)}",
+            )
+        return t.contiguous().reshape(-1).view(torch.uint8).numpy().data
+
+    def encoded(self, o: Output, m: QuantizedModule) -> dict[str, torch.Tensor]:
+        from adapterdoc.merge.quantized import quant_suffixes
+        from adapterdoc.quant.codec import NotWritable, encode
+
+        decoded, stored = decode_module(self.plan, m)
+        w = merged_weight(self.plan, o, m, decoded, self.tensors)
+        try:
+            out = encode(m, w, stored)
+        except NotWritable as e:
+            raise UnsupportedInputError(self.plan.base.spec, f"`{m.path}`: {e}") from None
+        return {s: out[s] for s in quant_suffixes(m)}
