@@ -19,18 +19,28 @@ if TYPE_CHECKING:
     from adapterdoc.formats import Detection as Detected
     from adapterdoc.quant import Quantization
     from adapterdoc.report.audit_report import Audit
+    from adapterdoc.report.merge_report import MergeReport
 
 __all__ = ["FileSummary", "InspectReport", "LoraSummary", "inspect", "inspect_checkpoint"]
 
 
-def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | None = None) -> InspectReport:
+def inspect(
+    spec: str | os.PathLike[str],
+    *,
+    weights: bool = False,
+    plot: str | None = None,
+    base: str | os.PathLike[str] | None = None,
+) -> InspectReport:
     """Open ``spec`` header-only and describe it; an adapter in another runtime's format (MLX, GGUF) is described
     through its format module (:mod:`adapterdoc.formats.foreign`).
 
     ``weights``: also run the weights audit (torch is imported only for .bin adapters); ``plot`` (implies it): draw
     the audit's heat map there (``.png`` or ``.html``). A missing plot extra or an unwritable ``plot`` fails before
-    any tensor is read."""
+    any tensor is read. ``base`` (implies ``weights``): a quantized base folder, on which each quantized module the
+    adapter changes is merged and quantized again to measure what survives (``merge --dry-run``'s table)."""
     from adapterdoc.formats.foreign import detect_local, foreign_of
+
+    weights = weights or base is not None
 
     detected = detect_local(os.fspath(spec))
     found = foreign_of(detected)
@@ -44,6 +54,7 @@ def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | 
         if not (weights or plot):
             return report
         audit = _audit(ckpt, plot)
+        survival = _survival(ckpt.spec, base) if base is not None else None
     else:
         report = _inspect_foreign(os.fspath(spec), *found)
         if not (weights or plot):
@@ -58,6 +69,7 @@ def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | 
             with peft_view(Path(os.path.expanduser(report.spec)), found[1], None) as view:
                 audit = _audit(open_checkpoint(os.fspath(view)), plot)
                 audit = _relocated(audit, os.fspath(view), report.spec)
+                survival = _survival(os.fspath(view), base) if base is not None else None
         except MissingExtraError:
             raise
         except AdapterdocError:
@@ -66,7 +78,23 @@ def inspect(spec: str | os.PathLike[str], *, weights: bool = False, plot: str | 
             ):  # the container rules already fail it: their verdict, as without --weights
                 return report
             raise
-    return replace(report, weights=audit, findings=sort_findings([*report.findings, *audit.findings]))
+    findings = [*report.findings, *audit.findings]
+    requantized: dict[str, object] | None = None
+    if survival is not None:
+        findings.extend(f for f in survival.findings if f.code != "AD521")
+        requantized = {
+            "base": survival.base,
+            "quantization": survival.quantization,
+            "modules": survival.survival,
+        }
+    return replace(report, weights=audit, requantized=requantized, findings=sort_findings(findings))
+
+
+def _survival(adapter: str, base: str | os.PathLike[str]) -> MergeReport:
+    """What survives merging ``adapter`` into the quantized ``base`` and quantizing again (a merge dry run)."""
+    from adapterdoc.merge import merge
+
+    return merge(adapter, base, None, dry_run=True)
 
 
 def _audit_prerequisites(plot: str | None) -> None:

@@ -1,4 +1,4 @@
-"""`adapterdoc inspect PATH [--weights] [--plot FILE.png|FILE.html] [--json | --format FORMAT] [--output-file FILE]`."""
+"""`adapterdoc inspect PATH [--weights] [--base BASE] [--plot FILE.png|FILE.html] [--json | --format FORMAT] [--output-file FILE]`."""
 
 from __future__ import annotations
 
@@ -29,11 +29,16 @@ def _plot_path(ctx: click.Context, param: click.Parameter, value: str | None) ->
     callback=_plot_path,
     help="Draw the delta norms as a layer × module heat map (implies --weights; needs the plot extra).",
 )
+@opt.base_option(
+    "A quantized base folder: measure per module whether the adapter's update survives merging into it and "
+    "quantizing again (implies --weights; the table `merge --dry-run` prints).",
+    required=False,
+)
 @opt.output_options(output_file=True)
 @opt.handle_errors
-def command(path: str, weights: bool, plot: str | None, output: opt.Output) -> None:
+def command(path: str, weights: bool, plot: str | None, base: str | None, output: opt.Output) -> None:
     """Describe an adapter, checkpoint or cached repo from its headers alone (with --weights, its LoRA tensors)."""
     from adapterdoc.inspection import inspect
 
     output.check(path)
-    opt.finish(inspect(path, weights=weights, plot=plot), output)
+    opt.finish(inspect(path, weights=weights, plot=plot, base=base), output)

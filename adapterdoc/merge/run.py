@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
-from adapterdoc.errors import RefusedError, UnsupportedInputError
+from adapterdoc.errors import MissingExtraError, RefusedError, UnsupportedInputError
 from adapterdoc.merge.delta import NotFinite
 from adapterdoc.merge.edits import Plan
 from adapterdoc.merge.header_plan import Unvouched, header_plan
@@ -59,6 +59,7 @@ def merge(
     if out is None and not dry_run:
         raise UnsupportedInputError(None, "--out is needed unless --dry-run")
     aspec, bspec = (os.path.expanduser(os.fspath(p)) for p in (adapter, base))
+    _require_torch(aspec)
     adapter_ckpt = _open_adapter(aspec)
     base_ckpt = _open_base(bspec)
     out_path = None
@@ -101,6 +102,14 @@ def merge(
         dry_run=dry_run,
         survival=[r.to_dict() for r in rows],
     )
+
+
+def _require_torch(what: str) -> None:
+    """Merging computes with torch (the plan may not): without it, one exit-3 line naming the extra."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise MissingExtraError(what, "torch") from e
 
 
 def measure_survival(plan: Plan) -> list[Survival]:

@@ -48,6 +48,7 @@ class Survival:
 
         return {
             "module": self.module,
+            "group": group_of(self.module),
             "scheme": self.scheme,
             "codes_changed": r(self.codes_changed),
             "delta_kept": r(self.delta_kept),

@@ -80,6 +80,11 @@ class InspectReport(FrozenReport):
     """How a base model (not an adapter) is stored quantized (:func:`adapterdoc.quant.detect`), else ``None`` (and
     no ``quantization`` object in the JSON)."""
 
+    requantized: dict[str, object] | None = None
+    """With ``--weights --base``: the base, its quantization and, per quantized module the adapter changes, what
+    survives re-quantizing the merged weight (``modules``: ``merge --dry-run``'s ``survival`` rows); else ``None``
+    (and no ``requantized`` object in the JSON)."""
+
     def body(self) -> dict[str, object]:
         lora: dict[str, object] | None = None
         if self.lora:
@@ -114,4 +119,6 @@ class InspectReport(FrozenReport):
             d["quantization"] = quantization_dict(self.quantization)
         if self.weights is not None:
             d.update(self.weights.to_dict())
+        if self.requantized is not None:
+            d["requantized"] = self.requantized
         return d

@@ -60,9 +60,24 @@ def render_inspect(report: InspectReport, *, width: int | None = None) -> str:
         from adapterdoc.report.audit_text import write_audit
 
         write_audit(w, report.weights)
+    if report.requantized is not None:  # inspect --weights --base
+        _render_requantized(w, report.requantized)
     write_findings(w, report.findings, context=(report.spec,))
     w.para(count_line(report.findings))
     return w.getvalue()
+
+
+def _render_requantized(w: Writer, r: dict[str, object]) -> None:
+    """What survives merging into the quantized base and quantizing again (``merge --dry-run``'s table)."""
+    from adapterdoc.report.survival_text import write_survival
+
+    if r["quantization"] is None:
+        w.para("requantized", (str(r["base"]), "bold"), "is not quantized: nothing to requantize", hang=2)
+        return
+    w.para("requantized on", (str(r["base"]), "bold"), f"({r['quantization']})", hang=2)
+    modules = r["modules"]
+    if isinstance(modules, list) and modules:
+        write_survival(w, modules)
 
 
 def _render_quantization(w: Writer, q: Quantization) -> None:

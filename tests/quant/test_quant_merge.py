@@ -177,6 +177,7 @@ def test_dry_run_measures_survival_and_writes_nothing(fp8_base: Any, weak: Path,
     row = report.survival[0]
     assert set(row) == {
         "module",
+        "group",
         "scheme",
         "codes_changed",
         "delta_kept",
@@ -264,3 +265,49 @@ def test_the_decoded_update_matches_the_reference_rule() -> None:
     back = dequantize_block_fp8(codes, scale)
     assert float((back - w).abs().max()) <= float(w.abs().max()) * 2**-3
     assert math.isclose(float(back.abs().max()), float(w.abs().max()), rel_tol=1e-6)
+
+
+def test_inspect_weights_on_a_quantized_base_shows_the_same_table(fp8_base: Any, weak: Path) -> None:
+    from adapterdoc.inspection import inspect
+
+    base, _ = fp8_base
+    report = inspect(weak, base=base)
+    assert report.weights is not None  # --base implies --weights
+    assert report.requantized is not None
+    dry = merge(weak, base, None, dry_run=True)
+    assert report.requantized["modules"] == dry.survival
+    assert report.requantized["quantization"] == dry.quantization
+    assert {f.code for f in report.findings if f.code.startswith("AD52")} == {"AD522"}
+    r = CliRunner().invoke(main, ["inspect", str(weak), "--base", str(base)], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "requantized on" in r.stdout and "self_attn.q_proj" in r.stdout
+    r = CliRunner().invoke(main, ["inspect", str(weak), "--base", str(base), "--json"])
+    assert json.loads(r.stdout)["requantized"]["modules"] == dry.survival
+
+
+def test_the_light_install_names_the_extra(
+    fp8_base: Any, strong: Path, light_venv: Any, tmp_path: Path
+) -> None:
+    """Without torch, merge (plain or quantized base, dry run or not) is one exit-3 line naming the ML extra (it was
+    exit 4, `No module named 'torch'`, on a plain base too), and nothing is written."""
+    import subprocess
+
+    base, _ = fp8_base
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    st.save_file(
+        {k: v.contiguous() for k, v in _model().state_dict().items()}, str(plain / "model.safetensors")
+    )
+    (plain / "config.json").write_text(json.dumps(LLAMA))
+    for args in (
+        ("merge", strong, "--base", plain, "--out", tmp_path / "o1"),
+        ("merge", strong, "--base", base, "--out", tmp_path / "o2"),
+        ("merge", strong, "--base", base, "--dry-run"),
+    ):
+        cmd = [str(light_venv.python), "-m", "adapterdoc", *map(str, args)]
+        res = subprocess.run(
+            cmd, capture_output=True, text=True, env=light_venv.env, cwd=tmp_path, timeout=300
+        )
+        assert res.returncode == 3, res.stdout + res.stderr
+        assert res.stderr.count("\n") == 1 and "pip install torch==2.13.0 'adapterdoc[ml]'" in res.stderr
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
