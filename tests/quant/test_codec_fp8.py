@@ -5,6 +5,11 @@ with transformers' and compressed-tensors' own code."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from adapterdoc.quant import schemes
@@ -17,6 +22,7 @@ torch = pytest.importorskip("torch")
 from adapterdoc.quant.codec import decode, encode, fp8  # noqa: E402  (torch first)
 
 F8 = torch.float8_e4m3fn
+ORACLE = Path(__file__).with_name("codec_oracle_fp8.py")
 
 
 def block_module(shape: tuple[int, int], block: tuple[int, int] = (128, 128)) -> QuantizedModule:
@@ -207,3 +213,30 @@ def test_block_without_configured_size_follows_the_grid() -> None:
     odd = QuantizedModule("m", schemes.FP8_BLOCK, tensors, "F8_E4M3", (250, 384))
     with pytest.raises(NotWritable, match="not divisible"):
         decode(odd, {".weight": torch.ones(250, 384, dtype=F8), ".weight_scale_inv": torch.ones(3, 3)})
+
+
+@pytest.mark.oracle
+def test_bit_equal_to_the_libraries(real_bases: tuple[Path, Path]) -> None:
+    """Every quantized module of the block-FP8 and compressed-tensors FP8 bases, and random weights of awkward
+    shapes (partial blocks, every compressed-tensors strategy, bf16 and float32 models): decode equals transformers'
+    Fp8Dequantize / compressed-tensors' decompression (float32 and the library's dtype), encode equals
+    transformers' Fp8Quantize / compressed-tensors' calibrate + compress (tests/quant/codec_oracle_fp8.py)."""
+    python, root = real_bases
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    r = subprocess.run(
+        [str(python), str(ORACLE), str(root)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    counts = json.loads(r.stdout.strip().splitlines()[-1])
+    assert {k: v for k, v in counts.items() if k != "deepseek-codes-differ"} == {
+        "fp8-transformers": 14,
+        "fp8-transformers-576": 8,  # the 576-wide MLP stays unquantized in transformers' own output
+        "fp8-deepseek": 14,
+        "ct-fp8-block": 14,
+        "ct-fp8-dynamic": 14,
+        "random-block": 5,
+        "random-ct-block": 2,
+        "random-ct-channel": 2,
+        "random-ct-tensor": 1,
+    }
+    assert 0 < counts["deepseek-codes-differ"] < 0.01 * 14 * 256 * 576
