@@ -5,6 +5,11 @@ refusals. test_codec_packed_int_oracle.py compares with compressed-tensors and t
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from adapterdoc.quant import schemes
@@ -16,6 +21,8 @@ torch = pytest.importorskip("torch")
 
 from adapterdoc.quant.codec import decode, encode  # noqa: E402  (torch first)
 from adapterdoc.quant.codec.packed_int import pack_fields, unpack_fields  # noqa: E402
+
+ORACLE = Path(__file__).with_name("codec_oracle_packed_int.py")
 
 
 def word(fields: list[int], bits: int = 4) -> int:
@@ -225,3 +232,39 @@ def test_refusals() -> None:
         decode(mc, {**tc, ".weight_shape": torch.tensor([8, 512])})
     with pytest.raises(NotWritable, match="groups"):
         decode(mc, {**tc, ".weight_scale": torch.ones(8, 3)})
+    m300, t300 = ct(
+        (8, 304), 128
+    )  # 304 columns on 3 scales: a partial group, which compressed-tensors refuses
+    with pytest.raises(NotWritable, match="groups"):
+        decode(
+            m300,
+            {
+                **t300,
+                ".weight_packed": torch.zeros(8, 38, dtype=torch.int32),
+                ".weight_scale": torch.ones(8, 3),
+            },
+        )
+
+
+@pytest.mark.oracle
+def test_bit_equal_to_the_references(real_bases: tuple[Path, Path]) -> None:
+    """Every module of the GPTQ, AWQ and compressed-tensors W4A16 bases (against their original bf16 weights too)
+    and random weights (GPTQ act-order g_idx, a partial last group, asymmetric zeros with the v1 carry; AWQ;
+    compressed-tensors asymmetric / channel / 8-bit / float32 and float16 models): decode and encode equal
+    compressed-tensors' own compress / decompress and gptqmodel's and AutoAWQ's code transcribed with citations
+    in tests/quant/codec_oracle_packed_int.py."""
+    python, root = real_bases
+    env = {**os.environ, "TQDM_DISABLE": "1"}
+    r = subprocess.run(
+        [str(python), str(ORACLE), str(root)], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    counts = json.loads(r.stdout.strip().splitlines()[-1])
+    assert counts == {
+        "gptq": 14,
+        "awq": 14,
+        "random-gptq": 4,
+        "random-awq": 3,
+        "ct-w4a16": 14,
+        "random-ct": 5,
+    }

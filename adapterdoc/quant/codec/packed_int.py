@@ -129,12 +129,16 @@ def _ct_layout(
             f"{module.path}: weight_packed {tuple(packed.shape)} does not hold {shape} at {bits} bits"
         )
     groups = scale.shape[-1] if scale.ndim >= 2 else 1
+    configured = (
+        module.geometry.group_size if module.geometry and module.geometry.strategy == "group" else None
+    )
+    group = configured or cols // groups
     rows_ok = scale.numel() == 1 or tuple(scale.shape[:-1]) == shape[:-1]
-    if not rows_ok or cols % groups:
+    if not rows_ok or group * groups != cols:  # compressed-tensors refuses a partial group
         raise NotWritable(
             f"{module.path}: scale {tuple(scale.shape)} does not divide the weight {shape} in groups"
         )
-    return shape, cols // groups, bits
+    return shape, group, bits
 
 
 def _ct_zero(
@@ -259,10 +263,11 @@ def _check_2d(module: QuantizedModule, *parts: torch.Tensor) -> None:
 
 
 def _group(module: QuantizedModule, inputs: int, groups: int) -> int:
-    """Inputs per group: the configured group size (all inputs for per-channel scales), checked."""
+    """Inputs per group: the configured group size (all inputs for per-channel scales), checked (whole groups:
+    AutoAWQ's dequantization repeats each scale ``group_size`` times)."""
     configured = module.geometry.group_size if module.geometry else None
-    size = configured or -(-inputs // groups)
-    if -(-inputs // size) != groups:
+    size = configured or inputs // groups
+    if size * groups != inputs:
         raise NotWritable(f"{module.path}: {inputs} inputs in groups of {size} are not {groups} groups")
     return size
 
