@@ -44,10 +44,14 @@ def module(scheme: str, suffixes: list[str], shape: tuple[int, int]) -> Quantize
     return QuantizedModule("m", scheme, {s: "m" + s for s in suffixes}, "U8", shape)
 
 
-def stored_4bit(w: torch.Tensor, block: int, quant_type: str, double: bool) -> dict[str, torch.Tensor]:
+def stored_4bit(
+    w: torch.Tensor, block: int, quant_type: str, double: bool, storage: torch.dtype = torch.uint8
+) -> dict[str, torch.Tensor]:
     import bitsandbytes.functional as F
 
-    q, state = F.quantize_4bit(w, blocksize=block, compress_statistics=double, quant_type=quant_type)
+    q, state = F.quantize_4bit(
+        w, blocksize=block, compress_statistics=double, quant_type=quant_type, quant_storage=storage
+    )
     out = {".weight": q}
     out.update({".weight." + k: v for k, v in state.as_dict(packed=True).items()})
     return out
@@ -117,6 +121,20 @@ def random_4bit() -> None:
                         same(written2[k], sd2[k], f"{what} encode a new weight {k}")
 
 
+def random_storage() -> None:
+    """``bnb_4bit_quant_storage`` other than uint8: the packed bytes viewed as that dtype."""
+    torch.manual_seed(2)
+    for storage in (torch.bfloat16, torch.float32, torch.int8):
+        w = torch.randn(64, 128) * 0.02
+        sd = stored_4bit(w, 64, "nf4", True, storage)
+        assert sd[".weight"].dtype == storage, sd[".weight"].dtype
+        m = module(schemes.BNB_NF4, list(sd), (64, 128))
+        same(decode(m, sd).values, library_dequant_4bit(sd, torch.float32), f"storage {storage} decode")
+        written = encode(m, w, sd)
+        for k in sd:
+            same(written[k], sd[k], f"storage {storage} encode {k}")
+
+
 def random_int8() -> None:
     import bitsandbytes as bnb_lib
     import bitsandbytes.functional as F
@@ -173,6 +191,7 @@ def real(root: Path) -> None:
 
 def main(argv: list[str]) -> int:
     random_4bit()
+    random_storage()
     random_int8()
     if argv:
         real(Path(argv[0]))

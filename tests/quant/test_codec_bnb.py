@@ -149,6 +149,20 @@ def test_blockwise_lut_quantizer_by_hand() -> None:
     q, absmax = bnb.quantize_blockwise_cpu(torch.tensor([2.0, -1.0, 0.4, 0.6, 0.0, 0.0]), code, 4)
     assert absmax.tolist() == [2.0, 0.0]
     assert q.tolist() == [4, 1, 2, 3, 0, 0]  # 0.2 → 0.0, 0.3 → 0.5; an all-zero block → code 0
+    # the table has 65536 entries 2/65535 apart: 0.000025 is nearer 0.00004 than 0, but its table entry
+    # (1.526e-5) lies below the midpoint 0.00002, so bitsandbytes' CPU kernel (and adapterdoc) give code 1 (0.0)
+    fine = torch.tensor([-1.0, 0.0, 0.00004] + [1.0] * 253)
+    q, _ = bnb.quantize_blockwise_cpu(torch.tensor([1.0, 0.000025]), fine, 2)
+    assert q.tolist() == [3, 1]
+
+
+def test_4bit_storage_dtype_is_kept() -> None:
+    w = torch.tensor([[1.0, -1.0, 0.0, 0.5]])
+    template = {bnb.STATE + "nf4": _state("nf4", (1, 4)), ".weight": torch.zeros(1, 1, dtype=torch.bfloat16)}
+    out = encode(_4bit("nf4", (1, 4)), w, template)
+    assert out[".weight"].dtype == torch.bfloat16 and out[".weight"].shape == (1, 1)
+    assert out[".weight"].view(torch.uint8).flatten().tolist() == [0xF0, 0x7C]
+    assert torch.equal(decode(_4bit("nf4", (1, 4)), out).values, NF4[torch.tensor([[15, 0, 7, 12]])])
 
 
 def test_int8_by_hand() -> None:

@@ -216,7 +216,11 @@ def _encode_4bit(weight: torch.Tensor, tensors: Mapping[str, torch.Tensor]) -> d
         raise NotWritable(f"weight of shape {list(weight.shape)}, the quant_state says {list(shape)}")
     quant_type = str(state["quant_type"])
     codes, absmax = quantize_4bit(weight.reshape(-1).float(), int(state["blocksize"]), quant_type)
-    out = {".weight": pack_nibbles(codes), ".weight.quant_map": code_table(quant_type)}
+    packed = pack_nibbles(codes)
+    storage = tensors[".weight"].dtype if ".weight" in tensors else torch.uint8
+    if storage != torch.uint8:  # bnb_4bit_quant_storage: the same bytes viewed as that dtype, [n, 1]
+        packed = packed.reshape(-1).view(storage).unsqueeze(1)
+    out = {".weight": packed, ".weight.quant_map": code_table(quant_type)}
     if ".weight.nested_absmax" in tensors:
         nested_code = tensors[".weight.nested_quant_map"].float()
         offset = absmax.mean()
