@@ -68,26 +68,41 @@ def encode(
 
 
 def unpack_fields(words: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
-    """The unsigned ``bits``-wide fields of int32 ``words`` along ``dim``, field ``j`` of a word at bits ``bits·j``
-    (int32, ``32 / bits`` times longer along ``dim``)."""
-    per_word = 32 // bits
-    shifts = torch.arange(0, 32, bits, dtype=torch.int64)
-    w = words.to(torch.int64).movedim(dim, -1) & 0xFFFFFFFF
-    fields = (w.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
-    fields = fields.reshape(*w.shape[:-1], w.shape[-1] * per_word)
-    return fields.to(torch.int32).movedim(-1, dim)
+    """The unsigned ``bits``-wide fields of int32 ``words`` along ``dim`` (the last or the one before), field ``j``
+    of a word at bits ``bits·j`` (int32, ``32 / bits`` times longer along ``dim``)."""
+    shifts = torch.arange(0, 32, bits, dtype=torch.int32)
+    mask = (1 << bits) - 1
+    if _last(dim, words):
+        return ((words.unsqueeze(-1) >> shifts) & mask).flatten(-2)
+    fields = (words.unsqueeze(-2) >> shifts.unsqueeze(-1)) & mask  # [..., words, per_word, columns]
+    return fields.flatten(-3, -2)
 
 
 def pack_fields(fields: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
     """:func:`unpack_fields` reversed: unsigned fields along ``dim`` (zero-padded to whole words) into int32."""
     per_word = 32 // bits
-    f = fields.to(torch.int64).movedim(dim, -1)
-    f = torch.nn.functional.pad(f, (0, (-f.shape[-1]) % per_word))
-    f = f.reshape(*f.shape[:-1], -1, per_word)
-    shifts = torch.arange(0, 32, bits, dtype=torch.int64)
-    words = (f << shifts).sum(dim=-1)
-    words = torch.where(words >= 1 << 31, words - (1 << 32), words)
-    return words.to(torch.int32).movedim(-1, dim)
+    f = fields.to(torch.int32)
+    if _last(dim, f):
+        f = torch.nn.functional.pad(f, (0, (-f.shape[-1]) % per_word))
+        f = f.reshape(*f.shape[:-1], -1, per_word)
+        parts = [f[..., j] for j in range(per_word)]
+    else:
+        f = torch.nn.functional.pad(f, (0, 0, 0, (-f.shape[-2]) % per_word))
+        f = f.reshape(*f.shape[:-2], -1, per_word, f.shape[-1])
+        parts = [f[..., j, :] for j in range(per_word)]
+    words = torch.zeros_like(parts[0])
+    for j, part in enumerate(parts):
+        words |= part << (bits * j)  # int32: the top field wraps into the sign bit
+    return words
+
+
+def _last(dim: int, t: torch.Tensor) -> bool:
+    """Whether ``dim`` is the last dimension (else it must be the one before)."""
+    if dim % t.ndim == t.ndim - 1:
+        return True
+    if dim % t.ndim != t.ndim - 2:
+        raise ValueError(f"fields run along the last two dimensions, not {dim}")
+    return False
 
 
 def _bits(module: QuantizedModule, default: int = 4) -> int:
@@ -223,7 +238,8 @@ def _gptq_parts(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) ->
     bits = _bits(module)
     _check_2d(module, qweight, qzeros, scales)
     codes = unpack_fields(qweight, bits, dim=0)
-    words = qzeros.to(torch.int64) + GPTQ_V1_OFFSET[bits]  # int32 addition in the library: wraps
+    words = (qzeros.to(torch.int64) + GPTQ_V1_OFFSET[bits]) & 0xFFFFFFFF  # the library's int32 addition wraps
+    words = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
     zeros = unpack_fields(words, bits, dim=1)
     if codes.shape[1] != scales.shape[1] or zeros.shape != scales.shape:
         raise NotWritable(
