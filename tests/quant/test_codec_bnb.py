@@ -180,6 +180,16 @@ def test_int8_by_hand() -> None:
     assert d.step[1, 2].item() == pytest.approx(out[".SCB"][1].item() / 127)
 
 
+def test_int8_op_order_and_float16_cast() -> None:
+    m = QuantizedModule("m", schemes.BNB_INT8, {".weight": "m.weight", ".SCB": "m.SCB"}, "I8", (1, 2))
+    scb = torch.tensor([0.01852310262620449])
+    d = decode(m, {".weight": torch.tensor([[127, 0]], dtype=torch.int8), ".SCB": scb})
+    # int8 · SCB first, then · 0.007874015718698502 (bitsandbytes' 1/127): one float32 ulp below SCB itself here
+    assert d.values[0, 0].item() == 0.01852310076355934 != scb.item()
+    # Int8Params quantizes the weight cast to float16: 0.492125 → 0.4921875, 127 · that = 62.51 → 63 (62 in float32)
+    assert encode(m, torch.tensor([[1.0, 0.492125]]), {})[".weight"].tolist() == [[127, 63]]
+
+
 def test_int8_keeps_weight_format() -> None:
     suffixes = {".weight": "m.weight", ".SCB": "m.SCB", ".weight_format": "m.weight_format"}
     m = QuantizedModule("m", schemes.BNB_INT8, suffixes, "I8", (1, 2))
