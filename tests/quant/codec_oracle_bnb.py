@@ -121,6 +121,24 @@ def random_4bit() -> None:
                         same(written2[k], sd2[k], f"{what} encode a new weight {k}")
 
 
+def blockwise_is_a_table_lookup() -> None:
+    """LIBRARY SURPRISE (bitsandbytes 0.50, csrc/cpu_ops.cpp ``quantize_cpu_impl``): the CPU 8-bit blockwise
+    quantizer (double quant's absmax) looks each value up in a 65536-entry table of evenly spaced values, not the
+    nearest code: a value just past a midpoint can take the lower code. adapterdoc's table gives the same codes."""
+    import bitsandbytes.functional as F
+
+    torch.manual_seed(3)
+    a = torch.rand(70000) * 0.05 - 0.025
+    q, state = F.quantize_blockwise(a, blocksize=256)
+    code = state.code
+    scaled = torch.cat([a[i : i + 256] / state.absmax[i // 256] for i in range(0, a.numel(), 256)])
+    nearest = torch.bucketize(scaled, (code[:-1] + code[1:]) / 2).to(torch.uint8)
+    assert not torch.equal(q, nearest), "bitsandbytes' CPU blockwise quantizer now picks the nearest code"
+    mine, absmax = bnb.quantize_blockwise_cpu(a, code, 256)
+    same(mine, q, "blockwise codes")
+    same(absmax, state.absmax, "blockwise absmax")
+
+
 def random_storage() -> None:
     """``bnb_4bit_quant_storage`` other than uint8: the packed bytes viewed as that dtype."""
     torch.manual_seed(2)
@@ -190,6 +208,7 @@ def real(root: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    blockwise_is_a_table_lookup()
     random_4bit()
     random_storage()
     random_int8()
