@@ -232,45 +232,48 @@ def _ct_pack_zero(zero: torch.Tensor, stored: torch.Tensor, bits: int) -> torch.
 
 
 def _gptq_parts(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """(codes ``[in, out]``, zeros ``[groups, out]``, scales ``[groups, out]``, g_idx ``[in]``), the zeros as
+    """(codes ``[out, in]``, zeros ``[out, groups]``, scales ``[out, groups]``, group of each input), the zeros as
     gptqmodel reads a v1 checkpoint."""
     qweight, qzeros, scales = _need(module, tensors, ".qweight", ".qzeros", ".scales")
     bits = _bits(module)
     _check_2d(module, qweight, qzeros, scales)
-    codes = unpack_fields(qweight, bits, dim=0)
+    codes = unpack_fields(qweight.t(), bits)
     words = (qzeros.to(torch.int64) + GPTQ_V1_OFFSET[bits]) & 0xFFFFFFFF  # the library's int32 addition wraps
     words = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
-    zeros = unpack_fields(words, bits, dim=1)
-    if codes.shape[1] != scales.shape[1] or zeros.shape != scales.shape:
+    zeros = unpack_fields(words, bits)
+    if codes.shape[0] != scales.shape[1] or zeros.shape != scales.shape:
         raise NotWritable(
             f"{module.path}: qweight {tuple(qweight.shape)}, qzeros, scales {tuple(scales.shape)} disagree"
         )
+    inputs = codes.shape[1]
     g_idx = tensors.get(".g_idx")
     if g_idx is None:
-        g_idx = torch.arange(codes.shape[0]) // _group(module, codes.shape[0], scales.shape[0])
+        g_idx = torch.arange(inputs) // _group(module, inputs, scales.shape[0])
     g_idx = g_idx.long()
-    if g_idx.shape != (codes.shape[0],) or int(g_idx.min()) < 0 or int(g_idx.max()) >= scales.shape[0]:
+    if g_idx.shape != (inputs,) or int(g_idx.min()) < 0 or int(g_idx.max()) >= scales.shape[0]:
         raise NotWritable(
-            f"{module.path}: g_idx does not map the {codes.shape[0]} inputs onto {scales.shape[0]} groups"
+            f"{module.path}: g_idx does not map the {inputs} inputs onto {scales.shape[0]} groups"
         )
-    return codes, zeros, scales, g_idx
+    return codes, zeros.t().contiguous(), scales.t().contiguous(), g_idx
 
 
 def _awq_parts(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """(codes ``[in, out]``, zeros ``[groups, out]``, scales ``[groups, out]``, group of each input)."""
+    """(codes ``[out, in]``, zeros ``[out, groups]``, scales ``[out, groups]``, group of each input)."""
     qweight, qzeros, scales = _need(module, tensors, ".qweight", ".qzeros", ".scales")
     bits = _bits(module)
     if bits != 4:
         raise NotWritable(f"{module.path}: AWQ GEMM packs 4-bit codes only, not {bits}")
     _check_2d(module, qweight, qzeros, scales)
-    codes = _awq_unorder(unpack_fields(qweight, bits))
-    zeros = _awq_unorder(unpack_fields(qzeros, bits))
-    if codes.shape[1] != scales.shape[1] or zeros.shape != scales.shape:
+    codes = unpack_fields(qweight.t(), bits, dim=-2)
+    codes = codes.index_select(0, _awq_index(codes.shape[0], inverse=True))
+    zeros = unpack_fields(qzeros, bits)
+    zeros = zeros.index_select(1, _awq_index(zeros.shape[1], inverse=True))
+    if codes.shape[0] != scales.shape[1] or zeros.shape != scales.shape:
         raise NotWritable(
             f"{module.path}: qweight {tuple(qweight.shape)}, qzeros, scales {tuple(scales.shape)} disagree"
         )
-    group_of = torch.arange(codes.shape[0]) // _group(module, codes.shape[0], scales.shape[0])
-    return codes, zeros, scales, group_of
+    group_of = torch.arange(codes.shape[1]) // _group(module, codes.shape[1], scales.shape[0])
+    return codes, zeros.t().contiguous(), scales.t().contiguous(), group_of
 
 
 def _check_2d(module: QuantizedModule, *parts: torch.Tensor) -> None:
@@ -288,33 +291,25 @@ def _group(module: QuantizedModule, inputs: int, groups: int) -> int:
     return size
 
 
-def _awq_unorder(fields: torch.Tensor) -> torch.Tensor:
-    """Columns back in order: AutoAWQ ``reverse_awq_order``."""
-    n = fields.shape[-1]
+def _awq_index(n: int, inverse: bool = False) -> torch.Tensor:
+    """AutoAWQ's packing order over ``n`` columns: packed position ``p`` holds column ``index[p]``; ``inverse``:
+    column ``c`` sits at packed position ``index[c]`` (``reverse_awq_order``)."""
     index = torch.arange(n).reshape(-1, 8)[:, list(AWQ_ORDER)].reshape(-1)
-    out = torch.empty_like(fields)
-    out[..., index] = fields
-    return out
-
-
-def _awq_order(fields: torch.Tensor) -> torch.Tensor:
-    n = fields.shape[-1]
-    index = torch.arange(n).reshape(-1, 8)[:, list(AWQ_ORDER)].reshape(-1)
-    return fields[..., index]
+    return torch.argsort(index) if inverse else index
 
 
 def _gptq_decode(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> Decoded:
     codes, zeros, scales, g_idx = _gptq_parts(module, tensors)
-    scale = scales.to(torch.float32)[g_idx]
-    values = scale * (codes - zeros[g_idx]).to(torch.float32)
-    return Decoded(values=values.t().contiguous(), codes=codes.t().contiguous(), step=scale.t().contiguous())
+    scale = scales.to(torch.float32).index_select(1, g_idx)
+    values = scale * (codes - zeros.index_select(1, g_idx)).to(torch.float32)
+    return Decoded(values=values, codes=codes, step=scale)
 
 
 def _awq_decode(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> Decoded:
     codes, zeros, scales, group_of = _awq_parts(module, tensors)
-    scale = scales.to(torch.float32)[group_of]
-    values = (codes - zeros[group_of]).to(torch.float32) * scale
-    return Decoded(values=values.t().contiguous(), codes=codes.t().contiguous(), step=scale.t().contiguous())
+    scale = scales.to(torch.float32).index_select(1, group_of)
+    values = (codes - zeros.index_select(1, group_of)).to(torch.float32) * scale
+    return Decoded(values=values, codes=codes, step=scale)
 
 
 def _kept_grid_encode(
@@ -322,15 +317,17 @@ def _kept_grid_encode(
 ) -> dict[str, torch.Tensor]:
     gptq = module.scheme == schemes.GPTQ
     codes, zeros, scales, group_of = (_gptq_parts if gptq else _awq_parts)(module, tensors)
-    if tuple(weight.shape) != (codes.shape[1], codes.shape[0]):
-        raise NotWritable(
-            f"{module.path}: weight shape {tuple(weight.shape)} is not {(codes.shape[1], codes.shape[0])}"
-        )
+    if weight.shape != codes.shape:
+        raise NotWritable(f"{module.path}: weight shape {tuple(weight.shape)} is not {tuple(codes.shape)}")
     bits = _bits(module)
-    scale_zeros = (zeros.to(scales.dtype) * scales)[group_of].to(torch.float32)
-    s = scales.to(torch.float32)[group_of]
-    q = torch.round((weight.to(torch.float32).t() + scale_zeros) / s)
-    q = torch.clamp(q, 0, (1 << bits) - 1).to(torch.int32)
+    scale_zeros = (zeros.to(scales.dtype) * scales).to(torch.float32).index_select(1, group_of)
+    s = scales.to(torch.float32).index_select(1, group_of)
+    q = torch.round((weight.to(torch.float32) + scale_zeros) / s)
+    q = torch.clamp(q, 0, (1 << bits) - 1).to(torch.int32)  # [out, in]
     out = {suffix: tensors[suffix] for suffix in module.tensors if suffix in tensors}
-    out[".qweight"] = pack_fields(q, bits, dim=0) if gptq else pack_fields(_awq_order(q), bits)
+    if gptq:
+        out[".qweight"] = pack_fields(q, bits).t().contiguous()
+    else:
+        ordered = q.index_select(0, _awq_index(q.shape[0]))
+        out[".qweight"] = pack_fields(ordered, bits, dim=-2).t().contiguous()
     return out
