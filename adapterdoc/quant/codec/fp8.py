@@ -31,8 +31,11 @@ def decode(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> Deco
     block = _block(module, tuple(weight.shape), tuple(scale.shape))
     full = _broadcast(scale.to(torch.float32), block, tuple(weight.shape))
     codes = weight.view(torch.uint8).to(torch.int32)
-    values = weight.to(torch.float32) * full
-    step = e4m3_unit_steps()[codes.long()] * full
+    flat = codes.reshape(-1)
+    values = (
+        torch.index_select(e4m3_values(), 0, flat).reshape(codes.shape) * full
+    )  # = weight.to(float32), faster
+    step = torch.index_select(e4m3_unit_steps(), 0, flat).reshape(codes.shape) * full
     return Decoded(values=values, codes=codes, step=step)
 
 
@@ -74,10 +77,15 @@ def encode(
     return {".weight": codes, CT_SCALE: new_scale}
 
 
+def e4m3_values() -> torch.Tensor:
+    """The float32 value of each of the 256 e4m3 codes (torch's own conversion)."""
+    return torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float32)
+
+
 def e4m3_unit_steps() -> torch.Tensor:
     """For each of the 256 e4m3 codes, the gap to its neighbouring values (the mean of the gaps below and above
     where they differ, the one gap at ±448; NaN for the NaN codes)."""
-    values = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float64)
+    values = e4m3_values().to(torch.float64)
     grid = torch.unique(values[torch.isfinite(values)])
     pos = torch.searchsorted(grid, values.nan_to_num(0.0))
     below = values - grid[(pos - 1).clamp(min=0)]
