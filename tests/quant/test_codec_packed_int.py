@@ -213,6 +213,8 @@ def test_refusals() -> None:
     m = module(schemes.GPTQ, GPTQ_SUFFIXES, (8, 8), bits=3, group_size=8)
     with pytest.raises(NotWritable, match="3-bit"):
         decode(m, gptq_tensors())  # type: ignore[arg-type]
+    with pytest.raises(NotWritable, match="not 1-bit"):
+        decode(module(schemes.GPTQ, GPTQ_SUFFIXES, (8, 8), bits=1, group_size=8), gptq_tensors())  # type: ignore[arg-type]
     m4 = module(schemes.GPTQ, GPTQ_SUFFIXES, (8, 8), bits=4, group_size=8)
     with pytest.raises(NotWritable, match="missing"):
         decode(m4, {k: v for k, v in gptq_tensors().items() if k != ".qzeros"})  # type: ignore[misc]

@@ -44,7 +44,7 @@ def encode(
 ) -> dict[str, torch.Tensor]:
     """``weight`` quantized as the library quantizes it.
 
-    compressed-tensors W4A16: fresh scales, as it quantizes a model (in the model's dtype, the dtype it stores the
+    compressed-tensors W4A16 (4 bits shown; ``2^(bits−1)`` in general): fresh scales, as it quantizes a model (in the model's dtype, the dtype it stores the
     scales in): ``calculate_qparams`` on each group's min and max in float32 (symmetric ``scale = max(|min|,
     |max|) / 7.5``; asymmetric ``scale = (max − min) / 15``, ``zero = round(clamp(−8 − min / scale))``; float32
     eps for a zero scale), cast to the scale dtype; then ``quantize``: ``round(clamp(W / scale + zero, −8, 7))``,
@@ -236,6 +236,8 @@ def _gptq_parts(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) ->
     gptqmodel reads a v1 checkpoint."""
     qweight, qzeros, scales = _need(module, tensors, ".qweight", ".qzeros", ".scales")
     bits = _bits(module)
+    if bits not in GPTQ_V1_OFFSET:
+        raise NotWritable(f"{module.path}: gptqmodel reads 2-, 3-, 4- and 8-bit GPTQ, not {bits}-bit")
     _check_2d(module, qweight, qzeros, scales)
     codes = unpack_fields(qweight.t(), bits)
     words = (qzeros.to(torch.int64) + GPTQ_V1_OFFSET[bits]) & 0xFFFFFFFF  # the library's int32 addition wraps
