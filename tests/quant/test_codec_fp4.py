@@ -119,6 +119,21 @@ def test_mxfp4_quantize_by_hand() -> None:
     assert zero_scales.tolist() == [[127]] and zero_codes.abs().sum() == 0
 
 
+def test_mxfp4_codes_are_mlx_argmin_over_the_code_order() -> None:
+    """mlx's own formulation, argmin |x − v| over the 16 values (first index on a tie), on random and tie values."""
+    torch.manual_seed(3)
+    w = torch.randn(64, 256) * 0.02
+    ties = torch.tensor(
+        [0.25, -0.25, 0.75, -0.75, 1.25, 1.75, 2.5, -2.5, 3.5, 5.0, -5.0, 6.0, -0.1, -0.0, 0.1, 4]
+    )
+    w[:4, :32] = torch.cat([ties, -ties]) * torch.tensor([[1.0], [0.5], [2.0**-20], [8.0]])
+    codes, scales = fp4.mxfp4_quantize(w)
+    exp = scales.to(torch.int32) - 127
+    scaled = w.reshape(64, 8, 32) / torch.pow(torch.tensor(2.0), exp).unsqueeze(-1)
+    reference = torch.abs(scaled.unsqueeze(-1) - torch.tensor(fp4.E2M1)).argmin(-1)
+    assert torch.equal(codes.to(torch.int64), reference)
+
+
 def test_mxfp4_round_trip_keeps_the_bias() -> None:
     t = _blocks(2, 4, 64)
     m = _mx(2, 4, 64)

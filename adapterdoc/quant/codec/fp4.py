@@ -22,6 +22,8 @@ E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3
 """The 16 FP4 values in code order (bit 3 the sign)."""
 E2M1_STEP = (0.5, 0.5, 0.5, 0.5, 0.75, 1.0, 1.5, 2.0)
 """Per magnitude code, the mean gap to its neighbours on the signed grid (at 6, the one gap below)."""
+MX_MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+"""Between neighbouring FP4 magnitudes; a magnitude on one rounds down (bucketize counts the midpoints below)."""
 NV_GROUP = 16
 MX_GROUP = 32
 FP4_MAX = 6.0
@@ -169,25 +171,35 @@ def _encode_nvfp4(weight: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def _decode_mxfp4(tensors: Mapping[str, torch.Tensor]) -> Decoded:
-    blocks, scales = tensors["_blocks"], tensors["_scales"]
+    blocks, scales = tensors["_blocks"].to(torch.uint8), tensors["_scales"]
     if blocks.ndim not in (3, 4) or blocks.shape[:-1] != scales.shape:
         raise NotWritable(f"MXFP4 blocks {list(blocks.shape)} and scales {list(scales.shape)} do not match")
-    exp = scales.to(torch.int32) - 127
-    codes = unpack_low_first(blocks.to(torch.uint8))  # [..., G, 32]
-    # convert_moe_packed_tensors: the FP4 values, then ldexp by the group's exponent, in the output dtype
-    values = torch.ldexp(fp4_values(codes), exp.unsqueeze(-1))
-    step = torch.ldexp(fp4_steps(codes), exp.unsqueeze(-1))
-    out = [t.flatten(-2) for t in (values, codes.to(torch.int32), step)]
-    if blocks.ndim == 4:  # stacked experts: [E, out, in] → the checkpoint's [E, in, out]
-        out = [t.transpose(1, 2).contiguous() for t in out]
-    return Decoded(out[0], out[1], out[2])
+    # convert_moe_packed_tensors: the FP4 values times ldexp's factor pow(2, scale − 127), in float32
+    factor = torch.pow(2.0, scales.to(torch.int32) - 127)
+    codes = torch.stack([blocks & 0x0F, blocks >> 4], dim=-1).flatten(-2)  # uint8 [..., G, 32]
+    *lead, groups, width = codes.shape
+    if blocks.ndim == 4:  # stacked experts: [E, out, in] → the checkpoint's [E, in, out], transposed as bytes
+        experts, rows = lead
+        codes = codes.reshape(experts, rows, groups * width).transpose(1, 2).contiguous()
+        codes = codes.reshape(experts, groups, width, rows)
+        factor = factor.transpose(1, 2).unsqueeze(2)  # [E, G, 1, out]
+        shape = (experts, groups * width, rows)
+    else:
+        factor = factor.unsqueeze(-1)  # [out, G, 1]
+        shape = (lead[0], groups * width)
+    idx = codes.to(torch.int64)
+    values = torch.tensor(E2M1, dtype=torch.float32)[idx] * factor
+    step = torch.tensor(E2M1_STEP * 2, dtype=torch.float32)[idx] * factor
+    return Decoded(values.reshape(shape), codes.to(torch.int32).reshape(shape), step.reshape(shape))
 
 
 def mxfp4_quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(codes ``[..., G, 32]``, E8M0 scales ``[..., G]``) of ``w`` (float32, groups of 32 along the last axis) as
     mlx 0.32's ``quantize(mode="mxfp4")`` on the CPU: the smallest power of two ≥ ``absmax / 6`` (0 for a zero
-    group), then the nearest FP4 value, the lower code on a tie. Raises :class:`NotWritable` where the exponent
-    leaves E8M0's range."""
+    group), then ``argmin |w/2^e − v|`` over the 16 FP4 values in code order. Those distances are exact (|w/2^e| ≤ 6,
+    neighbouring levels within a factor of two), so that is the nearest magnitude, the lower on a tie, and the sign
+    bit only where a negative weight lands off zero (+0 comes before −0). Raises :class:`NotWritable` where the
+    exponent leaves E8M0's range."""
     groups = w.reshape(*w.shape[:-1], w.shape[-1] // MX_GROUP, MX_GROUP)
     scales = groups.abs().amax(-1, keepdim=True) / torch.tensor(FP4_MAX, dtype=w.dtype)
     near = torch.round(torch.log2(scales)).to(torch.int32)
@@ -196,9 +208,10 @@ def mxfp4_quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if bool(((exp > 127) | (exp < -127)).any()):
         raise NotWritable("a group's MXFP4 exponent falls outside E8M0's range (mlx would wrap it)")
     scaled = groups / torch.pow(torch.tensor(2.0, dtype=w.dtype), exp)
-    lut = torch.tensor(E2M1, dtype=w.dtype)
-    codes = torch.abs(scaled.unsqueeze(-1) - lut).argmin(-1)
-    return codes, (exp.squeeze(-1) + 127).to(torch.uint8)
+    mids = torch.tensor(MX_MIDPOINTS, dtype=w.dtype)
+    magnitude = torch.bucketize(scaled.abs(), mids, out_int32=True).to(torch.uint8)
+    negative = ((scaled < 0) & (magnitude > 0)).to(torch.uint8)
+    return magnitude | (negative << 3), (exp.squeeze(-1) + 127).to(torch.uint8)
 
 
 def _encode_mxfp4(weight: torch.Tensor, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
