@@ -183,7 +183,7 @@ def _decode_mxfp4(tensors: Mapping[str, torch.Tensor]) -> Decoded:
         codes = codes.reshape(experts, rows, groups * width).transpose(1, 2).contiguous()
         codes = codes.reshape(experts, groups, width, rows)
         factor = factor.transpose(1, 2).unsqueeze(2)  # [E, G, 1, out]
-        shape = (experts, groups * width, rows)
+        shape: tuple[int, ...] = (experts, groups * width, rows)
     else:
         factor = factor.unsqueeze(-1)  # [out, G, 1]
         shape = (lead[0], groups * width)
