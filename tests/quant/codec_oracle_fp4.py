@@ -95,6 +95,7 @@ def random_nvfp4() -> None:
         if shape[0] > 2:
             w[1, :16] *= 1e-6  # a group far below the tensor's absmax: its E4M3 scale underflows
             w[2, 3] = -1e-9  # a tiny negative: −0.0, code 8
+            w[2, 4] = -0.0  # negative zero: torch.sign(−0.0) is +0, code 0
         m = nvfp4_module(shape)
         for dtype_in in (torch.float32, torch.bfloat16):
             x = w.to(dtype_in).float()

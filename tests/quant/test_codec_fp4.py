@@ -57,6 +57,39 @@ def test_nvfp4_by_hand() -> None:
     assert d.step[0, :3].tolist() == [2.0, 1.0, 0.5]
 
 
+def _library_cast_and_pack(x: torch.Tensor) -> torch.Tensor:
+    """compressed-tensors 0.20.1's CPU ``cast_to_fp4`` then ``pack_fp4_to_uint8``'s code, as written there."""
+    x = torch.clamp(x, -6.0, 6.0)
+    sign = torch.sign(x)
+    x = torch.abs(x)
+    x[(x >= 0.0) & (x <= 0.25)] = 0.0
+    x[(x > 0.25) & (x < 0.75)] = 0.5
+    x[(x >= 0.75) & (x <= 1.25)] = 1.0
+    x[(x > 1.25) & (x < 1.75)] = 1.5
+    x[(x >= 1.75) & (x <= 2.5)] = 2.0
+    x[(x > 2.5) & (x < 3.5)] = 3.0
+    x[(x >= 3.5) & (x <= 5.0)] = 4.0
+    x[x > 5.0] = 6.0
+    x = x * sign
+    bit = torch.signbit(x).to(torch.uint8)
+    doubled = (x * 2).to(torch.int8).abs_()
+    codes = torch.zeros_like(doubled, dtype=torch.uint8)
+    for code, twice in enumerate((1, 2, 3, 4, 6, 8), start=1):
+        codes[doubled == twice] = code
+    codes[doubled >= 12] = 7
+    return codes | (bit << 3)
+
+
+def test_nvfp4_codes_are_the_librarys_cast_and_pack() -> None:
+    torch.manual_seed(4)
+    ties = torch.tensor(
+        [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 7.0, 0.0, -0.0, 1e-9, 0.2500001, 0.7499999]
+    )
+    x = torch.cat([torch.randn(4096) * 3, ties, -ties])
+    assert torch.equal(fp4.nvfp4_codes(x), _library_cast_and_pack(x))
+    assert fp4.nvfp4_codes(torch.tensor([-0.0, -1e-9])).tolist() == [0, 8]
+
+
 def test_nvfp4_zero_group_scale_is_the_e4m3_eps() -> None:
     w = torch.zeros(2, 32)
     w[1, 16:] = torch.linspace(-1, 1, 16)

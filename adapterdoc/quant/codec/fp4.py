@@ -123,31 +123,17 @@ def nvfp4_group_scales(weight: torch.Tensor, global_scale: torch.Tensor) -> torc
     return torch.where(scales == 0, torch.tensor(0.125, dtype=scales.dtype), scales)
 
 
-def cast_to_fp4(x: torch.Tensor) -> torch.Tensor:
-    """compressed-tensors' CPU ``cast_to_fp4``: thresholds at the midpoints (ties to the even mantissa), sign kept
-    by multiplying (a negative that rounds to zero gives −0.0)."""
-    sign = torch.sign(x)
-    x = torch.abs(x)
-    x[(x >= 0.0) & (x <= 0.25)] = 0.0
-    x[(x > 0.25) & (x < 0.75)] = 0.5
-    x[(x >= 0.75) & (x <= 1.25)] = 1.0
-    x[(x > 1.25) & (x < 1.75)] = 1.5
-    x[(x >= 1.75) & (x <= 2.5)] = 2.0
-    x[(x > 2.5) & (x < 3.5)] = 3.0
-    x[(x >= 3.5) & (x <= 5.0)] = 4.0
-    x[x > 5.0] = 6.0
-    return x * sign
-
-
-def fp4_codes(values: torch.Tensor) -> torch.Tensor:
-    """compressed-tensors ``pack_fp4_to_uint8``'s code for each FP4 value (the sign bit from ``signbit``)."""
-    sign = torch.signbit(values).to(torch.uint8)
-    doubled = (values * 2).to(torch.int8).abs_()
-    indices = torch.zeros_like(doubled, dtype=torch.uint8)
-    for code, twice in enumerate((1, 2, 3, 4, 6, 8), start=1):
-        indices[doubled == twice] = code
-    indices[doubled >= 12] = 7
-    return indices | (sign << 3)
+def nvfp4_codes(x: torch.Tensor) -> torch.Tensor:
+    """The FP4 code compressed-tensors writes for each scaled weight (its CPU ``cast_to_fp4`` then
+    ``pack_fp4_to_uint8``): clamped to ±6, rounded at the midpoints with ties to the even mantissa (0.25 → 0,
+    0.75 → 1, 1.25 → 1, 1.75 → 2, 2.5 → 2, 3.5 → 4, 5 → 4), the sign bit on every negative (one that rounds to
+    zero gives −0, code 8; −0.0 itself gives code 0, as ``torch.sign(−0.0)`` is +0)."""
+    x = torch.clamp(x, torch.tensor(-FP4_MAX), torch.tensor(FP4_MAX))
+    mag = torch.abs(x)
+    code = (mag > 0.25).to(torch.uint8)
+    for bound, up in ((0.75, True), (1.25, False), (1.75, True), (2.5, False), (3.5, True), (5.0, False)):
+        code += (mag >= bound) if up else (mag > bound)
+    return code | ((x < 0).to(torch.uint8) << 3)
 
 
 def _encode_nvfp4(weight: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -157,9 +143,7 @@ def _encode_nvfp4(weight: torch.Tensor) -> dict[str, torch.Tensor]:
     global_scale = nvfp4_global_scale(w)
     scale = nvfp4_group_scales(w, global_scale)
     groups = w.reshape(*w.shape[:-1], w.shape[-1] // NV_GROUP, NV_GROUP)
-    scaled = groups / (scale / global_scale).unsqueeze(-1)
-    rounded = cast_to_fp4(torch.clamp(scaled, torch.tensor(-FP4_MAX), torch.tensor(FP4_MAX)))
-    codes = fp4_codes(rounded.flatten(-2))
+    codes = nvfp4_codes(groups / (scale / global_scale).unsqueeze(-1)).flatten(-2)
     return {
         ".weight_packed": pack_low_first(codes),
         ".weight_scale": scale.to(torch.float8_e4m3fn),
