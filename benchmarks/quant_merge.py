@@ -324,9 +324,9 @@ def check(ours: str, anchor: str, base: str, adapter: str) -> dict[str, Any]:
             r["merged_beyond_tolerance"] += int(bool((diff > ULPS * ulp).any()))
             r["max_abs_diff"] = max(r["max_abs_diff"], diff.max().item())
             r["max_ulps"] = max(r["max_ulps"], (diff / ulp).max().item())
-            dd = (delta.double() * delta.double()).sum().item()
+            dd = torch.sum(delta * delta, dtype=torch.float64).item()
             for which, t in (("ours", a), ("anchor", b)):
-                kept = ((t.double() - w.double()) * delta.double()).sum().item() / dd
+                kept = torch.sum((t.float() - w) * delta, dtype=torch.float64).item() / dd
                 lo_hi = r["kept"][which]
                 r["kept"][which] = [min(lo_hi[0], kept), max(lo_hi[1], kept)]
     r["ok"] = bool(
@@ -443,6 +443,14 @@ def print_table(res: dict[str, Any]) -> None:
             f"| {name} | {row['result']} | {row['wall_s']:.1f} | {row['cpu_s']:.1f} | "
             f"{row['peak_rss_bytes'] / 2**20:.0f} | {wall} | {peak} |"
         )
+    if any(len(row["runs"]) > 1 for row in res["rows"].values()):
+        print()
+        for name, row in res["rows"].items():
+            each = (
+                f"{r['wall_s']:.1f} s wall / {r['cpu_s']:.1f} s CPU / {r['peak_rss_bytes'] / 2**20:.0f} MiB"
+                for r in row["runs"]
+            )
+            print(f"{name}: " + ", ".join(each))
     print()
     ours = res["rows"][OURS]["result"]
     why = "" if res["wall_ratio"] is not None else f" (adapterdoc {ours})"
