@@ -141,6 +141,7 @@ def build(folder: str, layers: int, vocab: int) -> dict[str, Any]:
     config = cfg.to_dict()
     config["quantization_config"] = fp8.to_dict()
     config["torch_dtype"] = config["dtype"] = "bfloat16"
+    config["architectures"] = ["LlamaForCausalLM"]  # what save_pretrained writes (the header plan reads it)
     with open(os.path.join(base, "config.json"), "w") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     adapter = os.path.join(folder, "adapter")

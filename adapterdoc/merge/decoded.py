@@ -5,7 +5,8 @@ encoded again in the module's own format. One module is held at a time."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.merge.delta import AdapterTensors, apply_edits, check_finite, read_tensor, torch_dtype
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
 
     from adapterdoc.quant.codec import Decoded
     from adapterdoc.quant.schemes import QuantizedModule
+
+_T = TypeVar("_T")
 
 
 def stored_tensors(plan: Plan, m: QuantizedModule) -> dict[str, torch.Tensor]:
@@ -33,21 +36,34 @@ def stored_tensors(plan: Plan, m: QuantizedModule) -> dict[str, torch.Tensor]:
 
 
 def decode_module(plan: Plan, m: QuantizedModule) -> tuple[Decoded, dict[str, torch.Tensor]]:
-    """``m`` decoded, and its stored tensors."""
-    from adapterdoc.quant.codec import NotWritable, decode
+    """``m`` decoded (values, codes and steps), and its stored tensors."""
+    from adapterdoc.quant.codec import decode
 
     stored = stored_tensors(plan, m)
+    return _undecodable(plan, m, lambda: decode(m, stored)), stored
+
+
+def decoded_weight(plan: Plan, m: QuantizedModule) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``m``'s decoded weight alone (float32, a new tensor), and its stored tensors."""
+    from adapterdoc.quant.codec import values
+
+    stored = stored_tensors(plan, m)
+    return _undecodable(plan, m, lambda: values(m, stored)), stored
+
+
+def _undecodable(plan: Plan, m: QuantizedModule, run: Callable[[], _T]) -> _T:
+    from adapterdoc.quant.codec import NotWritable
+
     try:
-        return decode(m, stored), stored
+        return run()
     except NotWritable as e:
         raise UnsupportedInputError(plan.base.spec, f"`{m.path}`: {e}") from None
 
 
 def merged_weight(
-    plan: Plan, o: Output, m: QuantizedModule, decoded: Decoded, tensors: AdapterTensors
+    plan: Plan, o: Output, m: QuantizedModule, w: torch.Tensor, tensors: AdapterTensors
 ) -> torch.Tensor:
-    """The decoded weight with ``o``'s edits applied (float32, a new tensor)."""
-    w = decoded.values.clone()
+    """The decoded weight ``w`` (float32; updated in place where the edits allow) with ``o``'s edits applied."""
     if not o.edits:
         return w
     piece = plan.pieces[decoded_name(m)]
@@ -61,8 +77,8 @@ def decoded_bytes(plan: Plan, o: Output, tensors: AdapterTensors) -> memoryview:
     import torch
 
     assert o.quantized is not None
-    decoded, _ = decode_module(plan, o.quantized)
-    w = merged_weight(plan, o, o.quantized, decoded, tensors)
+    w, _ = decoded_weight(plan, o.quantized)
+    w = merged_weight(plan, o, o.quantized, w, tensors)
     if tuple(w.shape) != tuple(o.shape):
         raise UnsupportedInputError(
             plan.base.spec, f"`{o.quantized.path}` decodes to {list(w.shape)}, expected {list(o.shape)}"
@@ -102,8 +118,8 @@ class Reencoder:
         from adapterdoc.merge.quantized import quant_suffixes
         from adapterdoc.quant.codec import NotWritable, encode
 
-        decoded, stored = decode_module(self.plan, m)
-        w = merged_weight(self.plan, o, m, decoded, self.tensors)
+        w, stored = decoded_weight(self.plan, m)
+        w = merged_weight(self.plan, o, m, w, self.tensors)
         try:
             out = encode(m, w, stored)
         except NotWritable as e:

@@ -22,7 +22,7 @@ from adapterdoc.merge.quantized import (
     stored_plan,
     undecodable_finding,
 )
-from adapterdoc.merge.survival import Survival, survival, survival_findings
+from adapterdoc.merge.survival import Survival, survival, survival_findings, with_encoded_shapes
 from adapterdoc.quant.text import scheme_text
 from adapterdoc.report.findings import has_errors, make
 from adapterdoc.report.merge_report import MergeReport
@@ -73,6 +73,7 @@ def merge(
         if plan.quantization is not None and (dry_run or requantize) and not has_errors(findings):
             rows = measure_survival(plan)
             findings.extend(survival_findings(rows, requantize=requantize))
+            plan = with_encoded_shapes(plan, rows)
         if out_path is not None and not has_errors(findings):
             written = write(plan, out_path, dtype, force=force, progress=progress)
     except NotFinite as e:

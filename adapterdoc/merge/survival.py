@@ -11,7 +11,7 @@ module *survives* when it keeps between :data:`KEPT_MIN` and :data:`KEPT_MAX` of
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from adapterdoc.merge.edits import Output, Plan
@@ -41,6 +41,8 @@ class Survival:
     survives: bool
     why_not_encoded: str | None = None
     """Why adapterdoc cannot encode this module as its library does (then nothing else is measured)."""
+    encoded_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False)
+    """Stored tensor name → its shape once encoded again (a bitsandbytes quant_state's JSON can change length)."""
 
     def to_dict(self) -> dict[str, object]:
         def r(x: float | None) -> float | None:
@@ -81,9 +83,10 @@ def _measure(plan: Plan, o: Output, tensors: AdapterTensors) -> Survival:
     m = o.quantized
     assert m is not None
     before, stored = decode_module(plan, m)
-    merged = merged_weight(plan, o, m, before, tensors)
+    merged = merged_weight(plan, o, m, before.values.clone(), tensors)
     try:
-        after = decode(m, {**stored, **encode(m, merged, stored)})
+        encoded = encode(m, merged, stored)
+        after = decode(m, {**stored, **encoded})
     except NotWritable as e:
         return Survival(m.path, m.scheme, None, None, None, None, False, str(e))
     delta = merged.sub_(before.values)
@@ -97,7 +100,19 @@ def _measure(plan: Plan, o: Output, tensors: AdapterTensors) -> Survival:
     delta_rms = (dd / max(delta.numel(), 1)) ** 0.5
     changed = float((after.codes != before.codes).double().mean())
     ok = KEPT_MIN <= kept <= KEPT_MAX and cosine >= COSINE_MIN
-    return Survival(m.path, m.scheme, changed, kept, cosine, delta_rms / step_rms if step_rms else None, ok)
+    steps = delta_rms / step_rms if step_rms else None
+    shapes = {m.tensors[s]: tuple(t.shape) for s, t in encoded.items() if s in m.tensors}
+    return Survival(m.path, m.scheme, changed, kept, cosine, steps, ok, encoded_shapes=shapes)
+
+
+def with_encoded_shapes(plan: Plan, rows: list[Survival]) -> Plan:
+    """``plan`` (``--requantize``) with each re-encoded tensor's output shape as the encoding gives it."""
+    shapes = {name: shape for r in rows for name, shape in r.encoded_shapes.items()}
+    shards = [
+        (rel, header, [replace(o, shape=shapes.get(o.name, o.shape)) if o.quantized else o for o in outs])
+        for rel, header, outs in plan.shards
+    ]
+    return replace(plan, shards=shards)
 
 
 def group_of(module: str) -> str:

@@ -20,7 +20,7 @@ os.environ["TORCH_COMPILE_DISABLE"] = "1"  # bitsandbytes' pure-torch kernels ru
 import torch
 
 from adapterdoc.quant import detect_folder, schemes
-from adapterdoc.quant.codec import bnb, decode, encode
+from adapterdoc.quant.codec import bnb, encode
 from adapterdoc.quant.schemes import QuantizedModule
 
 AVX512 = torch.backends.cpu.get_cpu_capability() == "AVX512"
@@ -99,7 +99,7 @@ def random_4bit() -> None:
                     sd = stored_4bit(w, block, quant_type, double)
                     scheme = schemes.BNB_NF4 if quant_type == "nf4" else schemes.BNB_FP4
                     m = module(scheme, list(sd), shape)
-                    got = decode(m, sd)
+                    got = bnb.decode(m, sd)
                     what = f"{quant_type} double={double} {shape} block {block}"
                     kernel = "default" if misindexed(shape, block) else "cpu"
                     if kernel == "default" and shape[0] > 1:
@@ -147,7 +147,7 @@ def random_storage() -> None:
         sd = stored_4bit(w, 64, "nf4", True, storage)
         assert sd[".weight"].dtype == storage, sd[".weight"].dtype
         m = module(schemes.BNB_NF4, list(sd), (64, 128))
-        same(decode(m, sd).values, library_dequant_4bit(sd, torch.float32), f"storage {storage} decode")
+        same(bnb.decode(m, sd).values, library_dequant_4bit(sd, torch.float32), f"storage {storage} decode")
         written = encode(m, w, sd)
         for k in sd:
             same(written[k], sd[k], f"storage {storage} encode {k}")
@@ -167,7 +167,7 @@ def random_int8() -> None:
         written = encode(m, w.to(torch.bfloat16).float(), sd)
         for k in sd:
             same(written[k], sd[k], f"int8 {shape} encode {k}")
-        got = decode(m, sd)
+        got = bnb.decode(m, sd)
         same(got.values, F.int8_vectorwise_dequant(sd[".weight"], sd[".SCB"]), f"int8 {shape} decode")
         # and a float32 weight that is not bf16: Int8Params casts it to float16 first
         param32 = bnb_lib.nn.Int8Params(w.clone(), requires_grad=False).to("cpu")
@@ -187,7 +187,7 @@ def real(root: Path) -> None:
         assert len(q.modules) == 14, (name, len(q.modules))
         for m in q.modules:
             sd = {s: stored[t] for s, t in m.tensors.items()}
-            got = decode(m, sd)
+            got = bnb.decode(m, sd)
             if m.scheme == schemes.BNB_INT8:
                 same(got.values, F.int8_vectorwise_dequant(sd[".weight"], sd[".SCB"]), f"{m.path} decode")
             else:

@@ -23,7 +23,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 import torch
 
 from adapterdoc.quant import detect_folder, schemes
-from adapterdoc.quant.codec import decode, encode
+from adapterdoc.quant.codec import encode, fp4
 from adapterdoc.quant.schemes import QuantizedModule
 
 CHECKS = [0]
@@ -103,7 +103,7 @@ def random_nvfp4() -> None:
             mine = encode(m, x, lib)
             for k in NV:
                 same(mine[k], lib[k], f"nvfp4 {shape} {dtype_in} encode {k}")
-            got = decode(m, lib)
+            got = fp4.decode(m, lib)
             same(got.values, library_nvfp4_decode(lib, torch.float32), f"nvfp4 {shape} decode f32")
             same(
                 got.values.to(torch.bfloat16),
@@ -127,7 +127,7 @@ def random_mxfp4() -> None:
         scales = torch.randint(0, 255, shape, dtype=torch.uint8)  # 255 (E8M0 NaN) left out: ldexp gives inf
         scales.view(-1)[0] = 0  # 2^-127: subnormal float32 values
         scales.view(-1)[-1] = 254  # 2^127
-        got = decode(mx_module(blocks), {"_blocks": blocks, "_scales": scales})
+        got = fp4.decode(mx_module(blocks), {"_blocks": blocks, "_scales": scales})
         for dtype in (torch.float32, torch.bfloat16):
             lib = convert_moe_packed_tensors(blocks, scales, dtype=dtype)
             want = got.values if dtype == torch.float32 else got.values.to(dtype)
@@ -143,7 +143,7 @@ def real_nvfp4(root: Path) -> None:
     assert len(q.modules) == 14
     for m in q.modules:
         sd = {s: stored[t] for s, t in m.tensors.items()}
-        got = decode(m, sd)
+        got = fp4.decode(m, sd)
         same(got.values, library_nvfp4_decode(sd, torch.float32), f"{m.path} decode f32")
         same(got.values.to(torch.bfloat16), library_nvfp4_decode(sd, torch.bfloat16), f"{m.path} decode bf16")
         written = encode(m, plain[m.path + ".weight"].float(), sd)
@@ -171,7 +171,7 @@ def real_mxfp4(root: Path) -> None:
     params = dict(model.named_parameters())
     for m in q.modules:
         sd = {s: stored[t] for s, t in m.tensors.items()}
-        got = decode(m, sd)
+        got = fp4.decode(m, sd)
         loaded = params[m.path].data
         assert loaded.shape == got.values.shape == plain[m.path].shape, (
             m.path,

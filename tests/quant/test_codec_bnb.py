@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from adapterdoc.quant import schemes
-from adapterdoc.quant.codec import NotWritable, bnb, decode, encode
+from adapterdoc.quant.codec import NotWritable, bnb, encode
 from adapterdoc.quant.schemes import QuantizedModule
 
 ORACLE = Path(__file__).with_name("codec_oracle_bnb.py")
@@ -67,7 +67,7 @@ def test_nf4_by_hand() -> None:
     assert out[".weight"].shape == (4, 1) and out[".weight"].dtype == torch.uint8
     assert out[".weight.absmax"].tolist() == [1.0]
     assert torch.equal(out[".weight.quant_map"], NF4)
-    d = decode(_4bit("nf4", (2, 4)), out)
+    d = bnb.decode(_4bit("nf4", (2, 4)), out)
     assert d.codes.tolist() == [[15, 0, 7, 12], [10, 2, 8, 6]]
     assert torch.equal(d.values, NF4[d.codes.long()])
     # step: the mean gap to the neighbours (the one gap at the ends), times absmax 1
@@ -82,7 +82,7 @@ def test_fp4_levels_and_signed_zero() -> None:
     assert torch.equal(code[8:], -code[:8])
     w = torch.tensor([[12.0, -6.0, 0.0, -0.0001, 0.0001, 3.0]])
     out = _stored(w, "fp4")
-    d = decode(_4bit("fp4", (1, 6)), out)
+    d = bnb.decode(_4bit("fp4", (1, 6)), out)
     assert d.values[0, :2].tolist() == [12.0, -6.0]
     assert d.values[0, 5].item() == 3.0
     assert d.values[0, 2:5].abs().max().item() < 0.07  # the tiny weights land on ±0 or ±1/192
@@ -94,7 +94,7 @@ def test_odd_count_packs_a_padding_code_as_the_kernel_does() -> None:
     assert out[".weight"].shape == (2, 1)
     # the kernel pads the odd count with 0.0 before bucketize: NF4 code 7 in the last low nibble
     assert out[".weight"][1, 0].item() & 0xF == 7
-    assert decode(_4bit("nf4", (1, 3)), out).values.shape == (1, 3)
+    assert bnb.decode(_4bit("nf4", (1, 3)), out).values.shape == (1, 3)
 
 
 @pytest.mark.parametrize("quant_type", ["nf4", "fp4"])
@@ -107,12 +107,12 @@ def test_requantizing_a_decoded_weight_keeps_its_codes(
     w = torch.randn(shape) * 0.02
     m = _4bit(quant_type, shape, 64, nested)
     first = _stored(w, quant_type, 64, nested)
-    d = decode(m, first)
+    d = bnb.decode(m, first)
     assert d.values.shape == d.codes.shape == d.step.shape == shape
     assert (d.values - w).abs().max() <= d.step.max()
     again = encode(m, d.values, first)
     assert set(again) == set(first)
-    redone = decode(m, again)
+    redone = bnb.decode(m, again)
     if nested:  # the decoded absmax is itself requantized (a new offset): close, not equal
         assert ((redone.values - d.values).abs() <= d.step).all()
         return
@@ -162,7 +162,7 @@ def test_4bit_storage_dtype_is_kept() -> None:
     out = encode(_4bit("nf4", (1, 4)), w, template)
     assert out[".weight"].dtype == torch.bfloat16 and out[".weight"].shape == (1, 1)
     assert out[".weight"].view(torch.uint8).flatten().tolist() == [0xF0, 0x7C]
-    assert torch.equal(decode(_4bit("nf4", (1, 4)), out).values, NF4[torch.tensor([[15, 0, 7, 12]])])
+    assert torch.equal(bnb.decode(_4bit("nf4", (1, 4)), out).values, NF4[torch.tensor([[15, 0, 7, 12]])])
 
 
 def test_int8_by_hand() -> None:
@@ -173,7 +173,7 @@ def test_int8_by_hand() -> None:
     assert out[".weight"][0].tolist() == [127, -64, 32]
     assert out[".weight"].dtype == torch.int8
     assert out[".SCB"].tolist() == pytest.approx([1.0, 0.2], rel=1e-3)  # row absmax of the float16 weight
-    d = decode(m, out)
+    d = bnb.decode(m, out)
     assert d.codes[0].tolist() == [127, -64, 32]
     assert d.values[0, 0].item() == pytest.approx(1.0)
     assert torch.equal(d.values, out[".weight"] * out[".SCB"].view(-1, 1) * bnb.INV_127)
@@ -183,7 +183,7 @@ def test_int8_by_hand() -> None:
 def test_int8_op_order_and_float16_cast() -> None:
     m = QuantizedModule("m", schemes.BNB_INT8, {".weight": "m.weight", ".SCB": "m.SCB"}, "I8", (1, 2))
     scb = torch.tensor([0.01852310262620449])
-    d = decode(m, {".weight": torch.tensor([[127, 0]], dtype=torch.int8), ".SCB": scb})
+    d = bnb.decode(m, {".weight": torch.tensor([[127, 0]], dtype=torch.int8), ".SCB": scb})
     # int8 · SCB first, then · 0.007874015718698502 (bitsandbytes' 1/127): one float32 ulp below SCB itself here
     assert d.values[0, 0].item() == 0.01852310076355934 != scb.item()
     # Int8Params quantizes the weight cast to float16: 0.492125 → 0.4921875, 127 · that = 62.51 → 63 (62 in float32)
@@ -202,7 +202,7 @@ def test_refusals() -> None:
     with pytest.raises(NotWritable, match="shape"):
         encode(_4bit("nf4", (2, 4)), torch.zeros(4, 2), template)
     with pytest.raises(NotWritable, match="quant_state"):
-        decode(_4bit("nf4", (2, 4)), {".weight": torch.zeros(4, 1, dtype=torch.uint8)})
+        bnb.decode(_4bit("nf4", (2, 4)), {".weight": torch.zeros(4, 1, dtype=torch.uint8)})
     with pytest.raises(NotWritable, match="af4"):
         bnb.code_table("af4")
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from adapterdoc.quant import schemes
-from adapterdoc.quant.codec import NotWritable, decode, encode, fp4
+from adapterdoc.quant.codec import NotWritable, encode, fp4
 from adapterdoc.quant.schemes import QuantizedModule
 
 HERE = Path(__file__).parent
@@ -50,7 +50,7 @@ def test_nvfp4_by_hand() -> None:
     assert out[".weight_scale"].dtype == torch.float8_e4m3fn and out[".weight_scale"].float().tolist() == [
         [448.0]
     ]
-    d = decode(_nv((1, 16)), out)
+    d = fp4.decode(_nv((1, 16)), out)
     assert d.codes[0, :8].tolist() == [7, 13, 2, 0, 8, 6, 4, 0]
     assert d.values[0, :8].tolist() == [6.0, -3.0, 1.0, 0.0, -0.0, 4.0, 2.0, 0.0]
     assert out[".weight_packed"][0, 0].item() == 0xD7  # low nibble first: code 7, then 13
@@ -95,7 +95,7 @@ def test_nvfp4_zero_group_scale_is_the_e4m3_eps() -> None:
     w[1, 16:] = torch.linspace(-1, 1, 16)
     out = encode(_nv((2, 32)), w, {})
     assert out[".weight_scale"].float()[0].tolist() == [0.125, 0.125]  # compressed-tensors' eps for E4M3
-    assert decode(_nv((2, 32)), out).values[0].abs().max().item() == 0.0
+    assert fp4.decode(_nv((2, 32)), out).values[0].abs().max().item() == 0.0
 
 
 @pytest.mark.parametrize("shape", [(8, 64), (3, 16), (1, 48)])
@@ -105,12 +105,12 @@ def test_nvfp4_round_trip(shape: tuple[int, int]) -> None:
     first = encode(_nv(shape), w, {})
     assert first[".weight_packed"].shape == (shape[0], shape[1] // 2)
     assert first[".weight_scale"].shape == (shape[0], shape[1] // 16)
-    d = decode(_nv(shape), first)
+    d = fp4.decode(_nv(shape), first)
     assert d.values.shape == d.codes.shape == d.step.shape == shape
     assert ((d.values - w).abs() <= d.step).all()
     again = encode(_nv(shape), d.values, first)
     assert torch.equal(again[".weight_global_scale"], first[".weight_global_scale"])
-    assert torch.equal(decode(_nv(shape), again).values, d.values)
+    assert torch.equal(fp4.decode(_nv(shape), again).values, d.values)
 
 
 def test_nvfp4_refuses_a_width_not_in_groups() -> None:
@@ -132,7 +132,7 @@ def test_mxfp4_decode_orientation_and_scale() -> None:
     t = _blocks(2, 3, 64)
     t["_blocks"][1, 2, 1, 0] = 0x71  # [expert 1, out 2, group 1]: in 32 → code 1 (0.5), in 33 → code 7 (6.0)
     t["_scales"][1, 2, 1] = 127 + 3
-    d = decode(_mx(2, 3, 64), t)
+    d = fp4.decode(_mx(2, 3, 64), t)
     assert d.values.shape == (2, 64, 3)  # [E, in, out], as the bf16 gpt-oss checkpoint stores experts
     assert d.values[1, 32, 2].item() == 0.5 * 8 and d.values[1, 33, 2].item() == 6.0 * 8
     assert d.codes[1, 33, 2].item() == 7 and d.step[1, 33, 2].item() == 2.0 * 8
@@ -170,11 +170,11 @@ def test_mxfp4_codes_are_mlx_argmin_over_the_code_order() -> None:
 def test_mxfp4_round_trip_keeps_the_bias() -> None:
     t = _blocks(2, 4, 64)
     m = _mx(2, 4, 64)
-    d = decode(m, t)
+    d = fp4.decode(m, t)
     out = encode(m, d.values, t)
     assert set(out) == {"_blocks", "_scales", "_bias"} and torch.equal(out["_bias"], t["_bias"])
     assert out["_blocks"].shape == t["_blocks"].shape and out["_scales"].dtype == torch.uint8
-    assert torch.equal(decode(m, out).values, d.values)
+    assert torch.equal(fp4.decode(m, out).values, d.values)
     with pytest.raises(NotWritable, match="does not fit"):
         encode(m, d.values.transpose(1, 2), t)
 
@@ -183,7 +183,7 @@ def test_mxfp4_plain_linear_keeps_out_in() -> None:
     t = _blocks(1, 5, 64)
     t = {"_blocks": t["_blocks"][0], "_scales": t["_scales"][0]}  # 3-D: [out, in/32, 16], no expert axis
     m = _mx(None, 5, 64)
-    d = decode(m, t)
+    d = fp4.decode(m, t)
     assert d.values.shape == (5, 64)
     assert torch.equal(encode(m, d.values, t)["_blocks"], fp4.pack_low_first(fp4.mxfp4_quantize(d.values)[0]))
 
@@ -237,5 +237,5 @@ def test_mxfp4_encode_bit_for_bit_against_mlx(oracle_env: Any, tmp_path: Path) -
         # and what mlx dequantizes is what adapterdoc decodes (as transformers does) from those bytes
         if w.ndim == 2:
             t = {"_blocks": fp4.pack_low_first(codes).unsqueeze(0), "_scales": scales.unsqueeze(0)}
-            values = decode(_mx(1, w.shape[0], w.shape[1]), t).values[0].t()
+            values = fp4.decode(_mx(1, w.shape[0], w.shape[1]), t).values[0].t()
             assert np.array_equal(values.numpy(), mlx[key + ".dequant"]), key

@@ -19,7 +19,7 @@ from adapterdoc.quant.schemes import Geometry, QuantizedModule
 pytestmark = pytest.mark.ml
 torch = pytest.importorskip("torch")
 
-from adapterdoc.quant.codec import decode, encode, fp8  # noqa: E402  (torch first)
+from adapterdoc.quant.codec import encode, fp8  # noqa: E402  (torch first)
 
 F8 = torch.float8_e4m3fn
 ORACLE = Path(__file__).with_name("codec_oracle_fp8.py")
@@ -49,7 +49,7 @@ def test_hand_computed_block() -> None:
     out = encode(module, w, block_tensors(2, 2, (2, 2)))  # type: ignore[arg-type]
     assert out[".weight"].view(torch.uint8).tolist() == [[0x6E, 0xF6], [0x66, 0x7E]]  # 112, -224, 56, 448
     assert out[".weight_scale_inv"].tolist() == [[torch.tensor(1.0 / 112.0, dtype=torch.float32).item()]]
-    d = decode(module, out)
+    d = fp8.decode(module, out)
     assert d.codes.tolist() == [[0x6E, 0xF6], [0x66, 0x7E]]
     assert d.values.dtype == torch.float32
     inv = out[".weight_scale_inv"][0, 0]
@@ -86,7 +86,7 @@ def test_ceil_grid_partial_blocks() -> None:
                 out[".weight"][2 * i : 2 * i + 2, 3 * j : 3 * j + 3].view(torch.uint8),
                 codes.view(torch.uint8),
             )
-    d = decode(module, out)
+    d = fp8.decode(module, out)
     assert d.values.shape == (5, 7)
     assert torch.equal(d.values[4, 6], out[".weight"][4, 6].float() * inv[2, 2])
     assert (d.values - w).abs().le(d.step).all()
@@ -106,7 +106,7 @@ def test_block_round_trip(shape: tuple[int, int]) -> None:
     w = torch.randn(shape) * 0.02
     module = block_module(shape)
     out = encode(module, w, block_tensors(*shape))  # type: ignore[arg-type]
-    d = decode(module, out)
+    d = fp8.decode(module, out)
     assert d.codes.dtype == torch.int32 and d.codes.shape == shape
     assert (d.values - w).abs().le(d.step).all()
     assert torch.equal(d.codes, out[".weight"].view(torch.uint8).int())
@@ -125,7 +125,7 @@ def test_stacked_experts() -> None:
         one = encode(module, w[e], block_tensors(130, 260))  # type: ignore[arg-type]
         assert torch.equal(out[".weight"][e].view(torch.uint8), one[".weight"].view(torch.uint8))
         assert torch.equal(out[".weight_scale_inv"][e], one[".weight_scale_inv"])
-    assert decode(module, out).values.shape == (3, 130, 260)
+    assert fp8.decode(module, out).values.shape == (3, 130, 260)
 
 
 def test_ct_channel_hand_computed() -> None:
@@ -141,7 +141,7 @@ def test_ct_channel_hand_computed() -> None:
         F8
     )  # the division in bf16, the model's dtype
     assert torch.equal(out[".weight"].view(torch.uint8), expected.view(torch.uint8))
-    d = decode(module, out)
+    d = fp8.decode(module, out)
     assert torch.equal(d.values, out[".weight"].float() * scale.float())
 
 
@@ -161,7 +161,7 @@ def test_ct_round_trip_and_bf16_exactness(
     }
     out = encode(module, w, stored)
     assert out[".weight_scale"].shape == scale_shape and out[".weight_scale"].dtype == torch.bfloat16
-    d = decode(module, out)
+    d = fp8.decode(module, out)
     assert (d.values - w).abs().le(d.step * 1.01).all()
     # the float32 product is exact, so its bf16 cast is compressed-tensors' bf16 arithmetic
     full = fp8._broadcast(
@@ -174,7 +174,7 @@ def test_refusals() -> None:
     module = block_module((256, 256))
     good = block_tensors(256, 256)
     with pytest.raises(NotWritable, match="scale shape"):
-        decode(module, {".weight": good[".weight"], ".weight_scale_inv": torch.ones(2, 3)})  # type: ignore[dict-item]
+        fp8.decode(module, {".weight": good[".weight"], ".weight_scale_inv": torch.ones(2, 3)})  # type: ignore[dict-item]
     with pytest.raises(NotWritable, match="ue8m0"):
         encode(
             module,
@@ -182,14 +182,14 @@ def test_refusals() -> None:
             {**good, ".weight_scale_inv": torch.ones(2, 2, dtype=torch.bfloat16)},
         )  # type: ignore[dict-item]
     with pytest.raises(NotWritable, match="not float8_e4m3fn"):
-        decode(module, {**good, ".weight": torch.zeros(256, 256, dtype=torch.float8_e5m2)})  # type: ignore[dict-item]
+        fp8.decode(module, {**good, ".weight": torch.zeros(256, 256, dtype=torch.float8_e5m2)})  # type: ignore[dict-item]
     with pytest.raises(NotWritable, match="missing"):
-        decode(module, {".weight": good[".weight"]})  # type: ignore[dict-item]
+        fp8.decode(module, {".weight": good[".weight"]})  # type: ignore[dict-item]
     with pytest.raises(NotWritable, match="weight shape"):
         encode(module, torch.zeros(256, 128), good)  # type: ignore[arg-type]
     ct = ct_module((4, 4), "channel")
     with pytest.raises(NotWritable, match="asymmetric"):
-        decode(
+        fp8.decode(
             ct,
             {
                 ".weight": torch.zeros(4, 4, dtype=F8),
@@ -198,7 +198,7 @@ def test_refusals() -> None:
             },
         )
     with pytest.raises(NotWritable, match="strategy"):
-        decode(
+        fp8.decode(
             ct_module((4, 4), "token"),
             {".weight": torch.zeros(4, 4, dtype=F8), ".weight_scale": torch.ones(4, 1)},
         )
@@ -208,11 +208,11 @@ def test_block_without_configured_size_follows_the_grid() -> None:
     tensors = {".weight": "m.weight", ".weight_scale_inv": "m.weight_scale_inv"}
     module = QuantizedModule("m", schemes.FP8_BLOCK, tensors, "F8_E4M3", (256, 384))
     stored = {".weight": torch.ones(256, 384, dtype=F8), ".weight_scale_inv": torch.arange(6.0).reshape(2, 3)}
-    d = decode(module, stored)
+    d = fp8.decode(module, stored)
     assert d.values[127, 127].item() == 0.0 and d.values[128, 383].item() == 5.0
     odd = QuantizedModule("m", schemes.FP8_BLOCK, tensors, "F8_E4M3", (250, 384))
     with pytest.raises(NotWritable, match="not divisible"):
-        decode(odd, {".weight": torch.ones(250, 384, dtype=F8), ".weight_scale_inv": torch.ones(3, 3)})
+        fp8.decode(odd, {".weight": torch.ones(250, 384, dtype=F8), ".weight_scale_inv": torch.ones(3, 3)})
 
 
 @pytest.mark.oracle

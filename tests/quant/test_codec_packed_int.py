@@ -19,7 +19,7 @@ from adapterdoc.quant.schemes import Geometry, QuantizedModule
 pytestmark = pytest.mark.ml
 torch = pytest.importorskip("torch")
 
-from adapterdoc.quant.codec import decode, encode  # noqa: E402  (torch first)
+from adapterdoc.quant.codec import encode, packed_int  # noqa: E402  (torch first)
 from adapterdoc.quant.codec.packed_int import pack_fields, unpack_fields  # noqa: E402
 
 ORACLE = Path(__file__).with_name("codec_oracle_packed_int.py")
@@ -67,7 +67,7 @@ def gptq_tensors() -> dict[str, object]:
 def test_gptq_hand_computed() -> None:
     m = module(schemes.GPTQ, GPTQ_SUFFIXES, (8, 8), bits=4, group_size=8, symmetric=True)
     t = gptq_tensors()
-    d = decode(m, t)  # type: ignore[arg-type]
+    d = packed_int.decode(m, t)  # type: ignore[arg-type]
     for o in range(8):
         for i in range(8):
             assert d.codes[o, i].item() == (i + o) % 16
@@ -77,7 +77,7 @@ def test_gptq_hand_computed() -> None:
     assert all(torch.equal(again[s], t[s]) for s in GPTQ_SUFFIXES)  # type: ignore[arg-type]
     # values beyond the grid are clamped to its ends (0 and 15), not wrapped into the next field
     far = encode(m, torch.full((8, 8), 100.0), t)  # type: ignore[arg-type]
-    assert decode(m, {**t, ".qweight": far[".qweight"]}).codes.eq(15).all()  # type: ignore[dict-item]
+    assert packed_int.decode(m, {**t, ".qweight": far[".qweight"]}).codes.eq(15).all()  # type: ignore[dict-item]
 
 
 def test_gptq_v1_zero_carry() -> None:
@@ -85,7 +85,7 @@ def test_gptq_v1_zero_carry() -> None:
     # carries into the next field instead of wrapping alone
     m = module(schemes.GPTQ, GPTQ_SUFFIXES, (8, 8), bits=4, group_size=8)
     t = {**gptq_tensors(), ".qzeros": torch.tensor([[word([15, 3, 7, 7, 7, 7, 7, 7])]], dtype=torch.int32)}
-    d = decode(m, t)  # type: ignore[arg-type]
+    d = packed_int.decode(m, t)  # type: ignore[arg-type]
     zeros = [(d.codes[o, 0] - d.values[o, 0] / d.step[o, 0]).item() for o in range(8)]
     assert zeros == [0, 5, 8, 8, 8, 8, 8, 8]  # field 1: 3 + 1 + the carry
 
@@ -102,7 +102,7 @@ def test_gptq_activation_order() -> None:
         ".g_idx": g_idx.to(torch.int32),
     }
     m = module(schemes.GPTQ, GPTQ_SUFFIXES, (8, 64), bits=4, group_size=16, desc_act=True)
-    d = decode(m, t)
+    d = packed_int.decode(m, t)
     expected = scales.float()[g_idx.long()] * (codes - 8).float()
     assert torch.equal(d.values, expected.t())
     # fp16, gptqmodel's dtype: the float32 product is exact, so its cast is the library's fp16 product
@@ -121,7 +121,7 @@ def test_awq_order_hand_computed() -> None:
         ".qzeros": torch.tensor([[word([1, 1, 2, 2, 3, 3, 4, 4])]], dtype=torch.int32),
         ".scales": torch.full((1, 8), 0.5, dtype=torch.float16),
     }
-    d = decode(m, t)
+    d = packed_int.decode(m, t)
     assert d.codes[:, 0].tolist() == [0, 4, 1, 5, 2, 6, 3, 7]  # output column o, any input
     zeros = [1, 3, 1, 3, 2, 4, 2, 4]
     assert d.values[:, 3].tolist() == [
@@ -142,7 +142,7 @@ def test_awq_round_trip_random() -> None:
         ".scales": (torch.rand(2, 64) * 0.01 + 0.001).to(torch.float16),
     }
     m = module(schemes.AWQ, AWQ_SUFFIXES, (64, 256), bits=4, group_size=128, symmetric=False)
-    d = decode(m, t)
+    d = packed_int.decode(m, t)
     assert torch.equal(d.codes, codes.t().int())
     group = torch.arange(256) // 128
     assert torch.equal(d.values, ((codes - zeros[group]).float() * t[".scales"].float()[group]).t())
@@ -177,7 +177,7 @@ def test_ct_hand_computed() -> None:
         [word([8, 9, 7, 10, 12, 0, 15, 8])]
     ]  # 2.5 → 2, 3.5 → 4, -7.5 → -8
     assert out[".weight_shape"] is t[".weight_shape"]
-    d = decode(m, out)
+    d = packed_int.decode(m, out)
     assert d.codes.tolist() == [[8, 9, 7, 10, 12, 0, 15, 8]]
     assert d.values.tolist() == [[0.0, 1.0, -1.0, 2.0, 4.0, -8.0, 7.0, 0.0]]
 
@@ -190,7 +190,7 @@ def test_ct_asymmetric_zero_point_packed_by_rows() -> None:
     zp = out[".weight_zero_point"]
     assert zp.shape == (2, 1) and zp.dtype == torch.int32
     assert unpack_fields(zp, 4, dim=0)[:16, 0].tolist() == [0] * 16  # -8 + 8: min clamped to 0, zero = q_min
-    d = decode(m, out)
+    d = packed_int.decode(m, out)
     assert (d.values - w).abs().le(d.step * 0.55).all()  # the quotient and the zero added in bf16
 
 
@@ -200,7 +200,7 @@ def test_ct_round_trip(shape: tuple[int, int]) -> None:
     w = (torch.randn(shape) * 0.02).to(torch.bfloat16).float()
     m, t = ct(shape, 128)
     out = encode(m, w, t)
-    d = decode(m, out)
+    d = packed_int.decode(m, out)
     assert d.values.shape == shape and d.codes.dtype == torch.int32
     assert (d.values - w).abs().le(d.step * 0.55).all()  # 7.5 steps clamped to 7, the scale rounded to bf16
     assert torch.equal(
@@ -212,33 +212,33 @@ def test_ct_round_trip(shape: tuple[int, int]) -> None:
 def test_refusals() -> None:
     m = module(schemes.GPTQ, GPTQ_SUFFIXES, (8, 8), bits=3, group_size=8)
     with pytest.raises(NotWritable, match="3-bit"):
-        decode(m, gptq_tensors())  # type: ignore[arg-type]
+        packed_int.decode(m, gptq_tensors())  # type: ignore[arg-type]
     with pytest.raises(NotWritable, match="not 1-bit"):
-        decode(module(schemes.GPTQ, GPTQ_SUFFIXES, (8, 8), bits=1, group_size=8), gptq_tensors())  # type: ignore[arg-type]
+        packed_int.decode(module(schemes.GPTQ, GPTQ_SUFFIXES, (8, 8), bits=1, group_size=8), gptq_tensors())  # type: ignore[arg-type]
     m4 = module(schemes.GPTQ, GPTQ_SUFFIXES, (8, 8), bits=4, group_size=8)
     with pytest.raises(NotWritable, match="missing"):
-        decode(m4, {k: v for k, v in gptq_tensors().items() if k != ".qzeros"})  # type: ignore[misc]
+        packed_int.decode(m4, {k: v for k, v in gptq_tensors().items() if k != ".qzeros"})  # type: ignore[misc]
     with pytest.raises(NotWritable, match="g_idx"):
-        decode(m4, {**gptq_tensors(), ".g_idx": torch.full((8,), 3, dtype=torch.int32)})  # type: ignore[dict-item]
+        packed_int.decode(m4, {**gptq_tensors(), ".g_idx": torch.full((8,), 3, dtype=torch.int32)})  # type: ignore[dict-item]
     with pytest.raises(NotWritable, match="weight shape"):
         encode(m4, torch.zeros(8, 16), gptq_tensors())  # type: ignore[arg-type]
     with pytest.raises(NotWritable, match="experts"):
-        decode(m4, {**gptq_tensors(), ".qweight": torch.zeros(2, 1, 8, dtype=torch.int32)})  # type: ignore[dict-item]
+        packed_int.decode(m4, {**gptq_tensors(), ".qweight": torch.zeros(2, 1, 8, dtype=torch.int32)})  # type: ignore[dict-item]
     awq = module(schemes.AWQ, AWQ_SUFFIXES, (8, 8), bits=8, group_size=8)
     with pytest.raises(NotWritable, match="4-bit"):
-        decode(awq, gptq_tensors())  # type: ignore[arg-type]
+        packed_int.decode(awq, gptq_tensors())  # type: ignore[arg-type]
     mc, tc = ct((8, 256), 128)
     with pytest.raises(NotWritable, match="weight_g_idx"):
-        decode(mc, {**tc, ".weight_g_idx": torch.zeros(256, dtype=torch.int32)})
+        packed_int.decode(mc, {**tc, ".weight_g_idx": torch.zeros(256, dtype=torch.int32)})
     with pytest.raises(NotWritable, match="does not hold"):
-        decode(mc, {**tc, ".weight_shape": torch.tensor([8, 512])})
+        packed_int.decode(mc, {**tc, ".weight_shape": torch.tensor([8, 512])})
     with pytest.raises(NotWritable, match="groups"):
-        decode(mc, {**tc, ".weight_scale": torch.ones(8, 3)})
+        packed_int.decode(mc, {**tc, ".weight_scale": torch.ones(8, 3)})
     m300, t300 = ct(
         (8, 304), 128
     )  # 304 columns on 3 scales: a partial group, which compressed-tensors refuses
     with pytest.raises(NotWritable, match="groups"):
-        decode(
+        packed_int.decode(
             m300,
             {
                 **t300,

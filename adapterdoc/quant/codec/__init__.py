@@ -44,8 +44,50 @@ class NotWritable(Exception):
 
 
 def decode(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> Decoded:
-    """``module``'s weight decoded from its stored ``tensors`` (suffix → tensor)."""
-    return _codec(module.scheme).decode(module, tensors)
+    """``module``'s weight decoded from its stored ``tensors`` (suffix → tensor), its values as
+    :func:`values` gives them."""
+    from dataclasses import replace
+
+    decoded = _codec(module.scheme).decode(module, tensors)
+    return replace(decoded, values=_as_library(module, tensors, decoded.values))
+
+
+def values(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``module``'s weight alone, float32, equal to what its library's dequantization returns: computed in float32
+    and rounded to the dtype the library computes in where that is narrower (:func:`library_dtype`)."""
+    return _as_library(module, tensors, _codec(module.scheme).values(module, tensors))
+
+
+def library_dtype(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> torch.dtype:
+    """The dtype the format's reference dequantization returns, whatever dtype the model is loaded in:
+    compressed-tensors computes in the scale's dtype (NVFP4 in bf16, its unpacking dtype), GPTQ and AWQ in the
+    scales' dtype (fp16), bitsandbytes 4-bit in its quant_state's dtype, transformers' MXFP4 in bf16; block FP8 and
+    bitsandbytes int8 in float32."""
+    import torch
+
+    scheme = module.scheme
+    if scheme in (schemes.CT_FP8, schemes.CT_W4A16) and ".weight_scale" in tensors:
+        return tensors[".weight_scale"].dtype
+    if scheme in (schemes.CT_NVFP4, schemes.MXFP4):
+        return torch.bfloat16
+    if scheme in (schemes.GPTQ, schemes.AWQ) and ".scales" in tensors:
+        return tensors[".scales"].dtype
+    if scheme in (schemes.BNB_NF4, schemes.BNB_FP4):
+        from adapterdoc.quant.codec.bnb import quant_state
+
+        name = quant_state(tensors)[1].get("dtype")
+        found = getattr(torch, name, None) if isinstance(name, str) else None
+        return found if isinstance(found, torch.dtype) else torch.float32
+    return torch.float32
+
+
+def _as_library(
+    module: QuantizedModule, tensors: Mapping[str, torch.Tensor], v: torch.Tensor
+) -> torch.Tensor:
+    import torch
+
+    dtype = library_dtype(module, tensors)
+    return v if dtype == torch.float32 else v.to(dtype).to(torch.float32)
 
 
 def encode(
@@ -62,6 +104,8 @@ class _Codec(Protocol):
     """What each family module provides."""
 
     def decode(self, module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> Decoded: ...
+
+    def values(self, module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor: ...
 
     def encode(
         self, module: QuantizedModule, weight: torch.Tensor, tensors: Mapping[str, torch.Tensor]

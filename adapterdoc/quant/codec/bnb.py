@@ -254,3 +254,8 @@ def _encode_int8(weight: torch.Tensor) -> dict[str, torch.Tensor]:
     row_stats = torch.max(half.abs(), dim=1).values.float()
     q = torch.round(half * (127.0 / row_stats.unsqueeze(-1))).to(torch.int8)
     return {".weight": q, ".SCB": row_stats}
+
+
+def values(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The decoded weight alone (what a merge needs)."""
+    return decode(module, tensors).values

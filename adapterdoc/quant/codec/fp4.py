@@ -209,3 +209,8 @@ def _encode_mxfp4(weight: torch.Tensor, tensors: Mapping[str, torch.Tensor]) -> 
         )
     codes, scales = mxfp4_quantize(w.contiguous())
     return {"_blocks": pack_low_first(codes), "_scales": scales}
+
+
+def values(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The decoded weight alone (what a merge needs)."""
+    return decode(module, tensors).values

@@ -31,12 +31,21 @@ def decode(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> Deco
     block = _block(module, tuple(weight.shape), tuple(scale.shape))
     full = _broadcast(scale.to(torch.float32), block, tuple(weight.shape))
     codes = weight.view(torch.uint8).to(torch.int32)
-    flat = codes.reshape(-1)
-    values = (
-        torch.index_select(e4m3_values(), 0, flat).reshape(codes.shape) * full
-    )  # = weight.to(float32), faster
-    step = torch.index_select(e4m3_unit_steps(), 0, flat).reshape(codes.shape) * full
-    return Decoded(values=values, codes=codes, step=step)
+    step = torch.index_select(e4m3_unit_steps(), 0, codes.reshape(-1)).reshape(codes.shape) * full
+    return Decoded(values=values(module, tensors), codes=codes, step=step)
+
+
+def values(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The decoded weight alone (what a merge needs): the same products, each code times its block's scale."""
+    weight, scale = _parts(module, tensors)
+    block = _block(module, tuple(weight.shape), tuple(scale.shape))
+    x = weight.to(torch.float32)
+    rows, cols = x.shape[-2:]
+    if rows % block[0] or cols % block[1]:  # a partial last block: one scale per weight
+        return x.mul_(_broadcast(scale.to(torch.float32), block, tuple(x.shape)))
+    lead = x.shape[:-2]
+    grid = scale.to(torch.float32).reshape(*lead, rows // block[0], 1, cols // block[1], 1)
+    return x.view(*lead, rows // block[0], block[0], cols // block[1], block[1]).mul_(grid).view(x.shape)
 
 
 def encode(

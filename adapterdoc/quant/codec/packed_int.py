@@ -333,3 +333,8 @@ def _kept_grid_encode(
         ordered = q.index_select(0, _awq_index(q.shape[0]))
         out[".qweight"] = pack_fields(ordered, bits, dim=-2).t().contiguous()
     return out
+
+
+def values(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The decoded weight alone (what a merge needs)."""
+    return decode(module, tensors).values
