@@ -125,12 +125,12 @@ def _unpack_rows(words: torch.Tensor) -> torch.Tensor:
 
 
 def gptq_dequant(p: dict[str, torch.Tensor], g_idx: torch.Tensor) -> torch.Tensor:
-    """AutoGPTQ / gptqmodel v1 torch dequant: ``scales[g] · (q − (qzeros + 1))[g]``, weight ``[out, in]``."""
+    """gptqmodel's torch dequant (v1): ``scales[g] · (q − (qzeros + 1))[g]`` in the scales' dtype (fp16)."""
     q = _unpack_rows(p["qweight"])  # [in, out]
     zeros = _unpack_rows(p["qzeros"].t().contiguous()).t() + 1  # [groups, out]
     g = g_idx.long()
-    w = p["scales"].float()[g] * (q - zeros[g]).float()
-    return w.t().contiguous()
+    w = p["scales"][g] * (q - zeros[g]).to(p["scales"].dtype)
+    return w.t().contiguous().float()
 
 
 AWQ_REVERSE = (0, 4, 1, 5, 2, 6, 3, 7)
@@ -147,11 +147,11 @@ def _unpack_awq(words: torch.Tensor) -> torch.Tensor:
 
 
 def awq_dequant(p: dict[str, torch.Tensor], group: int = 128) -> torch.Tensor:
-    """AutoAWQ ``dequantize_gemm``: ``(iweight − izeros[g]) · scales[g]``, weight ``[out, in]``."""
+    """AutoAWQ ``dequantize_gemm``: ``(iweight − izeros[g]) · scales[g]`` in the scales' dtype, ``[out, in]``."""
     iw = _unpack_awq(p["qweight"])  # [in, out]
     iz = _unpack_awq(p["qzeros"]).repeat_interleave(group, 0)
-    sc = p["scales"].float().repeat_interleave(group, 0)
-    return ((iw - iz).float() * sc).t().contiguous()
+    sc = p["scales"].repeat_interleave(group, 0)
+    return ((iw - iz).to(sc.dtype) * sc).t().contiguous().float()
 
 
 def bnb_decoded(base: Path) -> dict[str, torch.Tensor]:
@@ -193,15 +193,13 @@ def library_quantized(base: Path, name: str, merged: dict[str, torch.Tensor]) ->
         import bitsandbytes.functional as F
 
         qt = name.removeprefix("bnb-")
+        stored = load_file(str(base / "model.safetensors"))
         for k, w in merged.items():
-            state = json.loads(
-                bytes(
-                    load_file(str(base / "model.safetensors"))[f"{k}.quant_state.bitsandbytes__{qt}"].tolist()
-                )
-            )
-            dtype = getattr(torch, state["dtype"])
+            key = f"{k}.quant_state.bitsandbytes__{qt}"
+            state = json.loads(bytes(stored[key].tolist()))
+            # PEFT's bnb merge quantizes W + Δ as it is (float32 here); the quant_state keeps the base's dtype
             q, st = F.quantize_4bit(
-                w.to(dtype),
+                w,
                 blocksize=state["blocksize"],
                 compress_statistics="nested_blocksize" in state,
                 quant_type=qt,
@@ -209,8 +207,42 @@ def library_quantized(base: Path, name: str, merged: dict[str, torch.Tensor]) ->
             out[k] = q
             for sk, sv in st.as_dict(packed=True).items():
                 out[f"{k}.{sk}"] = sv
+            packed = json.loads(bytes(out[key].tolist()))
+            packed["dtype"] = state["dtype"]
+            out[key] = torch.tensor(list(json.dumps(packed).encode()), dtype=torch.uint8)
         return out
+    if name.startswith("ct-"):
+        return ct_quantized(name, merged)
     raise SystemExit(f"no library quantizer for {name}")
+
+
+def ct_quantized(name: str, merged: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """compressed-tensors on the merged weights, as fixtures/make_quantized.py made the base: the preset applied to
+    the bf16 model holding them, min-max qparams by its own functions, ``compress_model``."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (
+        QuantizationConfig,
+        apply_quantization_config,
+        preset_name_to_scheme,
+    )
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures"))
+    import make_quantized as mq
+
+    preset, intermediate = mq.CT[name]
+    model = mq.tiny(intermediate)
+    state = model.state_dict()
+    model.load_state_dict({k: merged[k].to(v.dtype) if k in merged else v for k, v in state.items()})
+    scheme = preset_name_to_scheme(preset, ["Linear"])
+    apply_quantization_config(
+        model, QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"])
+    )
+    for _, module in model.named_modules():
+        if getattr(module, "quantization_scheme", None) is not None:
+            mq.calibrate(module)
+    ModelCompressor.from_pretrained_model(model).compress_model(model)
+    modules = {k.removesuffix(".weight") for k in merged}
+    return {k: v for k, v in model.state_dict().items() if k.rpartition(".")[0] in modules}
 
 
 # ------------------------------------------------------------------------------------------------------- the run
@@ -293,7 +325,7 @@ def one(bases: Path, work: Path, name: str) -> dict[str, Any]:
         {f["code"] for f in json.loads(req.stdout or "{}").get("findings", [])}
     )
     res["requantize_realistic_written"] = (work / f"{name}-rq-weak").exists()
-    if name.startswith(("fp8-transformers", "bnb-nf4", "bnb-fp4")):
+    if name.startswith(("fp8-transformers", "bnb-nf4", "bnb-fp4", "ct-")):
         out = work / f"{name}-rq"
         r = adapterdoc(
             "merge", adapters["strong"], "--base", base, "--requantize", "--out", out, "--force", "--json"
@@ -304,7 +336,8 @@ def one(bases: Path, work: Path, name: str) -> dict[str, Any]:
             ours = load_file(str(out / "model.safetensors"))
             stored = load_file(str(base / "model.safetensors"))
             want_merged = peft_merged(decoded, base, adapters["strong"])
-            projections = {k: v for k, v in want_merged.items() if k in stored and is_codes(stored[k])}
+            quantized = {k.rpartition(".")[0] for k, v in stored.items() if is_codes(v)}
+            projections = {k: v for k, v in want_merged.items() if k.removesuffix(".weight") in quantized}
             lib = library_quantized(base, name, projections)
             res["requantize_names_differ"] = sorted(set(ours) ^ set(stored))
             res["requantize_lib_mismatch"] = sorted(

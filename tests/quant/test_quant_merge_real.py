@@ -29,7 +29,16 @@ DECODED = (
     "gptq",
     "awq",
 )
-REQUANTIZED = ("fp8-transformers", "fp8-transformers-576", "bnb-nf4", "bnb-fp4")
+REQUANTIZED = (
+    "fp8-transformers",
+    "fp8-transformers-576",
+    "ct-fp8-block",
+    "ct-fp8-dynamic",
+    "ct-w4a16",
+    "ct-nvfp4",
+    "bnb-nf4",
+    "bnb-fp4",
+)
 """Where the oracle script quantizes with the library itself (the codec tests cover the others' encoders)."""
 
 

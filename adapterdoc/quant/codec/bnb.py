@@ -39,8 +39,9 @@ NF4_LEVELS = (
     1.0,
 )
 """bitsandbytes ``get_4bit_type("nf4")``, in code order."""
-FP4_RAW = (0, 0.0625, 8.0, 12.0, 4.0, 6.0, 2.0, 3.0, -0.0, -0.0625, -8.0, -12.0, -4.0, -6.0, -2.0, -3.0)
-"""bitsandbytes ``get_4bit_type("fp4")`` before its division by 12, in code order."""
+FP4_RAW = (0, 0.0625, 8.0, 12.0, 4.0, 6.0, 2.0, 3.0, 0.0, -0.0625, -8.0, -12.0, -4.0, -6.0, -2.0, -3.0)
+"""bitsandbytes ``get_4bit_type("fp4")`` before its division by 12, in code order (code 8 is +0.0: the source
+writes the integer ``-0``, so its quant_map holds +0.0)."""
 STATE = ".weight.quant_state.bitsandbytes__"
 NESTED_BLOCK = 256
 LUT_SIZE = 65536

@@ -44,7 +44,8 @@ def encode(
     module: QuantizedModule, weight: torch.Tensor, tensors: Mapping[str, torch.Tensor]
 ) -> dict[str, torch.Tensor]:
     """NVFP4: fresh global and group scales (min-max, compressed-tensors' ``generate_gparam`` + ``calculate_qparams``)
-    and its compression; MXFP4: mlx's quantizer."""
+    and its compression, on the weight rounded to bf16 first (compressed-tensors quantizes the model's own bf16
+    weights, the dtype its NVFP4 decompression returns); MXFP4: mlx's quantizer."""
     if module.scheme == schemes.CT_NVFP4:
         out = _encode_nvfp4(weight)
     elif module.scheme == schemes.MXFP4:
@@ -137,7 +138,7 @@ def nvfp4_codes(x: torch.Tensor) -> torch.Tensor:
 
 
 def _encode_nvfp4(weight: torch.Tensor) -> dict[str, torch.Tensor]:
-    w = weight.float()
+    w = weight.to(torch.bfloat16).float()
     if w.ndim != 2 or w.shape[-1] % NV_GROUP:
         raise NotWritable(f"NVFP4 needs a 2-D weight with in divisible by 16, got {list(w.shape)}")
     global_scale = nvfp4_global_scale(w)
