@@ -350,10 +350,63 @@ def one(bases: Path, work: Path, name: str) -> dict[str, Any]:
     return res
 
 
+def gpt_oss(bases: Path, work: Path) -> dict[str, Any]:
+    """The MXFP4 base (a tiny gpt-oss): LoRA on attention (stored in bf16) and PEFT's ``target_parameters`` on the
+    MXFP4 experts, merged, against PEFT on the base transformers dequantizes (``Mxfp4Config(dequantize=True)``)."""
+    import peft
+    import transformers
+
+    base = bases / "mxfp4"
+    raw = json.loads((base / "config.json").read_text())
+    raw.pop("quantization_config")
+    config = transformers.GptOssConfig(**{k: v for k, v in raw.items() if k != "architectures"})
+    res: dict[str, Any] = {}
+    kinds = {
+        "attention": {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+        "experts": {
+            "target_modules": ["q_proj"],
+            "target_parameters": ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+        },
+    }
+    for label, kw in kinds.items():
+        adapter = work / f"mxfp4-{label}"
+        torch.manual_seed(0)
+        pm = peft.get_peft_model(
+            transformers.GptOssForCausalLM(config), peft.LoraConfig(r=4, lora_alpha=8, **kw)
+        )
+        with torch.no_grad():
+            for n, p in pm.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.05)
+        pm.save_pretrained(str(adapter))
+        out = work / f"mxfp4-{label}-merged"
+        r = adapterdoc(
+            "merge", adapter, "--base", base, "--out", out, "--dtype", "float32", "--force", "--json"
+        )
+        res[f"{label}_exit"] = r.returncode
+        res[f"{label}_stderr"] = r.stderr[-2000:]
+        if r.returncode:
+            continue
+        res[f"{label}_merged"] = json.loads(r.stdout)["merged_tensors"]
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            base, dtype=torch.float32, quantization_config=transformers.Mxfp4Config(dequantize=True)
+        )
+        want = peft.PeftModel.from_pretrained(model, str(adapter)).merge_and_unload().state_dict()
+        ours = load_file(str(out / "model.safetensors"))
+        res[f"{label}_names_differ"] = sorted(set(ours) ^ set(want))
+        res[f"{label}_max_rel"] = max(rel_diff(ours[k], want[k]) for k in set(ours) & set(want))
+    return res
+
+
 def main(argv: list[str]) -> int:
     bases, work = Path(argv[0]), Path(argv[1])
     work.mkdir(parents=True, exist_ok=True)
-    print(json.dumps({name: one(bases, work, name) for name in argv[2:]}, indent=1))
+    print(
+        json.dumps(
+            {name: gpt_oss(bases, work) if name == "mxfp4" else one(bases, work, name) for name in argv[2:]},
+            indent=1,
+        )
+    )
     return 0
 
 

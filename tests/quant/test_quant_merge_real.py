@@ -47,7 +47,7 @@ def results(real_bases: tuple[Path, Path], tmp_path_factory: pytest.TempPathFact
     python, root = real_bases
     work = tmp_path_factory.mktemp("merge-oracle")
     r = subprocess.run(
-        [str(python), str(ORACLE), str(root), str(work), *DECODED],
+        [str(python), str(ORACLE), str(root), str(work), *DECODED, "mxfp4"],
         capture_output=True,
         text=True,
         timeout=1500,
@@ -114,3 +114,14 @@ def test_requantize_equals_the_library(results: dict[str, Any], name: str) -> No
     assert r["requantize_names_differ"] == []
     assert r["requantize_lib_checked"] > 0 and r["requantize_lib_mismatch"] == []
     assert r["requantize_untouched_changed"] == []
+
+
+def test_mxfp4_experts_and_attention_merge_as_peft_on_the_dequantized_base(results: dict[str, Any]) -> None:
+    """gpt-oss's MXFP4 experts decoded (bf16 in the output) with LoRA on attention, and PEFT's fused
+    ``target_parameters`` LoRA on the MXFP4 experts themselves: both equal PEFT on transformers' dequantized base."""
+    r = results["mxfp4"]
+    for label, merged in (("attention", 8), ("experts", 6)):
+        assert r[f"{label}_exit"] == 0, r[f"{label}_stderr"]
+        assert r[f"{label}_merged"] == merged
+        assert r[f"{label}_names_differ"] == []
+        assert r[f"{label}_max_rel"] <= 1e-6
