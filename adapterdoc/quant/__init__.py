@@ -1,4 +1,5 @@
-"""A base model's quantization, read torch-free from its config and safetensors headers."""
+"""A base model's quantization, read torch-free from its config and safetensors headers; its weights decoded and
+encoded as each format's library does by :mod:`adapterdoc.quant.codec` (torch, imported only by the ML paths)."""
 
 from __future__ import annotations
 

@@ -77,7 +77,8 @@ def test_a_realistic_update_does_not_survive_and_requantize_refuses(
     r = results[name]
     assert r["dry_exit"] == 0, r["dry_stderr"]
     rows = r["survival"]
-    assert len(rows) == 14  # 7 projections x 2 layers
+    # 7 projections x 2 layers; transformers' Fp8Quantize left the 576-wide MLP weights in bf16 (merged as such)
+    assert len(rows) == (8 if name == "fp8-transformers-576" else 14)
     if name == "bnb-int8":  # 8 bits per row: a 2% update moves half the codes and survives
         assert all(row["survives"] for row in rows)
         assert r["requantize_realistic_exit"] == 0
