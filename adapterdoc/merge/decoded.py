@@ -43,12 +43,19 @@ def decode_module(plan: Plan, m: QuantizedModule) -> tuple[Decoded, dict[str, to
     return _undecodable(plan, m, lambda: decode(m, stored)), stored
 
 
-def decoded_weight(plan: Plan, m: QuantizedModule) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """``m``'s decoded weight alone (float32, a new tensor), and its stored tensors."""
+def decoded_weight(plan: Plan, o: Output) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The decoded weight alone of ``o``'s module (float32, a new tensor), and its stored tensors."""
     from adapterdoc.quant.codec import values
 
+    m = o.quantized
+    assert m is not None
     stored = stored_tensors(plan, m)
-    return _undecodable(plan, m, lambda: values(m, stored)), stored
+    w = _undecodable(plan, m, lambda: values(m, stored))
+    if plan.requantize or tuple(w.shape) == tuple(o.shape):
+        return w, stored
+    raise UnsupportedInputError(
+        plan.base.spec, f"`{m.path}` decodes to {list(w.shape)}, expected {list(o.shape)}"
+    )
 
 
 def _undecodable(plan: Plan, m: QuantizedModule, run: Callable[[], _T]) -> _T:
@@ -70,20 +77,6 @@ def merged_weight(
     w = apply_edits(w, o.edits, piece, tensors)
     check_finite(decoded_name(m), w)
     return w
-
-
-def decoded_bytes(plan: Plan, o: Output, tensors: AdapterTensors) -> memoryview:
-    """The bytes of a decoded (and merged) weight in ``o.dtype``."""
-    import torch
-
-    assert o.quantized is not None
-    w, _ = decoded_weight(plan, o.quantized)
-    w = merged_weight(plan, o, o.quantized, w, tensors)
-    if tuple(w.shape) != tuple(o.shape):
-        raise UnsupportedInputError(
-            plan.base.spec, f"`{o.quantized.path}` decodes to {list(w.shape)}, expected {list(o.shape)}"
-        )
-    return w.to(torch_dtype(o.dtype)).contiguous().reshape(-1).view(torch.uint8).numpy().data
 
 
 class Reencoder:
@@ -118,7 +111,7 @@ class Reencoder:
         from adapterdoc.merge.quantized import quant_suffixes
         from adapterdoc.quant.codec import NotWritable, encode
 
-        w, stored = decoded_weight(self.plan, m)
+        w, stored = decoded_weight(self.plan, o)
         w = merged_weight(self.plan, o, m, w, self.tensors)
         try:
             out = encode(m, w, stored)

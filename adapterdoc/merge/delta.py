@@ -221,7 +221,7 @@ def apply_edits(
     return w
 
 
-class _Prefetch(Generic[_T, _R]):
+class Prefetch(Generic[_T, _R]):
     """``fn(item)`` of each item in order, one item ahead on a helper thread."""
 
     def __init__(self, fn: Callable[[_T], _R], items: list[_T]) -> None:
@@ -353,8 +353,10 @@ def blocks(
     plan: Plan,
     tensors: AdapterTensors,
     scratch: Scratch | None = None,
+    decoded: torch.Tensor | None = None,
 ) -> Iterator[memoryview]:
-    """The output bytes of one tensor that needs computing (merged, or cast), a block of rows at a time.
+    """The output bytes of one tensor that needs computing (merged, or cast), a block of rows at a time; its rows
+    read from ``src`` at ``start``, or taken from ``decoded`` (a quantized module's decoded float32 weight).
 
     A tensor that is computed whole (an edit that is not row-local) takes fresh buffers; row blocks reuse
     ``scratch``'s, and a plain LoRA update is added in place to its float32 product (``d += W``: the same sum as
@@ -364,9 +366,9 @@ def blocks(
     assert o.source is not None
     piece = plan.pieces.get(o.name)
     shape = tuple(o.shape)
-    in_dtype = o.source.dtype
+    in_dtype = o.source.dtype if decoded is None else "F32"
     rows = shape[0] if shape else 1
-    row_elems = o.source.numel // rows if rows else 0
+    row_elems = math.prod(shape[1:]) if shape else 1
     blocked = not o.edits or row_blocks(o, piece)
     step = max(1, _BLOCK_BYTES // max(4 * row_elems, 1)) if blocked else rows
     row_bytes = row_elems * DTYPE_BITS[in_dtype] // 8
@@ -378,12 +380,14 @@ def blocks(
 
     def read(item: tuple[int, tuple[int, int]]) -> torch.Tensor:
         i, (r0, r1) = item
+        if decoded is not None:
+            return decoded[r0:r1] if shape else decoded
         sub = (r1 - r0, *shape[1:]) if shape else shape
         into = reuse.read_slot(i, (r1 - r0) * row_bytes) if reuse is not None else None
         return read_tensor(src, start + r0 * row_bytes, in_dtype, sub, into)
 
     # the next block is read on a helper thread while this one is computed (reads release the GIL)
-    ahead = _Prefetch(read, list(enumerate(spans)))
+    ahead = Prefetch(read, list(enumerate(spans)))
     for r0, r1 in spans:
         w = ahead.next()
         if reuse is None:

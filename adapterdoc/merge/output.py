@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable
 
 from adapterdoc.merge.background_writer import Writer
-from adapterdoc.merge.decoded import Reencoder, decoded_bytes
-from adapterdoc.merge.delta import AdapterTensors, Scratch, blocks
+from adapterdoc.merge.decoded import Reencoder, decoded_weight
+from adapterdoc.merge.delta import AdapterTensors, Prefetch, Scratch, blocks
 from adapterdoc.merge.edits import Output, Plan
 from adapterdoc.st.atomic import TEMP_PREFIX, atomic_folder, fsync, slow_point, write_marker
 from adapterdoc.st.dtypes import CAST_DTYPES, CONFIG_DTYPES
@@ -97,14 +97,21 @@ def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tup
             dest = os.path.join(folder, rel)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             head = _header_bytes(header.metadata, outs)
+            # each decoded weight is read and decoded on a helper thread while the one before it is merged
+            decoding = [o for o in outs if o.quantized is not None and reencoder is None]
+            decoded = Prefetch(lambda o: decoded_weight(plan, o)[0], decoding)
             with open(dest, "wb", buffering=0) as f, open(header.path, "rb") as src:
                 writer.put(f, head)
                 for o in outs:
                     assert o.source is not None
                     start = header.data_start + o.source.begin
                     if o.quantized is not None:  # a module of a quantized base: decoded, or encoded again
-                        data = reencoder.tensor_bytes(o) if reencoder else decoded_bytes(plan, o, tensors)
-                        writer.put(f, data)
+                        if reencoder is not None:
+                            writer.put(f, reencoder.tensor_bytes(o))
+                        else:
+                            w = decoded.next()
+                            for block in blocks(o, src, start, plan, tensors, scratch, decoded=w):
+                                writer.put(f, block)
                         n_merged += 1 if o.edits else 0
                         tensors.done_with(o.edits)
                     elif o.source_file != header.path:  # a module's tensor kept from another shard

@@ -352,7 +352,7 @@ def test_read_ahead_writes_the_same_bytes(tmp_path, tiny_model, saved_base, monk
     )
     monkeypatch.setattr(merge_mod, "_BLOCK_BYTES", 1000)
     ahead = merge(adapter, base_dir, tmp_path / "ahead")
-    monkeypatch.setattr(merge_mod, "_Prefetch", InLine)
+    monkeypatch.setattr(merge_mod, "Prefetch", InLine)
     inline = merge(adapter, base_dir, tmp_path / "inline")
     assert ahead.ok and inline.ok and ahead.merged_tensors > 0
     files = sorted(p.name for p in (tmp_path / "inline").iterdir() if p.name.endswith(".safetensors"))
