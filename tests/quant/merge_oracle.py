@@ -310,6 +310,13 @@ def one(bases: Path, work: Path, name: str) -> dict[str, Any]:
         body = json.loads(dry.stdout)
         res["survival"] = body.get("survival")
         res["dry_codes"] = sorted({f["code"] for f in body.get("findings", [])})
+    look = adapterdoc("inspect", adapters["realistic"], "--base", base, "--json")
+    res["inspect_exit"] = look.returncode
+    res["inspect_stderr"] = look.stderr[-2000:]
+    if look.stdout.strip():
+        res["inspect_survival_matches"] = json.loads(look.stdout)["requantized"]["modules"] == res.get(
+            "survival"
+        )
     req = adapterdoc(
         "merge",
         adapters["realistic"],

@@ -76,6 +76,8 @@ def test_a_realistic_update_does_not_survive_and_requantize_refuses(
 ) -> None:
     r = results[name]
     assert r["dry_exit"] == 0, r["dry_stderr"]
+    assert r["inspect_exit"] == 0 and r["inspect_stderr"] == "", r["inspect_stderr"]
+    assert r["inspect_survival_matches"] is True  # inspect --weights --base shows merge --dry-run's table
     rows = r["survival"]
     # 7 projections x 2 layers; transformers' Fp8Quantize left the 576-wide MLP weights in bf16 (merged as such)
     assert len(rows) == (8 if name == "fp8-transformers-576" else 14)
