@@ -1,0 +1,126 @@
+"""An adapter's LoRA modules as factor pairs with PEFT's scaling folded in: ``scaling · B A`` of each module, where
+``scaling`` is ``lora_alpha / r`` (``/ sqrt(r)`` with rsLoRA), the rank and alpha taken from ``rank_pattern`` and
+``alpha_pattern`` by PEFT's ``get_pattern_key``. What has no meaning as a sum of factors is refused here (exit 3)
+with the fix: DoRA magnitudes, ``lora_bias``, ``target_parameters``, trainable tokens."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from adapterdoc.adapter import AdapterConfig, parse_key
+from adapterdoc.audit.read import Reader, factor_pairs
+from adapterdoc.checkpoint import open_checkpoint
+from adapterdoc.errors import RefusedError, UnsupportedInputError
+
+if TYPE_CHECKING:
+    from numpy import ndarray as NDArray
+
+
+@dataclass(frozen=True)
+class Module:
+    """One LoRA module: ``delta = scaling · b @ a`` (for an embedding, the transpose of the weight's delta, as PEFT
+    stores ``lora_embedding_A``/``lora_embedding_B``)."""
+
+    name: str
+    """The module path without ``base_model.model.``."""
+    a: NDArray
+    """``(r, in)`` float64."""
+    b: NDArray
+    """``(out, r)`` float64."""
+    scaling: float
+    embedding: bool = False
+
+    @property
+    def rank(self) -> int:
+        return int(self.a.shape[0])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(out, in)`` of ``b @ a``."""
+        return int(self.b.shape[0]), int(self.a.shape[1])
+
+
+@dataclass(frozen=True)
+class Source:
+    """An adapter read for the algebra: its config, its modules in file order, and its whole saved weights
+    (``modules_to_save``) by tensor name."""
+
+    spec: str
+    config: AdapterConfig
+    modules: dict[str, Module]
+    full: dict[str, NDArray] = field(default_factory=dict)
+
+
+def read_source(spec: str | os.PathLike[str]) -> Source:
+    """Open ``spec`` (an adapter folder), refuse what the algebra cannot hold, and read every LoRA factor (float64,
+    exact for every float dtype)."""
+    import numpy as np
+
+    s = os.fspath(spec)
+    ckpt = open_checkpoint(s)
+    cfg = ckpt.adapter_config
+    if cfg is None:
+        raise UnsupportedInputError(s, "not a PEFT adapter (no adapter_config.json)")
+    refuse_unsupported(s, cfg, list(ckpt.tensors))
+    reader = Reader(ckpt, np)
+    modules: dict[str, Module] = {}
+    full: dict[str, NDArray] = {}
+    try:
+        for g in factor_pairs(ckpt).values():
+            if g.a is None or g.b is None:
+                raise RefusedError(
+                    s, f"module `{g.module}` has only one LoRA factor; the adapter is incomplete"
+                )
+            a, b = _read(reader, g.a, s), _read(reader, g.b, s)
+            modules[g.module] = Module(g.module, a, b, cfg.scaling_for(g.module), g.embedding)
+        for name in ckpt.tensors:
+            if parse_key(name).role == "full":
+                full[name] = _read(reader, name, s)
+    finally:
+        reader.close()
+    return Source(s, cfg, modules, full)
+
+
+def _read(reader: Reader, name: str, spec: str) -> NDArray:
+    arr = reader.read(name)
+    if arr is None:
+        raise UnsupportedInputError(
+            spec, f"`{name}` is stored as {reader.ckpt.tensors[name].dtype}, not a float"
+        )
+    return arr.copy()  # the reader's buffer is reused by the next read
+
+
+def refuse_unsupported(spec: str, cfg: AdapterConfig, keys: list[str]) -> None:
+    """Exit 3, with the fix, on what no factor sum can hold."""
+    roles = {parse_key(k).role for k in keys}
+    if cfg.peft_type.upper() != "LORA":
+        raise RefusedError(
+            spec, f"AD950: peft_type {cfg.peft_type} is not LoRA; only LoRA adapters have factors"
+        )
+    if cfg.use_dora or "magnitude" in roles:
+        raise RefusedError(
+            spec,
+            "AD951: DoRA magnitudes rescale each column of the merged weight, so they have no sum or truncation "
+            "of their own; merge the adapter into its base with `adapterdoc merge` instead",
+        )
+    if cfg.raw.get("lora_bias") is True or any(r.endswith(".bias") for r in roles):
+        raise RefusedError(
+            spec,
+            "AD952: lora_bias adds a bias term that is no product of factors; merge it with `adapterdoc merge` "
+            "or train without lora_bias",
+        )
+    if cfg.target_parameters:
+        raise RefusedError(
+            spec,
+            "AD953: target_parameters (LoRA on expert parameters) is not supported by the algebra yet; move it to "
+            "per-expert modules with `adapterdoc remap ADAPTER --experts` first",
+        )
+    if "tokens" in roles:
+        raise RefusedError(
+            spec, "AD954: trainable tokens have no factors; merge the adapter with `adapterdoc merge` instead"
+        )
+
+
+__all__ = ["Module", "Source", "read_source", "refuse_unsupported"]

@@ -1,0 +1,187 @@
+"""``adapterdoc combine`` and ``adapterdoc resize``: read the adapters, compute each module's result from its
+factors, write a plain PEFT adapter, and report per module rank in → out, kept energy and relative error."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from adapterdoc.algebra.checks import base_findings, check_layouts, check_modules_to_save, check_shapes
+from adapterdoc.algebra.factors import Term, rank_for_energy, rank_for_error, spectrum, stack, truncate
+from adapterdoc.algebra.read import Source, read_source
+from adapterdoc.algebra.write import OutModule, write_adapter
+from adapterdoc.errors import RefusedError
+from adapterdoc.report.algebra_report import AlgebraReport, ModuleRow
+from adapterdoc.report.findings import Finding, make, sort_findings
+
+if TYPE_CHECKING:
+    from numpy import ndarray as NDArray
+
+EXACT = 1e-12
+"""A relative error at or below this is rounding, not truncation (no AD959)."""
+METHODS = ("cat", "svd")
+"""``combine --method`` choices built so far."""
+
+
+def combine(
+    adapters: Sequence[str | os.PathLike[str]],
+    out: str,
+    *,
+    method: str = "cat",
+    weights: Sequence[float] | None = None,
+    rank: int | None = None,
+    base: str | None = None,
+    force: bool = False,
+) -> AlgebraReport:
+    """``Σ wᵢ · scalingᵢ · Bᵢ Aᵢ`` per module: exactly (``cat``, rank ``Σ rᵢ``) or its best rank-``rank``
+    factorisation (``svd``; default rank: the largest source rank)."""
+    if method not in METHODS:
+        raise RefusedError(None, f"--method {method} is not built yet; use one of {', '.join(METHODS)}")
+    ws = [1.0] * len(adapters) if weights is None else [float(w) for w in weights]
+    if len(ws) != len(adapters):
+        raise RefusedError(None, f"--weights gives {len(ws)} weights for {len(adapters)} adapters")
+    sources = [read_source(a) for a in adapters]
+    check_layouts(sources)
+    check_shapes(sources)
+    check_modules_to_save(sources)
+    names = list(dict.fromkeys(n for s in sources for n in s.modules))
+    target = rank if rank is not None else max(m.rank for s in sources for m in s.modules.values())
+    rows: list[ModuleRow] = []
+    written: list[OutModule] = []
+    for name in names:
+        held = [(s.modules[name], w) for s, w in zip(sources, ws, strict=True) if name in s.modules]
+        b, a = stack([Term(m.a, m.b, w * m.scaling) for m, w in held])
+        if method == "cat":
+            written.append(OutModule(name, b, a, held[0][0].embedding))
+            rows.append(ModuleRow(name, a.shape[0], a.shape[0], None, _energy(b, a), 0.0))
+            continue
+        row, module = _truncated(name, b, a, target, held[0][0].embedding)
+        rows.append(row)
+        written.append(module)
+    full = {k: v for s in sources for k, v in s.full.items()}
+    paths = write_adapter(out, _template(sources), written, full, command="combine", force=force)
+    report = AlgebraReport(
+        command="combine",
+        inputs=[s.spec for s in sources],
+        method=method,
+        out=out,
+        weights=ws,
+        modules=rows,
+        written=paths,
+        notes=_notes(full),
+    )
+    return _finish(report, base_findings(sources), base)
+
+
+def resize(
+    adapter: str | os.PathLike[str],
+    out: str,
+    *,
+    rank: int | None = None,
+    energy: float | None = None,
+    max_error: float | None = None,
+    base: str | None = None,
+    force: bool = False,
+) -> AlgebraReport:
+    """Each module's best factorisation at ``rank``, or at the smallest rank per module keeping ``energy`` of
+    ``‖ΔW‖_F²`` or within relative error ``max_error`` (written as ``rank_pattern``)."""
+    chosen = [x for x in (rank, energy, max_error) if x is not None]
+    if len(chosen) != 1:
+        raise RefusedError(None, "give exactly one of --rank, --energy, --max-error")
+    source = read_source(adapter)
+    rows: list[ModuleRow] = []
+    written: list[OutModule] = []
+    for name, m in source.modules.items():
+        b, a = stack([Term(m.a, m.b, m.scaling)])
+        sp = spectrum(b, a)
+        if rank is not None:
+            r = rank
+        elif energy is not None:
+            r = rank_for_energy(sp, energy)
+        else:
+            assert max_error is not None
+            r = rank_for_error(sp, max_error)
+        t = truncate(sp, r)
+        rows.append(ModuleRow(name, m.rank, t.rank, t.effective_rank, t.energy, t.error))
+        written.append(OutModule(name, t.b, t.a, m.embedding))
+    paths = write_adapter(out, source.config.raw, written, source.full, command="resize", force=force)
+    method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
+    report = AlgebraReport(
+        command="resize",
+        inputs=[source.spec],
+        method=method,
+        out=out,
+        modules=rows,
+        written=paths,
+        notes=_notes(source.full),
+    )
+    return _finish(report, [], base)
+
+
+def _truncated(name: str, b: NDArray, a: NDArray, rank: int, embedding: bool) -> tuple[ModuleRow, OutModule]:
+    """The best rank-``rank`` factorisation of ``b @ a`` and its row."""
+    t = truncate(spectrum(b, a), rank)
+    row = ModuleRow(name, int(a.shape[0]), t.rank, t.effective_rank, t.energy, t.error)
+    return row, OutModule(name, t.b, t.a, embedding)
+
+
+def _energy(b: NDArray, a: NDArray) -> float:
+    """``‖b a‖_F²`` from the factors: ``trace((bᵀb)(a aᵀ))``."""
+    import numpy as np
+
+    return float(np.einsum("ij,ji->", b.T @ b, a @ a.T))
+
+
+def _template(sources: Sequence[Source]) -> dict[str, object]:
+    """The first source's config; where the sources select their modules differently, the exact list of the
+    modules written (so PEFT wraps exactly those)."""
+    fields = ("target_modules", "exclude_modules", "layers_to_transform", "layers_pattern", "modules_to_save")
+    raw = dict(sources[0].config.raw)
+    if any(any(s.config.raw.get(f) != raw.get(f) for f in fields) for s in sources[1:]):
+        for f in fields:
+            raw.pop(f, None)
+        raw["target_modules"] = sorted({n for s in sources for n in s.modules})
+        saved = sorted({m for s in sources for m in s.config.modules_to_save})
+        if saved:
+            raw["modules_to_save"] = saved
+    return raw
+
+
+def _notes(full: Mapping[str, object]) -> list[str]:
+    return [f"{len(full)} whole saved weights (modules_to_save) copied as float32"] if full else []
+
+
+def _finish(report: AlgebraReport, findings: list[Finding], base: str | None) -> AlgebraReport:
+    """The report with the doctor's findings on the written adapter (``verify`` against ``base``, else the weights
+    audit) and AD959 when a module was truncated."""
+    checked = _doctor(report.out, base)
+    cut = [m for m in report.modules if m.rel_error > EXACT]
+    if cut:
+        worst = max(cut, key=lambda m: m.rel_error)
+        findings = [
+            *findings,
+            make(
+                "AD959",
+                f"{len(cut)} of {len(report.modules)} modules truncated; largest relative error "
+                f"{worst.rel_error:.3g} ({worst.rank_in} → {worst.rank_out}, kept energy {worst.kept_energy:.6f})",
+                key=worst.module,
+            ),
+        ]
+    return replace(report, findings=sort_findings([*findings, *checked]))
+
+
+def _doctor(out: str, base: str | None) -> list[Finding]:
+    """``verify OUT --base BASE``'s findings, or without a base the weights audit's."""
+    if base is None:
+        from adapterdoc.audit import audit_adapter
+
+        return list(audit_adapter(out).findings)
+    from adapterdoc.verify import verify
+
+    run = verify([out], base)
+    return [f for r in run.adapters for f in r.findings]
+
+
+__all__ = ["METHODS", "combine", "resize"]

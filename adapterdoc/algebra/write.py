@@ -1,0 +1,97 @@
+"""The result of the algebra as a plain PEFT adapter, written atomically: float32 factors whose product is the
+delta itself (scaling 1), ``r`` and ``lora_alpha`` equal, and where a module's rank differs from ``r`` its
+``rank_pattern`` and ``alpha_pattern`` entries (both the rank), so PEFT reloads every module with its own rank and
+scaling 1 (no rsLoRA: ``use_rslora`` is off)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from adapterdoc.adapter import WRAPPER
+
+if TYPE_CHECKING:
+    from numpy import ndarray as NDArray
+
+CONFIG = "adapter_config.json"
+WEIGHTS = "adapter_model.safetensors"
+_DROPPED = ("rank_pattern", "alpha_pattern", "use_rslora", "use_dora", "lora_bias", "revision")
+"""Config fields the written adapter does not take over from its template (its scaling is folded, its patterns
+are its own)."""
+
+
+@dataclass(frozen=True)
+class OutModule:
+    """One module of the written adapter: ``delta = b @ a`` (an embedding's stored transpose, as PEFT keeps it)."""
+
+    name: str
+    b: NDArray
+    a: NDArray
+    embedding: bool = False
+
+    @property
+    def rank(self) -> int:
+        return int(self.a.shape[0])
+
+
+def plain_config(template: Mapping[str, Any], modules: list[OutModule]) -> dict[str, Any]:
+    """``template``'s fields (targets, task type, base) with ``r = lora_alpha`` the most common rank, and each other
+    rank in ``rank_pattern`` / ``alpha_pattern`` under the module's full path."""
+    raw = {k: v for k, v in template.items() if k not in _DROPPED}
+    counts = Counter(m.rank for m in modules)
+    r = max(counts, key=lambda k: (counts[k], k)) if counts else 1
+    pattern = {m.name: m.rank for m in modules if m.rank != r}
+    raw.update(
+        r=r, lora_alpha=r, use_rslora=False, use_dora=False, rank_pattern=pattern, alpha_pattern=dict(pattern)
+    )
+    raw["peft_type"] = "LORA"
+    return raw
+
+
+def tensor_names(m: OutModule) -> tuple[str, str]:
+    """The saved names of ``m``'s A and B factors."""
+    if m.embedding:
+        return f"{WRAPPER}{m.name}.lora_embedding_A", f"{WRAPPER}{m.name}.lora_embedding_B"
+    return f"{WRAPPER}{m.name}.lora_A.weight", f"{WRAPPER}{m.name}.lora_B.weight"
+
+
+def write_adapter(
+    out: str,
+    template: Mapping[str, Any],
+    modules: list[OutModule],
+    full: Mapping[str, NDArray],
+    *,
+    command: str,
+    force: bool = False,
+) -> list[str]:
+    """Write the adapter into ``out`` (checked by the output-folder rule; built beside it and renamed into place);
+    ``full``: whole saved weights (``modules_to_save``) by tensor name, written as float32. The files written."""
+    from adapterdoc.formats.peft import METADATA, config_bytes
+    from adapterdoc.st.atomic import atomic_folder, check_output_folder, write_marker
+    from adapterdoc.st.compose import Spec, compose
+
+    check_output_folder(out, force=force)
+    arrays: list[tuple[str, NDArray]] = []
+    for m in modules:
+        a_name, b_name = tensor_names(m)
+        arrays += [(a_name, m.a), (b_name, m.b)]
+    arrays += sorted(full.items())
+    specs = [Spec(name, "F32", tuple(int(d) for d in arr.shape)) for name, arr in arrays]
+
+    def pieces() -> Iterator[bytes]:
+        for _, arr in arrays:
+            yield arr.astype("<f4").tobytes()
+
+    config = plain_config(template, modules)
+    with atomic_folder(out, force=force) as tmp:
+        with open(os.path.join(tmp, CONFIG), "wb") as f:
+            f.write(config_bytes(config))
+        compose(os.path.join(tmp, WEIGHTS), specs, pieces(), metadata=dict(METADATA))
+        write_marker(tmp, command)
+    return [os.path.join(out, CONFIG), os.path.join(out, WEIGHTS)]
+
+
+__all__ = ["OutModule", "plain_config", "tensor_names", "write_adapter"]

@@ -1,0 +1,52 @@
+"""`adapterdoc resize ADAPTER (--rank R | --energy F | --max-error E) --out DIR [--json]`."""
+
+from __future__ import annotations
+
+import click
+
+from adapterdoc.commands import options as opt
+
+
+@click.command("resize", epilog=opt.INPUT_FORMS)
+@opt.adapter_argument()
+@click.option(
+    "--rank",
+    type=click.IntRange(min=1),
+    help="Every module's rank (exact where it is at least the module's effective rank).",
+)
+@click.option(
+    "--energy",
+    type=click.FloatRange(0, 1, min_open=True),
+    help="Per module, the smallest rank keeping this share of ‖ΔW‖² (written as rank_pattern).",
+)
+@click.option(
+    "--max-error",
+    type=click.FloatRange(min=0),
+    help="Per module, the smallest rank whose relative error ‖ΔW − ΔŴ‖/‖ΔW‖ is at most this.",
+)
+@opt.base_option("Run `verify` against this base on the written adapter (else the weights checks only).")
+@opt.out_option("Folder to write the resized adapter to: a new or empty folder.", required=True)
+@opt.force_option(
+    "Replace a non-empty --out that holds a previous adapterdoc output; never any other folder."
+)
+@opt.output_options()
+@opt.handle_errors
+def command(
+    adapter: str,
+    rank: int | None,
+    energy: float | None,
+    max_error: float | None,
+    base: str | None,
+    out: str,
+    force: bool,
+    output: opt.Output,
+) -> None:
+    """Change a LoRA adapter's rank by the best factorisation of each module's delta, with each module's kept
+    energy and relative error."""
+    from adapterdoc.algebra import resize
+    from adapterdoc.report.algebra_text import render_algebra
+
+    if sum(x is not None for x in (rank, energy, max_error)) != 1:
+        raise click.UsageError("Give exactly one of --rank, --energy, --max-error.")
+    report = resize(adapter, out, rank=rank, energy=energy, max_error=max_error, base=base, force=force)
+    opt.finish(report, output, text=lambda: render_algebra(report))
