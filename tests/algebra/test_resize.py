@@ -179,3 +179,14 @@ def test_combine_refuses_conflicting_modules_to_save(base: Any, tmp_path: Path, 
     b = make_adapter(base, tmp_path / "b", 2, modules_to_save=["lm_head"])
     res = cli("combine", str(a), str(b), "--method", "cat", "--out", str(tmp_path / "out"))
     assert res.exit_code == 3 and "AD957" in res.stderr
+
+
+def test_combine_refuses_other_layouts_naming_the_remap(base: Any, tmp_path: Path, cli: Any):
+    a = make_adapter(base, tmp_path / "a", 1)
+    b = make_adapter(base, tmp_path / "b", 2)
+    moved = cli("remap", str(b), "--to", "mistral3_vl", "--out", str(tmp_path / "b_vl"))
+    assert moved.exit_code == 0, moved.stderr
+    res = cli("combine", str(a), str(tmp_path / "b_vl"), "--method", "cat", "--out", str(tmp_path / "out"))
+    assert res.exit_code == 3 and "AD955" in res.stderr
+    assert f"adapterdoc remap {tmp_path / 'b_vl'} --to ministral3_text" in res.stderr
+    assert not (tmp_path / "out").exists()
