@@ -115,6 +115,13 @@ def with_encoded_shapes(plan: Plan, rows: list[Survival]) -> Plan:
     return replace(plan, shards=shards)
 
 
+_HINTS = {
+    "AD522": "keep the merged model in bf16 (merge without --requantize), serve the adapter unmerged (vLLM and "
+    "SGLang apply LoRA beside the quantized kernel, exactly), or quantize to a finer format",
+    "AD523": "merge to bf16 (without --requantize) and quantize with the format's own tool, or serve unmerged",
+}
+
+
 def group_of(module: str) -> str:
     """The module's group across layers and experts: ``model.layers.*.self_attn.q_proj``."""
     return re.sub(r"\.\d+(?=\.|$)", ".*", module)
@@ -142,5 +149,7 @@ def survival_findings(rows: list[Survival], *, requantize: bool) -> list[Finding
                 f"{len(bad)} of {total} module(s) would not survive requantization to {first.scheme}: "
                 f"{changed:.3f} of the codes change and {kept:.1%} of the update is kept (cosine {cos:.2f})"
             )
-        findings.append(make(code, text, key=group, severity=None if requantize else "warning"))
+        findings.append(
+            make(code, text, key=group, severity=None if requantize else "warning", hint=_HINTS[code])
+        )
     return findings

@@ -13,7 +13,7 @@ def write_survival(w: Writer, rows: list[dict[str, object]]) -> None:
         groups.setdefault(str(r["group"]), []).append(r)
     short = _short_names(list(groups))
     table: list[list[Span]] = [
-        ["requantized", "modules", "codes changed", "update kept", "cosine", "Δ/step", ""]
+        ["requantized", "modules", "codes changed", "update kept", "cosine", "Δ/step", "verdict"]
     ]
     for group, members in groups.items():
         ok = all(r["survives"] for r in members)
