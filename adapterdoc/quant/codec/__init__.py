@@ -97,7 +97,11 @@ def encode(
     its library quantizes a weight (its rounding, its rule for fresh scales), one tensor per suffix of
     ``module.tensors`` (same dtypes and shapes as ``tensors``, the stored originals, which give what is kept:
     ``g_idx``, ``weight_shape``, a quant_state's JSON). Raises :class:`NotWritable`."""
-    return _codec(module.scheme).encode(module, weight, tensors)
+    out = _codec(module.scheme).encode(module, weight, tensors)
+    kept = {
+        s: tensors[s].clone() for s in module.tensors if s in tensors and s not in out
+    }  # e.g. MXFP4 `_bias`
+    return {**kept, **out}
 
 
 class _Codec(Protocol):

@@ -70,9 +70,6 @@ def encode(
         out = _encode_4bit(weight, tensors)
     else:
         raise NotWritable(f"the bitsandbytes codec does not write {module.scheme}")
-    for suffix in module.tensors:
-        if suffix not in out and suffix in tensors:
-            out[suffix] = tensors[suffix].clone()
     return out
 
 

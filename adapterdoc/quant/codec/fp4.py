@@ -52,9 +52,6 @@ def encode(
         out = _encode_mxfp4(weight, tensors)
     else:
         raise NotWritable(f"the FP4 codec does not write {module.scheme}")
-    for suffix in module.tensors:
-        if suffix not in out and suffix in tensors:
-            out[suffix] = tensors[suffix].clone()
     return out
 
 
