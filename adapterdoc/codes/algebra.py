@@ -99,4 +99,24 @@ CODES = [
         "q_proj 16 → 8, kept energy 0.97, relative error 0.17",
         "Raise --rank (or --energy / lower --max-error) where the error is too large.",
     ),
+    Code(
+        "AD960",
+        "extract-not-lora",
+        "warning",
+        "Tensors of the tuned model changed that are no Linear or Embedding weight (norms, biases), so the "
+        "extracted LoRA does not hold them.",
+        "An extracted adapter silently missing a trained norm behaves differently from the tuned model.",
+        "model.norm.weight changed by up to 0.02",
+        "List those modules in modules_to_save when training, or use the merged tuned model itself.",
+    ),
+    Code(
+        "AD961",
+        "extract-vocabulary-grew",
+        "warning",
+        "A tensor of the tuned model has another shape than the base's, or is not in the base: a vocabulary that "
+        "grew, a new head. A LoRA cannot add rows.",
+        "An adapter cut to the base's shapes loses the new tokens' rows without a word.",
+        "model.embed_tokens.weight grew from [32000, 4096] to [32002, 4096]",
+        "Resize the base's embeddings to the tuned vocabulary and save the embedding whole (modules_to_save).",
+    ),
 ]

@@ -1,0 +1,230 @@
+"""``adapterdoc extract``: a LoRA from a full fine-tune. Each weight of a Linear or Embedding module of the base
+(PEFT's own layer types, read off the base's meta-device model) whose tuned value differs is read with its base
+value, one tensor pair at a time in file order (memory: a few copies of the largest tensor), and its delta is
+factorised at the rank asked for (``--rank``, ``--energy``, ``--max-error``), the error exact from the dropped
+singular values. What a LoRA cannot hold (a norm or bias that changed, a vocabulary that grew) is said plainly."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from adapterdoc.algebra.factors import Spectrum, rank_for_energy, rank_for_error, truncate
+from adapterdoc.algebra.write import OutModule, write_adapter
+from adapterdoc.audit.read import Reader
+from adapterdoc.checkpoint import Checkpoint, open_checkpoint
+from adapterdoc.errors import RefusedError, UnsupportedInputError
+from adapterdoc.report.algebra_report import AlgebraReport, ModuleRow
+from adapterdoc.report.findings import Finding, make
+from adapterdoc.st.dtypes import FLOAT_DTYPES
+
+if TYPE_CHECKING:
+    from numpy import ndarray as NDArray
+
+
+@dataclass
+class _Left:
+    """Tensors that changed but that the extracted LoRA does not hold."""
+
+    other: list[tuple[str, float]] = field(default_factory=list)
+    """(name, largest absolute change) of a changed tensor of no Linear/Embedding weight."""
+    grown: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    """(name, base shape, tuned shape) where the shapes differ, or the base has no such tensor (base shape ())."""
+
+
+def extract(
+    base: str,
+    tuned: str,
+    out: str,
+    *,
+    rank: int | None = None,
+    energy: float | None = None,
+    max_error: float | None = None,
+    force: bool = False,
+) -> AlgebraReport:
+    """The LoRA adapter whose every module is the best factorisation of ``tuned − base`` at the rank asked for."""
+    import numpy as np
+
+    if sum(x is not None for x in (rank, energy, max_error)) != 1:
+        raise RefusedError(None, "give exactly one of --rank, --energy, --max-error")
+    b_ckpt, t_ckpt = _open(base), _open(tuned)
+    kinds = module_kinds(base)
+    b_read, t_read = Reader(b_ckpt, np), Reader(t_ckpt, np)
+    rows: list[ModuleRow] = []
+    written: list[OutModule] = []
+    left = _Left()
+    try:
+        for name in _file_order(t_ckpt):
+            info = t_ckpt.tensors[name]
+            if info.dtype not in FLOAT_DTYPES:
+                continue
+            b_info = b_ckpt.tensors.get(name)
+            if b_info is None or tuple(b_info.shape) != tuple(info.shape):
+                left.grown.append((name, tuple(b_info.shape) if b_info else (), tuple(info.shape)))
+                continue
+            module, _, leaf = name.rpartition(".")
+            delta = _delta(b_read, t_read, name)
+            if delta is None:
+                continue
+            if leaf != "weight" or module not in kinds or delta.ndim != 2:
+                left.other.append((name, float(np.abs(delta).max())))
+                continue
+            embedding = kinds[module] == "embedding"
+            row, mod = _factorise(module, delta.T if embedding else delta, embedding, rank, energy, max_error)
+            rows.append(row)
+            written.append(mod)
+    finally:
+        b_read.close()
+        t_read.close()
+    if not written:
+        grown = "".join(
+            f"; AD961: `{n}` is {list(now)} here, {list(was)} in the base" for n, was, now in left.grown
+        )
+        raise RefusedError(
+            tuned, f"no Linear or Embedding weight of the base's shape differs: nothing to extract{grown}"
+        )
+    template = _template(base, _base_config(b_ckpt), written)
+    paths = write_adapter(out, template, written, {}, command="extract", force=force)
+    method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
+    return AlgebraReport(
+        command="extract",
+        inputs=[base, tuned],
+        method=method,
+        out=out,
+        modules=rows,
+        written=paths,
+        findings=_left_findings(left, tuned),
+    )
+
+
+def _open(spec: str) -> Checkpoint:
+    ckpt = open_checkpoint(spec)
+    if ckpt.is_adapter:
+        raise UnsupportedInputError(
+            spec, "is an adapter; extract reads two full checkpoints (--base and --tuned)"
+        )
+    return ckpt
+
+
+def module_kinds(base: str) -> dict[str, str]:
+    """Module path → ``linear`` or ``embedding`` for every module of the base PEFT can put LoRA on as such
+    (``nn.Linear`` / ``nn.Embedding`` of the base's class, built on the meta device from its config.json)."""
+    import torch
+
+    from adapterdoc.bases import resolve_base
+    from adapterdoc.ml.build import build_meta_model
+
+    model = build_meta_model(resolve_base(base))
+    kinds: dict[str, str] = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Embedding):
+            kinds[name] = "embedding"
+        elif isinstance(mod, torch.nn.Linear):
+            kinds[name] = "linear"
+    return kinds
+
+
+def _file_order(ckpt: Checkpoint) -> list[str]:
+    """Tensor names shard by shard, in their order within each file (each file read once, front to back)."""
+    files = {p: i for i, p in enumerate(dict.fromkeys(ckpt.tensor_file.values()))}
+    return sorted(
+        ckpt.tensors, key=lambda n: (files.get(ckpt.tensor_file.get(n, ""), 0), ckpt.tensors[n].begin)
+    )
+
+
+def _delta(b_read: Reader, t_read: Reader, name: str) -> NDArray | None:
+    """``tuned − base`` as float64, or None where they are equal."""
+    import numpy as np
+
+    t = t_read.read(name)
+    b = b_read.read(name)
+    if t is None or b is None:
+        return None
+    delta: NDArray = t - b
+    return None if not np.any(delta) else delta
+
+
+def _factorise(
+    module: str,
+    delta: NDArray,
+    embedding: bool,
+    rank: int | None,
+    energy: float | None,
+    max_error: float | None,
+) -> tuple[ModuleRow, OutModule]:
+    """The best factorisation of the full ``delta`` at the rank asked for."""
+    import numpy as np
+
+    u, s, vt = np.linalg.svd(delta, full_matrices=False)
+    sp = Spectrum(u, s, vt)
+    if rank is not None:
+        r = rank
+    elif energy is not None:
+        r = rank_for_energy(sp, energy)
+    else:
+        assert max_error is not None
+        r = rank_for_error(sp, max_error)
+    t = truncate(sp, r)
+    row = ModuleRow(module, int(min(delta.shape)), t.rank, t.effective_rank, t.energy, t.error)
+    return row, OutModule(module, t.b, t.a, embedding)
+
+
+def _base_config(base: Checkpoint) -> dict[str, object]:
+    """The base's config.json (empty when there is none beside its weights)."""
+    import json
+
+    path = os.path.join(base.root, "config.json") if os.path.isdir(base.root) else ""
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        raw = json.load(f)
+    return raw if isinstance(raw, dict) else {}
+
+
+def _template(base: str, config: dict[str, object], written: list[OutModule]) -> dict[str, object]:
+    """The extracted adapter's config: the exact modules written, the task type of a causal LM, and
+    ``ensure_weight_tying`` where the base ties its output head to an embedding the adapter changes (else PEFT would
+    apply the embedding's LoRA to the input side only, and the head would keep the base's weights)."""
+    archs = config.get("architectures")
+    causal = isinstance(archs, list) and any(str(a).endswith("ForCausalLM") for a in archs)
+    tied = config.get("tie_word_embeddings", True) is True and any(m.embedding for m in written)
+    return {
+        "peft_type": "LORA",
+        "base_model_name_or_path": base,
+        "bias": "none",
+        "target_modules": sorted(m.name for m in written),
+        "task_type": "CAUSAL_LM" if causal else None,
+        **({"ensure_weight_tying": True} if tied else {}),
+    }
+
+
+def _left_findings(left: _Left, tuned: str) -> list[Finding]:
+    out: list[Finding] = []
+    if left.other:
+        worst = max(left.other, key=lambda x: x[1])
+        out.append(
+            make(
+                "AD960",
+                f"{len(left.other)} changed tensors are no Linear or Embedding weight, so the LoRA does not hold "
+                f"them (largest change {worst[1]:.3g} in `{worst[0]}`)",
+                key=worst[0],
+                path=tuned,
+                hint="list their modules in modules_to_save when you train, or merge the tuned model instead",
+            )
+        )
+    for name, was, now in left.grown:
+        what = f"grew from {list(was)} to {list(now)}" if was else f"is new ({list(now)})"
+        out.append(
+            make(
+                "AD961",
+                f"`{name}` {what}: a LoRA cannot add rows or tensors",
+                key=name,
+                path=tuned,
+                hint="save the module whole (modules_to_save) and resize the base's embeddings to match",
+            )
+        )
+    return out
+
+
+__all__ = ["extract", "module_kinds"]

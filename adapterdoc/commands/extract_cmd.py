@@ -1,0 +1,52 @@
+"""`adapterdoc extract --base BASE --tuned TUNED (--rank R | --energy F | --max-error E) --out DIR [--json]`."""
+
+from __future__ import annotations
+
+import click
+
+from adapterdoc.commands import options as opt
+
+
+@click.command("extract", epilog=opt.INPUT_FORMS)
+@opt.base_option(
+    "The base model the fine-tune started from (a folder of config.json + safetensors).", required=True
+)
+@click.option(
+    "--tuned", required=True, metavar="TUNED", help="The fully fine-tuned model (same layout as --base)."
+)
+@click.option("--rank", type=click.IntRange(min=1), help="Every module's rank.")
+@click.option(
+    "--energy",
+    type=click.FloatRange(0, 1, min_open=True),
+    help="Per module, the smallest rank keeping this share of ‖ΔW‖² (written as rank_pattern).",
+)
+@click.option(
+    "--max-error",
+    type=click.FloatRange(min=0),
+    help="Per module, the smallest rank whose relative error ‖ΔW − ΔŴ‖/‖ΔW‖ is at most this.",
+)
+@opt.out_option("Folder to write the extracted adapter to: a new or empty folder.", required=True)
+@opt.force_option(
+    "Replace a non-empty --out that holds a previous adapterdoc output; never any other folder."
+)
+@opt.output_options()
+@opt.handle_errors
+def command(
+    base: str,
+    tuned: str,
+    rank: int | None,
+    energy: float | None,
+    max_error: float | None,
+    out: str,
+    force: bool,
+    output: opt.Output,
+) -> None:
+    """Extract a LoRA adapter from a full fine-tune: each changed Linear/Embedding weight's delta at its best
+    rank, read one tensor pair at a time, with each module's kept energy and relative error."""
+    from adapterdoc.algebra.extract import extract
+    from adapterdoc.report.algebra_text import render_algebra
+
+    if sum(x is not None for x in (rank, energy, max_error)) != 1:
+        raise click.UsageError("Give exactly one of --rank, --energy, --max-error.")
+    report = extract(base, tuned, out, rank=rank, energy=energy, max_error=max_error, force=force)
+    opt.finish(report, output, text=lambda: render_algebra(report))

@@ -1,0 +1,130 @@
+"""extract: a LoRA from a full fine-tune of the tiny model, its reported error equal to numpy's on the full
+matrices and to the Eckart–Young optimum, exact modules reloading in PEFT to the tuned logits, and what a LoRA
+cannot hold (a changed norm, a grown vocabulary) said plainly."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from tests.algebra.peft_helpers import IDS, LAYOUT  # noqa: E402
+
+Q0 = "model.layers.0.self_attn.q_proj"
+V1 = "model.layers.1.self_attn.v_proj"
+EMB = "model.embed_tokens"
+
+
+def _tuned(base: Any) -> Any:
+    """The base with a rank-3 change of Q0, a full-rank change of V1, a rank-2 change of the embedding and a
+    changed final norm."""
+    tuned = copy.deepcopy(base)
+    gen = torch.Generator().manual_seed(0)
+    sd = tuned.state_dict()
+    with torch.no_grad():
+        q = sd[f"{Q0}.weight"]
+        q += 0.05 * torch.randn(q.shape[0], 3, generator=gen) @ torch.randn(3, q.shape[1], generator=gen)
+        v = sd[f"{V1}.weight"]
+        v += 0.05 * torch.randn(v.shape, generator=gen)
+        e = sd[f"{EMB}.weight"]
+        e += 0.05 * torch.randn(e.shape[0], 2, generator=gen) @ torch.randn(2, e.shape[1], generator=gen)
+        sd["model.norm.weight"] += 0.01
+    return tuned
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Path, Path]:
+    from adapterdoc.ml.tiny import build_tiny
+
+    base = build_tiny(LAYOUT)
+    root = tmp_path_factory.mktemp("extract")
+    tuned = _tuned(base)
+    base.save_pretrained(root / "base")
+    tuned.save_pretrained(root / "tuned")
+    return base, tuned, root / "base", root / "tuned"
+
+
+def _delta(base: Any, tuned: Any, module: str) -> np.ndarray:
+    return (
+        tuned.state_dict()[f"{module}.weight"].double() - base.state_dict()[f"{module}.weight"].double()
+    ).numpy()
+
+
+def _adapter_delta(out: Path, module: str, embedding: bool) -> np.ndarray:
+    from safetensors.numpy import load_file
+
+    t = load_file(out / "adapter_model.safetensors")
+    if embedding:
+        a, b = (
+            t[f"base_model.model.{module}.lora_embedding_A"],
+            t[f"base_model.model.{module}.lora_embedding_B"],
+        )
+        return (b.astype(np.float64) @ a.astype(np.float64)).T
+    a, b = t[f"base_model.model.{module}.lora_A.weight"], t[f"base_model.model.{module}.lora_B.weight"]
+    return b.astype(np.float64) @ a.astype(np.float64)
+
+
+@pytest.mark.parametrize("how", [{"rank": 3}, {"energy": 0.95}, {"max_error": 0.3}])
+def test_extract_error_is_measured_and_optimal(
+    pair: tuple[Any, Any, Path, Path], tmp_path: Path, how: dict[str, Any]
+):
+    from adapterdoc.algebra.extract import extract
+
+    base, tuned, bdir, tdir = pair
+    report = extract(str(bdir), str(tdir), str(tmp_path / "out"), **how)
+    rows = {m.module: m for m in report.modules}
+    assert set(rows) == {Q0, V1, EMB}
+    for module, row in rows.items():
+        full = _delta(base, tuned, module)
+        got = _adapter_delta(tmp_path / "out", module, module == EMB)
+        measured = np.linalg.norm(full - got) / np.linalg.norm(full)
+        assert abs(row.rel_error - measured) <= 1e-6, row
+        s = np.linalg.svd(full, compute_uv=False)
+        assert abs(row.rel_error - math.sqrt((s[row.rank_out :] ** 2).sum()) / np.linalg.norm(full)) <= 1e-6
+    if "rank" in how:
+        assert rows[Q0].rel_error <= 1e-6 and rows[EMB].rel_error <= 1e-6 and rows[V1].rel_error > 0.1
+    assert [f.code for f in report.findings if f.code.startswith("AD96")] == ["AD960"]
+
+
+def test_extract_at_full_rank_reloads_to_the_tuned_logits(pair: tuple[Any, Any, Path, Path], tmp_path: Path):
+    from peft import PeftModel
+
+    from adapterdoc.algebra.extract import extract
+
+    base, tuned, bdir, tdir = pair
+    extract(str(bdir), str(tdir), str(tmp_path / "out"), max_error=0.0)
+    pm = PeftModel.from_pretrained(copy.deepcopy(base), tmp_path / "out")  # the head tied to the embedding
+    want = copy.deepcopy(tuned)
+    with (
+        torch.no_grad()
+    ):  # the norm is no LoRA (AD960): compare with the tuned model whose norm is the base's
+        want.model.norm.weight.copy_(base.model.norm.weight)
+        diff = (pm(IDS).logits - want(IDS).logits).abs().max().item()
+    assert diff <= 1e-4
+
+
+def test_extract_says_a_grown_vocabulary(pair: tuple[Any, Any, Path, Path], tmp_path: Path, cli: Any):
+    import json
+
+    base, _, bdir, _ = pair
+    grown = copy.deepcopy(base)
+    grown.resize_token_embeddings(1008)
+    grown.save_pretrained(tmp_path / "grown")
+    args = ["extract", "--base", str(bdir), "--tuned", str(tmp_path / "grown"), "--rank", "2", "--json"]
+    res = cli(*args, "--out", str(tmp_path / "o"))
+    assert res.exit_code == 3 and "AD961" in res.stderr and "[1008, 64]" in res.stderr
+    with torch.no_grad():
+        grown.model.layers[0].self_attn.q_proj.weight.add_(0.01)
+    grown.save_pretrained(tmp_path / "grown")
+    res = cli(*args, "--out", str(tmp_path / "o"))
+    assert res.exit_code == 0, res.stderr
+    body = json.loads(res.stdout)
+    assert [m["module"] for m in body["modules"]] == [Q0]
+    assert "AD961" in {f["code"] for f in body["findings"]}
