@@ -9,7 +9,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from adapterdoc.algebra.checks import base_findings, check_layouts, check_modules_to_save, check_shapes
-from adapterdoc.algebra.factors import Term, rank_for_energy, rank_for_error, spectrum, stack, truncate
+from adapterdoc.algebra.elementwise import ELEMENTWISE, merged_delta
+from adapterdoc.algebra.factors import (
+    Spectrum,
+    Term,
+    rank_for_energy,
+    rank_for_error,
+    spectrum,
+    stack,
+    truncate,
+)
 from adapterdoc.algebra.read import Source, read_source
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.errors import RefusedError
@@ -21,8 +30,8 @@ if TYPE_CHECKING:
 
 EXACT = 1e-12
 """A relative error at or below this is rounding, not truncation (no AD959)."""
-METHODS = ("cat", "svd")
-"""``combine --method`` choices built so far."""
+METHODS = ("cat", "svd", *ELEMENTWISE)
+"""``combine --method`` choices."""
 
 
 def combine(
@@ -32,13 +41,18 @@ def combine(
     method: str = "cat",
     weights: Sequence[float] | None = None,
     rank: int | None = None,
+    density: float | None = None,
+    seed: int = 0,
     base: str | None = None,
     force: bool = False,
 ) -> AlgebraReport:
     """``Σ wᵢ · scalingᵢ · Bᵢ Aᵢ`` per module: exactly (``cat``, rank ``Σ rᵢ``) or its best rank-``rank``
-    factorisation (``svd``; default rank: the largest source rank)."""
+    factorisation (``svd``; default rank: the largest source rank); ``ties`` / ``dare`` (PEFT's, at ``density``,
+    ``dare`` seeded) of the sources' full deltas, factorised like ``svd``."""
     if method not in METHODS:
         raise RefusedError(None, f"--method {method} is not built yet; use one of {', '.join(METHODS)}")
+    if (density is None) != (method not in ELEMENTWISE):
+        raise RefusedError(None, "--density goes with --method ties or dare, and they need it")
     ws = [1.0] * len(adapters) if weights is None else [float(w) for w in weights]
     if len(ws) != len(adapters):
         raise RefusedError(None, f"--weights gives {len(ws)} weights for {len(adapters)} adapters")
@@ -50,8 +64,18 @@ def combine(
     target = rank if rank is not None else max(m.rank for s in sources for m in s.modules.values())
     rows: list[ModuleRow] = []
     written: list[OutModule] = []
-    for name in names:
+    for index, name in enumerate(names):
         held = [(s.modules[name], w) for s, w in zip(sources, ws, strict=True) if name in s.modules]
+        if method in ELEMENTWISE:
+            assert density is not None
+            deltas = [m.scaling * (m.b @ m.a) for m, _ in held]
+            full = merged_delta(method, deltas, [w for _, w in held], density=density, seed=seed + index)
+            row, module = _full_truncated(
+                name, full, sum(m.rank for m, _ in held), target, held[0][0].embedding
+            )
+            rows.append(row)
+            written.append(module)
+            continue
         b, a = stack([Term(m.a, m.b, w * m.scaling) for m, w in held])
         if method == "cat":
             written.append(OutModule(name, b, a, held[0][0].embedding))
@@ -60,8 +84,11 @@ def combine(
         row, module = _truncated(name, b, a, target, held[0][0].embedding)
         rows.append(row)
         written.append(module)
-    full = {k: v for s in sources for k, v in s.full.items()}
-    paths = write_adapter(out, _template(sources), written, full, command="combine", force=force)
+    full_saved = {k: v for s in sources for k, v in s.full.items()}
+    paths = write_adapter(out, _template(sources), written, full_saved, command="combine", force=force)
+    notes = _notes(full_saved)
+    if method in ELEMENTWISE:
+        notes.append(f"{method} at density {density:g}" + (f", seed {seed}" if method == "dare" else ""))
     report = AlgebraReport(
         command="combine",
         inputs=[s.spec for s in sources],
@@ -70,7 +97,7 @@ def combine(
         weights=ws,
         modules=rows,
         written=paths,
-        notes=_notes(full),
+        notes=notes,
     )
     return _finish(report, base_findings(sources), base)
 
@@ -125,6 +152,19 @@ def _truncated(name: str, b: NDArray, a: NDArray, rank: int, embedding: bool) ->
     t = truncate(spectrum(b, a), rank)
     row = ModuleRow(name, int(a.shape[0]), t.rank, t.effective_rank, t.energy, t.error)
     return row, OutModule(name, t.b, t.a, embedding)
+
+
+def _full_truncated(
+    name: str, full: NDArray, rank_in: int, rank: int, embedding: bool
+) -> tuple[ModuleRow, OutModule]:
+    """The best rank-``rank`` factorisation of a full delta (numpy's SVD) and its row."""
+    import numpy as np
+
+    u, s, vt = np.linalg.svd(full, full_matrices=False)
+    t = truncate(Spectrum(u, s, vt), rank)
+    return ModuleRow(name, rank_in, t.rank, t.effective_rank, t.energy, t.error), OutModule(
+        name, t.b, t.a, embedding
+    )
 
 
 def _energy(b: NDArray, a: NDArray) -> float:

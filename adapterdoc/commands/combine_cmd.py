@@ -1,4 +1,5 @@
-"""`adapterdoc combine ADAPTER ADAPTER... [--weights W,W,...] --method cat|svd [--rank R] --out DIR [--json]`."""
+"""`adapterdoc combine ADAPTER ADAPTER... [--weights W,W,...] --method cat|svd|ties|dare [--rank R] [--density D]
+[--seed S] --out DIR [--json]`."""
 
 from __future__ import annotations
 
@@ -26,14 +27,20 @@ def _weights(ctx: click.Context, param: click.Parameter, value: str | None) -> l
 )
 @click.option(
     "--method",
-    type=click.Choice(["cat", "svd"]),
+    type=click.Choice(["cat", "svd", "ties", "dare"]),
     required=True,
     help="cat: the exact weighted sum (rank: the sum of the ranks); svd: its best rank-R factorisation, "
-    "the error reported per module.",
+    "the error reported per module; ties, dare: PEFT's ties / dare_linear of the full deltas, factorised as svd.",
 )
 @click.option(
     "--rank", type=click.IntRange(min=1), help="The rank of --method svd (default: the largest input rank)."
 )
+@click.option(
+    "--density",
+    type=click.FloatRange(0, 1, min_open=True),
+    help="The share of each delta's entries ties and dare keep (needed by them, refused otherwise).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="The seed of dare's random masks.")
 @opt.base_option("Run `verify` against this base on the written adapter (else the weights checks only).")
 @opt.out_option("Folder to write the combined adapter to: a new or empty folder.", required=True)
 @opt.force_option(
@@ -46,6 +53,8 @@ def command(
     weights: list[float] | None,
     method: str,
     rank: int | None,
+    density: float | None,
+    seed: int,
     base: str | None,
     out: str,
     force: bool,
@@ -56,7 +65,19 @@ def command(
     from adapterdoc.algebra import combine
     from adapterdoc.report.algebra_text import render_algebra
 
-    if rank is not None and method != "svd":
-        raise click.UsageError("--rank goes with --method svd.")
-    report = combine(list(adapters), out, method=method, weights=weights, rank=rank, base=base, force=force)
+    if rank is not None and method == "cat":
+        raise click.UsageError("--rank goes with --method svd, ties or dare.")
+    if (density is None) == (method in ("ties", "dare")):
+        raise click.UsageError("--density goes with --method ties or dare, and they need it.")
+    report = combine(
+        list(adapters),
+        out,
+        method=method,
+        weights=weights,
+        rank=rank,
+        density=density,
+        seed=seed,
+        base=base,
+        force=force,
+    )
     opt.finish(report, output, text=lambda: render_algebra(report))

@@ -166,3 +166,67 @@ def test_rank_pattern_sources_each_module_keeps_its_rank(base: Any, tmp_path: Pa
     saved = json.loads((tmp_path / "peft" / "mix" / "adapter_config.json").read_text())
     assert saved["rank_pattern"] == {} and saved["r"] == 10
     assert (peft_logits(base, tmp_path / "peft" / "mix") - want).abs().max().item() <= 1e-5
+
+
+def _merged_delta(pm: Any, base: Any) -> dict[str, Any]:
+    start = base.state_dict()
+    merged = pm.merge_and_unload().state_dict()
+    return {k: (merged[k].double() - start[k].double()) for k in start}
+
+
+def test_ties_equals_peft_ties_svd(base: Any, tmp_path: Path):
+    """ties at density 0.5, factorised at rank 4: the same delta as PEFT's add_weighted_adapter("ties_svd"), up to
+    float32 (PEFT's SVD runs in float32)."""
+    from adapterdoc.algebra import combine
+
+    sources = [
+        make_adapter(base, tmp_path / "a", 1, r=4),
+        make_adapter(base, tmp_path / "b", 2, r=4, lora_alpha=4),
+    ]
+    weights = [1.0, 0.6]
+    report = combine(sources, str(tmp_path / "out"), method="ties", weights=weights, rank=4, density=0.5)
+    from peft import PeftModel
+
+    ours = _merged_delta(PeftModel.from_pretrained(copy.deepcopy(base), tmp_path / "out"), base)
+    pm = _peft_weighted_kw(base, sources, weights, "ties_svd", svd_rank=4, density=0.5)
+    theirs = _merged_delta(pm, base)
+    for k in ours:
+        scale = max(theirs[k].abs().max().item(), 1e-12)
+        assert (ours[k] - theirs[k]).abs().max().item() <= 1e-5 * scale + 1e-7, k
+    assert all(m.rank_out == 4 and m.rel_error > 0 for m in report.modules)
+
+
+def test_dare_is_seeded_and_at_density_1_is_svd(base: Any, tmp_path: Path):
+    from safetensors.torch import load_file
+
+    from adapterdoc.algebra import combine
+
+    sources = [make_adapter(base, tmp_path / "a", 1, r=4), make_adapter(base, tmp_path / "b", 2, r=4)]
+    runs = {}
+    for name, kw in {
+        "d1": {"method": "dare", "density": 0.5, "seed": 3},
+        "d2": {"method": "dare", "density": 0.5, "seed": 3},
+        "d3": {"method": "dare", "density": 0.5, "seed": 4},
+        "full": {"method": "dare", "density": 1.0},
+        "svd": {"method": "svd"},
+    }.items():
+        combine(sources, str(tmp_path / name), rank=4, **kw)
+        runs[name] = load_file(tmp_path / name / "adapter_model.safetensors")
+    key = next(iter(runs["d1"]))
+    assert torch.equal(runs["d1"][key], runs["d2"][key]) and not torch.equal(runs["d1"][key], runs["d3"][key])
+    for k in runs["svd"]:
+        a, b = runs["full"][k], runs["svd"][k]  # the same subspace, signs of singular vectors aside
+        assert torch.allclose(a.abs(), b.abs(), atol=1e-5), k
+
+
+def _peft_weighted_kw(base: Any, sources: list[Path], weights: list[float], how: str, **kw: Any) -> Any:
+    from peft import PeftModel
+
+    pm = PeftModel.from_pretrained(copy.deepcopy(base), sources[0], adapter_name="s0")
+    for i, p in enumerate(sources[1:], start=1):
+        pm.load_adapter(p, adapter_name=f"s{i}")
+    pm.add_weighted_adapter(
+        [f"s{i}" for i in range(len(sources))], weights, "mix", combination_type=how, **kw
+    )
+    pm.set_adapter("mix")
+    return pm
