@@ -15,7 +15,17 @@ ready() {
         "$env/bin/python" -c "import llama_cpp, sentencepiece, numpy, torch, transformers
 assert llama_cpp.__version__ == '$version', llama_cpp.__version__" 2>/dev/null
 }
+# llama-cpp-python's server (`llama_cpp.server`, pure Python) for the probe's tests (tests/probe): added to an
+# environment built before without them, never a reason to rebuild llama.cpp
+server_packages=(fastapi uvicorn sse-starlette starlette-context pydantic-settings)
+server_ready() {
+    "$env/bin/python" -c "import fastapi, uvicorn, sse_starlette, starlette_context, pydantic_settings" 2>/dev/null
+}
+add_server() {
+    server_ready || "$env/bin/python" -m pip install --quiet --disable-pip-version-check "${server_packages[@]}"
+}
 if ready; then
+    add_server
     exit 0
 fi
 mkdir -p "$root"
@@ -41,5 +51,6 @@ mkdir -p "$env/llama.cpp"
 tar -xzf "$sdist"/llama_cpp_python-"$version".tar.gz -C "$sdist"
 src="$sdist/llama_cpp_python-$version/vendor/llama.cpp"
 cp -r "$src/convert_hf_to_gguf.py" "$src/convert_lora_to_gguf.py" "$src/conversion" "$src/gguf-py" "$env/llama.cpp/"
-ready || { echo "llama_cpp oracle: environment incomplete" >&2; exit 1; }
+add_server
+ready && server_ready || { echo "llama_cpp oracle: environment incomplete" >&2; exit 1; }
 "$env/bin/python" -c "import llama_cpp; print('llama_cpp oracle:', llama_cpp.__version__)"

@@ -1,0 +1,128 @@
+"""The canaries file: what to send a server and what PEFT expects back, at several adapter scales (torch-free).
+
+A canary is one prompt (its text and the token ids the local tokenizer gives) and the logprobs PEFT computes on it:
+``positions`` the teacher-forced logprob of the prompt's own token at chosen positions (for servers that return
+prompt logprobs), ``next`` the logprobs of a few candidate tokens after the whole prompt (for servers that return
+only generated tokens' top logprobs). Every expected value is a list with one entry per scale of ``scales``: the
+adapter's LoRA scaling multiplied by that factor (0 is the base, 1 the adapter as PEFT applies it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from adapterdoc.errors import UnsupportedInputError
+
+VERSION = 1
+"""The canaries file's format version (``"version"``); a file of another version is refused."""
+
+
+def scale_grid(rank: int) -> tuple[float, ...]:
+    """The factors canaries are computed at: 0, ½, 1/√r, 1, 2, √r, and ¼, ¾, 1½ between them so that the
+    expected curve is close to straight between neighbours (sorted, duplicates dropped)."""
+    root = math.sqrt(rank)
+    return tuple(sorted({0.0, 0.25, 0.5, 0.75, 1.0 / root, 1.0, 1.5, 2.0, root}))
+
+
+@dataclass(frozen=True)
+class Position:
+    """The teacher-forced logprob of ``token`` (the prompt's own token at index ``pos``) given the tokens before it."""
+
+    pos: int
+    token: int
+    logprobs: Sequence[float]
+    """One per scale of :attr:`Canaries.scales`."""
+
+
+@dataclass(frozen=True)
+class Canary:
+    """One prompt and what PEFT expects on it."""
+
+    text: str
+    ids: Sequence[int]
+    positions: Sequence[Position]
+    next: Mapping[int, Sequence[float]] = field(default_factory=dict)
+    """token id → its logprob after the whole prompt, one per scale."""
+
+
+@dataclass(frozen=True)
+class Canaries:
+    """A canaries file: where the logprobs came from, the scales, the prompts."""
+
+    adapter: str
+    base: str
+    rank: int
+    dtype: str
+    """The base's dtype the logprobs were computed in (``float32``, ``bfloat16``, ...)."""
+    scales: Sequence[float]
+    canaries: Sequence[Canary]
+    bos: bool = False
+    """Whether the local tokenizer starts a prompt with a BOS token (``ids[0]``)."""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"version": VERSION, **asdict(self)}
+
+    def unit(self) -> int:
+        """The index of scale 1 (the adapter as PEFT applies it) in :attr:`scales`."""
+        return list(self.scales).index(1.0)
+
+    def zero(self) -> int:
+        """The index of scale 0 (the base) in :attr:`scales`."""
+        return list(self.scales).index(0.0)
+
+
+def save(canaries: Canaries, path: str | Path) -> None:
+    """Write ``canaries`` as JSON, atomically."""
+    from adapterdoc.st.atomic import atomic_write_bytes
+
+    text = json.dumps(canaries.to_dict(), indent=1) + "\n"
+    atomic_write_bytes(str(path), text.encode("utf-8"))
+
+
+def load(path: str | Path) -> Canaries:
+    """Read a canaries file; a missing, unreadable or other-version file is exit 3 naming it."""
+    from adapterdoc.errors import InputNotFoundError
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputNotFoundError(str(p), "no canaries file here (make one: adapterdoc probe --make-canaries)")
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+        if raw.get("version") != VERSION:
+            raise UnsupportedInputError(
+                str(p), f"canaries version {raw.get('version')!r}; this adapterdoc reads version {VERSION}"
+            )
+        return _from_dict(raw)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        if isinstance(e, UnsupportedInputError):
+            raise
+        raise UnsupportedInputError(str(p), f"not a canaries file: {e}") from e
+
+
+def _from_dict(raw: dict[str, object]) -> Canaries:
+    rows = raw["canaries"]
+    assert isinstance(rows, list)
+    canaries = [
+        Canary(
+            text=str(c["text"]),
+            ids=[int(i) for i in c["ids"]],
+            positions=[Position(int(p["pos"]), int(p["token"]), list(p["logprobs"])) for p in c["positions"]],
+            next={int(k): list(v) for k, v in c.get("next", {}).items()},
+        )
+        for c in rows
+    ]
+    scales = raw["scales"]
+    assert isinstance(scales, list)
+    return Canaries(
+        adapter=str(raw["adapter"]),
+        base=str(raw["base"]),
+        rank=int(str(raw["rank"])),
+        dtype=str(raw["dtype"]),
+        scales=[float(s) for s in scales],
+        canaries=canaries,
+        bos=bool(raw.get("bos", False)),
+    )

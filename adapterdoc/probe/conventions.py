@@ -1,0 +1,198 @@
+"""Each engine's way of asking for an adapter and for logprobs: the request the user's clients send (never a
+substitute name) with the fields that make the server return logprobs, and the served values read back as
+observations against a canary. Read from the engines' own code (SERVING.md): mlx-lm 0.32, llama-cpp-python 0.3.36,
+vLLM 0.33, SGLang 0.5.23.
+
+- vLLM: ``model=NAME``; ``prompt_logprobs`` gives the teacher-forced logprob of every prompt token.
+- SGLang: ``model="BASE:ADAPTER"``, or ``lora_path`` beside the base's ``model``; ``echo`` + ``logprobs`` give the
+  prompt's logprobs (``logprob_start_len=0``).
+- llama.cpp (llama-cpp-python's server): ``model=ALIAS``; ``echo`` + ``logprobs`` give the prompt's logprobs, shifted
+  by one position on a vocabulary without BOS (detected from the fit, not assumed). Token-id prompts are refused.
+- mlx-lm: ``adapters=PATH`` beside ``model``; only generated tokens have logprobs, so the probe reads the top
+  logprobs of the first generated token, after the whole prompt, and matches them to the canary's candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from adapterdoc.probe.canaries import Canary
+from adapterdoc.probe.fit import Observation
+
+TOP_LOGPROBS_MLX = 11
+"""mlx_lm.server's largest ``top_logprobs``."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What the user's request looks like on one engine."""
+
+    adapter: str
+    base_model: str | None = None
+    extra: Mapping[str, object] | None = None
+
+
+@dataclass(frozen=True)
+class Convention:
+    """One engine's request builder and response reader."""
+
+    name: str
+    describe: Callable[[Ask], str]
+    """How the adapter is named in the request (for the report)."""
+    build: Callable[[Ask, Canary], dict[str, object]]
+    read: Callable[[object, Canary, int], list[Observation]]
+    """(response body, canary, position offset) → observations; offset shifts the served list (llama.cpp)."""
+    offsets: tuple[int, ...] = (0,)
+    """The position offsets to try (the one whose observations fit best is kept)."""
+
+
+def _with(ask: Ask, body: dict[str, object]) -> dict[str, object]:
+    return {**body, **(ask.extra or {})}
+
+
+# ------------------------------------------------------------------------------------------------------ vLLM
+
+
+def vllm_request(ask: Ask, canary: Canary) -> dict[str, object]:
+    """vLLM's ``/v1/completions``: the adapter's name as ``model``, the prompt as token ids, ``prompt_logprobs``."""
+    body: dict[str, object] = {
+        "model": ask.adapter,
+        "prompt": list(canary.ids),
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "prompt_logprobs": 1,
+    }
+    return _with(ask, body)
+
+
+def read_vllm(body: object, canary: Canary, offset: int) -> list[Observation]:
+    """``choices[0].prompt_logprobs``: per prompt position (the first is null) ``{token id: {"logprob": x}}``."""
+    rows = _first_choice(body).get("prompt_logprobs")
+    if not isinstance(rows, list):
+        return []
+    out = []
+    for p in canary.positions:
+        i = p.pos + offset
+        row = rows[i] if 0 <= i < len(rows) else None
+        entry = row.get(str(p.token)) if isinstance(row, dict) else None
+        if isinstance(entry, dict) and isinstance(entry.get("logprob"), (int, float)):
+            out.append(Observation(float(entry["logprob"]), p.logprobs))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- SGLang
+
+
+def sglang_request(ask: Ask, canary: Canary) -> dict[str, object]:
+    """SGLang's ``/v1/completions``: ``model="BASE:ADAPTER"`` as given, else ``lora_path`` beside the base's
+    ``model`` when ``--base-model`` is given, else ``model=NAME`` as the user sends it (which SGLang serves with the
+    base: finding AD922); ``echo`` + ``logprobs`` for the prompt's logprobs."""
+    if ":" in ask.adapter or not ask.base_model:
+        named: dict[str, object] = {"model": ask.adapter}
+    else:
+        named = {"model": ask.base_model, "lora_path": ask.adapter}
+    body: dict[str, object] = {
+        **named,
+        "prompt": list(canary.ids),
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "echo": True,
+        "logprobs": 1,
+    }
+    return _with(ask, body)
+
+
+def sglang_naming(ask: Ask) -> str:
+    if ":" in ask.adapter or not ask.base_model:
+        return f"model={ask.adapter!r}"
+    return f"model={ask.base_model!r}, lora_path={ask.adapter!r}"
+
+
+# ------------------------------------------------------------------------------------------------- llama.cpp
+
+
+def llama_cpp_request(ask: Ask, canary: Canary) -> dict[str, object]:
+    """llama-cpp-python's ``/v1/completions``: the alias as ``model``, the prompt as text (token ids are refused),
+    ``echo`` + ``logprobs`` for the prompt's logprobs."""
+    body: dict[str, object] = {
+        "model": ask.adapter,
+        "prompt": canary.text,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "echo": True,
+        "logprobs": 1,
+    }
+    return _with(ask, body)
+
+
+def read_echo(body: object, canary: Canary, offset: int) -> list[Observation]:
+    """OpenAI's legacy ``logprobs``: ``token_logprobs[i]`` of the echoed prompt's token ``i`` (llama.cpp, SGLang)."""
+    logprobs = _first_choice(body).get("logprobs")
+    values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+    if not isinstance(values, list):
+        return []
+    out = []
+    for p in canary.positions:
+        i = p.pos + offset
+        value = values[i] if 0 <= i < len(values) else None
+        if isinstance(value, (int, float)):
+            out.append(Observation(float(value), p.logprobs))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- mlx-lm
+
+
+def mlx_request(ask: Ask, canary: Canary) -> dict[str, object]:
+    """mlx_lm.server's ``/v1/completions``: ``adapters`` (a path on the server) and ``model`` when given (without it
+    the base answers: finding AD920); one greedy token with its top logprobs."""
+    body: dict[str, object] = {"adapters": ask.adapter}
+    if ask.base_model:
+        body["model"] = ask.base_model
+    body.update(
+        prompt=canary.text, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS_MLX
+    )
+    return _with(ask, body)
+
+
+def read_mlx(body: object, canary: Canary, offset: int) -> list[Observation]:
+    """``choices[0].logprobs.content[0].top_logprobs``: ``{id, logprob}`` after the prompt, matched to the canary's
+    next-token candidates."""
+    logprobs = _first_choice(body).get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    first = content[0] if isinstance(content, list) and content else None
+    top = first.get("top_logprobs") if isinstance(first, dict) else None
+    out = []
+    for entry in top if isinstance(top, list) else []:
+        token, value = (entry.get("id"), entry.get("logprob")) if isinstance(entry, dict) else (None, None)
+        if isinstance(token, int) and isinstance(value, (int, float)) and token in canary.next:
+            out.append(Observation(float(value), canary.next[token]))
+    return out
+
+
+def _first_choice(body: object) -> dict[str, object]:
+    choices = body.get("choices") if isinstance(body, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    return first if isinstance(first, dict) else {}
+
+
+CONVENTIONS: dict[str, Convention] = {
+    c.name: c
+    for c in (
+        Convention("vllm", lambda a: f"model={a.adapter!r}", vllm_request, read_vllm),
+        Convention("sglang", sglang_naming, sglang_request, read_echo),
+        Convention(
+            "llama.cpp", lambda a: f"model={a.adapter!r} (alias)", llama_cpp_request, read_echo, (0, -1, 1)
+        ),
+        Convention(
+            "mlx-lm",
+            lambda a: (
+                f"adapters={a.adapter!r}" + (f", model={a.base_model!r}" if a.base_model else " (no model)")
+            ),
+            mlx_request,
+            read_mlx,
+        ),
+    )
+}
+"""engine → its convention (``--engine`` choices)."""

@@ -1,0 +1,188 @@
+"""``adapterdoc probe``: send the user's own request for the canaries to the server, fit the served logprobs against
+PEFT's at each scale, and report the verdict with the request convention's warnings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from adapterdoc.probe.canaries import Canaries, Canary
+from adapterdoc.probe.client import Client, ProbeError, Response
+from adapterdoc.probe.conventions import CONVENTIONS, Ask, Convention
+from adapterdoc.probe.fit import Fit, Observation, fit
+from adapterdoc.report.findings import Finding, make
+from adapterdoc.report.probe_report import ProbeReport
+
+OWNERS = {"vllm": "vllm", "sglang": "sglang", "me": "llama.cpp"}
+"""``/v1/models``' ``owned_by`` → engine (llama-cpp-python's server says ``me``)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to probe: the server, the user's request, and how to read the answer."""
+
+    url: str
+    ask: Ask
+    engine: str | None = None
+    api_key_env: str | None = None
+    dtype: str | None = None
+    """The served dtype (its tolerance); default: the canaries' (the base's) dtype."""
+
+
+def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
+    """Probe ``target.url`` with ``canaries``; an unreachable or unreadable server is a :class:`ProbeError`."""
+    client = Client(target.url, target.api_key_env)
+    models = client.get("/v1/models")
+    engine = target.engine or detect(models)
+    convention = CONVENTIONS[engine]
+    observations = _observe(client, convention, target.ask, canaries.canaries)
+    dtype = target.dtype or canaries.dtype
+    result = fit(observations, canaries.scales, dtype)
+    findings = [*convention_findings(engine, target.ask, models), verdict_finding(result, engine, target.ask)]
+    return ProbeReport(
+        url=client.url,
+        engine=engine,
+        engine_detected=target.engine is None,
+        request=convention.describe(target.ask),
+        verdict=result.verdict,
+        factor=result.factor,
+        dtype=dtype,
+        observations=result.count,
+        separation=result.separation,
+        best=result.best,
+        deviation=result.deviation,
+        requests=list(client.sent),
+        canaries=source,
+        findings=findings,
+    )
+
+
+def detect(models: Response) -> str:
+    """The engine behind ``/v1/models``' answer: ``owned_by`` (vLLM, SGLang, llama-cpp-python), else mlx-lm's shape
+    (cards with ``created`` and no ``owned_by``)."""
+    data = models.body.get("data") if isinstance(models.body, dict) else None
+    cards = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+    for card in cards:
+        engine = OWNERS.get(str(card.get("owned_by")))
+        if engine:
+            return engine
+    if cards and all("owned_by" not in c and "created" in c for c in cards):
+        return "mlx-lm"
+    why = f"HTTP {models.status}" if models.status != 200 else "no engine named in its cards"
+    raise ProbeError("/v1/models", f"cannot tell which engine serves it ({why}); give --engine")
+
+
+def _observe(
+    client: Client, convention: Convention, ask: Ask, canaries: Sequence[Canary]
+) -> list[Observation]:
+    """One request per canary; the served logprobs at the offset that fits best."""
+    bodies = []
+    for canary in canaries:
+        r = client.post("/v1/completions", convention.build(ask, canary))
+        if r.status != 200:
+            raise ProbeError(
+                client.url + "/v1/completions", f"HTTP {r.status} for {convention.describe(ask)}: {_short(r)}"
+            )
+        bodies.append(r.body)
+    best: list[Observation] = []
+    for offset in convention.offsets:
+        seen = [o for body, c in zip(bodies, canaries, strict=True) for o in convention.read(body, c, offset)]
+        if seen and (not best or _closeness(seen) < _closeness(best)):
+            best = seen
+    if not best:
+        raise ProbeError(client.url, f"the {convention.name} server returned no logprobs the canaries hold")
+    return best
+
+
+def _closeness(seen: Sequence[Observation]) -> float:
+    """The smallest mean distance to any expected scale (how well one alignment of positions fits at all)."""
+    scales = range(len(seen[0].expected))
+    return min(sum(abs(o.served - o.expected[i]) for o in seen) / len(seen) for i in scales)
+
+
+def _short(r: Response) -> str:
+    detail = r.body.get("detail") or r.body.get("error") or r.body if isinstance(r.body, dict) else r.text
+    text = detail.get("message", detail) if isinstance(detail, dict) else detail
+    return " ".join(str(text).split())[:200]
+
+
+def verdict_finding(result: Fit, engine: str, ask: Ask) -> Finding:
+    """The verdict as a finding (AD900 applied, AD901 base, AD902 other scale, AD903 differs)."""
+    numbers = (
+        f"{result.count} logprobs; best fit {result.best:.2f}, separation {result.separation:.1f} tolerances"
+    )
+    if result.verdict == "applied":
+        return make("AD900", f"the adapter is applied as PEFT applies it ({numbers})")
+    if result.verdict == "base":
+        return make(
+            "AD901",
+            f"the server answers with the base model ({numbers})",
+            key=ask.adapter,
+            hint=_works(engine, ask),
+        )
+    if result.verdict == "scale" and result.factor is not None:
+        return make(
+            "AD902",
+            f"the adapter is applied at {result.factor:.3g}× PEFT's scaling ({numbers})",
+            key=ask.adapter,
+        )
+    return make("AD903", f"the served logprobs fit neither the base nor the adapter at any scale ({numbers})")
+
+
+def _works(engine: str, ask: Ask) -> str:
+    """The request that selects an adapter on ``engine``."""
+    base = ask.base_model or "BASE"
+    return {
+        "vllm": f"load the adapter under that name (--lora-modules {ask.adapter}=PATH) and send model={ask.adapter!r}",
+        "sglang": f"send model='{base}:{ask.adapter.split(':')[-1]}' or lora_path={ask.adapter!r}",
+        "llama.cpp": "send a model alias whose --config_file entry has the adapter's lora_path",
+        "mlx-lm": f"send model={base!r} beside adapters={ask.adapter!r} (a path on the server)",
+    }[engine]
+
+
+def convention_findings(engine: str, ask: Ask, models: Response) -> list[Finding]:
+    """Warnings where the user's request convention falls back to the base without an error (AD920-AD923)."""
+    listed = _listed(models)
+    if engine == "mlx-lm" and not ask.base_model and "model" not in (ask.extra or {}):
+        return [
+            make(
+                "AD920", f"the request names adapters={ask.adapter!r} but no model", hint=_works(engine, ask)
+            )
+        ]
+    if engine == "llama.cpp" and listed is not None and ask.adapter not in listed:
+        shown = ", ".join(sorted(listed)) or "none"
+        return [
+            make(
+                "AD921", f"the alias {ask.adapter!r} is not among /v1/models' ids ({shown})", key=ask.adapter
+            )
+        ]
+    if engine == "sglang" and ":" not in ask.adapter and not ask.base_model:
+        return [
+            make(
+                "AD922", f"the request sends model={ask.adapter!r}", key=ask.adapter, hint=_works(engine, ask)
+            )
+        ]
+    if engine == "vllm" and listed is not None and ask.adapter not in listed:
+        return [make("AD923", f"{ask.adapter!r} is not among /v1/models' cards", key=ask.adapter)]
+    return []
+
+
+def _listed(models: Response) -> set[str] | None:
+    data = models.body.get("data") if isinstance(models.body, dict) and models.status == 200 else None
+    if not isinstance(data, list):
+        return None
+    return {str(c.get("id")) for c in data if isinstance(c, dict)}
+
+
+def parse_extra_body(text: str | None) -> Mapping[str, object] | None:
+    """``--extra-body JSON``: an object of fields added to every request."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"--extra-body is not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError("--extra-body must be a JSON object")
+    return value

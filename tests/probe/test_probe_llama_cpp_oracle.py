@@ -1,0 +1,119 @@
+"""``adapterdoc probe`` against llama-cpp-python's real server (0.3.36, the llama.cpp oracle environment with the
+server's packages) on 127.0.0.1: a tiny Llama converted by llama.cpp's ``convert_hf_to_gguf.py`` (f32) and a PEFT
+adapter converted by ``adapterdoc convert --to gguf``; canaries by ``probe --make-canaries``.
+
+The stock server app serves a config with two aliases: ``base`` (the default) and ``tuned`` (with the adapter's
+``lora_path``). An unknown alias is served by the default model; a scaled case rebuilds the default model around
+``llama_cpp.Llama(..., lora_scale=S)`` (its settings have no lora_scale)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.probe import tiny
+from tests.probe.servers import free_port, serving
+
+pytestmark = [pytest.mark.oracle, pytest.mark.ml]
+HERE = Path(__file__).parent
+SERVER = HERE / "llama_server.py"
+CONVERTERS = HERE.parent / "formats" / "gguf_oracle_driver.py"
+
+
+def _run(python: Path, script: Path, *args: Any, cwd: Path) -> None:
+    r = subprocess.run(
+        [str(python), str(script), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def llama(oracle_env: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The files: base GGUF, our adapter GGUF, canaries, and the server's config (base first, then tuned)."""
+    from click.testing import CliRunner
+
+    from adapterdoc.cli import main
+
+    python = oracle_env("llama_cpp")
+    tmp = tmp_path_factory.mktemp("probe_llama")
+    _run(python, SERVER, "spm", tmp, cwd=tmp)
+    base = tiny.base(tmp / "base", words=False)
+    (base / "tokenizer.model").write_bytes((tmp / "tokenizer.model").read_bytes())
+    _run(python, SERVER, "tokenizer", base, cwd=tmp)
+    _run(python, CONVERTERS, "base", base, tmp / "base.gguf", cwd=tmp)
+    peft = tiny.adapter(base, tmp / "peft")
+    runner = CliRunner()
+    r = runner.invoke(
+        main, ["convert", str(peft), "--to", "gguf", "--base", str(base), "--out", str(tmp / "lora.gguf")]
+    )
+    assert r.exit_code == 0, r.output
+    prompts = tmp / "prompts.jsonl"
+    rows = [" ".join("abcdefghij"[(i + j) % 10] * (1 + (i * j) % 4) for j in range(8)) for i in range(5)]
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in rows))
+    can = tmp / "canaries.json"
+    args = [
+        "probe",
+        "--make-canaries",
+        str(peft),
+        "--base",
+        str(base),
+        "--out",
+        str(can),
+        "--prompts",
+        str(prompts),
+    ]
+    r = runner.invoke(main, args)
+    assert r.exit_code == 0, r.output
+    common = {
+        "model": str(tmp / "base.gguf"),
+        "logits_all": True,
+        "n_ctx": 128,
+        "n_threads": 1,
+        "verbose": False,
+    }
+    models = [
+        {**common, "model_alias": "base"},
+        {**common, "model_alias": "tuned", "lora_path": str(tmp / "lora.gguf")},
+    ]
+    config = tmp / "models.json"
+    config.write_text(json.dumps(models))
+    (tmp / "tuned.json").write_text(json.dumps(models[1:]))
+    return {"python": python, "tmp": tmp, "canaries": can, "config": config, "tuned": tmp / "tuned.json"}
+
+
+def _serve(llama: dict[str, Any], config: Path, scale: float = 1.0) -> Any:
+    port = free_port()
+    argv = [llama["python"], SERVER, "serve", config, port, scale]
+    return serving(argv, port, llama["tmp"] / f"server-{port}.log")
+
+
+def _probe(cli: Any, url: str, llama: dict[str, Any], alias: str) -> tuple[Any, dict[str, Any]]:
+    r = cli("probe", url, "--adapter", alias, "--canaries", llama["canaries"], "--json")
+    return r, json.loads(r.stdout)
+
+
+def test_the_alias_with_the_adapter_and_an_unknown_alias(llama: dict[str, Any], cli: Any) -> None:
+    with _serve(llama, llama["config"]) as url:
+        r, out = _probe(cli, url, llama, "tuned")
+        assert r.exit_code == 0, r.stdout
+        assert (out["engine"], out["verdict"], out["factor"]) == ("llama.cpp", "applied", 1.0)
+        assert out["best"] < 0.5 and out["separation"] > 20
+        # a typo in the alias: the default model (the base) answers with 200 OK
+        r, out = _probe(cli, url, llama, "tunde")
+    assert r.exit_code == 1
+    assert out["verdict"] == "base"
+    assert sorted(f["code"] for f in out["findings"]) == ["AD901", "AD921"]
+
+
+@pytest.mark.parametrize("scale", [0.5, 0.7])
+def test_a_lora_scale_is_reported_as_the_factor(llama: dict[str, Any], cli: Any, scale: float) -> None:
+    with _serve(llama, llama["tuned"], scale) as url:
+        r, out = _probe(cli, url, llama, "tuned")
+    assert r.exit_code == 1
+    assert out["verdict"] == "scale"
+    assert abs(out["factor"] - scale) <= 0.05 * scale, out
+    assert [f["code"] for f in out["findings"]] == ["AD902"]

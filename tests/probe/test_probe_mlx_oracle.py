@@ -1,0 +1,91 @@
+"""``adapterdoc probe`` against a real mlx_lm.server (mlx-lm 0.32, the MLX oracle environment) on 127.0.0.1: a tiny
+Llama and a PEFT adapter converted by ``adapterdoc convert --to mlx``; canaries by ``probe --make-canaries``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.probe import tiny
+from tests.probe.servers import free_port, serving
+
+pytestmark = [pytest.mark.oracle, pytest.mark.ml]
+
+
+@pytest.fixture(scope="module")
+def mlx(oracle_env: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """(url, files): one mlx_lm.server for the module's tests, serving the base; stopped at the end."""
+    from click.testing import CliRunner
+
+    from adapterdoc.cli import main
+
+    python = oracle_env("mlx")
+    tmp = tmp_path_factory.mktemp("probe_mlx")
+    base = tiny.base(tmp / "base")
+    peft = tiny.adapter(base, tmp / "peft")
+    runner = CliRunner()
+    r = runner.invoke(
+        main, ["convert", str(peft), "--to", "mlx", "--base", str(base), "--out", str(tmp / "mlx")]
+    )
+    assert r.exit_code == 0, r.output
+    prompts = tmp / "prompts.jsonl"
+    rows = [" ".join(tiny.WORDS[(7 * i + 3 * j) % 120] for j in range(12)) for i in range(5)]
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in rows))
+    can = tmp / "canaries.json"
+    args = [
+        "probe",
+        "--make-canaries",
+        str(peft),
+        "--base",
+        str(base),
+        "--out",
+        str(can),
+        "--prompts",
+        str(prompts),
+    ]
+    r = runner.invoke(main, args)
+    assert r.exit_code == 0, r.output
+    (tmp / "hf").mkdir()  # its /v1/models reads the Hugging Face cache folder
+    port = free_port()
+    argv = [python, "-m", "mlx_lm.server", "--model", base, "--host", "127.0.0.1", "--port", str(port)]
+    with serving(argv, port, tmp / "server.log", env={"HF_HUB_CACHE": str(tmp / "hf")}) as url:
+        yield url, {"base": base, "mlx": tmp / "mlx", "canaries": can}
+
+
+def _probe(cli: Any, url: str, files: dict[str, Path], *extra: str) -> tuple[Any, dict[str, Any]]:
+    r = cli("probe", url, "--adapter", files["mlx"], "--canaries", files["canaries"], "--json", *extra)
+    return r, json.loads(r.stdout)
+
+
+def test_the_adapter_applied(mlx: Any, cli: Any) -> None:
+    url, files = mlx
+    r, out = _probe(cli, url, files, "--base-model", files["base"])
+    assert r.exit_code == 0, r.stdout
+    assert (out["engine"], out["engine_detected"], out["verdict"], out["factor"]) == (
+        "mlx-lm",
+        True,
+        "applied",
+        1.0,
+    )
+    assert out["best"] < 0.1 and out["separation"] > 20  # mlx's f32 logprobs equal PEFT's far inside 2e-3
+    assert [f["code"] for f in out["findings"]] == ["AD900"]
+    assert len(out["requests"]) <= 5
+
+
+def test_a_request_without_model_gets_the_base(mlx: Any, cli: Any) -> None:
+    url, files = mlx
+    r, out = _probe(cli, url, files)
+    assert r.exit_code == 1
+    assert out["verdict"] == "base" and out["factor"] == 0.0
+    assert sorted(f["code"] for f in out["findings"]) == ["AD901", "AD920"]
+
+
+def test_a_server_that_is_down(mlx: Any, cli: Any) -> None:
+    _, files = mlx
+    r = cli("probe", f"http://127.0.0.1:{free_port()}", "--adapter", "x", "--canaries", files["canaries"])
+    assert r.exit_code == 3
+    assert r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "cannot connect" in r.stderr

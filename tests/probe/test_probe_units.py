@@ -1,0 +1,196 @@
+"""The probe's parts without a server: the fit, each engine's request and reading, the canaries file, the CLI's
+usage rules."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapterdoc.probe.canaries import Canaries, Canary, Position, load, save, scale_grid
+from adapterdoc.probe.conventions import CONVENTIONS, Ask
+from adapterdoc.probe.fit import Observation, fit
+
+SCALES = scale_grid(4)
+
+
+def _curve(s: float, i: int) -> float:
+    """A non-linear expected logprob at scale ``s`` for observation ``i``."""
+    return -4.0 - 0.3 * math.sin(i) * s - 0.05 * s * s * math.cos(i)
+
+
+def _obs(served_scale: float | None, n: int = 20, noise: float = 0.0) -> list[Observation]:
+    return [
+        Observation(
+            (_curve(served_scale, i) if served_scale is not None else -3.0 + 0.2 * math.cos(3 * i)) + noise,
+            [_curve(s, i) for s in SCALES],
+        )
+        for i in range(n)
+    ]
+
+
+def test_the_scale_grid() -> None:
+    assert scale_grid(4) == (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
+    assert scale_grid(16)[-1] == 4.0 and 0.25 in scale_grid(16)
+    assert set(scale_grid(8)) >= {0.0, 0.5, 1 / math.sqrt(8), 1.0, 2.0, math.sqrt(8)}
+
+
+@pytest.mark.parametrize(
+    ("served", "verdict", "factor"),
+    [
+        (1.0, "applied", 1.0),
+        (0.0, "base", 0.0),
+        (0.5, "scale", 0.5),
+        (2.0, "scale", 2.0),
+        (1.2, "scale", 1.2),
+    ],
+)
+def test_the_verdict(served: float, verdict: str, factor: float) -> None:
+    result = fit(_obs(served, noise=1e-4), SCALES, "float32")
+    assert result.verdict == verdict
+    assert result.factor is not None and abs(result.factor - factor) <= 0.05 * max(factor, 0.1)
+
+
+def test_something_else_fits_nothing() -> None:
+    result = fit(_obs(None), SCALES, "float32")
+    assert (result.verdict, result.factor) == ("differs", None)
+
+
+def test_the_tolerance_follows_the_dtype() -> None:
+    # 0.02 off the adapter: outside float32's tolerance, inside bfloat16's
+    assert fit(_obs(1.0, noise=0.02), SCALES, "bfloat16").verdict == "applied"
+    assert fit(_obs(1.0, noise=0.02), SCALES, "float32").verdict != "applied"
+
+
+CANARY = Canary(
+    "w1 w2 w3",
+    [5, 6, 7],
+    [Position(1, 6, [-1.0] * 7), Position(2, 7, [-2.0] * 7)],
+    {9: [-0.5] * 7, 11: [-3.0] * 7},
+)
+
+
+def test_each_engine_sends_the_users_name_in_its_own_field() -> None:
+    ask = Ask("my-adapter", "base-model", {"user": "ci"})
+    vllm = CONVENTIONS["vllm"].build(ask, CANARY)
+    assert (vllm["model"], vllm["prompt"], vllm["prompt_logprobs"], vllm["user"]) == (
+        "my-adapter",
+        [5, 6, 7],
+        1,
+        "ci",
+    )
+    sglang = CONVENTIONS["sglang"].build(ask, CANARY)
+    assert (sglang["model"], sglang["lora_path"], sglang["echo"]) == ("base-model", "my-adapter", True)
+    assert CONVENTIONS["sglang"].build(Ask("base:my-adapter"), CANARY)["model"] == "base:my-adapter"
+    assert "lora_path" not in CONVENTIONS["sglang"].build(Ask("my-adapter"), CANARY)
+    llama = CONVENTIONS["llama.cpp"].build(ask, CANARY)
+    assert (llama["model"], llama["prompt"], llama["echo"], llama["logprobs"]) == (
+        "my-adapter",
+        "w1 w2 w3",
+        True,
+        1,
+    )
+    mlx = CONVENTIONS["mlx-lm"].build(ask, CANARY)
+    assert (mlx["adapters"], mlx["model"], mlx["logprobs"], mlx["top_logprobs"]) == (
+        "my-adapter",
+        "base-model",
+        True,
+        11,
+    )
+    assert "model" not in CONVENTIONS["mlx-lm"].build(Ask("/srv/a"), CANARY)  # never filled in
+
+
+def test_each_engine_answer_is_read() -> None:
+    vllm = {
+        "choices": [{"prompt_logprobs": [None, {"6": {"logprob": -1.1}}, {"7": {"logprob": -2.1}, "8": {}}]}]
+    }
+    assert [o.served for o in CONVENTIONS["vllm"].read(vllm, CANARY, 0)] == [-1.1, -2.1]
+    echo = {"choices": [{"logprobs": {"token_logprobs": [None, -1.2, -2.2]}}]}
+    assert [o.served for o in CONVENTIONS["llama.cpp"].read(echo, CANARY, 0)] == [-1.2, -2.2]
+    assert [o.served for o in CONVENTIONS["llama.cpp"].read(echo, CANARY, -1)] == [
+        -1.2
+    ]  # pos 2 read at index 1
+    top = [{"id": 9, "logprob": -0.6}, {"id": 10, "logprob": -0.9}, {"id": 11, "logprob": -3.1}]
+    mlx = {"choices": [{"logprobs": {"content": [{"id": 9, "top_logprobs": top}]}}]}
+    assert [(o.served, o.expected[0]) for o in CONVENTIONS["mlx-lm"].read(mlx, CANARY, 0)] == [
+        (-0.6, -0.5),
+        (-3.1, -3.0),
+    ]
+    assert CONVENTIONS["vllm"].read({"error": "x"}, CANARY, 0) == []
+
+
+def test_the_engine_choices_are_the_conventions() -> None:
+    from adapterdoc.commands.probe_cmd import ENGINES
+
+    assert tuple(CONVENTIONS) == ENGINES
+
+
+def test_the_canaries_file_round_trips(tmp_path: Path) -> None:
+    c = Canaries("a", "b", 4, "float32", list(SCALES), [CANARY], bos=True)
+    save(c, tmp_path / "c.json")
+    assert load(tmp_path / "c.json") == c
+    raw = json.loads((tmp_path / "c.json").read_text())
+    assert raw["version"] == 1
+    (tmp_path / "v2.json").write_text(json.dumps({**raw, "version": 2}))
+    with pytest.raises(Exception, match="version 2"):
+        load(tmp_path / "v2.json")
+
+
+def test_usage(cli: Any, tmp_path: Path) -> None:
+    assert cli("probe", "http://127.0.0.1:9").exit_code == 2  # no --adapter
+    assert cli("probe", "http://127.0.0.1:9", "--adapter", "a").exit_code == 2  # no canaries
+    r = cli("probe", "http://127.0.0.1:9", "--adapter", "a", "--canaries", tmp_path / "none.json")
+    assert r.exit_code == 3 and "canaries" in r.stderr
+    assert cli("probe", "--make-canaries", "x", "--base", "y").exit_code == 2  # no --out
+
+
+def test_the_api_key_is_never_printed(cli: Any, tmp_path: Path) -> None:
+    c = Canaries("a", "b", 4, "float32", list(SCALES), [CANARY])
+    save(c, tmp_path / "c.json")
+    args = ["probe", "http://127.0.0.1:9", "--adapter", "a", "--canaries", tmp_path / "c.json"]
+    r = cli(*args, "--api-key-env", "PROBE_KEY", env={"PROBE_KEY": "sekret-123"})
+    assert r.exit_code == 3 and "sekret" not in r.stdout + r.stderr
+    r = cli(*args, "--api-key-env", "PROBE_UNSET_KEY")
+    assert r.exit_code == 3 and "PROBE_UNSET_KEY" in r.stderr
+
+
+def test_the_probe_imports_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, adapterdoc.probe.run, adapterdoc.commands.probe_cmd; print('torch' in sys.modules)"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        == "False\n"
+    )
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "junit", "github", "sarif"])
+def test_every_format_renders_the_report(fmt: str) -> None:
+    from adapterdoc.report.findings import make
+    from adapterdoc.report.formats import render
+    from adapterdoc.report.probe_report import ProbeReport
+
+    report = ProbeReport(
+        url="http://127.0.0.1:8000",
+        engine="vllm",
+        engine_detected=False,
+        request="model='a'",
+        verdict="scale",
+        factor=0.5,
+        dtype="bfloat16",
+        observations=40,
+        separation=50.0,
+        best=0.3,
+        deviation={0.0: 50.0, 1.0: 20.0},
+        findings=[make("AD902", "the adapter is applied at 0.5× PEFT's scaling", key="a")],
+    )
+    text = render(report, fmt)
+    assert "AD902" in text
+    if fmt == "text":
+        assert "0.5× PEFT's scaling" in text
+    if fmt == "json":
+        assert json.loads(text)["deviation"] == {"0.0": 50.0, "1.0": 20.0}
