@@ -82,7 +82,9 @@ def llama(oracle_env: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str
     config = tmp / "models.json"
     config.write_text(json.dumps(models))
     (tmp / "tuned.json").write_text(json.dumps(models[1:]))
-    return {"python": python, "tmp": tmp, "canaries": can, "config": config, "tuned": tmp / "tuned.json"}
+    (tmp / "no-logits.json").write_text(json.dumps([{**models[1], "logits_all": False}]))
+    files = {"config": config, "tuned": tmp / "tuned.json", "no_logits": tmp / "no-logits.json"}
+    return {"python": python, "tmp": tmp, "canaries": can, **files}
 
 
 def _serve(llama: dict[str, Any], config: Path, scale: float = 1.0) -> Any:
@@ -117,3 +119,10 @@ def test_a_lora_scale_is_reported_as_the_factor(llama: dict[str, Any], cli: Any,
     assert out["verdict"] == "scale"
     assert abs(out["factor"] - scale) <= 0.05 * scale, out
     assert [f["code"] for f in out["findings"]] == ["AD902"]
+
+
+def test_a_server_without_prompt_logprobs(llama: dict[str, Any], cli: Any) -> None:
+    with _serve(llama, llama["no_logits"]) as url:
+        r = cli("probe", url, "--adapter", "tuned", "--canaries", llama["canaries"])
+    assert r.exit_code == 3
+    assert r.stderr.count("\n") == 1 and "HTTP 500" in r.stderr and "logits_all" in r.stderr

@@ -89,3 +89,11 @@ def test_a_server_that_is_down(mlx: Any, cli: Any) -> None:
     assert r.exit_code == 3
     assert r.stdout == ""
     assert r.stderr.count("\n") == 1 and "cannot connect" in r.stderr
+
+
+def test_an_adapter_the_server_does_not_have(mlx: Any, cli: Any, tmp_path: Path) -> None:
+    url, files = mlx
+    args = ["--adapter", tmp_path / "absent", "--base-model", files["base"], "--canaries", files["canaries"]]
+    r = cli("probe", url, *args)
+    assert r.exit_code == 3
+    assert r.stderr.count("\n") == 1 and "HTTP 404" in r.stderr and "does not exist" in r.stderr
