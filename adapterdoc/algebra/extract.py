@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from adapterdoc.algebra.factors import Spectrum, rank_for_energy, rank_for_error, truncate
+from adapterdoc.algebra.factors import full_spectrum, rank_for_energy, rank_for_error, truncate
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
@@ -154,10 +154,8 @@ def _factorise(
     max_error: float | None,
 ) -> tuple[ModuleRow, OutModule]:
     """The best factorisation of the full ``delta`` at the rank asked for."""
-    import numpy as np
 
-    u, s, vt = np.linalg.svd(delta, full_matrices=False)
-    sp = Spectrum(u, s, vt)
+    sp = full_spectrum(delta)
     if rank is not None:
         r = rank
     elif energy is not None:

@@ -1,9 +1,9 @@
 """The factor maths: a sum of scaled LoRA products as stacked factors, and its best rank-R factorisation computed
 from the factors alone.
 
-For ``ΔW = B A`` with ``B`` (d, r) and ``A`` (r, k): ``B = Q_b R_b`` and ``Aᵀ = Q_a R_a`` (thin QR), so
-``ΔW = Q_b (R_b R_aᵀ) Q_aᵀ``; the SVD of the small core ``R_b R_aᵀ = U S Vᵀ`` gives the SVD of ``ΔW``
-(``Q_b U``, ``S``, ``Q_a V``) without forming the ``d x k`` matrix. By Eckart–Young the first R singular triples are
+For ``ΔW = B A`` with ``B`` (d, r) and ``A`` (r, k), the SVD of ``ΔW`` comes from the ``r x r`` Gram matrices of the
+factors and an SVD of an ``r x r`` core (:func:`spectrum`), without forming the ``d x k`` matrix or an orthonormal
+basis of it: only the R kept columns are multiplied out. By Eckart–Young the first R singular triples are
 the best rank-R factorisation in the Frobenius norm, and its error is exact from ``S`` alone:
 ``‖ΔW − ΔŴ‖_F² = Σ_{i>R} s_i²``.
 """
@@ -39,13 +39,24 @@ def stack(terms: Sequence[Term]) -> tuple[NDArray, NDArray]:
     return b, a
 
 
+RANK_TOL = 1e-6
+"""Singular values at or below this share of the largest do not count in the effective rank (the Gram route
+below resolves singular values to about 1e-8 of the largest; a float32 or bf16 delta is noisier still)."""
+_NOISE = 1e-7
+"""A factor's singular values at or below this share of its largest are treated as zero (their directions are
+below the Gram route's resolution)."""
+
+
 @dataclass(frozen=True)
 class Spectrum:
-    """The SVD of ``B A`` from its factors: ``B A = left · diag(s) · right`` (left (d, n), right (n, k))."""
+    """The SVD of ``b @ a`` kept factored: ``b @ a = (b @ left) · diag(s) · (right @ a)``, with ``left`` (r, n) and
+    ``right`` (n, r) small; for a full matrix ``b`` is ``U`` and ``a`` is ``Vᵀ`` (``left``, ``right`` identity)."""
 
+    b: NDArray
     left: NDArray
     s: NDArray
     right: NDArray
+    a: NDArray
 
     @property
     def energy(self) -> float:
@@ -53,25 +64,48 @@ class Spectrum:
         return float((self.s**2).sum())
 
     def effective_rank(self) -> int:
-        """Singular values above numpy's ``matrix_rank`` tolerance (``s_max · max(d, k) · eps``)."""
-        import numpy as np
-
-        if not self.s.size:
+        """Singular values above :data:`RANK_TOL` of the largest."""
+        if not self.s.size or self.s[0] == 0:
             return 0
-        tol = (
-            float(self.s[0]) * max(self.left.shape[0], self.right.shape[1]) * float(np.finfo(np.float64).eps)
-        )
-        return int((self.s > tol).sum())
+        return int((self.s > float(self.s[0]) * RANK_TOL).sum())
 
 
-def spectrum(b: NDArray, a: NDArray) -> Spectrum:
-    """The SVD of ``b @ a`` through QR of each factor and an SVD of the ``r x r`` core."""
+def spectrum(b: NDArray, a: NDArray, coefficient: float = 1.0) -> Spectrum:
+    """The SVD of ``b @ a`` from the factors alone: the ``r x r`` Gram matrices ``bᵀb = V_b S_b² V_bᵀ`` and
+    ``a aᵀ = V_a S_a² V_aᵀ`` give ``b = Q_b S_b V_bᵀ`` and ``a = V_a S_a Q_aᵀ`` with orthonormal ``Q_b = b V_b
+    S_b⁻¹``, ``Q_a``; the SVD of the core ``S_b V_bᵀ V_a S_a = U S Wᵀ`` is then that of ``b @ a`` (left singular
+    vectors ``Q_b U``, right ``W Q_aᵀ``). Cost: two Gram products (BLAS syrk) and small ``r x r`` work; neither the
+    ``d x k`` matrix nor ``Q_b``, ``Q_a`` is formed. ``coefficient``: of ``coefficient · b @ a``."""
     import numpy as np
 
-    qb, rb = np.linalg.qr(b)
-    qa, ra = np.linalg.qr(a.T)
-    u, s, vt = np.linalg.svd(rb @ ra.T)
-    return Spectrum(qb @ u, s, vt @ qa.T)
+    eb, vb = np.linalg.eigh(b.T @ b)
+    ea, va = np.linalg.eigh(a @ a.T)
+    sb, sa = np.sqrt(np.clip(eb, 0, None)), np.sqrt(np.clip(ea, 0, None))
+    core = coefficient * ((sb[:, None] * (vb.T @ va)) * sa[None, :])
+    u, s, wt = np.linalg.svd(core)
+    left = (vb * _inverse(sb)[None, :]) @ u
+    right = wt @ (_inverse(sa)[:, None] * va.T)
+    return Spectrum(b, left, s, right, a)
+
+
+def full_spectrum(delta: NDArray) -> Spectrum:
+    """The SVD of a full matrix (``extract``, ``ties``/``dare``), numpy's."""
+    import numpy as np
+
+    u, s, vt = np.linalg.svd(delta, full_matrices=False)
+    eye = np.eye(s.size)
+    return Spectrum(u, eye, s, eye, vt)
+
+
+def _inverse(s: NDArray) -> NDArray:
+    """``1/s`` where ``s`` is above :data:`_NOISE` of its largest, else 0."""
+    import numpy as np
+
+    out = np.zeros_like(s)
+    if s.size and s.max() > 0:
+        keep = s > s.max() * _NOISE
+        out[keep] = 1.0 / s[keep]
+    return out
 
 
 @dataclass(frozen=True)
@@ -105,8 +139,8 @@ def truncate(sp: Spectrum, rank: int) -> Truncated:
 
     keep = max(1, min(rank, sp.s.size))
     root = np.sqrt(sp.s[:keep])
-    b = sp.left[:, :keep] * root
-    a = root[:, None] * sp.right[:keep]
+    b = (sp.b @ sp.left[:, :keep]) * root
+    a = root[:, None] * (sp.right[:keep] @ sp.a)
     dropped = float((sp.s[keep:] ** 2).sum())
     return Truncated(b, a, keep, sp.effective_rank(), sp.energy, math.sqrt(dropped))
 

@@ -6,12 +6,13 @@ with the fix: DoRA magnitudes, ``lora_bias``, ``target_parameters``, trainable t
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import AdapterConfig, parse_key
 from adapterdoc.audit.read import Reader, factor_pairs
-from adapterdoc.checkpoint import open_checkpoint
+from adapterdoc.checkpoint import Checkpoint, open_checkpoint
 from adapterdoc.errors import RefusedError, UnsupportedInputError
 
 if TYPE_CHECKING:
@@ -53,43 +54,57 @@ class Source:
     full: dict[str, NDArray] = field(default_factory=dict)
 
 
-def read_source(spec: str | os.PathLike[str]) -> Source:
-    """Open ``spec`` (an adapter folder), refuse what the algebra cannot hold, and read every LoRA factor (float64,
-    exact for every float dtype)."""
-    import numpy as np
-
+def open_source(spec: str | os.PathLike[str]) -> tuple[Checkpoint, AdapterConfig]:
+    """Open ``spec`` (an adapter folder) header-only and refuse what the algebra cannot hold."""
     s = os.fspath(spec)
     ckpt = open_checkpoint(s)
     cfg = ckpt.adapter_config
     if cfg is None:
         raise UnsupportedInputError(s, "not a PEFT adapter (no adapter_config.json)")
     refuse_unsupported(s, cfg, list(ckpt.tensors))
+    return ckpt, cfg
+
+
+def stream_modules(ckpt: Checkpoint, cfg: AdapterConfig, reader: Reader, *, copy: bool) -> Iterator[Module]:
+    """Each LoRA module in file order, its factors read as float64 (exact for every float dtype). Without ``copy``
+    the arrays are the reader's buffers (A in slot 0, B in slot 1): valid until the next module is read."""
+    for g in factor_pairs(ckpt).values():
+        if g.a is None or g.b is None:
+            raise RefusedError(
+                ckpt.spec, f"module `{g.module}` has only one LoRA factor; the adapter is incomplete"
+            )
+        a, b = _read(reader, g.a, ckpt.spec, 0), _read(reader, g.b, ckpt.spec, 1)
+        if copy:
+            a, b = a.copy(), b.copy()
+        yield Module(g.module, a, b, cfg.scaling_for(g.module), g.embedding)
+
+
+def read_full(ckpt: Checkpoint, reader: Reader) -> dict[str, NDArray]:
+    """The whole saved weights (``modules_to_save``, saved embedding layers) by tensor name, as float64 copies."""
+    return {n: _read(reader, n, ckpt.spec, 0).copy() for n in ckpt.tensors if parse_key(n).role == "full"}
+
+
+def read_source(spec: str | os.PathLike[str]) -> Source:
+    """Open ``spec``, refuse what the algebra cannot hold, and read every LoRA factor and whole saved weight."""
+    import numpy as np
+
+    ckpt, cfg = open_source(spec)
     reader = Reader(ckpt, np)
-    modules: dict[str, Module] = {}
-    full: dict[str, NDArray] = {}
     try:
-        for g in factor_pairs(ckpt).values():
-            if g.a is None or g.b is None:
-                raise RefusedError(
-                    s, f"module `{g.module}` has only one LoRA factor; the adapter is incomplete"
-                )
-            a, b = _read(reader, g.a, s), _read(reader, g.b, s)
-            modules[g.module] = Module(g.module, a, b, cfg.scaling_for(g.module), g.embedding)
-        for name in ckpt.tensors:
-            if parse_key(name).role == "full":
-                full[name] = _read(reader, name, s)
+        modules = {m.name: m for m in stream_modules(ckpt, cfg, reader, copy=True)}
+        full = read_full(ckpt, reader)
     finally:
         reader.close()
-    return Source(s, cfg, modules, full)
+    return Source(ckpt.spec, cfg, modules, full)
 
 
-def _read(reader: Reader, name: str, spec: str) -> NDArray:
-    arr = reader.read(name)
+def _read(reader: Reader, name: str, spec: str, slot: int) -> NDArray:
+    arr = reader.read(name, slot)
     if arr is None:
         raise UnsupportedInputError(
             spec, f"`{name}` is stored as {reader.ckpt.tensors[name].dtype}, not a float"
         )
-    return arr.copy()  # the reader's buffer is reused by the next read
+    return arr
 
 
 def refuse_unsupported(spec: str, cfg: AdapterConfig, keys: list[str]) -> None:
@@ -123,4 +138,12 @@ def refuse_unsupported(spec: str, cfg: AdapterConfig, keys: list[str]) -> None:
         )
 
 
-__all__ = ["Module", "Source", "read_source", "refuse_unsupported"]
+__all__ = [
+    "Module",
+    "Source",
+    "open_source",
+    "read_full",
+    "read_source",
+    "refuse_unsupported",
+    "stream_modules",
+]

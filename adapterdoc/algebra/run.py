@@ -11,16 +11,17 @@ from typing import TYPE_CHECKING
 from adapterdoc.algebra.checks import base_findings, check_layouts, check_modules_to_save, check_shapes
 from adapterdoc.algebra.elementwise import ELEMENTWISE, merged_delta
 from adapterdoc.algebra.factors import (
-    Spectrum,
     Term,
+    full_spectrum,
     rank_for_energy,
     rank_for_error,
     spectrum,
     stack,
     truncate,
 )
-from adapterdoc.algebra.read import Source, read_source
+from adapterdoc.algebra.read import Source, open_source, read_full, read_source, stream_modules
 from adapterdoc.algebra.write import OutModule, write_adapter
+from adapterdoc.audit.read import Reader
 from adapterdoc.errors import RefusedError
 from adapterdoc.report.algebra_report import AlgebraReport, ModuleRow
 from adapterdoc.report.findings import Finding, make, sort_findings
@@ -117,32 +118,38 @@ def resize(
     chosen = [x for x in (rank, energy, max_error) if x is not None]
     if len(chosen) != 1:
         raise RefusedError(None, "give exactly one of --rank, --energy, --max-error")
-    source = read_source(adapter)
+    import numpy as np
+
+    ckpt, cfg = open_source(adapter)
+    reader = Reader(ckpt, np)
     rows: list[ModuleRow] = []
     written: list[OutModule] = []
-    for name, m in source.modules.items():
-        b, a = stack([Term(m.a, m.b, m.scaling)])
-        sp = spectrum(b, a)
-        if rank is not None:
-            r = rank
-        elif energy is not None:
-            r = rank_for_energy(sp, energy)
-        else:
-            assert max_error is not None
-            r = rank_for_error(sp, max_error)
-        t = truncate(sp, r)
-        rows.append(ModuleRow(name, m.rank, t.rank, t.effective_rank, t.energy, t.error))
-        written.append(OutModule(name, t.b, t.a, m.embedding))
-    paths = write_adapter(out, source.config.raw, written, source.full, command="resize", force=force)
+    try:
+        for m in stream_modules(ckpt, cfg, reader, copy=False):
+            sp = spectrum(m.b, m.a, m.scaling)
+            if rank is not None:
+                r = rank
+            elif energy is not None:
+                r = rank_for_energy(sp, energy)
+            else:
+                assert max_error is not None
+                r = rank_for_error(sp, max_error)
+            t = truncate(sp, r)
+            rows.append(ModuleRow(m.name, m.rank, t.rank, t.effective_rank, t.energy, t.error))
+            written.append(OutModule(m.name, t.b, t.a, m.embedding))
+        full = read_full(ckpt, reader)
+    finally:
+        reader.close()
+    paths = write_adapter(out, cfg.raw, written, full, command="resize", force=force)
     method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
     report = AlgebraReport(
         command="resize",
-        inputs=[source.spec],
+        inputs=[ckpt.spec],
         method=method,
         out=out,
         modules=rows,
         written=paths,
-        notes=_notes(source.full),
+        notes=_notes(full),
     )
     return _finish(report, [], base)
 
@@ -158,10 +165,7 @@ def _full_truncated(
     name: str, full: NDArray, rank_in: int, rank: int, embedding: bool
 ) -> tuple[ModuleRow, OutModule]:
     """The best rank-``rank`` factorisation of a full delta (numpy's SVD) and its row."""
-    import numpy as np
-
-    u, s, vt = np.linalg.svd(full, full_matrices=False)
-    t = truncate(Spectrum(u, s, vt), rank)
+    t = truncate(full_spectrum(full), rank)
     return ModuleRow(name, rank_in, t.rank, t.effective_rank, t.energy, t.error), OutModule(
         name, t.b, t.a, embedding
     )
