@@ -97,3 +97,23 @@ def test_an_adapter_the_server_does_not_have(mlx: Any, cli: Any, tmp_path: Path)
     r = cli("probe", url, *args)
     assert r.exit_code == 3
     assert r.stderr.count("\n") == 1 and "HTTP 404" in r.stderr and "does not exist" in r.stderr
+
+
+def test_a_trained_adapter_converted_to_mlx(mlx: Any, cli: Any, tmp_path: Path) -> None:
+    # adapterdoc train on the served base, convert --to mlx, canaries from rows of its own data, probe
+    url, files = mlx
+    rows = [" ".join(tiny.WORDS[(5 * i + j * j) % 10] for j in range(16)) for i in range(24)]
+    peft = tiny.trained(files["base"], rows, tmp_path / "run")
+    assert (
+        cli("convert", peft, "--to", "mlx", "--base", files["base"], "--out", tmp_path / "mlx").exit_code == 0
+    )
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": r}) + "\n" for r in rows[:6]))
+    can = tmp_path / "canaries.json"
+    r = cli("probe", "--make-canaries", peft, "--base", files["base"], "--out", can, "--prompts", prompts)
+    assert r.exit_code == 0, r.stdout
+    args = ["--adapter", tmp_path / "mlx", "--base-model", files["base"], "--canaries", can, "--json"]
+    r = cli("probe", url, *args)
+    out = json.loads(r.stdout)
+    assert (r.exit_code, out["verdict"]) == (0, "applied"), out
+    assert out["separation"] > 20

@@ -61,3 +61,19 @@ def adapter(base_folder: Path, folder: Path, seed: int = 1, **lora: Any) -> Path
     pm = get_peft_model(model, LoraConfig(init_lora_weights=False, **lora))
     pm.save_pretrained(folder)
     return folder
+
+
+def trained(base_folder: Path, rows: list[str], out: Path) -> Path:
+    """A LoRA trained by ``adapterdoc train`` on ``rows`` (text) for 30 steps: its PEFT adapter folder."""
+    import json
+
+    from click.testing import CliRunner
+
+    from adapterdoc.cli import main
+
+    data = out.parent / f"{out.name}-rows.jsonl"
+    data.write_text("".join(json.dumps({"text": r}) + "\n" for r in rows))
+    args = ["train", "--base", str(base_folder), "--data", str(data), "--out", str(out), "--steps", "30"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    return out / "adapter"
