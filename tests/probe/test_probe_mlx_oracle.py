@@ -117,3 +117,21 @@ def test_a_trained_adapter_converted_to_mlx(mlx: Any, cli: Any, tmp_path: Path) 
     out = json.loads(r.stdout)
     assert (r.exit_code, out["verdict"]) == (0, "applied"), out
     assert out["separation"] > 20
+
+
+def test_canaries_made_on_the_fly_with_local(mlx: Any, cli: Any) -> None:
+    url, files = mlx
+    peft = files["mlx"].parent / "peft"
+    args = [
+        "--adapter",
+        files["mlx"],
+        "--base-model",
+        files["base"],
+        "--local",
+        peft,
+        "--base",
+        files["base"],
+    ]
+    r = cli("probe", url, *args, "--json")
+    out = json.loads(r.stdout)
+    assert (r.exit_code, out["verdict"], out["canaries"]) == (0, "applied", f"{peft} (local)")
