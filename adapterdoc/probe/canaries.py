@@ -117,6 +117,13 @@ def _from_dict(raw: dict[str, object]) -> Canaries:
     ]
     scales = raw["scales"]
     assert isinstance(scales, list)
+    if 0.0 not in scales or 1.0 not in scales:
+        raise ValueError("its scales must hold 0 (the base) and 1 (the adapter)")
+    lengths = {len(p.logprobs) for c in canaries for p in c.positions} | {
+        len(v) for c in canaries for v in c.next.values()
+    }
+    if lengths - {len(scales)}:
+        raise ValueError(f"every expected value needs {len(scales)} entries, one per scale")
     return Canaries(
         adapter=str(raw["adapter"]),
         base=str(raw["base"]),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from adapterdoc.probe.canaries import Canaries, Canary
 from adapterdoc.probe.client import Client, ProbeError, Response
 from adapterdoc.probe.conventions import CONVENTIONS, Ask, Convention
-from adapterdoc.probe.fit import Fit, Observation, fit
+from adapterdoc.probe.fit import SEPARATION, Fit, Observation, fit
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.report.probe_report import ProbeReport
 
@@ -39,6 +39,13 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
     observations = _observe(client, convention, target.ask, canaries.canaries)
     dtype = target.dtype or canaries.dtype
     result = fit(observations, canaries.scales, dtype)
+    if result.separation < SEPARATION:
+        raise ProbeError(
+            source or "the canaries",
+            f"the adapter moves the served positions by {result.separation:.1f} tolerances of {dtype} at most "
+            f"(at least {SEPARATION:g} are needed to tell it from the base); make canaries from prompts where it "
+            "matters (--prompts)",
+        )
     findings = [*convention_findings(engine, target.ask, models), verdict_finding(result, engine, target.ask)]
     return ProbeReport(
         url=client.url,

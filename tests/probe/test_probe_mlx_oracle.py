@@ -135,3 +135,27 @@ def test_canaries_made_on_the_fly_with_local(mlx: Any, cli: Any) -> None:
     r = cli("probe", url, *args, "--json")
     out = json.loads(r.stdout)
     assert (r.exit_code, out["verdict"], out["canaries"]) == (0, "applied", f"{peft} (local)")
+
+
+def test_canaries_that_cannot_tell_the_adapter_from_the_base(mlx: Any, cli: Any, tmp_path: Path) -> None:
+    # the same adapter with lora_B scaled by 1e-4: it moves no served logprob past float32's tolerance
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    url, files = mlx
+    peft = files["mlx"].parent / "peft"
+    weak = tmp_path / "weak"
+    shutil.copytree(peft, weak)
+    tensors = load_file(weak / "adapter_model.safetensors")
+    scaled = {k: v * 1e-4 if "lora_B" in k else v for k, v in tensors.items()}
+    save_file(scaled, weak / "adapter_model.safetensors")
+    assert (
+        cli("convert", weak, "--to", "mlx", "--base", files["base"], "--out", tmp_path / "mlx").exit_code == 0
+    )
+    can = tmp_path / "canaries.json"
+    assert cli("probe", "--make-canaries", weak, "--base", files["base"], "--out", can).exit_code == 0
+    args = ["--adapter", tmp_path / "mlx", "--base-model", files["base"], "--canaries", can]
+    r = cli("probe", url, *args)
+    assert r.exit_code == 3
+    assert r.stderr.count("\n") == 1 and "tolerances of float32" in r.stderr

@@ -194,3 +194,14 @@ def test_every_format_renders_the_report(fmt: str) -> None:
         assert "0.5× PEFT's scaling" in text
     if fmt == "json":
         assert json.loads(text)["deviation"] == {"0.0": 50.0, "1.0": 20.0}
+
+
+def test_a_canaries_file_without_the_base_scale_is_refused(tmp_path: Path) -> None:
+    c = Canaries("a", "b", 4, "float32", [0.5, 1.0], [Canary("t", [1, 2], [Position(1, 2, [-1.0, -2.0])])])
+    save(c, tmp_path / "c.json")
+    with pytest.raises(Exception, match="scales must hold 0"):
+        load(tmp_path / "c.json")
+    c = Canaries("a", "b", 4, "float32", [0.0, 1.0], [Canary("t", [1, 2], [Position(1, 2, [-1.0])])])
+    save(c, tmp_path / "d.json")
+    with pytest.raises(Exception, match="one per scale"):
+        load(tmp_path / "d.json")
