@@ -54,14 +54,14 @@ class Source:
     full: dict[str, NDArray] = field(default_factory=dict)
 
 
-def open_source(spec: str | os.PathLike[str]) -> tuple[Checkpoint, AdapterConfig]:
-    """Open ``spec`` (an adapter folder) header-only and refuse what the algebra cannot hold."""
+def open_source(spec: str | os.PathLike[str], *, dora: bool = False) -> tuple[Checkpoint, AdapterConfig]:
+    """Open ``spec`` (an adapter folder) header-only and refuse what the algebra cannot hold (``dora``: but DoRA)."""
     s = os.fspath(spec)
     ckpt = open_checkpoint(s)
     cfg = ckpt.adapter_config
     if cfg is None:
         raise UnsupportedInputError(s, "not a PEFT adapter (no adapter_config.json)")
-    refuse_unsupported(s, cfg, list(ckpt.tensors))
+    refuse_unsupported(s, cfg, list(ckpt.tensors), dora=dora)
     return ckpt, cfg
 
 
@@ -107,18 +107,19 @@ def _read(reader: Reader, name: str, spec: str, slot: int) -> NDArray:
     return arr
 
 
-def refuse_unsupported(spec: str, cfg: AdapterConfig, keys: list[str]) -> None:
-    """Exit 3, with the fix, on what no factor sum can hold."""
+def refuse_unsupported(spec: str, cfg: AdapterConfig, keys: list[str], *, dora: bool = False) -> None:
+    """Exit 3, with the fix, on what no factor sum can hold (``dora``: DoRA is allowed, ``resize --to-lora``)."""
     roles = {parse_key(k).role for k in keys}
     if cfg.peft_type.upper() != "LORA":
         raise RefusedError(
             spec, f"AD950: peft_type {cfg.peft_type} is not LoRA; only LoRA adapters have factors"
         )
-    if cfg.use_dora or "magnitude" in roles:
+    if not dora and (cfg.use_dora or "magnitude" in roles):
         raise RefusedError(
             spec,
-            "AD951: DoRA magnitudes rescale each column of the merged weight, so they have no sum or truncation "
-            "of their own; merge the adapter into its base with `adapterdoc merge` instead",
+            "AD951: DoRA magnitudes rescale each row of the merged weight, so they have no sum or truncation "
+            "of their own; turn it into plain LoRA first with `adapterdoc resize ADAPTER --to-lora --base BASE "
+            "--max-error 0 --out DIR` (or merge it into its base with `adapterdoc merge`)",
         )
     if cfg.raw.get("lora_bias") is True or any(r.endswith(".bias") for r in roles):
         raise RefusedError(

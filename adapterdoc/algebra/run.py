@@ -111,6 +111,7 @@ def resize(
     energy: float | None = None,
     max_error: float | None = None,
     base: str | None = None,
+    to_lora: bool = False,
     force: bool = False,
 ) -> AlgebraReport:
     """Each module's best factorisation at ``rank``, or at the smallest rank per module keeping ``energy`` of
@@ -118,6 +119,13 @@ def resize(
     chosen = [x for x in (rank, energy, max_error) if x is not None]
     if len(chosen) != 1:
         raise RefusedError(None, "give exactly one of --rank, --energy, --max-error")
+    if to_lora:
+        if base is None:
+            raise RefusedError(None, "--to-lora needs --base BASE (the weights DoRA normalises)")
+        from adapterdoc.algebra.dora import dora_to_lora
+
+        done = dora_to_lora(adapter, base, out, rank=rank, energy=energy, max_error=max_error, force=force)
+        return _finish(done, [], base)
     import numpy as np
 
     ckpt, cfg = open_source(adapter)

@@ -1,4 +1,4 @@
-"""`adapterdoc resize ADAPTER (--rank R | --energy F | --max-error E) --out DIR [--json]`."""
+"""`adapterdoc resize ADAPTER (--rank R | --energy F | --max-error E) [--to-lora --base BASE] --out DIR [--json]`."""
 
 from __future__ import annotations
 
@@ -24,7 +24,15 @@ from adapterdoc.commands import options as opt
     type=click.FloatRange(min=0),
     help="Per module, the smallest rank whose relative error ‖ΔW − ΔŴ‖/‖ΔW‖ is at most this.",
 )
-@opt.base_option("Run `verify` against this base on the written adapter (else the weights checks only).")
+@click.option(
+    "--to-lora",
+    is_flag=True,
+    help="Turn a DoRA adapter into plain LoRA: each module's effective delta on --base, factorised.",
+)
+@opt.base_option(
+    "The base model folder: needed by --to-lora; `verify` runs against it on the written adapter (without it, the "
+    "weights checks only)."
+)
 @opt.out_option("Folder to write the resized adapter to: a new or empty folder.", required=True)
 @opt.force_option(
     "Replace a non-empty --out that holds a previous adapterdoc output; never any other folder."
@@ -36,6 +44,7 @@ def command(
     rank: int | None,
     energy: float | None,
     max_error: float | None,
+    to_lora: bool,
     base: str | None,
     out: str,
     force: bool,
@@ -48,5 +57,7 @@ def command(
 
     if sum(x is not None for x in (rank, energy, max_error)) != 1:
         raise click.UsageError("Give exactly one of --rank, --energy, --max-error.")
-    report = resize(adapter, out, rank=rank, energy=energy, max_error=max_error, base=base, force=force)
+    report = resize(
+        adapter, out, rank=rank, energy=energy, max_error=max_error, base=base, to_lora=to_lora, force=force
+    )
     opt.finish(report, output, text=lambda: render_algebra(report))

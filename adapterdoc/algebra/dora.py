@@ -1,0 +1,121 @@
+"""``resize --to-lora --base BASE``: a DoRA adapter as plain LoRA. Each DoRA module's effective delta is PEFT's merge
+of it, ``ΔW = (m / ‖W + s·B A‖_row) · (W + s·B A) − W`` (the magnitude ``m`` over the row norms of the updated base
+weight, as ``peft.tuners.lora.dora`` computes them, in float64), factorised at the rank asked for; its error is
+reported per module like any truncation. Needs the base's weights, one module's weight at a time."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from adapterdoc.adapter import parse_key
+from adapterdoc.algebra.factors import (
+    Spectrum,
+    full_spectrum,
+    rank_for_energy,
+    rank_for_error,
+    spectrum,
+    truncate,
+)
+from adapterdoc.algebra.read import open_source, read_full, stream_modules
+from adapterdoc.algebra.write import OutModule, write_adapter
+from adapterdoc.audit.read import Reader
+from adapterdoc.checkpoint import open_checkpoint
+from adapterdoc.errors import RefusedError, UnsupportedInputError
+from adapterdoc.report.algebra_report import AlgebraReport, ModuleRow
+
+if TYPE_CHECKING:
+    from numpy import ndarray as NDArray
+
+
+def dora_to_lora(
+    adapter: str | os.PathLike[str],
+    base: str,
+    out: str,
+    *,
+    rank: int | None = None,
+    energy: float | None = None,
+    max_error: float | None = None,
+    force: bool = False,
+) -> AlgebraReport:
+    """The plain LoRA adapter nearest (per module, at the rank asked for) to the DoRA adapter ``adapter`` on
+    ``base``; modules without a magnitude are resized as plain LoRA."""
+    import numpy as np
+
+    ckpt, cfg = open_source(adapter, dora=True)
+    magnitudes = {parse_key(k).module: k for k in ckpt.tensors if parse_key(k).role == "magnitude"}
+    if not magnitudes:
+        raise RefusedError(
+            ckpt.spec, "is no DoRA adapter (no magnitude vectors); resize it without --to-lora"
+        )
+    b_ckpt = open_checkpoint(base)
+    reader, b_reader = Reader(ckpt, np), Reader(b_ckpt, np)
+    rows: list[ModuleRow] = []
+    written: list[OutModule] = []
+    try:
+        for m in stream_modules(ckpt, cfg, reader, copy=False):
+            if m.name not in magnitudes:
+                sp = spectrum(m.b, m.a, m.scaling)
+            elif m.embedding:
+                raise RefusedError(
+                    ckpt.spec, f"`{m.name}`: DoRA on an embedding is not converted yet", key=m.name
+                )
+            else:
+                weight = _base_weight(b_reader, b_ckpt.spec, m.name, m.shape)
+                magnitude = reader.read(magnitudes[m.name], 2)
+                if magnitude is None or magnitude.shape != (m.shape[0],):
+                    raise UnsupportedInputError(
+                        ckpt.spec, f"`{magnitudes[m.name]}` is no float vector of {m.shape[0]}"
+                    )
+                sp = full_spectrum(effective_delta(weight, m.b, m.a, m.scaling, magnitude))
+            r = rank if rank is not None else _rank(sp, energy, max_error)
+            t = truncate(sp, r)
+            rows.append(ModuleRow(m.name, m.rank, t.rank, t.effective_rank, t.energy, t.error))
+            written.append(OutModule(m.name, t.b, t.a, m.embedding))
+        full = read_full(ckpt, reader)
+    finally:
+        reader.close()
+        b_reader.close()
+    paths = write_adapter(out, cfg.raw, written, full, command="resize", force=force)
+    method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
+    return AlgebraReport(
+        command="resize",
+        inputs=[ckpt.spec],
+        method=f"to-lora, {method}",
+        out=out,
+        modules=rows,
+        written=paths,
+        notes=[f"DoRA → LoRA on {base}: {len(magnitudes)} modules' effective deltas factorised"],
+    )
+
+
+def effective_delta(weight: NDArray, b: NDArray, a: NDArray, scaling: float, magnitude: NDArray) -> NDArray:
+    """PEFT's merged DoRA weight minus the base weight: ``(m / ‖W + s·B A‖_row) · (W + s·B A) − W``."""
+    import numpy as np
+
+    updated = weight + scaling * (b @ a)
+    norm = np.linalg.norm(updated, axis=1)
+    delta: NDArray = (magnitude / norm)[:, None] * updated - weight
+    return delta
+
+
+def _base_weight(reader: Reader, spec: str, module: str, shape: tuple[int, int]) -> NDArray:
+    name = f"{module}.weight"
+    if name not in reader.ckpt.tensors:
+        raise RefusedError(
+            spec, f"stores no `{name}`, the weight DoRA module `{module}` normalises", key=name
+        )
+    weight = reader.read(name, 0)
+    if weight is None or tuple(weight.shape) != shape:
+        raise RefusedError(spec, f"`{name}` is no float {list(shape)} weight", key=name)
+    return weight
+
+
+def _rank(sp: Spectrum, energy: float | None, max_error: float | None) -> int:
+    if energy is not None:
+        return rank_for_energy(sp, energy)
+    assert max_error is not None
+    return rank_for_error(sp, max_error)
+
+
+__all__ = ["dora_to_lora", "effective_delta"]
