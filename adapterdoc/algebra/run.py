@@ -19,7 +19,7 @@ from adapterdoc.algebra.factors import (
     stack,
     truncate,
 )
-from adapterdoc.algebra.read import Source, open_source, read_full, read_source, stream_modules
+from adapterdoc.algebra.read import Module, Source, open_source, read_full, read_source, stream_modules
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
 from adapterdoc.errors import RefusedError
@@ -67,22 +67,7 @@ def combine(
     written: list[OutModule] = []
     for index, name in enumerate(names):
         held = [(s.modules[name], w) for s, w in zip(sources, ws, strict=True) if name in s.modules]
-        if method in ELEMENTWISE:
-            assert density is not None
-            deltas = [m.scaling * (m.b @ m.a) for m, _ in held]
-            full = merged_delta(method, deltas, [w for _, w in held], density=density, seed=seed + index)
-            row, module = _full_truncated(
-                name, full, sum(m.rank for m, _ in held), target, held[0][0].embedding
-            )
-            rows.append(row)
-            written.append(module)
-            continue
-        b, a = stack([Term(m.a, m.b, w * m.scaling) for m, w in held])
-        if method == "cat":
-            written.append(OutModule(name, b, a, held[0][0].embedding))
-            rows.append(ModuleRow(name, a.shape[0], a.shape[0], None, _energy(b, a), 0.0))
-            continue
-        row, module = _truncated(name, b, a, target, held[0][0].embedding)
+        row, module = _combined(name, held, method, target, density, seed + index)
         rows.append(row)
         written.append(module)
     full_saved = {k: v for s in sources for k, v in s.full.items()}
@@ -160,6 +145,24 @@ def resize(
         notes=_notes(full),
     )
     return _finish(report, [], base)
+
+
+def _combined(
+    name: str, held: list[tuple[Module, float]], method: str, rank: int, density: float | None, seed: int
+) -> tuple[ModuleRow, OutModule]:
+    """One module of ``combine``: the sources that hold it, with their weights, by ``method``."""
+    embedding = held[0][0].embedding
+    if method in ELEMENTWISE:
+        assert density is not None
+        deltas = [m.scaling * (m.b @ m.a) for m, _ in held]
+        full = merged_delta(method, deltas, [w for _, w in held], density=density, seed=seed)
+        return _full_truncated(name, full, sum(m.rank for m, _ in held), rank, embedding)
+    b, a = stack([Term(m.a, m.b, w * m.scaling) for m, w in held])
+    if method == "cat":
+        return ModuleRow(name, a.shape[0], a.shape[0], None, _energy(b, a), 0.0), OutModule(
+            name, b, a, embedding
+        )
+    return _truncated(name, b, a, rank, embedding)
 
 
 def _truncated(name: str, b: NDArray, a: NDArray, rank: int, embedding: bool) -> tuple[ModuleRow, OutModule]:

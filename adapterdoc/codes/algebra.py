@@ -17,12 +17,13 @@ CODES = [
         "AD951",
         "algebra-dora-magnitude",
         "error",
-        "A DoRA adapter's magnitude vector rescales each column of the merged weight; a sum or truncation of DoRA "
-        "adapters has no defined meaning.",
+        "A DoRA adapter's magnitude vector rescales each output row of the merged weight by its norm; a sum or "
+        "truncation of DoRA factors has no defined meaning.",
         "PEFT's add_weighted_adapter is silently wrong on DoRA (peft#3761): it combines the LoRA factors and drops "
         "or mixes the magnitudes.",
         "use_dora: true in adapter_config.json",
-        "Merge the adapter into its base with `adapterdoc merge`.",
+        "Turn it into plain LoRA on its base first (`adapterdoc resize ADAPTER --to-lora --base BASE --max-error 0 "
+        "--out DIR`), or merge it into its base with `adapterdoc merge`.",
     ),
     Code(
         "AD952",
