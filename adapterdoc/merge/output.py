@@ -56,7 +56,7 @@ def write(
     return counts
 
 
-def _return_freed_memory() -> None:
+def return_freed_memory() -> None:
     """Make glibc hand large freed blocks back to the system (a fixed mmap threshold).
 
     The merge allocates and frees blocks of a few MiB on two threads; with glibc's default dynamic threshold
@@ -75,7 +75,7 @@ def _return_freed_memory() -> None:
 
 
 def _fill(plan: Plan, folder: str, dtype: str, progress: Progress | None) -> tuple[int, int, int]:
-    _return_freed_memory()
+    return_freed_memory()
     uses: dict[str, int] = {}
     for _, _, outs in plan.shards:
         for o in outs:

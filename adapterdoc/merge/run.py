@@ -11,7 +11,7 @@ from adapterdoc.errors import MissingExtraError, RefusedError, UnsupportedInputE
 from adapterdoc.merge.delta import NotFinite
 from adapterdoc.merge.edits import Plan
 from adapterdoc.merge.header_plan import Unvouched, header_plan
-from adapterdoc.merge.output import COMPUTE_THREADS, Progress, write
+from adapterdoc.merge.output import COMPUTE_THREADS, Progress, return_freed_memory, write
 from adapterdoc.merge.plan import make_plan
 from adapterdoc.merge.quantized import (
     decoded_dtype,
@@ -118,6 +118,7 @@ def measure_survival(plan: Plan) -> list[Survival]:
     from adapterdoc.merge.delta import AdapterTensors
     from adapterdoc.train.runtime import torch_threads
 
+    return_freed_memory()
     with torch_threads(COMPUTE_THREADS):
         return survival(plan, AdapterTensors(plan.adapter, experts=plan.experts))
 
