@@ -14,7 +14,7 @@ def check_layouts(sources: Sequence[Source]) -> None:
     """AD955: every adapter's module paths belong to one layout (detected from its keys, as ``inspect`` does)."""
     from adapterdoc.layouts.registry import detect_layout
 
-    names = {s.spec: detect_layout(s.modules, s.config.layout_hints).name for s in sources}
+    names = {s.spec: detect_layout(s.factors, s.config.layout_hints).name for s in sources}
     known = {n for n in names.values() if n not in ("unknown", "ambiguous")}
     if len(known) > 1:
         first = sources[0]
@@ -32,7 +32,7 @@ def check_shapes(sources: Sequence[Source]) -> None:
     """AD956: a module held by several adapters has one ``(out, in)`` shape and one kind in all of them."""
     seen: dict[str, tuple[tuple[int, int], bool, str]] = {}
     for s in sources:
-        for name, m in s.modules.items():
+        for name, m in s.factors.items():
             have = seen.setdefault(name, (m.shape, m.embedding, s.spec))
             if have[:2] != (m.shape, m.embedding):
                 raise RefusedError(

@@ -44,14 +44,46 @@ class Module:
 
 
 @dataclass(frozen=True)
+class Factors:
+    """One LoRA module as its headers give it: the names of its factors, its rank, shape, kind and scaling."""
+
+    name: str
+    a: str
+    b: str
+    rank: int
+    shape: tuple[int, int]
+    """``(out, in)`` of ``b @ a``."""
+    scaling: float
+    embedding: bool = False
+
+
+@dataclass
 class Source:
-    """An adapter read for the algebra: its config, its modules in file order, and its whole saved weights
-    (``modules_to_save``) by tensor name."""
+    """An adapter opened for the algebra: its config, its modules' :class:`Factors` in file order, its whole saved
+    weights (``modules_to_save``, small: read at once) and a reader for the factors, read on demand
+    (:meth:`read`). Close it (:meth:`close`, or ``with``)."""
 
     spec: str
     config: AdapterConfig
-    modules: dict[str, Module]
+    factors: dict[str, Factors]
+    reader: Reader
     full: dict[str, NDArray] = field(default_factory=dict)
+
+    def read(self, name: str) -> Module:
+        """Module ``name``'s factors as float64, in this source's reader buffers: valid until its next read."""
+        f = self.factors[name]
+        a = _read(self.reader, f.a, self.spec, 0)
+        b = _read(self.reader, f.b, self.spec, 1)
+        return Module(name, a, b, f.scaling, f.embedding)
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def open_source(spec: str | os.PathLike[str], *, dora: bool = False) -> tuple[Checkpoint, AdapterConfig]:
@@ -85,17 +117,32 @@ def read_full(ckpt: Checkpoint, reader: Reader) -> dict[str, NDArray]:
 
 
 def read_source(spec: str | os.PathLike[str]) -> Source:
-    """Open ``spec``, refuse what the algebra cannot hold, and read every LoRA factor and whole saved weight."""
+    """Open ``spec``, refuse what the algebra cannot hold, and list its modules from the headers; the whole saved
+    weights are read now, the factors when asked for (:meth:`Source.read`)."""
     import numpy as np
 
     ckpt, cfg = open_source(spec)
+    factors: dict[str, Factors] = {}
+    for g in factor_pairs(ckpt).values():
+        if g.a is None or g.b is None:
+            raise RefusedError(
+                ckpt.spec, f"module `{g.module}` has only one LoRA factor; the adapter is incomplete"
+            )
+        a, b = ckpt.tensors[g.a].shape, ckpt.tensors[g.b].shape
+        if len(a) != 2 or len(b) != 2 or a[0] != b[1]:
+            raise RefusedError(
+                ckpt.spec, f"module `{g.module}`: factors {list(a)} and {list(b)} do not multiply"
+            )
+        factors[g.module] = Factors(
+            g.module, g.a, g.b, int(a[0]), (int(b[0]), int(a[1])), cfg.scaling_for(g.module), g.embedding
+        )
     reader = Reader(ckpt, np)
     try:
-        modules = {m.name: m for m in stream_modules(ckpt, cfg, reader, copy=True)}
         full = read_full(ckpt, reader)
-    finally:
+    except BaseException:
         reader.close()
-    return Source(ckpt.spec, cfg, modules, full)
+        raise
+    return Source(ckpt.spec, cfg, factors, reader, full)
 
 
 def _read(reader: Reader, name: str, spec: str, slot: int) -> NDArray:

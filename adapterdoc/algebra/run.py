@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -57,19 +58,9 @@ def combine(
     ws = [1.0] * len(adapters) if weights is None else [float(w) for w in weights]
     if len(ws) != len(adapters):
         raise RefusedError(None, f"--weights gives {len(ws)} weights for {len(adapters)} adapters")
-    sources = [read_source(a) for a in adapters]
-    check_layouts(sources)
-    check_shapes(sources)
-    check_modules_to_save(sources)
-    names = list(dict.fromkeys(n for s in sources for n in s.modules))
-    target = rank if rank is not None else max(m.rank for s in sources for m in s.modules.values())
-    rows: list[ModuleRow] = []
-    written: list[OutModule] = []
-    for index, name in enumerate(names):
-        held = [(s.modules[name], w) for s, w in zip(sources, ws, strict=True) if name in s.modules]
-        row, module = _combined(name, held, method, target, density, seed + index)
-        rows.append(row)
-        written.append(module)
+    with ExitStack() as stack_:
+        sources = [stack_.enter_context(read_source(a)) for a in adapters]
+        rows, written = _combine_modules(sources, ws, method, rank, density, seed)
     full_saved = {k: v for s in sources for k, v in s.full.items()}
     paths = write_adapter(out, _template(sources), written, full_saved, command="combine", force=force)
     notes = _notes(full_saved)
@@ -86,6 +77,26 @@ def combine(
         notes=notes,
     )
     return _finish(report, base_findings(sources), base)
+
+
+def _combine_modules(
+    sources: list[Source], ws: list[float], method: str, rank: int | None, density: float | None, seed: int
+) -> tuple[list[ModuleRow], list[OutModule]]:
+    """Every module of the union, in order of first appearance, one at a time (each source's factors read for it
+    alone: memory is one module of each source plus the results)."""
+    check_layouts(sources)
+    check_shapes(sources)
+    check_modules_to_save(sources)
+    names = list(dict.fromkeys(n for s in sources for n in s.factors))
+    target = rank if rank is not None else max(f.rank for s in sources for f in s.factors.values())
+    rows: list[ModuleRow] = []
+    written: list[OutModule] = []
+    for index, name in enumerate(names):
+        held = [(s.read(name), w) for s, w in zip(sources, ws, strict=True) if name in s.factors]
+        row, module = _combined(name, held, method, target, density, seed + index)
+        rows.append(row)
+        written.append(module)
+    return rows, written
 
 
 def resize(
@@ -197,7 +208,7 @@ def _template(sources: Sequence[Source]) -> dict[str, object]:
     if any(any(s.config.raw.get(f) != raw.get(f) for f in fields) for s in sources[1:]):
         for f in fields:
             raw.pop(f, None)
-        raw["target_modules"] = sorted({n for s in sources for n in s.modules})
+        raw["target_modules"] = sorted({n for s in sources for n in s.factors})
         saved = sorted({m for s in sources for m in s.config.modules_to_save})
         if saved:
             raw["modules_to_save"] = saved
