@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from adapterdoc.algebra.doctor import finish
 from adapterdoc.algebra.factors import full_spectrum, rank_for_energy, rank_for_error, truncate
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
@@ -67,10 +68,10 @@ def extract(
             delta = _delta(b_read, t_read, name)
             if delta is None:
                 continue
-            if leaf != "weight" or module not in kinds or delta.ndim != 2:
+            if leaf != "weight" or module not in kinds.kinds or delta.ndim != 2:
                 left.other.append((name, float(np.abs(delta).max())))
                 continue
-            embedding = kinds[module] == "embedding"
+            embedding = kinds.kinds[module] == "embedding"
             row, mod = _factorise(module, delta.T if embedding else delta, embedding, rank, energy, max_error)
             rows.append(row)
             written.append(mod)
@@ -84,18 +85,19 @@ def extract(
         raise RefusedError(
             tuned, f"no Linear or Embedding weight of the base's shape differs: nothing to extract{grown}"
         )
-    template = _template(base, _base_config(b_ckpt), written)
+    template = _template(base, _base_config(b_ckpt), written, kinds.tied)
+    written += _tied_heads(written, kinds.tied)
     paths = write_adapter(out, template, written, {}, command="extract", force=force)
     method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
-    return AlgebraReport(
+    report = AlgebraReport(
         command="extract",
         inputs=[base, tuned],
         method=method,
         out=out,
         modules=rows,
         written=paths,
-        findings=_left_findings(left, tuned),
     )
+    return finish(report, _left_findings(left, tuned), base)
 
 
 def _open(spec: str) -> Checkpoint:
@@ -107,9 +109,18 @@ def _open(spec: str) -> Checkpoint:
     return ckpt
 
 
-def module_kinds(base: str) -> dict[str, str]:
-    """Module path → ``linear`` or ``embedding`` for every module of the base PEFT can put LoRA on as such
-    (``nn.Linear`` / ``nn.Embedding`` of the base's class, built on the meta device from its config.json)."""
+@dataclass(frozen=True)
+class Kinds:
+    """What the base's class makes of its modules: ``linear`` or ``embedding`` per module PEFT can put LoRA on as
+    such, and the output head tied to an input embedding (``tied``: embedding → head)."""
+
+    kinds: dict[str, str]
+    tied: dict[str, str]
+
+
+def module_kinds(base: str) -> Kinds:
+    """The base's ``nn.Linear`` / ``nn.Embedding`` modules and tied head, from its class built on the meta device
+    from its config.json."""
     import torch
 
     from adapterdoc.bases import resolve_base
@@ -117,12 +128,19 @@ def module_kinds(base: str) -> dict[str, str]:
 
     model = build_meta_model(resolve_base(base))
     kinds: dict[str, str] = {}
+    names = {id(mod): name for name, mod in model.named_modules()}
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.Embedding):
             kinds[name] = "embedding"
         elif isinstance(mod, torch.nn.Linear):
             kinds[name] = "linear"
-    return kinds
+    tied: dict[str, str] = {}
+    text = model.config.get_text_config()
+    inp = model.get_input_embeddings()
+    outp = model.get_output_embeddings()  # type: ignore[no-untyped-call]  # unannotated in transformers
+    if getattr(text, "tie_word_embeddings", False) and id(inp) in names and id(outp) in names:
+        tied[names[id(inp)]] = names[id(outp)]
+    return Kinds(kinds, tied)
 
 
 def _file_order(ckpt: Checkpoint) -> list[str]:
@@ -180,21 +198,29 @@ def _base_config(base: Checkpoint) -> dict[str, object]:
     return raw if isinstance(raw, dict) else {}
 
 
-def _template(base: str, config: dict[str, object], written: list[OutModule]) -> dict[str, object]:
+def _template(
+    base: str, config: dict[str, object], written: list[OutModule], tied: dict[str, str]
+) -> dict[str, object]:
     """The extracted adapter's config: the exact modules written, the task type of a causal LM, and
     ``ensure_weight_tying`` where the base ties its output head to an embedding the adapter changes (else PEFT would
     apply the embedding's LoRA to the input side only, and the head would keep the base's weights)."""
     archs = config.get("architectures")
     causal = isinstance(archs, list) and any(str(a).endswith("ForCausalLM") for a in archs)
-    tied = config.get("tie_word_embeddings", True) is True and any(m.embedding for m in written)
+    tying = any(m.embedding and m.name in tied for m in written)
     return {
         "peft_type": "LORA",
         "base_model_name_or_path": base,
         "bias": "none",
         "target_modules": sorted(m.name for m in written),
         "task_type": "CAUSAL_LM" if causal else None,
-        **({"ensure_weight_tying": True} if tied else {}),
+        **({"ensure_weight_tying": True} if tying else {}),
     }
+
+
+def _tied_heads(written: list[OutModule], tied: dict[str, str]) -> list[OutModule]:
+    """The tied head's LoRA, as PEFT saves it with ``ensure_weight_tying``: ``lora_A = Bᵀ``, ``lora_B = Aᵀ`` of the
+    embedding's (the head's delta is the embedding's, ``(B A)ᵀ``)."""
+    return [OutModule(tied[m.name], m.a.T, m.b.T) for m in written if m.embedding and m.name in tied]
 
 
 def _left_findings(left: _Left, tuned: str) -> list[Finding]:
@@ -225,4 +251,4 @@ def _left_findings(left: _Left, tuned: str) -> list[Finding]:
     return out
 
 
-__all__ = ["extract", "module_kinds"]
+__all__ = ["Kinds", "extract", "module_kinds"]

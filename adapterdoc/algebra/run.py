@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from adapterdoc.algebra.checks import base_findings, check_layouts, check_modules_to_save, check_shapes
+from adapterdoc.algebra.doctor import finish
 from adapterdoc.algebra.elementwise import ELEMENTWISE, merged_delta
 from adapterdoc.algebra.factors import (
     Term,
@@ -25,13 +25,10 @@ from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
 from adapterdoc.errors import RefusedError
 from adapterdoc.report.algebra_report import AlgebraReport, ModuleRow
-from adapterdoc.report.findings import Finding, make, sort_findings
 
 if TYPE_CHECKING:
     from numpy import ndarray as NDArray
 
-EXACT = 1e-12
-"""A relative error at or below this is rounding, not truncation (no AD959)."""
 METHODS = ("cat", "svd", *ELEMENTWISE)
 """``combine --method`` choices."""
 
@@ -76,7 +73,7 @@ def combine(
         written=paths,
         notes=notes,
     )
-    return _finish(report, base_findings(sources), base)
+    return finish(report, base_findings(sources), base)
 
 
 def _combine_modules(
@@ -121,7 +118,7 @@ def resize(
         from adapterdoc.algebra.dora import dora_to_lora
 
         done = dora_to_lora(adapter, base, out, rank=rank, energy=energy, max_error=max_error, force=force)
-        return _finish(done, [], base)
+        return finish(done, [], base)
     import numpy as np
 
     ckpt, cfg = open_source(adapter)
@@ -155,7 +152,7 @@ def resize(
         written=paths,
         notes=_notes(full),
     )
-    return _finish(report, [], base)
+    return finish(report, [], base)
 
 
 def _combined(
@@ -217,37 +214,6 @@ def _template(sources: Sequence[Source]) -> dict[str, object]:
 
 def _notes(full: Mapping[str, object]) -> list[str]:
     return [f"{len(full)} whole saved weights (modules_to_save) copied as float32"] if full else []
-
-
-def _finish(report: AlgebraReport, findings: list[Finding], base: str | None) -> AlgebraReport:
-    """The report with the doctor's findings on the written adapter (``verify`` against ``base``, else the weights
-    audit) and AD959 when a module was truncated."""
-    checked = _doctor(report.out, base)
-    cut = [m for m in report.modules if m.rel_error > EXACT]
-    if cut:
-        worst = max(cut, key=lambda m: m.rel_error)
-        findings = [
-            *findings,
-            make(
-                "AD959",
-                f"{len(cut)} of {len(report.modules)} modules truncated; largest relative error "
-                f"{worst.rel_error:.3g} ({worst.rank_in} → {worst.rank_out}, kept energy {worst.kept_energy:.6f})",
-                key=worst.module,
-            ),
-        ]
-    return replace(report, findings=sort_findings([*findings, *checked]))
-
-
-def _doctor(out: str, base: str | None) -> list[Finding]:
-    """``verify OUT --base BASE``'s findings, or without a base the weights audit's."""
-    if base is None:
-        from adapterdoc.audit import audit_adapter
-
-        return list(audit_adapter(out).findings)
-    from adapterdoc.verify import verify
-
-    run = verify([out], base)
-    return [f for r in run.adapters for f in r.findings]
 
 
 __all__ = ["METHODS", "combine", "resize"]

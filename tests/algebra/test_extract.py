@@ -91,6 +91,7 @@ def test_extract_error_is_measured_and_optimal(
     if "rank" in how:
         assert rows[Q0].rel_error <= 1e-6 and rows[EMB].rel_error <= 1e-6 and rows[V1].rel_error > 0.1
     assert [f.code for f in report.findings if f.code.startswith("AD96")] == ["AD960"]
+    assert not [f for f in report.findings if f.severity == "error"]  # verify against the base passes
 
 
 def test_extract_at_full_rank_reloads_to_the_tuned_logits(pair: tuple[Any, Any, Path, Path], tmp_path: Path):
