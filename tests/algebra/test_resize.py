@@ -70,8 +70,9 @@ def test_resize_error_is_measured_and_optimal(
     from adapterdoc.algebra import resize
 
     src = make_adapter(base, tmp_path / "src", 3, **lora)
-    report = resize(src, str(tmp_path / "out"), **how)
+    report = resize(src, str(tmp_path / "out"), base=f"tiny:{LAYOUT}", **how)
     _check(report, _deltas(src), tmp_path / "out")
+    assert not [f for f in report.findings if f.severity == "error"]  # verify against the base passes
     if "rank" in how:
         assert all(m.rank_out == min(how["rank"], m.rank_in) for m in report.modules)
     if how.get("rank") == 8:  # at or above every module's rank: exact
