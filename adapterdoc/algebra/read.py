@@ -97,15 +97,19 @@ def open_source(spec: str | os.PathLike[str], *, dora: bool = False) -> tuple[Ch
     return ckpt, cfg
 
 
-def stream_modules(ckpt: Checkpoint, cfg: AdapterConfig, reader: Reader, *, copy: bool) -> Iterator[Module]:
+def stream_modules(
+    ckpt: Checkpoint, cfg: AdapterConfig, reader: Reader, *, copy: bool, ring: int = 1
+) -> Iterator[Module]:
     """Each LoRA module in file order, its factors read as float64 (exact for every float dtype). Without ``copy``
-    the arrays are the reader's buffers (A in slot 0, B in slot 1): valid until the next module is read."""
-    for g in factor_pairs(ckpt).values():
+    the arrays are the reader's buffers: the i-th module's A in slot ``2 (i mod ring)``, B in the next, valid until
+    ``ring`` more modules are read."""
+    for i, g in enumerate(factor_pairs(ckpt).values()):
         if g.a is None or g.b is None:
             raise RefusedError(
                 ckpt.spec, f"module `{g.module}` has only one LoRA factor; the adapter is incomplete"
             )
-        a, b = _read(reader, g.a, ckpt.spec, 0), _read(reader, g.b, ckpt.spec, 1)
+        slot = 2 * (i % ring)
+        a, b = _read(reader, g.a, ckpt.spec, slot), _read(reader, g.b, ckpt.spec, slot + 1)
         if copy:
             a, b = a.copy(), b.copy()
         yield Module(g.module, a, b, cfg.scaling_for(g.module), g.embedding)

@@ -4,7 +4,9 @@ factors, write a plain PEFT adapter, and report per module rank in → out, kept
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
@@ -125,19 +127,17 @@ def resize(
     reader = Reader(ckpt, np)
     rows: list[ModuleRow] = []
     written: list[OutModule] = []
+    pending: deque[Future[tuple[ModuleRow, OutModule]]] = deque()
     try:
-        for m in stream_modules(ckpt, cfg, reader, copy=False):
-            sp = spectrum(m.b, m.a, m.scaling)
-            if rank is not None:
-                r = rank
-            elif energy is not None:
-                r = rank_for_energy(sp, energy)
-            else:
-                assert max_error is not None
-                r = rank_for_error(sp, max_error)
-            t = truncate(sp, r)
-            rows.append(ModuleRow(m.name, m.rank, t.rank, t.effective_rank, t.energy, t.error))
-            written.append(OutModule(m.name, t.b, t.a, m.embedding))
+        with ThreadPoolExecutor(WORKERS) as pool:
+            # the reader's buffer pairs form a ring of WORKERS + 1: a module is read only once at most WORKERS - 1
+            # others are in flight, so no module's buffers are read over while it is computed
+            for m in stream_modules(ckpt, cfg, reader, copy=False, ring=WORKERS + 1):
+                pending.append(pool.submit(_resized, m, rank, energy, max_error))
+                while len(pending) >= WORKERS:
+                    _collect(pending.popleft(), rows, written)
+            while pending:
+                _collect(pending.popleft(), rows, written)
         full = read_full(ckpt, reader)
     finally:
         reader.close()
@@ -153,6 +153,37 @@ def resize(
         notes=_notes(full),
     )
     return finish(report, [], base)
+
+
+WORKERS = 2
+"""Threads ``resize`` computes modules on (numpy's BLAS and LAPACK calls release the GIL; the reads stay on the
+calling thread, in file order)."""
+
+
+def _resized(
+    m: Module, rank: int | None, energy: float | None, max_error: float | None
+) -> tuple[ModuleRow, OutModule]:
+    """One module of ``resize``: its best factorisation at the rank asked for."""
+    sp = spectrum(m.b, m.a, m.scaling)
+    if rank is not None:
+        r = rank
+    elif energy is not None:
+        r = rank_for_energy(sp, energy)
+    else:
+        assert max_error is not None
+        r = rank_for_error(sp, max_error)
+    t = truncate(sp, r)
+    return ModuleRow(m.name, m.rank, t.rank, t.effective_rank, t.energy, t.error), OutModule(
+        m.name, t.b, t.a, m.embedding
+    )
+
+
+def _collect(
+    done: Future[tuple[ModuleRow, OutModule]], rows: list[ModuleRow], written: list[OutModule]
+) -> None:
+    row, module = done.result()
+    rows.append(row)
+    written.append(module)
 
 
 def _combined(
