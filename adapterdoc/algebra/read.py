@@ -1,7 +1,7 @@
 """An adapter's LoRA modules as factor pairs with PEFT's scaling folded in: ``scaling · B A`` of each module, where
 ``scaling`` is ``lora_alpha / r`` (``/ sqrt(r)`` with rsLoRA), the rank and alpha taken from ``rank_pattern`` and
 ``alpha_pattern`` by PEFT's ``get_pattern_key``. What has no meaning as a sum of factors is refused here (exit 3)
-with the fix: DoRA magnitudes, ``lora_bias``, ``target_parameters``, trainable tokens."""
+with the fix: DoRA magnitudes, ``lora_bias``, LoRA on fused expert parameters, trainable tokens."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from adapterdoc.adapter import AdapterConfig, parse_key
+from adapterdoc.adapter import AdapterConfig, fused_expert_owner, parse_key
 from adapterdoc.audit.read import Reader, factor_pairs
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
 from adapterdoc.errors import RefusedError, UnsupportedInputError
@@ -94,6 +94,7 @@ def open_source(spec: str | os.PathLike[str], *, dora: bool = False) -> tuple[Ch
     if cfg is None:
         raise UnsupportedInputError(s, "not a PEFT adapter (no adapter_config.json)")
     refuse_unsupported(s, cfg, list(ckpt.tensors), dora=dora)
+    refuse_stacked_experts(ckpt, cfg)
     return ckpt, cfg
 
 
@@ -112,7 +113,9 @@ def stream_modules(
         a, b = _read(reader, g.a, ckpt.spec, slot), _read(reader, g.b, ckpt.spec, slot + 1)
         if copy:
             a, b = a.copy(), b.copy()
-        yield Module(g.module, a, b, cfg.scaling_for(g.module), g.embedding)
+        yield Module(
+            g.module, a, b, cfg.scaling_for(pattern_name(cfg.target_parameters, g.module)), g.embedding
+        )
 
 
 def read_full(ckpt: Checkpoint, reader: Reader) -> dict[str, NDArray]:
@@ -138,7 +141,13 @@ def read_source(spec: str | os.PathLike[str]) -> Source:
                 ckpt.spec, f"module `{g.module}`: factors {list(a)} and {list(b)} do not multiply"
             )
         factors[g.module] = Factors(
-            g.module, g.a, g.b, int(a[0]), (int(b[0]), int(a[1])), cfg.scaling_for(g.module), g.embedding
+            g.module,
+            g.a,
+            g.b,
+            int(a[0]),
+            (int(b[0]), int(a[1])),
+            cfg.scaling_for(pattern_name(cfg.target_parameters, g.module)),
+            g.embedding,
         )
     reader = Reader(ckpt, np)
     try:
@@ -178,24 +187,56 @@ def refuse_unsupported(spec: str, cfg: AdapterConfig, keys: list[str], *, dora: 
             "AD952: lora_bias adds a bias term that is no product of factors; merge it with `adapterdoc merge` "
             "or train without lora_bias",
         )
-    if cfg.target_parameters:
-        raise RefusedError(
-            spec,
-            "AD953: target_parameters (LoRA on expert parameters) is not supported by the algebra yet; move it to "
-            "per-expert modules with `adapterdoc remap ADAPTER --experts` first",
-        )
     if "tokens" in roles:
         raise RefusedError(
             spec, "AD954: trainable tokens have no factors; merge the adapter with `adapterdoc merge` instead"
         )
 
 
+def pattern_name(target_parameters: list[str], module: str) -> str:
+    """The name PEFT matches ``rank_pattern`` / ``alpha_pattern`` against for ``module`` (its ``current_key``): the
+    module path, or for LoRA on a parameter (``target_parameters`` entry ``OWNER.PARAM`` whose owner ends the
+    module path) ``module.PARAM``. A bare parameter name (no owner) names no module here."""
+    owner = fused_expert_owner(module)
+    params = [
+        p.rpartition(".")[2]
+        for p in target_parameters
+        if p.rpartition(".")[0]
+        and (owner == p.rpartition(".")[0] or owner.endswith("." + p.rpartition(".")[0]))
+    ]
+    return f"{owner}.{params[0]}" if len(params) == 1 else module
+
+
+def refuse_stacked_experts(ckpt: Checkpoint, cfg: AdapterConfig) -> None:
+    """AD953: LoRA on a fused expert parameter (``target_parameters`` on an ``(E, out, in)`` tensor), whose factors
+    stack one rank-r block per expert (``lora_A`` has ``r·E`` rows, more than the module's rank): a sum or truncation
+    of the stacked factors would mix experts. LoRA on a 2-D parameter (a router's ``gate.weight``: ``r`` rows) is a
+    plain product and is kept."""
+    if not cfg.target_parameters:
+        return
+    for g in factor_pairs(ckpt).values():
+        owner = fused_expert_owner(g.module)
+        if g.a is None or not cfg.targets_parameter(owner):
+            continue
+        rows = ckpt.tensors[g.a].shape[0]
+        if rows != cfg.rank_for(pattern_name(cfg.target_parameters, g.module)):
+            raise RefusedError(
+                ckpt.spec,
+                f"AD953: `{g.module}` holds LoRA on fused expert parameters ({rows} rows of lora_A: one block per "
+                "expert); a sum or truncation of them would mix experts. Move it to one LoRA per expert first: "
+                f"`adapterdoc remap {ckpt.spec} --experts per-expert --out DIR`",
+                key=g.module,
+            )
+
+
 __all__ = [
     "Module",
     "Source",
     "open_source",
+    "pattern_name",
     "read_full",
     "read_source",
+    "refuse_stacked_experts",
     "refuse_unsupported",
     "stream_modules",
 ]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from adapterdoc.adapter import WRAPPER
+from adapterdoc.algebra.read import pattern_name
 
 if TYPE_CHECKING:
     from numpy import ndarray as NDArray
@@ -39,11 +40,13 @@ class OutModule:
 
 def plain_config(template: Mapping[str, Any], modules: list[OutModule]) -> dict[str, Any]:
     """``template``'s fields (targets, task type, base) with ``r = lora_alpha`` the most common rank, and each other
-    rank in ``rank_pattern`` / ``alpha_pattern`` under the module's full path."""
+    rank in ``rank_pattern`` / ``alpha_pattern`` under the name PEFT matches them against (the module's full path;
+    for LoRA on a parameter, ``module.PARAM``: :func:`~adapterdoc.algebra.read.pattern_name`)."""
     raw = {k: v for k, v in template.items() if k not in _DROPPED}
     counts = Counter(m.rank for m in modules)
     r = max(counts, key=lambda k: (counts[k], k)) if counts else 1
-    pattern = {m.name: m.rank for m in modules if m.rank != r}
+    params = list(template.get("target_parameters") or [])
+    pattern = {pattern_name(params, m.name): m.rank for m in modules if m.rank != r}
     raw.update(
         r=r, lora_alpha=r, use_rslora=False, use_dora=False, rank_pattern=pattern, alpha_pattern=dict(pattern)
     )
