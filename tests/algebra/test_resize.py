@@ -191,3 +191,14 @@ def test_combine_refuses_other_layouts_naming_the_remap(base: Any, tmp_path: Pat
     assert res.exit_code == 3 and "AD955" in res.stderr
     assert f"adapterdoc remap {tmp_path / 'b_vl'} --to ministral3_text" in res.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_refuses_bad_options(base: Any, tmp_path: Path, cli: Any):
+    a = make_adapter(base, tmp_path / "a", 1)
+    out = str(tmp_path / "out")
+    res = cli("combine", str(a), str(a), "--weights", "1", "--method", "cat", "--out", out)
+    assert res.exit_code == 3 and "1 weights for 2 adapters" in res.stderr
+    assert cli("combine", str(a), "--method", "ties", "--out", out).exit_code == 2  # ties needs --density
+    assert cli("combine", str(a), "--method", "cat", "--rank", "2", "--out", out).exit_code == 2
+    assert cli("resize", str(a), "--rank", "2", "--energy", "0.9", "--out", out).exit_code == 2
+    assert not (tmp_path / "out").exists()
