@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "operations",
         "one per command: inspect, remap, verify, merge, convert",
-        ("inspection", "remap", "verify", "merge", "formats"),
+        ("inspection", "remap", "verify", "merge", "formats", "algebra", "probe"),
     ),
     ("engines", "each serving engine's rules and needs (verify --profile, remap --for)", ("engines",)),
     ("training", "the training core: settings, models, objectives, the accelerate loop, records", ("train",)),

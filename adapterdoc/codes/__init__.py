@@ -1,7 +1,8 @@
 """The catalogue of finding codes: one module per area, each a list of :class:`Code` entries.
 
 AD1xx format, AD2xx keys and layouts, AD3xx weights, AD4xx serving profiles, AD5xx merge,
-AD6xx training, AD7xx round trips, AD8xx format conversions. Codes are stable once released.
+AD6xx training, AD7xx round trips, AD8xx format conversions, AD900-AD949 probing a running server, AD950-AD999
+adapter algebra. Codes are stable once released.
 """
 
 from __future__ import annotations
@@ -14,7 +15,18 @@ from typing import Literal
 Severity = Literal["error", "warning", "info"]
 """How bad a finding is (``adapterdoc.report.findings`` uses the same)."""
 
-AREAS = ("format", "keys", "weights", "serving", "merge", "training", "roundtrip", "convert")
+AREAS = (
+    "format",
+    "keys",
+    "weights",
+    "serving",
+    "merge",
+    "training",
+    "roundtrip",
+    "convert",
+    "probe",
+    "algebra",
+)
 
 
 @dataclass(frozen=True)
@@ -87,7 +99,16 @@ def get_code(code: str) -> Code:
         raise KeyError(f"unknown finding code {code!r}") from None
 
 
+SUBAREAS = {f"AD9{d}": "algebra" for d in "56789"}
+"""Areas sharing a first digit with another (AD9xx: probe below AD950, algebra from it): the code prefixes naming
+them, read before the digit."""
+
+
 def area_of(code: str) -> str:
-    """The area of a code from its first digit (``AD301`` → ``weights``), or ``other``."""
+    """The area of a code from its prefix in :data:`SUBAREAS`, else its first digit (``AD301`` → ``weights``), or
+    ``other``."""
+    sub = SUBAREAS.get(code[:4].upper())
+    if sub is not None:
+        return sub
     digit = int(code[2]) if len(code) > 2 and code[2].isdigit() else 0
     return AREAS[digit - 1] if 1 <= digit <= len(AREAS) else "other"

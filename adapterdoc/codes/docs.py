@@ -20,6 +20,8 @@ _AREA_TITLES = {
     "merge": "AD5xx: merge",
     "training": "AD6xx: training",
     "roundtrip": "AD7xx: round trips",
+    "probe": "AD900–AD949: probing a running server",
+    "algebra": "AD950–AD999: adapter algebra (combine, resize, extract)",
 }
 
 

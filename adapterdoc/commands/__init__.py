@@ -48,6 +48,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "The same adapter in another runtime's format, exactly: PEFT ⇄ MLX (mlx-lm) ⇄ GGUF (llama.cpp), through "
         "PEFT. What the target cannot hold is refused with exit 3 before anything is written.",
     ),
+    "probe": (
+        "probe_cmd",
+        "Ask a running server whether it applies the adapter as PEFT does (exit 0), or serves the base, another "
+        "scale or something else (exit 1); exit 3 when it cannot be probed.",
+    ),
+    "combine": (
+        "combine_cmd",
+        "Combine adapters of one base into one plain PEFT adapter: each module's weighted sum of deltas, exactly "
+        "(cat) or at the best rank R (svd), with each module's kept energy and relative error.",
+    ),
+    "resize": (
+        "resize_cmd",
+        "Change a LoRA adapter's rank by the best factorisation of each module's delta, with each module's kept "
+        "energy and relative error.",
+    ),
+    "extract": (
+        "extract_cmd",
+        "Extract a LoRA adapter from a full fine-tune: each changed Linear/Embedding weight's delta at its best "
+        "rank, read one tensor pair at a time, with each module's kept energy and relative error.",
+    ),
 }
 """command name → (module in this package, the first paragraph of its help: the top-level ``--help`` line)."""
 

@@ -40,7 +40,7 @@ def _weights(ctx: click.Context, param: click.Parameter, value: str | None) -> l
     type=click.FloatRange(0, 1, min_open=True),
     help="The share of each delta's entries ties and dare keep (needed by them, refused otherwise).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="The seed of dare's random masks.")
+@opt.seed_option("The seed of dare's random masks.")
 @opt.base_option("Run `verify` against this base on the written adapter (else the weights checks only).")
 @opt.out_option("Folder to write the combined adapter to: a new or empty folder.", required=True)
 @opt.force_option(

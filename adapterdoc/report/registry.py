@@ -27,6 +27,7 @@ TEXT_MODULES = (
     "roundtrip_text",
     "train_text",
     "convert_text",
+    "probe_text",
 )
 """The modules under ``adapterdoc.report`` that register renderers; every one must import (a test checks)."""
 
