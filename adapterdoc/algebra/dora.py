@@ -9,14 +9,7 @@ import os
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import parse_key
-from adapterdoc.algebra.factors import (
-    Spectrum,
-    full_spectrum,
-    rank_for_energy,
-    rank_for_error,
-    spectrum,
-    truncate,
-)
+from adapterdoc.algebra.factors import chosen_rank, full_spectrum, spectrum, truncate
 from adapterdoc.algebra.read import open_source, read_full, stream_modules
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
@@ -68,7 +61,7 @@ def dora_to_lora(
                         ckpt.spec, f"`{magnitudes[m.name]}` is no float vector of {m.shape[0]}"
                     )
                 sp = full_spectrum(effective_delta(weight, m.b, m.a, m.scaling, magnitude))
-            r = rank if rank is not None else _rank(sp, energy, max_error)
+            r = chosen_rank(sp, rank, energy, max_error)
             t = truncate(sp, r)
             rows.append(ModuleRow(m.name, m.rank, t.rank, t.effective_rank, t.energy, t.error))
             written.append(OutModule(m.name, t.b, t.a, m.embedding))
@@ -109,13 +102,6 @@ def _base_weight(reader: Reader, spec: str, module: str, shape: tuple[int, int])
     if weight is None or tuple(weight.shape) != shape:
         raise RefusedError(spec, f"`{name}` is no float {list(shape)} weight", key=name)
     return weight
-
-
-def _rank(sp: Spectrum, energy: float | None, max_error: float | None) -> int:
-    if energy is not None:
-        return rank_for_energy(sp, energy)
-    assert max_error is not None
-    return rank_for_error(sp, max_error)
 
 
 __all__ = ["dora_to_lora", "effective_delta"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.algebra.doctor import finish
-from adapterdoc.algebra.factors import full_spectrum, rank_for_energy, rank_for_error, truncate
+from adapterdoc.algebra.factors import chosen_rank, full_spectrum, truncate
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
@@ -174,14 +174,7 @@ def _factorise(
     """The best factorisation of the full ``delta`` at the rank asked for."""
 
     sp = full_spectrum(delta)
-    if rank is not None:
-        r = rank
-    elif energy is not None:
-        r = rank_for_energy(sp, energy)
-    else:
-        assert max_error is not None
-        r = rank_for_error(sp, max_error)
-    t = truncate(sp, r)
+    t = truncate(sp, chosen_rank(sp, rank, energy, max_error))
     row = ModuleRow(module, int(min(delta.shape)), t.rank, t.effective_rank, t.energy, t.error)
     return row, OutModule(module, t.b, t.a, embedding)
 

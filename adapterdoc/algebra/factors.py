@@ -145,6 +145,17 @@ def truncate(sp: Spectrum, rank: int) -> Truncated:
     return Truncated(b, a, keep, sp.effective_rank(), sp.energy, math.sqrt(dropped))
 
 
+def chosen_rank(sp: Spectrum, rank: int | None, energy: float | None, max_error: float | None) -> int:
+    """The rank asked for: ``rank`` itself, else the smallest keeping ``energy`` of ``‖ΔW‖_F²``, else the smallest
+    within ``max_error``."""
+    if rank is not None:
+        return rank
+    if energy is not None:
+        return rank_for_energy(sp, energy)
+    assert max_error is not None
+    return rank_for_error(sp, max_error)
+
+
 def rank_for_energy(sp: Spectrum, fraction: float) -> int:
     """The smallest rank keeping at least ``fraction`` of ``‖ΔW‖_F²``."""
     total = sp.energy

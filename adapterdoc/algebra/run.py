@@ -15,9 +15,8 @@ from adapterdoc.algebra.doctor import finish
 from adapterdoc.algebra.elementwise import ELEMENTWISE, merged_delta
 from adapterdoc.algebra.factors import (
     Term,
+    chosen_rank,
     full_spectrum,
-    rank_for_energy,
-    rank_for_error,
     spectrum,
     stack,
     truncate,
@@ -165,14 +164,7 @@ def _resized(
 ) -> tuple[ModuleRow, OutModule]:
     """One module of ``resize``: its best factorisation at the rank asked for."""
     sp = spectrum(m.b, m.a, m.scaling)
-    if rank is not None:
-        r = rank
-    elif energy is not None:
-        r = rank_for_energy(sp, energy)
-    else:
-        assert max_error is not None
-        r = rank_for_error(sp, max_error)
-    t = truncate(sp, r)
+    t = truncate(sp, chosen_rank(sp, rank, energy, max_error))
     return ModuleRow(m.name, m.rank, t.rank, t.effective_rank, t.energy, t.error), OutModule(
         m.name, t.b, t.a, m.embedding
     )
