@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from adapterdoc.report.algebra_report import kept_share, relative_error
+
 if TYPE_CHECKING:
     from numpy import ndarray as NDArray
 
@@ -124,12 +126,12 @@ class Truncated:
     @property
     def kept_energy(self) -> float:
         """Share of ``‖ΔW‖_F²`` kept (1 for a zero delta)."""
-        return 1.0 if self.energy == 0 else 1.0 - self.error**2 / self.energy
+        return kept_share(self.energy, self.error)
 
     @property
     def rel_error(self) -> float:
         """``‖ΔW − ΔŴ‖_F / ‖ΔW‖_F`` (0 for a zero delta)."""
-        return 0.0 if self.energy == 0 else self.error / math.sqrt(self.energy)
+        return relative_error(self.energy, self.error)
 
 
 def truncate(sp: Spectrum, rank: int) -> Truncated:

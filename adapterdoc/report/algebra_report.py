@@ -10,6 +10,16 @@ from dataclasses import dataclass, field
 from adapterdoc.report.base import FrozenReport
 
 
+def kept_share(energy: float, error: float) -> float:
+    """Share of ``‖ΔW‖_F²`` (``energy``) kept when ``‖ΔW − ΔŴ‖_F`` is ``error`` (1 for a zero delta)."""
+    return 1.0 if energy == 0 else 1.0 - error**2 / energy
+
+
+def relative_error(energy: float, error: float) -> float:
+    """``‖ΔW − ΔŴ‖_F / ‖ΔW‖_F`` (0 for a zero delta)."""
+    return 0.0 if energy == 0 else error / math.sqrt(energy)
+
+
 @dataclass(frozen=True)
 class ModuleRow:
     """One module of the result: its rank before and after and how far the written delta is from the exact one."""
@@ -27,11 +37,11 @@ class ModuleRow:
 
     @property
     def kept_energy(self) -> float:
-        return 1.0 if self.energy == 0 else 1.0 - self.error**2 / self.energy
+        return kept_share(self.energy, self.error)
 
     @property
     def rel_error(self) -> float:
-        return 0.0 if self.energy == 0 else self.error / math.sqrt(self.energy)
+        return relative_error(self.energy, self.error)
 
     def to_dict(self) -> dict[str, object]:
         return {

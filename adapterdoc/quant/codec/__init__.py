@@ -13,7 +13,7 @@ NVFP4, MXFP4). Each exports ``decode(module, tensors) -> Decoded`` and ``encode(
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from adapterdoc.quant import schemes
@@ -46,8 +46,6 @@ class NotWritable(Exception):
 def decode(module: QuantizedModule, tensors: Mapping[str, torch.Tensor]) -> Decoded:
     """``module``'s weight decoded from its stored ``tensors`` (suffix → tensor), its values as
     :func:`values` gives them."""
-    from dataclasses import replace
-
     decoded = _codec(module.scheme).decode(module, tensors)
     return replace(decoded, values=_as_library(module, tensors, decoded.values))
 
