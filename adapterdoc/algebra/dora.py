@@ -1,7 +1,10 @@
 """``resize --to-lora --base BASE``: a DoRA adapter as plain LoRA. Each DoRA module's effective delta is PEFT's merge
 of it, ``ΔW = (m / ‖W + s·B A‖_row) · (W + s·B A) − W`` (the magnitude ``m`` over the row norms of the updated base
 weight, as ``peft.tuners.lora.dora`` computes them, in float64), factorised at the rank asked for; its error is
-reported per module like any truncation. Needs the base's weights, one module's weight at a time."""
+reported per module like any truncation. On an embedding PEFT normalises the columns of the ``(num, dim)`` weight
+(one magnitude per embedding dimension, the norm over the vocabulary), which are the rows of its transpose, the
+layout ``b @ a`` has there: the same formula on the transposed weight. Needs the base's weights, one module's weight
+at a time."""
 
 from __future__ import annotations
 
@@ -49,12 +52,8 @@ def dora_to_lora(
         for m in stream_modules(ckpt, cfg, reader, copy=False):
             if m.name not in magnitudes:
                 sp = spectrum(m.b, m.a, m.scaling)
-            elif m.embedding:
-                raise RefusedError(
-                    ckpt.spec, f"`{m.name}`: DoRA on an embedding is not converted yet", key=m.name
-                )
             else:
-                weight = _base_weight(b_reader, b_ckpt.spec, m.name, m.shape)
+                weight = _base_weight(b_reader, b_ckpt.spec, m.name, m.shape, m.embedding)
                 magnitude = reader.read(magnitudes[m.name], 2)
                 if magnitude is None or magnitude.shape != (m.shape[0],):
                     raise UnsupportedInputError(
@@ -83,7 +82,8 @@ def dora_to_lora(
 
 
 def effective_delta(weight: NDArray, b: NDArray, a: NDArray, scaling: float, magnitude: NDArray) -> NDArray:
-    """PEFT's merged DoRA weight minus the base weight: ``(m / ‖W + s·B A‖_row) · (W + s·B A) − W``."""
+    """PEFT's merged DoRA weight minus the base weight: ``(m / ‖W + s·B A‖_row) · (W + s·B A) − W`` (for an
+    embedding, ``weight`` is the transpose of the stored one and so is the result)."""
     import numpy as np
 
     updated = weight + scaling * (b @ a)
@@ -92,16 +92,19 @@ def effective_delta(weight: NDArray, b: NDArray, a: NDArray, scaling: float, mag
     return delta
 
 
-def _base_weight(reader: Reader, spec: str, module: str, shape: tuple[int, int]) -> NDArray:
+def _base_weight(reader: Reader, spec: str, module: str, shape: tuple[int, int], embedding: bool) -> NDArray:
+    """The base weight DoRA module ``module`` normalises, laid out as ``b @ a`` (``shape``): an embedding's stored
+    ``(num, dim)`` weight transposed."""
     name = f"{module}.weight"
     if name not in reader.ckpt.tensors:
         raise RefusedError(
             spec, f"stores no `{name}`, the weight DoRA module `{module}` normalises", key=name
         )
+    stored = (shape[1], shape[0]) if embedding else shape
     weight = reader.read(name, 0)
-    if weight is None or tuple(weight.shape) != shape:
-        raise RefusedError(spec, f"`{name}` is no float {list(shape)} weight", key=name)
-    return weight
+    if weight is None or tuple(weight.shape) != stored:
+        raise RefusedError(spec, f"`{name}` is no float {list(stored)} weight", key=name)
+    return weight.T if embedding else weight
 
 
 __all__ = ["dora_to_lora", "effective_delta"]
