@@ -16,28 +16,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
+from tests.algebra.llama_helpers import tiny_llama  # noqa: E402
 from tests.algebra.peft_helpers import IDS  # noqa: E402
 
 EMBED = "model.embed_tokens"
-
-
-def tiny_llama(dtype: Any) -> Any:
-    """A plain two-layer Llama (untied head), vocabulary 256."""
-    import transformers as tf
-
-    cfg = tf.LlamaConfig(
-        vocab_size=256,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=False,
-    )
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        model = tf.LlamaForCausalLM(cfg).to(dtype)
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
