@@ -346,6 +346,28 @@ def output_options(
     return decorate
 
 
+def junit_file_option() -> Callable[[F], F]:
+    """``--junit-file FILE``: also a JUnit XML report, whatever ``--format`` prints (verify, probe)."""
+    return click.option(
+        "--junit-file",
+        type=click.Path(dir_okay=False),
+        metavar="FILE",
+        help="Also write a JUnit XML report to FILE, whatever --format prints (e.g. --format github annotations "
+        "on stdout and a JUnit file for the test dashboard, in one run).",
+    )
+
+
+def check_report_files(output: Output, junit_file: str | None, inputs: Sequence[str]) -> None:
+    """Refuse ``--output-file`` / ``--junit-file`` paths that would overwrite an input, or that name one file."""
+    for option, path in (("--output-file", output.file), ("--junit-file", junit_file)):
+        if path:
+            check_output_file(path, list(inputs), option)
+    if output.file and junit_file and os.path.realpath(output.file) == os.path.realpath(junit_file):
+        raise click.BadParameter(
+            "--junit-file and --output-file name the same file", param_hint="--junit-file"
+        )
+
+
 def finish(
     report: Envelope,
     output: Output,

@@ -56,6 +56,7 @@ Only URL is contacted; the API key (--api-key-env) is never printed."""
               help="Rows (prompt, text or messages) to pick canaries from (default: a built-in set).")  # fmt: skip
 @opt.force_option("Replace an existing --out canaries file.")
 @opt.output_options(output_file=True)
+@opt.junit_file_option()
 @opt.handle_errors
 def command(
     url: str | None,
@@ -73,6 +74,7 @@ def command(
     prompts: str | None,
     force: bool,
     output: opt.Output,
+    junit_file: str | None,
 ) -> None:
     """Ask a running server whether it applies the adapter as PEFT does (exit 0), or serves the base, another
     scale or something else (exit 1); exit 3 when it cannot be probed."""
@@ -95,6 +97,7 @@ def command(
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--extra-body") from None
     output.check(canaries_file, local, base)
+    opt.check_report_files(output, junit_file, [i for i in (canaries_file, local, base) if i])
     if canaries_file:
         from adapterdoc.probe.canaries import load
 
@@ -105,4 +108,9 @@ def command(
         assert local and base
         canaries, source = make_canaries(local, base), f"{local} (local)"
     target = Target(url, Ask(adapter, base_model, extra), engine, api_key_env, served_dtype)
-    opt.finish(probe(target, canaries, source), output)
+    report = probe(target, canaries, source)
+    if junit_file:
+        from adapterdoc.report.formats import render
+
+        opt.write_report(junit_file, render(report, "junit"))
+    opt.finish(report, output)

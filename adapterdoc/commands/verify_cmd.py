@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -70,13 +69,7 @@ def engine_options(f: F) -> F:
     help="Fail when more than this share of LoRA modules is inert (weights audit; e.g. 0.25).",
 )
 @opt.output_options(output_file=True)
-@click.option(
-    "--junit-file",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help="Also write a JUnit XML report to FILE, whatever --format prints (e.g. --format github annotations on "
-    "stdout and a JUnit file for the test dashboard, in one run).",
-)
+@opt.junit_file_option()
 @click.option(
     "--exit-zero", is_flag=True, help="Exit 0 even when findings are errors (unusable inputs still exit 3)."
 )
@@ -103,13 +96,7 @@ def command(
 
     defaults = project_defaults()
     base = project_base(base, defaults)
-    for option, path in (("--output-file", output.file), ("--junit-file", junit_file)):
-        if path:
-            opt.check_output_file(path, [*adapters, base or ""], option)
-    if output.file and junit_file and os.path.realpath(output.file) == os.path.realpath(junit_file):
-        raise click.BadParameter(
-            "--junit-file and --output-file name the same file", param_hint="--junit-file"
-        )
+    opt.check_report_files(output, junit_file, [*adapters, base or ""])
     try:
         options = verify_settings(
             defaults,

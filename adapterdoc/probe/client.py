@@ -3,9 +3,11 @@ timeouts, and an API key read from an environment variable that is never printed
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -46,6 +48,15 @@ class Client:
         self.url = url[: -len("/v1")] if url.endswith("/v1") else url
         if not self.url.startswith(("http://", "https://")):
             raise ProbeError(self.url, "the URL must start with http:// or https://")
+        if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in self.url):
+            raise ProbeError(self.url, "the URL holds a space or a control character")
+        try:
+            parts = urllib.parse.urlsplit(self.url)
+            host, _ = parts.hostname, parts.port
+        except ValueError as e:  # a port that is no number below 65536, a malformed IPv6 literal
+            raise ProbeError(self.url, f"not a URL ({e})") from None
+        if not host:
+            raise ProbeError(self.url, "the URL names no host")
         if self.api_key_env and not os.environ.get(self.api_key_env):
             raise ProbeError(
                 self.api_key_env, f"the environment variable {self.api_key_env} is not set or empty"
@@ -74,6 +85,8 @@ class Client:
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise ProbeError(self.url, f"cannot connect ({reason})") from e
+        except (ValueError, http.client.HTTPException) as e:  # InvalidURL; a reply that is no HTTP
+            raise ProbeError(self.url, f"no HTTP answer ({type(e).__name__}: {e})") from e
 
 
 def _response(status: int, raw: bytes) -> Response:

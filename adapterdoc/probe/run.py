@@ -88,8 +88,10 @@ def _observe(
     for canary in canaries:
         r = client.post("/v1/completions", convention.build(ask, canary))
         if r.status != 200:
+            fix = f"; {_works(convention.name, ask)}" if r.status == 404 else ""
             raise ProbeError(
-                client.url + "/v1/completions", f"HTTP {r.status} for {convention.describe(ask)}: {_short(r)}"
+                client.url + "/v1/completions",
+                f"HTTP {r.status} for {convention.describe(ask)}: {_short(r)}{fix}",
             )
         bodies.append(r.body)
     best: list[Observation] = []
@@ -141,7 +143,9 @@ def _works(engine: str, ask: Ask) -> str:
     """The request that selects an adapter on ``engine``."""
     base = ask.base_model or "BASE"
     return {
-        "vllm": f"load the adapter under that name (--lora-modules {ask.adapter}=PATH) and send model={ask.adapter!r}",
+        "vllm": f"load the adapter under that name (--lora-modules {ask.adapter}=PATH, or POST "
+        "/v1/load_lora_adapter with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) and send model="
+        f"{ask.adapter!r}",
         "sglang": f"send model='{base}:{ask.adapter.split(':')[-1]}' or lora_path={ask.adapter!r}",
         "llama.cpp": "send a model alias whose --config_file entry has the adapter's lora_path",
         "mlx-lm": f"send model={base!r} beside adapters={ask.adapter!r} (a path on the server)",

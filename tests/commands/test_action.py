@@ -292,3 +292,107 @@ def test_github_annotation_points_at_the_line_of_a_config_field(
     assert res.exit_code == 1, res.output
     (hit,) = [x for x in res.stdout.splitlines() if "(key: lora_alhpa)" in x]
     assert hit.startswith(f"::error file={adapter}/adapter_config.json,line={line},title=")
+
+
+# ----------------------------------------------------------------------------------- the post-deploy (probe) step
+
+
+def _runs(step: dict[str, Any], **inputs: str) -> bool:
+    """Whether the runner runs ``step`` for ``inputs``: its ``if:`` is a disjunction of ``inputs.X == ''`` /
+    ``inputs.X != ''`` tests (the only forms the Action uses; anything else fails here)."""
+    condition = step.get("if")
+    if condition is None:
+        return True
+    values = {k: str(v.get("default", "")) for k, v in _action()["inputs"].items()}
+    values.update({k.replace("_", "-"): v for k, v in inputs.items()})
+    result = False
+    for term in str(condition).split("||"):
+        m = re.fullmatch(r"\s*inputs\.([\w-]+) (==|!=) ''\s*", term)
+        assert m, f"an `if:` form this test cannot read: {term!r}"
+        result |= (values[m.group(1)] == "") == (m.group(2) == "==")
+    return result
+
+
+def test_the_steps_that_run_for_each_gate() -> None:
+    verify, probe = _step("Verify"), _step("Probe")
+    assert _runs(verify, adapters="a") and not _runs(probe, adapters="a")  # pre-deploy
+    assert not _runs(verify, probe_url="http://x") and _runs(probe, probe_url="http://x")  # post-deploy
+    assert _runs(verify, adapters="a", probe_url="http://x") and _runs(
+        probe, adapters="a", probe_url="http://x"
+    )
+    assert _runs(verify) and not _runs(probe)  # nothing given: verify says what is missing (one line, exit 3)
+
+
+def _probe_step(tmp_path: Path, **inputs: str) -> subprocess.CompletedProcess[str]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    exe = bindir / "python"
+    if not exe.exists():
+        exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+        exe.chmod(0o755)
+    env = _env(_step("Probe"), ROOT, **inputs)
+    env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    return _run_step(_step("Probe"), env, tmp_path)
+
+
+@pytest.fixture
+def canaries(tmp_path: Path) -> Path:
+    from adapterdoc.probe.canaries import Canaries, Canary, Position, save, scale_grid
+
+    scales = scale_grid(4)
+    canary = Canary("w1 w2 w3", [5, 6, 7], [Position(2, 7, [-1.0 - 0.1 * s for s in scales])])
+    path = tmp_path / "run dir" / "canaries.json"
+    path.parent.mkdir()
+    save(Canaries("a", "b", 4, "float32", list(scales), [canary]), path)
+    return path
+
+
+def test_probe_step_against_a_server_that_is_down(tmp_path: Path, canaries: Path) -> None:
+    """Exit 3, one line on stderr, the annotation on the log; the API key's variable is named, its value never shown."""
+    from tests.probe.servers import free_port
+
+    res = _probe_step(
+        tmp_path,
+        probe_url=f"http://127.0.0.1:{free_port()}",
+        probe_adapter="customer-a",
+        probe_canaries="run dir/canaries.json",
+        probe_api_key_env="STAGING_KEY",
+    )
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "STAGING_KEY" in res.stderr  # not set in this environment: said, before any request
+    os.environ["STAGING_KEY"] = "sekret-42"  # as the workflow step's env sets it from a secret
+    try:
+        res = _probe_step(
+            tmp_path,
+            probe_url=f"http://127.0.0.1:{free_port()}",
+            probe_adapter="customer-a",
+            probe_canaries="run dir/canaries.json",
+            probe_api_key_env="STAGING_KEY",
+        )
+    finally:
+        del os.environ["STAGING_KEY"]
+    assert res.returncode == 3 and "sekret" not in res.stdout + res.stderr
+    assert [line for line in res.stderr.splitlines() if line] == [res.stderr.strip()]
+    assert "cannot connect" in res.stderr and res.stdout.startswith("::error")
+
+
+def test_probe_step_needs_the_adapter_and_the_canaries(tmp_path: Path) -> None:
+    res = _probe_step(tmp_path, probe_url="http://127.0.0.1:9", probe_canaries="c.json")
+    assert res.returncode == 3 and res.stderr.strip().splitlines() == [
+        "adapterdoc: error: the action's 'probe-adapter' input is empty; the probe needs it with 'probe-url'"
+    ]
+    res = _probe_step(tmp_path, probe_url="http://127.0.0.1:9", probe_adapter="a")
+    assert res.returncode == 3 and "'probe-canaries' input is empty" in res.stderr
+
+
+def test_probe_step_inputs_are_never_shell_code(tmp_path: Path, canaries: Path) -> None:
+    res = _probe_step(
+        tmp_path,
+        probe_url="http://127.0.0.1:9/$(touch pwned)",
+        probe_adapter="`touch pwned2`",
+        probe_canaries="run dir/canaries.json",
+        probe_extra_body='{"x": "$(touch pwned3)"}',
+        probe_base_model="; touch pwned4",
+    )
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert not any((tmp_path / p).exists() for p in ("pwned", "pwned2", "pwned3", "pwned4"))

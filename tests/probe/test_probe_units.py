@@ -205,3 +205,87 @@ def test_a_canaries_file_without_the_base_scale_is_refused(tmp_path: Path) -> No
     save(c, tmp_path / "d.json")
     with pytest.raises(Exception, match="one per scale"):
         load(tmp_path / "d.json")
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:9/$(touch x)", "space or a control character"),
+        ("http://a b", "space or a control character"),
+        ("http://:80", "names no host"),
+        ("http://127.0.0.1:99999", "Port out of range"),
+        ("http://127.0.0.1:abc", "Port could not be cast"),
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("ftp://127.0.0.1", "must start with http"),
+    ],
+)
+def test_a_url_that_is_no_url_is_one_line(cli: Any, tmp_path: Path, url: str, why: str) -> None:
+    save(Canaries("a", "b", 4, "float32", list(SCALES), [CANARY]), tmp_path / "c.json")
+    r = cli("probe", url, "--adapter", "a", "--canaries", tmp_path / "c.json")
+    assert r.exit_code == 3 and why in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_server_that_answers_no_http_is_one_line(cli: Any, tmp_path: Path) -> None:
+    """A listener that answers bytes that are no HTTP (http.client's BadStatusLine): exit 3, not a traceback."""
+    import socket
+    import threading
+
+    save(Canaries("a", "b", 4, "float32", list(SCALES), [CANARY]), tmp_path / "c.json")
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        r = cli("probe", url, "--adapter", "a", "--canaries", tmp_path / "c.json")
+    finally:
+        thread.join(5)
+        listener.close()
+    assert r.exit_code == 3 and "no HTTP answer" in r.stderr, r.stderr
+
+
+def test_a_404_for_the_adapter_names_the_request_that_loads_it(cli: Any, tmp_path: Path) -> None:
+    """vLLM answers 404 for a model name it does not serve (its ErrorResponse body, as vLLM 0.1x writes it): exit 3,
+    the line says what was sent and how the adapter is loaded under that name."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _reply(self, status: int, body: object) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._reply(200, {"object": "list", "data": [{"id": "base", "owned_by": "vllm", "root": "base"}]})
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            message = "The model `customer-a` does not exist."
+            self._reply(404, {"error": {"message": message, "type": "NotFoundError", "code": 404}})
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    save(Canaries("a", "b", 4, "float32", list(SCALES), [CANARY]), tmp_path / "c.json")
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        r = cli("probe", url, "--adapter", "customer-a", "--canaries", tmp_path / "c.json")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.exit_code == 3, r.output
+    assert "HTTP 404 for model='customer-a': The model `customer-a` does not exist." in r.stderr
+    assert "--lora-modules customer-a=PATH" in r.stderr and len(r.stderr.strip().splitlines()) == 1
