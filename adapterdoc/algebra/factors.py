@@ -2,10 +2,10 @@
 from the factors alone.
 
 For ``ΔW = B A`` with ``B`` (d, r) and ``A`` (r, k), the SVD of ``ΔW`` comes from the ``r x r`` Gram matrices of the
-factors and an SVD of an ``r x r`` core (:func:`spectrum`), without forming the ``d x k`` matrix or an orthonormal
-basis of it: only the R kept columns are multiplied out. By Eckart–Young the first R singular triples are
-the best rank-R factorisation in the Frobenius norm, and its error is exact from ``S`` alone:
-``‖ΔW − ΔŴ‖_F² = Σ_{i>R} s_i²``.
+factors, a Cholesky factor of one and one symmetric eigensolve of an ``r x r`` matrix (:func:`spectrum`), without
+forming the ``d x k`` matrix or an orthonormal basis of it: only the R kept columns are multiplied out. By
+Eckart–Young the first R singular triples are the best rank-R factorisation in the Frobenius norm, and its error is
+exact from ``S`` alone: ``‖ΔW − ΔŴ‖_F² = Σ_{i>R} s_i²``.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ RANK_TOL = 1e-6
 """Singular values at or below this share of the largest do not count in the effective rank (the Gram route
 below resolves singular values to about 1e-8 of the largest; a float32 or bf16 delta is noisier still)."""
 _NOISE = 1e-7
-"""A factor's singular values at or below this share of its largest are treated as zero (their directions are
-below the Gram route's resolution)."""
+"""Singular values at or below this share of the largest are not inverted (their directions are below the Gram
+route's resolution): kept, their factors are zero."""
 
 
 @dataclass(frozen=True)
@@ -73,21 +73,36 @@ class Spectrum:
 
 
 def spectrum(b: NDArray, a: NDArray, coefficient: float = 1.0) -> Spectrum:
-    """The SVD of ``b @ a`` from the factors alone: the ``r x r`` Gram matrices ``bᵀb = V_b S_b² V_bᵀ`` and
-    ``a aᵀ = V_a S_a² V_aᵀ`` give ``b = Q_b S_b V_bᵀ`` and ``a = V_a S_a Q_aᵀ`` with orthonormal ``Q_b = b V_b
-    S_b⁻¹``, ``Q_a``; the SVD of the core ``S_b V_bᵀ V_a S_a = U S Wᵀ`` is then that of ``b @ a`` (left singular
-    vectors ``Q_b U``, right ``W Q_aᵀ``). Cost: two Gram products (BLAS syrk) and small ``r x r`` work; neither the
-    ``d x k`` matrix nor ``Q_b``, ``Q_a`` is formed. ``coefficient``: of ``coefficient · b @ a``."""
+    """The SVD of ``c · b @ a`` (``c``: ``coefficient``) from the factors alone. Any square root ``F Fᵀ = a aᵀ``
+    (its Cholesky factor) gives ``c · b @ a = (c · b F) Qᵀ`` with ``Q`` orthonormal, so the singular values are the
+    square roots of the eigenvalues of the ``r x r`` matrix ``M = c² Fᵀ (bᵀb) F = W S² Wᵀ``; the left singular
+    vectors are ``c · b F W S⁻¹`` and the right ones (``Vᵀ = S⁻¹ Uᵀ ΔW``) ``S⁻² Wᵀ Fᵀ c² (bᵀb) a``. Cost: two Gram
+    products (BLAS syrk), a Cholesky and one symmetric eigensolve of ``r x r`` matrices; neither the ``d x k``
+    matrix nor an orthonormal basis of either factor is formed."""
     import numpy as np
 
-    eb, vb = np.linalg.eigh(b.T @ b)
-    ea, va = np.linalg.eigh(a @ a.T)
-    sb, sa = np.sqrt(np.clip(eb, 0, None)), np.sqrt(np.clip(ea, 0, None))
-    core = coefficient * ((sb[:, None] * (vb.T @ va)) * sa[None, :])
-    u, s, wt = np.linalg.svd(core)
-    left = (vb * _inverse(sb)[None, :]) @ u
-    right = wt @ (_inverse(sa)[:, None] * va.T)
+    gram_b = (coefficient * coefficient) * (b.T @ b)
+    root = _square_root(a @ a.T)
+    eig, w = np.linalg.eigh(root.T @ gram_b @ root)
+    s = np.sqrt(np.clip(eig[::-1], 0, None))
+    w = w[:, ::-1]
+    inv = _inverse(s)
+    left = coefficient * (root @ w) * inv[None, :]
+    right = (inv * inv)[:, None] * ((w.T @ root.T) @ gram_b)
     return Spectrum(b, left, s, right, a)
+
+
+def _square_root(gram: NDArray) -> NDArray:
+    """An ``F`` with ``F Fᵀ = gram`` (symmetric, positive semi-definite): its Cholesky factor, or where that fails
+    (a singular ``gram``: dependent rows of ``a``) ``V √Λ`` from its eigendecomposition."""
+    import numpy as np
+
+    try:
+        root: NDArray = np.linalg.cholesky(gram)
+    except np.linalg.LinAlgError:
+        eig, v = np.linalg.eigh(gram)
+        root = v * np.sqrt(np.clip(eig, 0, None))[None, :]
+    return root
 
 
 def full_spectrum(delta: NDArray) -> Spectrum:
@@ -141,8 +156,8 @@ def truncate(sp: Spectrum, rank: int) -> Truncated:
 
     keep = max(1, min(rank, sp.s.size))
     root = np.sqrt(sp.s[:keep])
-    b = (sp.b @ sp.left[:, :keep]) * root
-    a = root[:, None] * (sp.right[:keep] @ sp.a)
+    b = sp.b @ (sp.left[:, :keep] * root[None, :])
+    a = (root[:, None] * sp.right[:keep]) @ sp.a
     dropped = float((sp.s[keep:] ** 2).sum())
     return Truncated(b, a, keep, sp.effective_rank(), sp.energy, math.sqrt(dropped))
 
