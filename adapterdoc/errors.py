@@ -61,6 +61,27 @@ class MissingExtraError(UnsupportedInputError):
         super().__init__(what, f"this needs `{package}`, which is not installed; {install}")
 
 
+EXTRA_OF = {
+    "torch": "ml",
+    "transformers": "ml",
+    "peft": "ml",
+    "accelerate": "ml",
+    "tokenizers": "ml",
+    "numpy": "weights",
+    "gguf": "gguf",
+    "matplotlib": "plot",
+}
+"""The packages of the optional extras (pyproject's ``[project.optional-dependencies]``) → the extra to install."""
+
+
+def missing_extra(e: ModuleNotFoundError, what: str | None) -> MissingExtraError | None:
+    """The :class:`MissingExtraError` for an import of an optional extra's package that failed (the light install
+    running a command that needs it), else None (a missing module of no extra is a bug)."""
+    package = (e.name or "").partition(".")[0]
+    extra = EXTRA_OF.get(package)
+    return MissingExtraError(what, package, extra) if extra else None
+
+
 # ------------------------------------------------------------------------------------------------ Ctrl-C
 
 _interrupted = False

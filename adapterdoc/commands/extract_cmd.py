@@ -43,10 +43,13 @@ def command(
 ) -> None:
     """Extract a LoRA adapter from a full fine-tune: each changed Linear/Embedding weight's delta at its best
     rank, read one tensor pair at a time, with each module's kept energy and relative error."""
-    from adapterdoc.algebra.extract import extract
-    from adapterdoc.report.algebra_text import render_algebra
+    from adapterdoc.ml.build import require_ml
 
     if sum(x is not None for x in (rank, energy, max_error)) != 1:
         raise click.UsageError("Give exactly one of --rank, --energy, --max-error.")
+    require_ml("extract (the base's Linear and Embedding modules)")
+    from adapterdoc.algebra.extract import extract
+    from adapterdoc.report.algebra_text import render_algebra
+
     report = extract(base, tuned, out, rank=rank, energy=energy, max_error=max_error, force=force)
     opt.finish(report, output, text=lambda: render_algebra(report))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from adapterdoc.errors import AdapterdocError, remembered_interrupts
+from adapterdoc.errors import AdapterdocError, missing_extra, remembered_interrupts
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -103,6 +103,12 @@ def handle_errors(func: F) -> F:
             known = os_refusal(e)
             known.__cause__ = e  # as `raise ... from e` would
             _refuse(known, output)
+        except ModuleNotFoundError as e:
+            # an optional extra's package, imported by a command the light install runs: exit 3, naming the extra
+            extra = missing_extra(e, click.get_current_context().info_name)
+            if extra is None:
+                _bug(e)
+            _refuse(extra, output)
         except Exception as e:
             _bug(e)
 
