@@ -247,22 +247,10 @@ def _write(
 def check_not_an_input(dest: str, shown: str, src: str, base: str | None) -> None:
     """Refuse an existing ``dest`` that is one of convert's inputs, lies inside one or holds one (the adapter, the
     ``--base`` folder or a file in it), ``--force`` or not; a new path is not an input."""
-    from adapterdoc.st.paths import inside
+    from adapterdoc.st import paths
 
-    if not os.path.lexists(dest):
-        return
-    for label, root in (("the input adapter", src), ("the --base folder", _base_root(base))):
-        if root is None:
-            continue
-        if inside(dest, root) and inside(root, dest):
-            where = f"is {label}"
-        elif inside(dest, root):
-            where = f"is inside {label} {root}"
-        elif inside(root, dest):
-            where = f"holds {label} {root}"
-        else:
-            continue
-        raise RefusedError(shown, f"{where}; convert never replaces an input (--force does not change this)")
+    inputs = (("the input adapter", src), ("the --base folder", _base_root(base)))
+    paths.check_not_an_input(dest, shown, inputs, "convert")
 
 
 def _base_root(base: str | None) -> str | None:

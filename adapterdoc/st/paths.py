@@ -12,7 +12,7 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from adapterdoc.errors import InputNotFoundError, RefusedError
@@ -327,6 +327,27 @@ def inside(path: str, folder: str) -> bool:
     """Whether ``path`` is ``folder`` or lies under it, both with their symlinks followed."""
     child, parent = os.path.realpath(os.path.abspath(path)), os.path.realpath(os.path.abspath(folder))
     return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def check_not_an_input(dest: str, shown: str, inputs: Sequence[tuple[str, str | None]], command: str) -> None:
+    """Refuse (exit 3, ``--force`` or not) an existing ``dest`` that is one of the command's inputs, lies inside one
+    or holds one; ``inputs``: (label, path) pairs, a None path skipped. A new path is not an input."""
+    if not os.path.lexists(dest):
+        return
+    for label, root in inputs:
+        if root is None:
+            continue
+        if inside(dest, root) and inside(root, dest):
+            where = f"is {label}"
+        elif inside(dest, root):
+            where = f"is inside {label} {root}"
+        elif inside(root, dest):
+            where = f"holds {label} {root}"
+        else:
+            continue
+        raise RefusedError(
+            shown, f"{where}; {command} never replaces an input (--force does not change this)"
+        )
 
 
 def slow_point(name: str) -> None:
