@@ -154,12 +154,18 @@ def truncate(sp: Spectrum, rank: int) -> Truncated:
     (``b = left·√s``, ``a = √s·right``); at least rank 1 (PEFT needs ``r ≥ 1``: a zero column and row)."""
     import numpy as np
 
-    keep = max(1, min(rank, sp.s.size))
+    keep = kept_rank(rank, sp.s.size)
     root = np.sqrt(sp.s[:keep])
     b = sp.b @ (sp.left[:, :keep] * root[None, :])
     a = (root[:, None] * sp.right[:keep]) @ sp.a
     dropped = float((sp.s[keep:] ** 2).sum())
     return Truncated(b, a, keep, sp.effective_rank(), sp.energy, math.sqrt(dropped))
+
+
+def kept_rank(rank: int, rank_in: int) -> int:
+    """The rank :func:`truncate` keeps of a module of rank ``rank_in`` asked for ``rank``: at most ``rank_in``,
+    at least 1."""
+    return max(1, min(rank, rank_in))
 
 
 def chosen_rank(sp: Spectrum, rank: int | None, energy: float | None, max_error: float | None) -> int:
@@ -203,6 +209,9 @@ __all__ = [
     "Spectrum",
     "Term",
     "Truncated",
+    "chosen_rank",
+    "full_spectrum",
+    "kept_rank",
     "rank_for_energy",
     "rank_for_error",
     "spectrum",

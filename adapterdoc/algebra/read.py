@@ -69,11 +69,12 @@ class Source:
     reader: Reader
     full: dict[str, NDArray] = field(default_factory=dict)
 
-    def read(self, name: str) -> Module:
-        """Module ``name``'s factors as float64, in this source's reader buffers: valid until its next read."""
+    def read(self, name: str, slot: int = 0) -> Module:
+        """Module ``name``'s factors as float64, in this source's reader buffers ``2·slot`` (A) and ``2·slot + 1``
+        (B): valid until the next read into the same ``slot``."""
         f = self.factors[name]
-        a = _read(self.reader, f.a, self.spec, 0)
-        b = _read(self.reader, f.b, self.spec, 1)
+        a = _read(self.reader, f.a, self.spec, 2 * slot)
+        b = _read(self.reader, f.b, self.spec, 2 * slot + 1)
         return Module(name, a, b, f.scaling, f.embedding)
 
     def close(self) -> None:

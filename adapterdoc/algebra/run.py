@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
@@ -17,13 +17,13 @@ from adapterdoc.algebra.factors import (
     Term,
     chosen_rank,
     full_spectrum,
+    kept_rank,
     spectrum,
     stack,
     truncate,
 )
-from adapterdoc.algebra.read import Module, Source, open_source, read_full, read_source, stream_modules
-from adapterdoc.algebra.write import OutModule, write_adapter
-from adapterdoc.audit.read import Reader
+from adapterdoc.algebra.read import Module, Source, read_source
+from adapterdoc.algebra.write import OutModule, Planned, write_adapter, write_stream
 from adapterdoc.errors import RefusedError
 from adapterdoc.report.algebra_report import AlgebraReport, ModuleRow
 
@@ -120,36 +120,25 @@ def resize(
 
         done = dora_to_lora(adapter, base, out, rank=rank, energy=energy, max_error=max_error, force=force)
         return finish(done, [], base)
-    import numpy as np
-
-    ckpt, cfg = open_source(adapter)
-    reader = Reader(ckpt, np)
     rows: list[ModuleRow] = []
-    written: list[OutModule] = []
-    pending: deque[Future[tuple[ModuleRow, OutModule]]] = deque()
-    try:
-        with ThreadPoolExecutor(WORKERS) as pool:
-            # the reader's buffer pairs form a ring of WORKERS + 1: a module is read only once at most WORKERS - 1
-            # others are in flight, so no module's buffers are read over while it is computed
-            for m in stream_modules(ckpt, cfg, reader, copy=False, ring=WORKERS + 1):
-                pending.append(pool.submit(_resized, m, rank, energy, max_error))
-                while len(pending) >= WORKERS:
-                    _collect(pending.popleft(), rows, written)
-            while pending:
-                _collect(pending.popleft(), rows, written)
-        full = read_full(ckpt, reader)
-    finally:
-        reader.close()
-    paths = write_adapter(out, cfg.raw, written, full, command="resize", force=force)
+    with read_source(adapter) as src:
+        results = _resized_in_order(src, rank, energy, max_error, rows)
+        if rank is None:  # the ranks are known once every module is computed
+            paths = write_adapter(out, src.config.raw, list(results), src.full, command="resize", force=force)
+        else:  # every module's rank is known now: each is written as soon as it is computed
+            plan = [
+                Planned(f.name, kept_rank(rank, f.rank), f.shape, f.embedding) for f in src.factors.values()
+            ]
+            paths = write_stream(out, src.config.raw, plan, results, src.full, command="resize", force=force)
     method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
     report = AlgebraReport(
         command="resize",
-        inputs=[ckpt.spec],
+        inputs=[src.spec],
         method=method,
         out=out,
         modules=rows,
         written=paths,
-        notes=_notes(full),
+        notes=_notes(src.full),
     )
     return finish(report, [], base)
 
@@ -159,23 +148,42 @@ WORKERS = 2
 calling thread, in file order)."""
 
 
+def _resized_in_order(
+    src: Source, rank: int | None, energy: float | None, max_error: float | None, rows: list[ModuleRow]
+) -> Iterator[OutModule]:
+    """Each module of ``src`` resized, in file order, its row appended to ``rows``: read on the calling thread,
+    computed on :data:`WORKERS` threads. The reads go into a ring of ``WORKERS + 1`` buffer pairs: a module is read
+    only once at most ``WORKERS - 1`` others are in flight, so no module's buffers are read over while it is
+    computed."""
+    pending: deque[Future[tuple[ModuleRow, OutModule]]] = deque()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        for i, name in enumerate(src.factors):
+            m = src.read(name, i % (WORKERS + 1))
+            pending.append(pool.submit(_resized, m, rank, energy, max_error))
+            while len(pending) >= WORKERS:
+                yield _collected(pending.popleft(), rows)
+        while pending:
+            yield _collected(pending.popleft(), rows)
+
+
 def _resized(
     m: Module, rank: int | None, energy: float | None, max_error: float | None
 ) -> tuple[ModuleRow, OutModule]:
-    """One module of ``resize``: its best factorisation at the rank asked for."""
+    """One module of ``resize``: its best factorisation at the rank asked for, as float32 (what is written)."""
+    import numpy as np
+
     sp = spectrum(m.b, m.a, m.scaling)
     t = truncate(sp, chosen_rank(sp, rank, energy, max_error))
+    b, a = t.b.astype(np.float32), t.a.astype(np.float32)
     return ModuleRow(m.name, m.rank, t.rank, t.effective_rank, t.energy, t.error), OutModule(
-        m.name, t.b, t.a, m.embedding
+        m.name, b, a, m.embedding
     )
 
 
-def _collect(
-    done: Future[tuple[ModuleRow, OutModule]], rows: list[ModuleRow], written: list[OutModule]
-) -> None:
+def _collected(done: Future[tuple[ModuleRow, OutModule]], rows: list[ModuleRow]) -> OutModule:
     row, module = done.result()
     rows.append(row)
-    written.append(module)
+    return module
 
 
 def _combined(

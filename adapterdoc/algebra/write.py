@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,17 @@ are its own)."""
 
 
 @dataclass(frozen=True)
+class Planned:
+    """A module of the adapter to write as its config and header need it, before its factors exist."""
+
+    name: str
+    rank: int
+    shape: tuple[int, int]
+    """``(out, in)`` of ``b @ a`` (for an embedding, of its stored transpose)."""
+    embedding: bool = False
+
+
+@dataclass(frozen=True)
 class OutModule:
     """One module of the written adapter: ``delta = b @ a`` (an embedding's stored transpose, as PEFT keeps it)."""
 
@@ -37,8 +48,12 @@ class OutModule:
     def rank(self) -> int:
         return int(self.a.shape[0])
 
+    @property
+    def planned(self) -> Planned:
+        return Planned(self.name, self.rank, (int(self.b.shape[0]), int(self.a.shape[1])), self.embedding)
 
-def plain_config(template: Mapping[str, Any], modules: list[OutModule]) -> dict[str, Any]:
+
+def plain_config(template: Mapping[str, Any], modules: Sequence[Planned | OutModule]) -> dict[str, Any]:
     """``template``'s fields (targets, task type, base) with ``r = lora_alpha`` the most common rank, and each other
     rank in ``rank_pattern`` / ``alpha_pattern`` under the name PEFT matches them against (the module's full path;
     for LoRA on a parameter, ``module.PARAM``: :func:`~adapterdoc.algebra.read.pattern_name`)."""
@@ -54,7 +69,7 @@ def plain_config(template: Mapping[str, Any], modules: list[OutModule]) -> dict[
     return raw
 
 
-def tensor_names(m: OutModule) -> tuple[str, str]:
+def tensor_names(m: Planned | OutModule) -> tuple[str, str]:
     """The saved names of ``m``'s A and B factors."""
     if m.embedding:
         return f"{WRAPPER}{m.name}.lora_embedding_A", f"{WRAPPER}{m.name}.lora_embedding_B"
@@ -72,23 +87,49 @@ def write_adapter(
 ) -> list[str]:
     """Write the adapter into ``out`` (checked by the output-folder rule; built beside it and renamed into place);
     ``full``: whole saved weights (``modules_to_save``) by tensor name, written as float32. The files written."""
+    plan = [m.planned for m in modules]
+    return write_stream(out, template, plan, modules, full, command=command, force=force)
+
+
+def write_stream(
+    out: str,
+    template: Mapping[str, Any],
+    plan: Sequence[Planned],
+    modules: Iterable[OutModule],
+    full: Mapping[str, NDArray],
+    *,
+    command: str,
+    force: bool = False,
+) -> list[str]:
+    """:func:`write_adapter` with the modules written as ``modules`` yields them (each as soon as it comes, so the
+    writing overlaps their computing): the config and header come from ``plan``, which the modules must follow in
+    order, rank and shape."""
     from adapterdoc.formats.peft import METADATA, config_bytes
     from adapterdoc.st.atomic import atomic_folder, check_output_folder, write_marker
     from adapterdoc.st.compose import Spec, compose
 
     check_output_folder(out, force=force)
-    arrays: list[tuple[str, NDArray]] = []
-    for m in modules:
-        a_name, b_name = tensor_names(m)
-        arrays += [(a_name, m.a), (b_name, m.b)]
-    arrays += sorted(full.items())
-    specs = [Spec(name, "F32", tuple(int(d) for d in arr.shape)) for name, arr in arrays]
+    specs: list[Spec] = []
+    for p in plan:
+        a_name, b_name = tensor_names(p)
+        specs += [Spec(a_name, "F32", (p.rank, p.shape[1])), Spec(b_name, "F32", (p.shape[0], p.rank))]
+    saved = sorted(full.items())
+    specs += [Spec(name, "F32", tuple(int(d) for d in arr.shape)) for name, arr in saved]
 
-    def pieces() -> Iterator[bytes]:
-        for _, arr in arrays:
-            yield arr.astype("<f4").tobytes()
+    def pieces() -> Iterator[memoryview]:
+        done = 0
+        for m in modules:
+            if done == len(plan) or m.planned != plan[done]:
+                raise AssertionError(f"module {m.name} written out of its plan")
+            done += 1
+            yield _float32_bytes(m.a)
+            yield _float32_bytes(m.b)
+        if done != len(plan):
+            raise AssertionError(f"{done} of {len(plan)} planned modules written")
+        for _, arr in saved:
+            yield _float32_bytes(arr)
 
-    config = plain_config(template, modules)
+    config = plain_config(template, plan)
     with atomic_folder(out, force=force) as tmp:
         with open(os.path.join(tmp, CONFIG), "wb") as f:
             f.write(config_bytes(config))
@@ -97,4 +138,11 @@ def write_adapter(
     return [os.path.join(out, CONFIG), os.path.join(out, WEIGHTS)]
 
 
-__all__ = ["OutModule", "plain_config", "tensor_names", "write_adapter"]
+def _float32_bytes(arr: NDArray) -> memoryview:
+    """``arr``'s values as little-endian float32 bytes (no copy when it is one already)."""
+    import numpy as np
+
+    return np.ascontiguousarray(arr, dtype="<f4").reshape(-1).view(np.uint8).data
+
+
+__all__ = ["OutModule", "Planned", "plain_config", "tensor_names", "write_adapter", "write_stream"]
