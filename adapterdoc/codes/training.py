@@ -222,4 +222,20 @@ CODES = [
         "the earlier run here stopped before its first complete checkpoint; the run started from step 0",
         "Nothing, if a fresh start was meant. To keep more of a long run, checkpoint more often (`--save-steps N`).",
     ),
+    Code(
+        "AD629",
+        "no-canaries-from-training",
+        "warning",
+        "`adapterdoc train` of a causal LM wrote no `canaries.json` into its run folder: the run was sharded (the "
+        "main process alone may not hold the model), making them failed, or the trained adapter moves the logprobs "
+        "of the run's own rows too little for `adapterdoc probe` to tell it from the base.",
+        "The canaries file is what `adapterdoc probe` sends a deployed server and what PEFT expects back; without "
+        "one the post-deploy check needs `--make-canaries` (or `--local`) where the model is. The run itself and "
+        "its adapter are unaffected.",
+        "no canaries: the adapter moves the logprobs of its own rows by 1.3 tolerances of float32 at most (the "
+        "probe needs 4)",
+        "Train longer or at a higher `--lr` if the adapter barely moved; otherwise make the canaries where the model "
+        "fits, with rows of the training data as `--prompts`: "
+        "`adapterdoc probe --make-canaries ADAPTER --base BASE --out FILE`.",
+    ),
 ]

@@ -81,6 +81,11 @@ def _main_process() -> bool:
 @opt.force_option(
     "Start afresh over an earlier run in --out (its run files are removed first); never another folder."
 )
+@click.option(
+    "--no-canaries",
+    is_flag=True,
+    help="Write no OUT/canaries.json (for adapterdoc probe; made after the doctor by reloading the base).",
+)
 @opt.output_options()
 @click.pass_context
 @opt.handle_errors
@@ -108,6 +113,7 @@ def command(
     save_steps: int,
     resume: bool,
     force: bool,
+    no_canaries: bool,
     output: opt.Output,
 ) -> None:
     """Train a LoRA adapter on your own model and data, then run the doctor on what was written.
@@ -116,8 +122,9 @@ def command(
     experts through target_parameters). Rows follow TRL: `messages` (loss on assistant turns), `prompt` +
     `completion` (loss on the completion), `text` (loss on every token). Under `accelerate launch ... -m
     adapterdoc train ...` the run is data-parallel. Writes OUT/adapter, progress.jsonl, training_metadata.json,
-    RUN_REPORT.md (with a loss curve when matplotlib is installed) and checkpoints/step-N. Exit 1 if the doctor
-    finds an error in the output.
+    RUN_REPORT.md (with a loss curve when matplotlib is installed), checkpoints/step-N and, for a causal LM,
+    canaries.json (what `adapterdoc probe` sends a deployed server; AD629 when none can be made). Exit 1 if the
+    doctor finds an error in the output.
     """
     if steps is not None and epochs is not None:
         raise click.BadParameter("give --steps or --epochs, not both", param_hint="--steps/--epochs")
@@ -167,6 +174,7 @@ def command(
             val_split=val_split,
             force=force,
             on_event=bar.on_event,
+            canaries=not no_canaries,
         )
     if not main:  # accelerate's other processes: the main one reports
         ctx.exit(0 if report.ok else 1)

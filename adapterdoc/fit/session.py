@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from adapterdoc.errors import ConfigError
+from adapterdoc.fit.canaries import write_run_canaries
 from adapterdoc.fit.doctor import examine, history_numbers
 from adapterdoc.fit.outdir import RESTART, RESUME, plan_out
 from adapterdoc.report.findings import Finding, make, sort_findings
@@ -44,10 +45,12 @@ def train_on_base(
     val_split: float = 0.0,
     force: bool = False,
     on_event: OnEvent | None = None,
+    canaries: bool = True,
 ) -> TrainReport:
     """Train a LoRA adapter on ``base_spec`` from ``data``; see the module docstring. Nothing is written before
     the base, the tokenizer and every row were found usable. ``--out`` follows :func:`~adapterdoc.fit.outdir.plan_out`:
-    new, continued (``resume``), started again (no complete checkpoint) or replaced (``force``)."""
+    new, continued (``resume``), started again (no complete checkpoint) or replaced (``force``). ``canaries``: write
+    ``OUT/canaries.json`` for `adapterdoc probe` (:mod:`~adapterdoc.fit.canaries`)."""
     t0 = time.time()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     rows = R.read_rows(data)  # a malformed row fails here, before anything is loaded or written
@@ -67,6 +70,9 @@ def train_on_base(
     verdict, findings = examine(result, base, target)
     if where.mode == RESTART:
         findings.append(make("AD628", f"{where.reason}; the run started from step 0", path=target))
+    canaries_file, skipped = write_run_canaries(base, result, rows, target, wanted=canaries)
+    if skipped:
+        findings.append(skipped)
     return _report(
         result,
         base,
@@ -74,6 +80,7 @@ def train_on_base(
         verify=verdict.to_dict(),
         findings=sort_findings(findings),
         seconds=time.time() - t0,
+        canaries=canaries_file,
     )
 
 
@@ -125,6 +132,7 @@ def _report(
     verify: Mapping[str, object] | None = None,
     findings: Sequence[Finding] = (),
     seconds: float = 0.0,
+    canaries: str | None = None,
 ) -> TrainReport:
     """The run's report, built once: the loop's result, then (main process) the doctor's verdict and findings."""
     speeds = [s for s in history_numbers(result.history, "tokens_per_s") if s]
@@ -146,6 +154,7 @@ def _report(
         verify=dict(verify or {}),
         findings=list(findings),
         seconds=seconds,
+        canaries=canaries,
     )
 
 

@@ -3,10 +3,11 @@ and their logprobs at every scale of :func:`~adapterdoc.probe.canaries.scale_gri
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from adapterdoc.errors import InputNotFoundError, UnsupportedInputError
 from adapterdoc.probe.canaries import Canaries, Canary, Position, scale_grid
@@ -28,6 +29,8 @@ TOP_NEXT = 8
 """Candidate next tokens per scale (their union is stored)."""
 MAX_TOKENS = 64
 """Prompt length cap, in tokens."""
+BATCH = 8
+"""Prompts per forward (right-padded): one forward per scale and batch, not per scale and prompt."""
 
 
 def read_prompts(path: str) -> list[str]:
@@ -56,21 +59,33 @@ def read_prompts(path: str) -> list[str]:
 
 def make_canaries(adapter: str, base: str, prompts: Sequence[str] | None = None) -> Canaries:
     """Canaries of the PEFT adapter folder ``adapter`` on the model folder ``base`` (weights and tokenizer)."""
+    rank = adapter_rank(adapter)  # a folder that is not a PEFT adapter is refused before the base is loaded
+    model, tokenizer = _load(adapter, base)
+    return canaries_of(model, tokenizer, rank, adapter=adapter, base=base, prompts=prompts)
+
+
+def canaries_of(
+    model: Any, tokenizer: Any, rank: int, *, adapter: str, base: str, prompts: Sequence[str] | None = None
+) -> Canaries:
+    """Canaries of a loaded PEFT model (its LoRA layers' scaling is varied over the grid of ``rank``) with the base's
+    ``tokenizer``; ``adapter`` and ``base`` are what the file records. ``prompts``: none or empty, the built-in set."""
     import torch
 
-    model, tokenizer, rank = _load(adapter, base)
     scales = scale_grid(rank)
     bos_id = getattr(tokenizer, "bos_token_id", None)
-    made: list[tuple[float, Canary]] = []
-    for text in prompts or BUILT_IN_PROMPTS:
-        ids = [int(i) for i in tokenizer(text)["input_ids"]][:MAX_TOKENS]
-        if len(ids) < 2:
-            continue
-        with torch.no_grad():
-            rows = [_logprobs(model, ids, s) for s in scales]
-        made.append(_canary(text, ids, rows, scales))
-    if not made:
+    encoded = [
+        (text, [int(i) for i in tokenizer(text)["input_ids"]][:MAX_TOKENS])
+        for text in prompts or BUILT_IN_PROMPTS
+    ]
+    encoded = [(text, ids) for text, ids in encoded if len(ids) >= 2]
+    if not encoded:
         raise UnsupportedInputError(base, "no prompt gives two or more tokens")
+    made: list[tuple[float, Canary]] = []
+    for start in range(0, len(encoded), BATCH):
+        chunk = encoded[start : start + BATCH]
+        with torch.no_grad():
+            seen = [_seen(model, [ids for _, ids in chunk], s) for s in scales]
+        made += [_canary(text, ids, [by[i] for by in seen], scales) for i, (text, ids) in enumerate(chunk)]
     made.sort(key=lambda m: -m[0])
     return Canaries(
         adapter=adapter,
@@ -83,16 +98,35 @@ def make_canaries(adapter: str, base: str, prompts: Sequence[str] | None = None)
     )
 
 
-def _load(adapter: str, base: str) -> tuple[Any, Any, int]:
-    """PEFT's model of ``adapter`` on ``base``, the base's tokenizer, and the adapter's rank."""
-    from adapterdoc.ml.quiet import no_warnings, quiet_transformers
-
+def adapter_rank(adapter: str) -> int:
+    """The ``r`` of a PEFT adapter folder's config (8 when it has none); a folder without one is exit 3."""
     config = Path(adapter) / "adapter_config.json"
     if not config.is_file():
         raise UnsupportedInputError(
             adapter, "canaries need a PEFT adapter folder (convert others: adapterdoc convert --to peft)"
         )
-    rank = int(json.loads(config.read_text(encoding="utf-8")).get("r", 8))
+    return int(json.loads(config.read_text(encoding="utf-8")).get("r", 8))
+
+
+def separation(canaries: Canaries) -> float:
+    """How far the adapter moves the canaries from the base: the largest |scale 1 - scale 0| over every stored
+    value, in tolerances of the canaries' dtype (the probe cannot decide below :data:`~adapterdoc.probe.fit.SEPARATION`)."""
+    from adapterdoc.probe.fit import tolerance
+
+    unit, zero = canaries.unit(), canaries.zero()
+    return max(abs(v[unit] - v[zero]) / tolerance(canaries.dtype, v[unit]) for v in _values(canaries))
+
+
+def _values(canaries: Canaries) -> list[Sequence[float]]:
+    """Every expected value of the canaries (one entry per scale): positions, then next-token candidates."""
+    values = [p.logprobs for c in canaries.canaries for p in c.positions]
+    return values + [v for c in canaries.canaries for v in c.next.values()]
+
+
+def _load(adapter: str, base: str) -> tuple[Any, Any]:
+    """PEFT's model of ``adapter`` on ``base`` and the base's tokenizer."""
+    from adapterdoc.ml.quiet import no_warnings, quiet_transformers
+
     quiet_transformers()
     with no_warnings():
         import transformers
@@ -104,12 +138,40 @@ def _load(adapter: str, base: str) -> tuple[Any, Any, int]:
         except OSError as e:
             raise UnsupportedInputError(base, f"cannot load the base model and its tokenizer: {e}") from e
         peft_model = PeftModel.from_pretrained(model, adapter).eval()
-    return peft_model, tokenizer, rank
+    return peft_model, tokenizer
 
 
-def _logprobs(model: Any, ids: list[int], scale: float) -> Any:
-    """Log-softmax of the logits on ``ids`` with every LoRA layer's scaling multiplied by ``scale``."""
+class _Seen(NamedTuple):
+    """What one forward gives for one prompt at one scale."""
+
+    own: list[float]
+    """``own[p - 1]``: the logprob of the prompt's token ``p`` given the tokens before it."""
+    last: Any
+    """The log-softmax after the whole prompt (a tensor over the vocabulary)."""
+
+
+def _seen(model: Any, batch: list[list[int]], scale: float) -> list[_Seen]:
+    """One forward of the prompts (right-padded and masked, so each prompt's positions are its own) with every LoRA
+    layer's scaling multiplied by ``scale``."""
     import torch
+
+    width = max(len(ids) for ids in batch)
+    device = next(model.parameters()).device
+    tokens = torch.tensor([ids + [ids[-1]] * (width - len(ids)) for ids in batch], device=device)
+    mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids in batch], device=device)
+    with _scaled(model, scale):
+        logits = model(input_ids=tokens, attention_mask=mask).logits
+    out: list[_Seen] = []
+    for i, ids in enumerate(batch):
+        rows = torch.log_softmax(logits[i, : len(ids)].float(), dim=-1).cpu()
+        own = rows[:-1].gather(1, torch.tensor(ids[1:]).unsqueeze(1)).squeeze(1)
+        out.append(_Seen([float(x) for x in own.tolist()], rows[-1]))
+    return out
+
+
+@contextlib.contextmanager
+def _scaled(model: Any, scale: float) -> Iterator[None]:
+    """Every LoRA layer's scaling multiplied by ``scale`` inside the block, restored after it."""
     from peft.tuners.lora import LoraLayer
 
     layers = [m for m in model.modules() if isinstance(m, LoraLayer)]
@@ -118,28 +180,26 @@ def _logprobs(model: Any, ids: list[int], scale: float) -> Any:
         for m, original in zip(layers, kept, strict=True):
             for name, value in original.items():
                 m.scaling[name] = value * scale
-        logits = model(torch.tensor([ids])).logits[0].float()
+        yield
     finally:
         for m, original in zip(layers, kept, strict=True):
             m.scaling.update(original)
-    return torch.log_softmax(logits, dim=-1)
 
 
-def _canary(text: str, ids: list[int], rows: list[Any], scales: Sequence[float]) -> tuple[float, Canary]:
-    """The canary of one prompt (its most-moved positions and next-token candidates) and how much it moves."""
+def _canary(text: str, ids: list[int], seen: list[_Seen], scales: Sequence[float]) -> tuple[float, Canary]:
+    """The canary of one prompt (its most-moved positions and next-token candidates) and how much it moves;
+    ``seen`` has one entry per scale."""
     unit, zero = list(scales).index(1.0), list(scales).index(0.0)
-    moved = [
-        (abs(float(rows[unit][p - 1, ids[p]] - rows[zero][p - 1, ids[p]])), p) for p in range(1, len(ids))
-    ]
+    moved = [(abs(seen[unit].own[p - 1] - seen[zero].own[p - 1]), p) for p in range(1, len(ids))]
     moved.sort(key=lambda m: -m[0])
     positions = [
-        Position(p, ids[p], [float(r[p - 1, ids[p]]) for r in rows])
+        Position(p, ids[p], [s.own[p - 1] for s in seen])
         for _, p in sorted(moved[:MAX_POSITIONS], key=lambda m: m[1])
     ]
     candidates: set[int] = set()
-    for r in rows:
-        candidates.update(int(t) for t in r[-1].topk(TOP_NEXT).indices)
-    nxt = {t: [float(r[-1, t]) for r in rows] for t in sorted(candidates)}
+    for s in seen:
+        candidates.update(int(t) for t in s.last.topk(TOP_NEXT).indices)
+    nxt = {t: [float(s.last[t]) for s in seen] for t in sorted(candidates)}
     next_move = max(abs(v[unit] - v[zero]) for v in nxt.values())
     return max(moved[0][0], next_move), Canary(text, ids, positions, nxt)
 
@@ -160,8 +220,6 @@ def write_canaries(
     canaries = make_canaries(adapter, base, read_prompts(prompts_file) if prompts_file else None)
     save(canaries, out)
     unit, zero = canaries.unit(), canaries.zero()
-    values = [p.logprobs for c in canaries.canaries for p in c.positions]
-    values += [v for c in canaries.canaries for v in c.next.values()]
     return CanariesReport(
         out=out,
         adapter=adapter,
@@ -170,5 +228,5 @@ def write_canaries(
         positions=sum(len(c.positions) for c in canaries.canaries),
         candidates=sum(len(c.next) for c in canaries.canaries),
         scales=list(canaries.scales),
-        largest_move=max(abs(v[unit] - v[zero]) for v in values),
+        largest_move=max(abs(v[unit] - v[zero]) for v in _values(canaries)),
     )

@@ -26,9 +26,11 @@ class TrainReport(FrozenReport):
     tokens_per_s: float | None = None
     is_main: bool = True
     """False on the other processes of a multi-process run (they report nothing)."""
+    canaries: str | None = None
+    """``OUT/canaries.json`` for `adapterdoc probe`, when the run wrote one."""
 
     def body(self) -> dict[str, object]:
-        names = ("adapter", "steps", "train_loss", "val_loss", "verify", "base", "layout", "out")
+        names = ("adapter", "canaries", "steps", "train_loss", "val_loss", "verify", "base", "layout", "out")
         d = pick(self, (*names, "num_processes", "tokens_per_s"))
         return {**d, "layout": self.layout or None, "seconds": round(self.seconds, 3)}
 

@@ -145,6 +145,8 @@ def render_train(r: TrainReport) -> str:
         f"{b_counts.get('nonzero', 0)}/{b_counts.get('total', 0)}, tower LoRA {v.get('tower_lora', 0)}",
         f"  report {os.path.join(r.out, 'RUN_REPORT.md')}",
     ]
+    if r.canaries:
+        lines.append(f"  canaries {r.canaries} (for adapterdoc probe)")
     lines += [f"  {f.code} {f.severity}: {f.message}" for f in r.findings]
     return "\n".join(lines)
 

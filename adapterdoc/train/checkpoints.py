@@ -35,9 +35,12 @@ MARKER = "progress.jsonl"
 """A folder holding this file was written by a training run."""
 FINISHED = "training_metadata.json"
 """Written last by a run that finished."""
+CANARIES = "canaries.json"
+"""What `adapterdoc train` writes for `adapterdoc probe` after the doctor (:mod:`adapterdoc.fit.canaries`)."""
 RUN_FILES = (
     MARKER,
     FINISHED,
+    CANARIES,
     "RUN_REPORT.md",
     "loss_curve.png",
     "delta_heatmap.png",

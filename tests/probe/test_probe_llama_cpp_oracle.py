@@ -129,7 +129,8 @@ def test_a_server_without_prompt_logprobs(llama: dict[str, Any], cli: Any) -> No
 
 
 def test_a_trained_adapter_converted_to_gguf(llama: dict[str, Any], cli: Any, tmp_path: Path) -> None:
-    # adapterdoc train on the base folder, convert --to gguf, canaries from rows of its own data, probe
+    # adapterdoc train on the base folder (it writes run/canaries.json from rows of its own data), convert --to gguf,
+    # probe with the run's canaries file; then the same with canaries from probe --make-canaries on the same rows
     base = llama["tmp"] / "base"
     rows = [" ".join("abcdefghij"[(3 * i + j) % 7] * (1 + j % 3) for j in range(10)) for i in range(24)]
     peft = tiny.trained(base, rows, tmp_path / "run")
@@ -137,14 +138,15 @@ def test_a_trained_adapter_converted_to_gguf(llama: dict[str, Any], cli: Any, tm
     assert cli("convert", peft, "--to", "gguf", "--base", base, "--out", gguf).exit_code == 0
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": r}) + "\n" for r in rows[:6]))
-    can = tmp_path / "canaries.json"
-    r = cli("probe", "--make-canaries", peft, "--base", base, "--out", can, "--prompts", prompts)
+    made = tmp_path / "canaries.json"
+    r = cli("probe", "--make-canaries", peft, "--base", base, "--out", made, "--prompts", prompts)
     assert r.exit_code == 0, r.stdout
     model = json.loads(llama["tuned"].read_text())[0]
     config = tmp_path / "trained.json"
     config.write_text(json.dumps([{**model, "model_alias": "trained", "lora_path": str(gguf)}]))
     with _serve(llama, config) as url:
-        r = cli("probe", url, "--adapter", "trained", "--canaries", can, "--json")
-    out = json.loads(r.stdout)
-    assert (r.exit_code, out["verdict"]) == (0, "applied"), out
-    assert out["separation"] > 20
+        for can in (tmp_path / "run" / "canaries.json", made):
+            r = cli("probe", url, "--adapter", "trained", "--canaries", can, "--json")
+            out = json.loads(r.stdout)
+            assert (r.exit_code, out["verdict"], out["canaries"]) == (0, "applied", str(can)), out
+            assert out["separation"] > 20

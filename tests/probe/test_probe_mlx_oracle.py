@@ -100,7 +100,8 @@ def test_an_adapter_the_server_does_not_have(mlx: Any, cli: Any, tmp_path: Path)
 
 
 def test_a_trained_adapter_converted_to_mlx(mlx: Any, cli: Any, tmp_path: Path) -> None:
-    # adapterdoc train on the served base, convert --to mlx, canaries from rows of its own data, probe
+    # adapterdoc train on the served base (it writes run/canaries.json from rows of its own data), convert --to mlx,
+    # probe with the run's canaries file; then the same with canaries from probe --make-canaries on the same rows
     url, files = mlx
     rows = [" ".join(tiny.WORDS[(5 * i + j * j) % 10] for j in range(16)) for i in range(24)]
     peft = tiny.trained(files["base"], rows, tmp_path / "run")
@@ -109,14 +110,15 @@ def test_a_trained_adapter_converted_to_mlx(mlx: Any, cli: Any, tmp_path: Path) 
     )
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": r}) + "\n" for r in rows[:6]))
-    can = tmp_path / "canaries.json"
-    r = cli("probe", "--make-canaries", peft, "--base", files["base"], "--out", can, "--prompts", prompts)
+    made = tmp_path / "canaries.json"
+    r = cli("probe", "--make-canaries", peft, "--base", files["base"], "--out", made, "--prompts", prompts)
     assert r.exit_code == 0, r.stdout
-    args = ["--adapter", tmp_path / "mlx", "--base-model", files["base"], "--canaries", can, "--json"]
-    r = cli("probe", url, *args)
-    out = json.loads(r.stdout)
-    assert (r.exit_code, out["verdict"]) == (0, "applied"), out
-    assert out["separation"] > 20
+    for can in (tmp_path / "run" / "canaries.json", made):
+        args = ["--adapter", tmp_path / "mlx", "--base-model", files["base"], "--canaries", can, "--json"]
+        r = cli("probe", url, *args)
+        out = json.loads(r.stdout)
+        assert (r.exit_code, out["verdict"], out["canaries"]) == (0, "applied", str(can)), out
+        assert out["separation"] > 20
 
 
 def test_canaries_made_on_the_fly_with_local(mlx: Any, cli: Any) -> None:
