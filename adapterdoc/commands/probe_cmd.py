@@ -11,6 +11,8 @@ ENGINES = ("vllm", "sglang", "llama.cpp", "mlx-lm")
 """The request conventions ``--engine`` names (:data:`adapterdoc.probe.conventions.CONVENTIONS`; a test keeps the
 two equal)."""
 DTYPES = ("float32", "float16", "bfloat16")
+MAX_CANARIES_BYTES = 16 * 2**20
+"""The largest canaries file read (make-canaries writes a few tens of kB)."""
 
 EPILOG = """\b
 Exit codes: 0 the adapter is applied as PEFT applies it; 1 the server
@@ -31,7 +33,7 @@ Only URL is contacted; the API key (--api-key-env) is never printed."""
     "--engine", type=click.Choice(ENGINES), help="The server's engine (default: detected from /v1/models)."
 )
 @click.option("--extra-body", metavar="JSON", help="Other fields your clients send, as a JSON object.")
-@click.option("--canaries", "canaries_file", type=click.Path(dir_okay=False), metavar="FILE",
+@click.option("--canaries", "canaries_file", type=click.Path(), metavar="FILE",
               help="The canaries file (probe --make-canaries, or train's run folder).")  # fmt: skip
 @click.option(
     "--local",
@@ -42,6 +44,14 @@ Only URL is contacted; the API key (--api-key-env) is never printed."""
 @opt.base_option("The base model folder (weights and tokenizer) for --local or --make-canaries.")
 @click.option(
     "--api-key-env", metavar="VAR", help="Send the API key held in environment variable VAR (never printed)."
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds one request may take, its whole answer read.",
 )
 @click.option(
     "--served-dtype",
@@ -68,6 +78,7 @@ def command(
     local: str | None,
     base: str | None,
     api_key_env: str | None,
+    timeout: float,
     served_dtype: str | None,
     make: str | None,
     out: str | None,
@@ -92,25 +103,33 @@ def command(
     from adapterdoc.probe.conventions import Ask
     from adapterdoc.probe.run import Target, parse_extra_body, probe
 
-    try:
-        extra = parse_extra_body(extra_body)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--extra-body") from None
+    extra = parse_extra_body(extra_body)
     output.check(canaries_file, local, base)
     opt.check_report_files(output, junit_file, [i for i in (canaries_file, local, base) if i])
     if canaries_file:
         from adapterdoc.probe.canaries import load
 
+        _check_size(canaries_file)
         canaries, source = load(canaries_file), canaries_file
     else:
         from adapterdoc.probe.make import make_canaries
 
         assert local and base
         canaries, source = make_canaries(local, base), f"{local} (local)"
-    target = Target(url, Ask(adapter, base_model, extra), engine, api_key_env, served_dtype)
+    target = Target(url, Ask(adapter, base_model, extra), engine, api_key_env, served_dtype, timeout)
     report = probe(target, canaries, source)
     if junit_file:
         from adapterdoc.report.formats import render
 
         opt.write_report(junit_file, render(report, "junit"))
     opt.finish(report, output)
+
+
+def _check_size(path: str) -> None:
+    """Refuse a canaries file too large to be one (before reading it)."""
+    import os
+
+    from adapterdoc.probe.client import ProbeError
+
+    if os.path.isfile(path) and os.path.getsize(path) > MAX_CANARIES_BYTES:
+        raise ProbeError(path, f"larger than {MAX_CANARIES_BYTES // 2**20} MiB: not a canaries file")

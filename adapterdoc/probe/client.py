@@ -1,22 +1,30 @@
-"""A tiny HTTP client for one OpenAI-compatible server: only the URL the user gives, a bounded number of requests,
-timeouts, and an API key read from an environment variable that is never printed (standard library only)."""
+"""A tiny HTTP client for one OpenAI-compatible server: only the URL the user gives (redirects are refused, never
+followed), a bounded number of requests, a time limit and a size limit on each answer, and an API key read from an
+environment variable that is never printed (standard library only)."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from typing import IO
 
 from adapterdoc.errors import AdapterdocError
 
 MAX_REQUESTS = 12
 """The most requests one probe makes (``/v1/models`` and one per canary)."""
 TIMEOUT = 60.0
-"""Seconds one request may take."""
+"""Seconds one request may take, by default (``--timeout``)."""
+MAX_TIMEOUT = 3600.0
+"""The largest ``--timeout``."""
+MAX_BYTES = 8 * 2**20
+"""The largest answer read (a canary's answer is a few kB)."""
+CHUNK = 2**16
 
 
 class ProbeError(AdapterdocError):
@@ -30,6 +38,13 @@ class Response:
     status: int
     body: object
     text: str
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Never follow a redirect: the 3xx answer comes back as an ``HTTPError``."""
+
+    def redirect_request(self, *args: object) -> None:
+        return None
 
 
 @dataclass
@@ -57,6 +72,10 @@ class Client:
             raise ProbeError(self.url, f"not a URL ({e})") from None
         if not host:
             raise ProbeError(self.url, "the URL names no host")
+        if not 0 < self.timeout <= MAX_TIMEOUT:  # also NaN
+            raise ProbeError(
+                "--timeout", f"{self.timeout:g} is not a number of seconds in (0, {MAX_TIMEOUT:g}]"
+            )
         if self.api_key_env and not os.environ.get(self.api_key_env):
             raise ProbeError(
                 self.api_key_env, f"the environment variable {self.api_key_env} is not set or empty"
@@ -77,22 +96,67 @@ class Client:
             headers["Authorization"] = "Bearer " + os.environ[self.api_key_env]
         data = None if body is None else json.dumps(body).encode("utf-8")
         request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+        where = self.url + path
+        deadline = time.monotonic() + self.timeout
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as r:
-                return _response(r.status, r.read())
-        except urllib.error.HTTPError as e:
-            return _response(e.code, e.read())
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise ProbeError(self.url, f"cannot connect ({reason})") from e
+            return self._answer(request, where, deadline)
+        except TimeoutError:
+            raise ProbeError(where, self._late()) from None
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, TimeoutError):
+                raise ProbeError(where, self._late()) from None
+            raise ProbeError(self.url, f"cannot connect ({e.reason})") from e
+        except OSError as e:
+            raise ProbeError(where, f"the connection failed ({e})") from e
         except (ValueError, http.client.HTTPException) as e:  # InvalidURL; a reply that is no HTTP
             raise ProbeError(self.url, f"no HTTP answer ({type(e).__name__}: {e})") from e
+
+    def _answer(self, request: urllib.request.Request, where: str, deadline: float) -> Response:
+        opener = urllib.request.build_opener(_NoRedirect)
+        try:
+            answer: IO[bytes] = opener.open(request, timeout=self.timeout)
+            status = int(answer.status)  # type: ignore[attr-defined]
+        except urllib.error.HTTPError as e:
+            answer, status = e, e.code
+        with answer:
+            if 300 <= status < 400:
+                to = answer.headers.get("Location", "nowhere")  # type: ignore[attr-defined]
+                raise ProbeError(
+                    where,
+                    f"HTTP {status}: the server redirects to {to}; the probe contacts only the URL given "
+                    "(give the URL it redirects to)",
+                )
+            if status in (401, 403):
+                raise ProbeError(where, f"HTTP {status}: {self._refused()}")
+            return _response(status, self._read(answer, where, deadline))
+
+    def _read(self, answer: IO[bytes], where: str, deadline: float) -> bytes:
+        """The body, at most :data:`MAX_BYTES`, read before ``deadline`` (a server that drips its answer)."""
+        chunks, size = [], 0
+        while chunk := answer.read1(CHUNK):  # type: ignore[attr-defined]
+            size += len(chunk)
+            if size > MAX_BYTES:
+                raise ProbeError(
+                    where, f"the answer is larger than {MAX_BYTES // 2**20} MiB (a canary's is kB)"
+                )
+            if time.monotonic() > deadline:
+                raise ProbeError(where, self._late())
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _late(self) -> str:
+        return f"no whole answer within {self.timeout:g} s (--timeout)"
+
+    def _refused(self) -> str:
+        if not self.api_key_env:
+            return "the server wants an API key (give --api-key-env VAR, the variable that holds it)"
+        return f"the server refuses the API key in {self.api_key_env} (--api-key-env)"
 
 
 def _response(status: int, raw: bytes) -> Response:
     text = raw.decode("utf-8", errors="replace")
     try:
         body: object = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON; JSON nested too deep to parse
         body = None
     return Response(status, body, text)

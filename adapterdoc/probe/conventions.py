@@ -14,6 +14,7 @@ vLLM 0.33, SGLang 0.5.23.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -22,6 +23,12 @@ from adapterdoc.probe.fit import Observation
 
 TOP_LOGPROBS_MLX = 11
 """mlx_lm.server's largest ``top_logprobs``."""
+NAMED_BY_OPTIONS = {"model": "--adapter or --base-model", "adapters": "--adapter", "lora_path": "--adapter"}
+"""The request fields that name the adapter or the base: they come from these options, never from ``--extra-body``
+(so that the report says what the request named)."""
+SET_BY_PROBE = ("prompt", "max_tokens", "temperature", "echo", "logprobs", "top_logprobs", "prompt_logprobs",
+                "logprob_start_len", "stream")  # fmt: skip
+"""The request fields the probe sets to have the canaries' logprobs back, which ``--extra-body`` may not change."""
 
 
 @dataclass(frozen=True)
@@ -76,8 +83,9 @@ def read_vllm(body: object, canary: Canary, offset: int) -> list[Observation]:
         i = p.pos + offset
         row = rows[i] if 0 <= i < len(rows) else None
         entry = row.get(str(p.token)) if isinstance(row, dict) else None
-        if isinstance(entry, dict) and isinstance(entry.get("logprob"), (int, float)):
-            out.append(Observation(float(entry["logprob"]), p.logprobs))
+        value = _logprob(entry.get("logprob")) if isinstance(entry, dict) else None
+        if value is not None:
+            out.append(Observation(value, p.logprobs))
     return out
 
 
@@ -135,9 +143,9 @@ def read_echo(body: object, canary: Canary, offset: int) -> list[Observation]:
     out = []
     for p in canary.positions:
         i = p.pos + offset
-        value = values[i] if 0 <= i < len(values) else None
-        if isinstance(value, (int, float)):
-            out.append(Observation(float(value), p.logprobs))
+        value = _logprob(values[i]) if 0 <= i < len(values) else None
+        if value is not None:
+            out.append(Observation(value, p.logprobs))
     return out
 
 
@@ -165,10 +173,23 @@ def read_mlx(body: object, canary: Canary, offset: int) -> list[Observation]:
     top = first.get("top_logprobs") if isinstance(first, dict) else None
     out = []
     for entry in top if isinstance(top, list) else []:
-        token, value = (entry.get("id"), entry.get("logprob")) if isinstance(entry, dict) else (None, None)
-        if isinstance(token, int) and isinstance(value, (int, float)) and token in canary.next:
-            out.append(Observation(float(value), canary.next[token]))
+        token, value = (
+            (entry.get("id"), _logprob(entry.get("logprob"))) if isinstance(entry, dict) else (None, None)
+        )
+        if isinstance(token, int) and value is not None and token in canary.next:
+            out.append(Observation(value, canary.next[token]))
     return out
+
+
+def _logprob(value: object) -> float | None:
+    """A JSON number as a float (``true`` is none; an integer beyond any float is infinite, which the probe
+    refuses with the other values that are no logprob), else None."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _first_choice(body: object) -> dict[str, object]:

@@ -4,18 +4,22 @@ PEFT's at each scale, and report the verdict with the request convention's warni
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adapterdoc.probe.canaries import Canaries, Canary
-from adapterdoc.probe.client import Client, ProbeError, Response
-from adapterdoc.probe.conventions import CONVENTIONS, Ask, Convention
+from adapterdoc.probe.client import TIMEOUT, Client, ProbeError, Response
+from adapterdoc.probe.conventions import CONVENTIONS, NAMED_BY_OPTIONS, SET_BY_PROBE, Ask, Convention
 from adapterdoc.probe.fit import SEPARATION, Fit, Observation, fit
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.report.probe_report import ProbeReport
 
 OWNERS = {"vllm": "vllm", "sglang": "sglang", "me": "llama.cpp"}
 """``/v1/models``' ``owned_by`` → engine (llama-cpp-python's server says ``me``)."""
+LOGPROB_RANGE = (-1e6, 1.0)
+"""A served logprob outside this range is no logprob (vLLM writes -inf as -9999; a float's rounding may put the
+likeliest token a little above 0)."""
 
 
 @dataclass(frozen=True)
@@ -28,15 +32,19 @@ class Target:
     api_key_env: str | None = None
     dtype: str | None = None
     """The served dtype (its tolerance); default: the canaries' (the base's) dtype."""
+    timeout: float = TIMEOUT
+    """Seconds one request may take."""
 
 
 def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
-    """Probe ``target.url`` with ``canaries``; an unreachable or unreadable server is a :class:`ProbeError`."""
-    client = Client(target.url, target.api_key_env)
+    """Probe ``target.url`` with ``canaries``; an unreachable or unreadable server, or canaries that hold nothing
+    to compare, is a :class:`ProbeError`."""
+    check_canaries(canaries, source or "the canaries")
+    client = Client(target.url, target.api_key_env, target.timeout)
     models = client.get("/v1/models")
     engine = target.engine or detect(models)
     convention = CONVENTIONS[engine]
-    observations = _observe(client, convention, target.ask, canaries.canaries)
+    observations = _observe(client, convention, target.ask, canaries.canaries, target.engine is not None)
     dtype = target.dtype or canaries.dtype
     result = fit(observations, canaries.scales, dtype)
     if result.separation < SEPARATION:
@@ -80,15 +88,34 @@ def detect(models: Response) -> str:
     raise ProbeError("/v1/models", f"cannot tell which engine serves it ({why}); give --engine")
 
 
+def check_canaries(canaries: Canaries, source: str) -> None:
+    """Refuse canaries the fit cannot use: none, an expected value or a scale that is no finite number, scales
+    that do not rise."""
+    scales = list(canaries.scales)
+    values = [v for c in canaries.canaries for p in c.positions for v in p.logprobs]
+    values += [v for c in canaries.canaries for vs in c.next.values() for v in vs]
+    if not canaries.canaries or not values:
+        raise ProbeError(source, "the canaries file holds no canaries (make it again: probe --make-canaries)")
+    if not all(_finite(s) for s in scales) or scales != sorted(set(scales)):
+        raise ProbeError(source, f"its scales {scales} are not finite numbers in rising order")
+    bad = [v for v in values if not _finite(v)]
+    if bad:
+        raise ProbeError(source, f"an expected logprob is {bad[0]!r}, not a finite number")
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _observe(
-    client: Client, convention: Convention, ask: Ask, canaries: Sequence[Canary]
+    client: Client, convention: Convention, ask: Ask, canaries: Sequence[Canary], given: bool
 ) -> list[Observation]:
     """One request per canary; the served logprobs at the offset that fits best."""
     bodies = []
     for canary in canaries:
         r = client.post("/v1/completions", convention.build(ask, canary))
         if r.status != 200:
-            fix = f"; {_works(convention.name, ask)}" if r.status == 404 else ""
+            fix = f"; {_works(convention.name, ask)}" if r.status == 404 else _engine_hint(convention, given)
             raise ProbeError(
                 client.url + "/v1/completions",
                 f"HTTP {r.status} for {convention.describe(ask)}: {_short(r)}{fix}",
@@ -97,11 +124,30 @@ def _observe(
     best: list[Observation] = []
     for offset in convention.offsets:
         seen = [o for body, c in zip(bodies, canaries, strict=True) for o in convention.read(body, c, offset)]
+        _check_served(seen, client.url + "/v1/completions")
         if seen and (not best or _closeness(seen) < _closeness(best)):
             best = seen
     if not best:
-        raise ProbeError(client.url, f"the {convention.name} server returned no logprobs the canaries hold")
+        objects = any(isinstance(b, dict) for b in bodies)
+        why = "no logprobs the canaries hold" if objects else "no JSON object"
+        raise ProbeError(
+            client.url, f"the {convention.name} server returned {why}{_engine_hint(convention, given)}"
+        )
     return best
+
+
+def _check_served(seen: Sequence[Observation], where: str) -> None:
+    """Refuse a served value that is no logprob (NaN, infinite, far out of range): the answer is broken."""
+    low, high = LOGPROB_RANGE
+    bad = next((o.served for o in seen if not low <= o.served <= high), None)  # NaN compares false
+    if bad is not None:
+        raise ProbeError(
+            where, f"the server returned {bad!r} as a logprob (a logprob is in [{low:g}, {high:g}])"
+        )
+
+
+def _engine_hint(convention: Convention, given: bool) -> str:
+    return f" (--engine {convention.name} was given: is the server {convention.name}?)" if given else ""
 
 
 def _closeness(seen: Sequence[Observation]) -> float:
@@ -111,6 +157,8 @@ def _closeness(seen: Sequence[Observation]) -> float:
 
 
 def _short(r: Response) -> str:
+    if r.body is None and r.text.lstrip().startswith("<"):
+        return "an HTML page, not the engine's JSON (is URL the engine's server?)"
     detail = r.body.get("detail") or r.body.get("error") or r.body if isinstance(r.body, dict) else r.text
     text = detail.get("message", detail) if isinstance(detail, dict) else detail
     return " ".join(str(text).split())[:200]
@@ -155,7 +203,7 @@ def _works(engine: str, ask: Ask) -> str:
 def convention_findings(engine: str, ask: Ask, models: Response) -> list[Finding]:
     """Warnings where the user's request convention falls back to the base without an error (AD920-AD923)."""
     listed = _listed(models)
-    if engine == "mlx-lm" and not ask.base_model and "model" not in (ask.extra or {}):
+    if engine == "mlx-lm" and not ask.base_model:
         return [
             make(
                 "AD920", f"the request names adapters={ask.adapter!r} but no model", hint=_works(engine, ask)
@@ -187,13 +235,23 @@ def _listed(models: Response) -> set[str] | None:
 
 
 def parse_extra_body(text: str | None) -> Mapping[str, object] | None:
-    """``--extra-body JSON``: an object of fields added to every request."""
+    """``--extra-body JSON``: an object of other fields added to every request; the fields that name the adapter
+    or the base come from ``--adapter`` / ``--base-model``, and those the probe sets to read logprobs are its own."""
     if not text:
         return None
     try:
         value = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"--extra-body is not JSON: {e}") from None
+    except (ValueError, RecursionError) as e:
+        raise ProbeError("--extra-body", f"not JSON ({e})") from None
     if not isinstance(value, dict):
-        raise ValueError("--extra-body must be a JSON object")
+        raise ProbeError("--extra-body", f"a JSON object is needed, not {text.strip()[:40]}")
+    for key in value:
+        if key in NAMED_BY_OPTIONS:
+            raise ProbeError(
+                "--extra-body", f"{key!r} names the adapter or the base: give it with {NAMED_BY_OPTIONS[key]}"
+            )
+        if key in SET_BY_PROBE:
+            raise ProbeError(
+                "--extra-body", f"the probe sets {key!r} itself, to have the canaries' logprobs back"
+            )
     return value
