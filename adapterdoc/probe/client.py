@@ -41,10 +41,19 @@ class Response:
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Never follow a redirect: the 3xx answer comes back as an ``HTTPError``."""
+    """Never follow a redirect, nor read where it points: the 3xx answer comes back as an ``HTTPError``."""
 
-    def redirect_request(self, *args: object) -> None:
+    def http_error_302(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+    ) -> None:
         return None
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
 
 
 @dataclass
@@ -120,7 +129,7 @@ class Client:
             answer, status = e, e.code
         with answer:
             if 300 <= status < 400:
-                to = answer.headers.get("Location", "nowhere")  # type: ignore[attr-defined]
+                to = printable(answer.headers.get("Location", "nowhere"))  # type: ignore[attr-defined]
                 raise ProbeError(
                     where,
                     f"HTTP {status}: the server redirects to {to}; the probe contacts only the URL given "
@@ -151,6 +160,13 @@ class Client:
         if not self.api_key_env:
             return "the server wants an API key (give --api-key-env VAR, the variable that holds it)"
         return f"the server refuses the API key in {self.api_key_env} (--api-key-env)"
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """What a server wrote, for one line of stderr: whitespace runs as one space, other control characters (a
+    terminal's escape sequences) as ``?``, at most ``limit`` characters."""
+    one_line = " ".join(text.split())[:limit]
+    return "".join(c if c.isprintable() else "?" for c in one_line)
 
 
 def _response(status: int, raw: bytes) -> Response:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adapterdoc.probe.canaries import Canaries, Canary
-from adapterdoc.probe.client import TIMEOUT, Client, ProbeError, Response
+from adapterdoc.probe.client import MAX_REQUESTS, TIMEOUT, Client, ProbeError, Response, printable
 from adapterdoc.probe.conventions import CONVENTIONS, NAMED_BY_OPTIONS, SET_BY_PROBE, Ask, Convention
 from adapterdoc.probe.fit import SEPARATION, Fit, Observation, fit
 from adapterdoc.report.findings import Finding, make
@@ -96,6 +96,11 @@ def check_canaries(canaries: Canaries, source: str) -> None:
     values += [v for c in canaries.canaries for vs in c.next.values() for v in vs]
     if not canaries.canaries or not values:
         raise ProbeError(source, "the canaries file holds no canaries (make it again: probe --make-canaries)")
+    if len(canaries.canaries) >= MAX_REQUESTS:
+        raise ProbeError(
+            source,
+            f"{len(canaries.canaries)} canaries; the probe sends at most {MAX_REQUESTS - 1} (one request each)",
+        )
     if not all(_finite(s) for s in scales) or scales != sorted(set(scales)):
         raise ProbeError(source, f"its scales {scales} are not finite numbers in rising order")
     bad = [v for v in values if not _finite(v)]
@@ -161,7 +166,7 @@ def _short(r: Response) -> str:
         return "an HTML page, not the engine's JSON (is URL the engine's server?)"
     detail = r.body.get("detail") or r.body.get("error") or r.body if isinstance(r.body, dict) else r.text
     text = detail.get("message", detail) if isinstance(detail, dict) else detail
-    return " ".join(str(text).split())[:200]
+    return printable(str(text))
 
 
 def verdict_finding(result: Fit, engine: str, ask: Ask) -> Finding:

@@ -257,6 +257,26 @@ def test_a_redirect_is_refused_not_followed(
     assert elsewhere.seen == [] and not out.exists()
 
 
+def test_a_server_that_hangs_up_is_one_line(cli: Any, stub: Any, canaries: Path) -> None:
+    def hang_up(h: Any) -> None:
+        h.close_connection = True
+
+    one_line(
+        cli("probe", url(stub(post=hang_up)), "--adapter", "a", "--canaries", canaries), "connection failed"
+    )
+
+
+def test_escape_sequences_from_the_server_are_not_printed(cli: Any, stub: Any, canaries: Path) -> None:
+    """A hostile server's error message or Location with a terminal escape sequence: shown as ``?``."""
+    server = stub(post=send(500, {"error": {"message": "oops\x1b[2J\x1b]0;pwned\x07"}}))
+    r = cli("probe", url(server), "--adapter", "a", "--canaries", canaries)
+    one_line(r, "HTTP 500", "oops?[2J?]0;pwned?")
+    assert "\x1b" not in r.stderr
+    server = stub(get=send(302, b"", {"Location": "http://evil\x1b[2J/"}))
+    r = cli("probe", url(server), "--adapter", "a", "--canaries", canaries)
+    one_line(r, "redirects to http://evil?[2J/")
+
+
 def test_a_huge_answer_is_cut_short(cli: Any, stub: Any, canaries: Path) -> None:
     """200 MB announced (and streamed as long as the client reads): the client stops at its cap."""
     size = 200 * 2**20
@@ -401,6 +421,7 @@ def _canary(**change: object) -> dict[str, object]:
         pytest.param(_raw(canaries={"a": 1}), ["not a canaries file"], marks=LOAD_ASSERTS),
         (_raw(canaries=[]), ["holds no canaries"]),
         (_raw(canaries=[_canary(positions=[], next={})]), ["holds no canaries"]),
+        (_raw(canaries=[_canary()] * 12), ["12 canaries; the probe sends at most 11"]),
         (
             _raw(canaries=[_canary(positions=[{"pos": "x", "token": 6, "logprobs": [0.0] * 7}])]),
             ["not a canaries"],
