@@ -81,6 +81,11 @@ class Client:
             raise ProbeError(self.url, f"not a URL ({e})") from None
         if not host:
             raise ProbeError(self.url, "the URL names no host")
+        if parts.username is not None or parts.password is not None:
+            shown = f"{parts.scheme}://{host}"  # never the password
+            raise ProbeError(shown, "the URL holds a user or password: give the API key with --api-key-env")
+        if parts.query or parts.fragment or "?" in self.url or "#" in self.url:
+            raise ProbeError(self.url, "the URL holds a query or a fragment: give the server's root (or /v1)")
         if not 0 < self.timeout <= MAX_TIMEOUT:  # also NaN
             raise ProbeError(
                 "--timeout", f"{self.timeout:g} is not a number of seconds in (0, {MAX_TIMEOUT:g}]"
@@ -88,6 +93,15 @@ class Client:
         if self.api_key_env and not os.environ.get(self.api_key_env):
             raise ProbeError(
                 self.api_key_env, f"the environment variable {self.api_key_env} is not set or empty"
+            )
+        key = os.environ.get(self.api_key_env or "", "")
+        if not all(
+            32 < ord(c) < 127 for c in key
+        ):  # the key is never printed, not even in http.client's error
+            raise ProbeError(
+                self.api_key_env,
+                f"the API key in {self.api_key_env} holds a space, a newline or a character beyond ASCII, "
+                "which an HTTP header cannot carry",
             )
 
     def get(self, path: str) -> Response:

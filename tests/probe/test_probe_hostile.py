@@ -527,6 +527,33 @@ def test_an_empty_api_key_variable_is_one_line(cli: Any, stub: Any, canaries: Pa
     assert server.seen == []
 
 
+@pytest.mark.parametrize("key", ["sekret-123\n", "sekret 123", "sekret-\u043a\u043b\u044e\u0447"])
+def test_an_api_key_no_header_can_carry_is_not_printed(cli: Any, stub: Any, canaries: Path, key: str) -> None:
+    """http.client's own error would print the header with the key in it."""
+    server = stub()
+    r = cli(
+        "probe", url(server), "--adapter", "a", "--canaries", canaries, "--api-key-env", "K", env={"K": key}
+    )
+    one_line(r, "the API key in K holds a space, a newline or a character beyond ASCII")
+    assert "sekret" not in r.stderr and server.seen == []
+
+
+@pytest.mark.parametrize(
+    ("given", "shown", "why"),
+    [
+        ("http://user:pw@127.0.0.1:9", "http://127.0.0.1:", "a user or password"),
+        ("http://127.0.0.1:9/v1?x=1", "?x=1", "a query or a fragment"),
+        ("http://127.0.0.1:9/#top", "#top", "a query or a fragment"),
+    ],
+)
+def test_a_url_with_more_than_a_server_is_refused(
+    cli: Any, canaries: Path, given: str, shown: str, why: str
+) -> None:
+    r = cli("probe", given, "--adapter", "a", "--canaries", canaries)
+    one_line(r, shown, why)
+    assert "pw" not in r.stderr
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e300"])
 def test_a_timeout_that_is_no_time_is_one_line(cli: Any, stub: Any, canaries: Path, value: str) -> None:
     one_line(
