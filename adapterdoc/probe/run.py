@@ -103,9 +103,10 @@ def check_canaries(canaries: Canaries, source: str) -> None:
         )
     if not all(_finite(s) for s in scales) or scales != sorted(set(scales)):
         raise ProbeError(source, f"its scales {scales} are not finite numbers in rising order")
-    bad = [v for v in values if not _finite(v)]
+    low, high = LOGPROB_RANGE
+    bad = [v for v in values if not (_finite(v) and low <= v <= high)]
     if bad:
-        raise ProbeError(source, f"an expected logprob is {bad[0]!r}, not a finite number")
+        raise ProbeError(source, f"an expected logprob is {bad[0]!r}, not a number in [{low:g}, {high:g}]")
 
 
 def _finite(value: object) -> bool:
@@ -215,7 +216,9 @@ def convention_findings(engine: str, ask: Ask, models: Response) -> list[Finding
             )
         ]
     if engine == "llama.cpp" and listed is not None and ask.adapter not in listed:
-        shown = ", ".join(sorted(listed)) or "none"
+        ids = sorted(listed)
+        shown = ", ".join(printable(i, 60) for i in ids[:5]) or "none"
+        shown += f", … ({len(ids)} in all)" if len(ids) > 5 else ""
         return [
             make(
                 "AD921", f"the alias {ask.adapter!r} is not among /v1/models' ids ({shown})", key=ask.adapter

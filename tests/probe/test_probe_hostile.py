@@ -368,6 +368,16 @@ def test_an_unknown_engine_asks_for_engine(cli: Any, stub: Any, canaries: Path, 
     )
 
 
+def test_a_hostile_models_list_is_shown_short(cli: Any, stub: Any, canaries: Path) -> None:
+    """llama.cpp's warning lists /v1/models' ids: at most five, printable, whatever the server lists."""
+    ids = [{"id": f"m{i}\x1b[31m", "owned_by": "me"} for i in range(50_000)]
+    short = [None, _expected(0, 1.0), _expected(1, 1.0), _expected(2, 1.0)]
+    server = stub(get=send(200, {"data": ids}), post=send(200, _echo_answer(short)))
+    r = cli("probe", url(server), "--adapter", "a", "--canaries", canaries, env={"COLUMNS": "80"})
+    assert r.exit_code == 0 and "AD921" in r.stdout and "(50000 in all)" in r.stdout, r.output
+    assert "\x1b" not in r.stdout and len(r.stdout) < 2000
+
+
 def test_the_wrong_engine_given_says_so(cli: Any, stub: Any, canaries: Path) -> None:
     """--engine vllm against an mlx-shaped server: its answer has no prompt_logprobs; the line asks about --engine."""
     top = [{"id": 9, "logprob": _expected(3, 1.0)}]
@@ -428,18 +438,19 @@ def _canary(**change: object) -> dict[str, object]:
         ),
         (
             _raw(canaries=[_canary(positions=[{"pos": 1, "token": 6, "logprobs": "abcdefg"}])]),
-            ["'a', not a finite"],
+            ["'a', not a number in [-1e+06, 1]"],
         ),
         (
             _raw(canaries=[_canary(positions=[{"pos": 1, "token": 6, "logprobs": [None] * 7}])]),
-            ["None, not a finite"],
+            ["None, not a number"],
         ),
         (
             _raw(canaries=[_canary(positions=[{"pos": 1, "token": 6, "logprobs": [math.nan] * 7}])]),
             ["nan, not a"],
         ),
-        (_raw(canaries=[_canary(next={"9": [math.inf] * 7})]), ["inf, not a finite"]),
+        (_raw(canaries=[_canary(next={"9": [math.inf] * 7})]), ["inf, not a number"]),
         (_raw(canaries=[_canary(next={"x": [0.0] * 7})]), ["not a canaries file"]),
+        (_raw(canaries=[_canary(next={"9": [-1e308] + [1e308] * 6})]), ["-1e+308, not a number"]),
         (
             _raw(canaries=[_canary(positions=[{"pos": 1, "token": 6, "logprobs": [-1.0] * 3}])]),
             ["one per scale"],
