@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from adapterdoc.errors import UnsupportedInputError
 
@@ -36,6 +37,10 @@ class Position:
     token: int
     logprobs: Sequence[float]
     """One per scale of :attr:`Canaries.scales`."""
+    same: Sequence[float] = ()
+    """The logprob of ``token`` in the distribution after it (the logits of index ``pos`` scored at the token of
+    index ``pos``), one per scale: what llama-cpp-python's echo reports for a prompt that starts without BOS (its
+    logits rows are then one step off its tokens). Empty in files made before it was recorded."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,11 @@ def load(path: str | Path) -> Canaries:
         raise UnsupportedInputError(str(p), f"not a canaries file: {e}") from e
 
 
+def _position(raw: Any) -> Position:
+    same = raw.get("same")
+    return Position(int(raw["pos"]), int(raw["token"]), list(raw["logprobs"]), list(same) if same else ())
+
+
 def _from_dict(raw: dict[str, object]) -> Canaries:
     rows = raw["canaries"]
     assert isinstance(rows, list)
@@ -110,7 +120,7 @@ def _from_dict(raw: dict[str, object]) -> Canaries:
         Canary(
             text=str(c["text"]),
             ids=[int(i) for i in c["ids"]],
-            positions=[Position(int(p["pos"]), int(p["token"]), list(p["logprobs"])) for p in c["positions"]],
+            positions=[_position(p) for p in c["positions"]],
             next={int(k): list(v) for k, v in c.get("next", {}).items()},
         )
         for c in rows
@@ -122,6 +132,7 @@ def _from_dict(raw: dict[str, object]) -> Canaries:
     lengths = {len(p.logprobs) for c in canaries for p in c.positions} | {
         len(v) for c in canaries for v in c.next.values()
     }
+    lengths |= {len(p.same) for c in canaries for p in c.positions if p.same}
     if lengths - {len(scales)}:
         raise ValueError(f"every expected value needs {len(scales)} entries, one per scale")
     return Canaries(

@@ -146,6 +146,8 @@ class _Seen(NamedTuple):
 
     own: list[float]
     """``own[p - 1]``: the logprob of the prompt's token ``p`` given the tokens before it."""
+    same: list[float]
+    """``same[p]``: the logprob of the prompt's token ``p`` in the distribution after it (row ``p``)."""
     last: Any
     """The log-softmax after the whole prompt (a tensor over the vocabulary)."""
 
@@ -165,7 +167,8 @@ def _seen(model: Any, batch: list[list[int]], scale: float) -> list[_Seen]:
     for i, ids in enumerate(batch):
         rows = torch.log_softmax(logits[i, : len(ids)].float(), dim=-1).cpu()
         own = rows[:-1].gather(1, torch.tensor(ids[1:]).unsqueeze(1)).squeeze(1)
-        out.append(_Seen([float(x) for x in own.tolist()], rows[-1]))
+        same = rows.gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1)
+        out.append(_Seen([float(x) for x in own.tolist()], [float(x) for x in same.tolist()], rows[-1]))
     return out
 
 
@@ -193,7 +196,7 @@ def _canary(text: str, ids: list[int], seen: list[_Seen], scales: Sequence[float
     moved = [(abs(seen[unit].own[p - 1] - seen[zero].own[p - 1]), p) for p in range(1, len(ids))]
     moved.sort(key=lambda m: -m[0])
     positions = [
-        Position(p, ids[p], [s.own[p - 1] for s in seen])
+        Position(p, ids[p], [s.own[p - 1] for s in seen], [s.same[p] for s in seen])
         for _, p in sorted(moved[:MAX_POSITIONS], key=lambda m: m[1])
     ]
     candidates: set[int] = set()

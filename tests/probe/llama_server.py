@@ -33,9 +33,10 @@ def spm(folder: str) -> None:
     (Path(folder) / "tokenizer.vocab").unlink()
 
 
-def tokenizer(folder: str) -> None:
+def tokenizer(folder: str, bos: str = "bos") -> None:
     """SentencePiece's own pieces and scores as a fast Unigram tokenizer: a "▁" before the text and for each space,
-    BOS first (as llama.cpp's SPM tokenizer does)."""
+    BOS first (as llama.cpp's SPM tokenizer does); with ``bos`` ``no-bos``, no BOS, and ``add_bos_token`` false in
+    tokenizer_config.json (which llama.cpp's converter writes into the GGUF as ``tokenizer.ggml.add_bos_token``)."""
     import sentencepiece as sp
     from tokenizers import Tokenizer, decoders, models, normalizers, processors
     from transformers import PreTrainedTokenizerFast
@@ -45,14 +46,18 @@ def tokenizer(folder: str) -> None:
     tok = Tokenizer(models.Unigram(pieces, unk_id=spm.unk_id()))
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
     tok.decoder = decoders.Metaspace()
-    bos = spm.id_to_piece(spm.bos_id())
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", special_tokens=[(bos, spm.bos_id())]
-    )
+    piece = spm.id_to_piece(spm.bos_id())
+    if bos == "bos":
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{piece} $A", special_tokens=[(piece, spm.bos_id())]
+        )
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=bos, eos_token=spm.id_to_piece(spm.eos_id()), unk_token="<unk>"
+        tokenizer_object=tok, bos_token=piece, eos_token=spm.id_to_piece(spm.eos_id()), unk_token="<unk>"
     )
     fast.save_pretrained(folder)
+    if bos != "bos":
+        config = Path(folder) / "tokenizer_config.json"
+        config.write_text(json.dumps({**json.loads(config.read_text()), "add_bos_token": False}))
 
 
 def serve(config: str, port: str, scale: str) -> None:
