@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from adapterdoc.probe.canaries import Canaries, Canary, Position, save, scale_grid
+from tests.probe.stub_server import Handler, Reply, Stub, send, url
 
 SCALES = scale_grid(4)
 POSITIONS = [(1, 6), (2, 7), (3, 8)]
@@ -49,49 +50,6 @@ def _echo_answer(values: list[object]) -> dict[str, object]:
     return {"choices": [{"text": "x", "logprobs": {"token_logprobs": values}}]}
 
 
-Reply = Callable[[http.server.BaseHTTPRequestHandler], None]
-
-
-def send(status: int, body: object, headers: dict[str, str] | None = None) -> Reply:
-    """A reply of ``status`` with ``body`` (bytes as they are, else JSON, NaN written as NaN)."""
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-
-    def reply(h: http.server.BaseHTTPRequestHandler) -> None:
-        h.send_response(status)
-        for k, v in {"Content-Type": "application/json", **(headers or {})}.items():
-            h.send_header(k, v)
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
-
-    return reply
-
-
-class Stub(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    get: Reply
-    post: Reply
-    seen: list[str]
-    stop: threading.Event
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    server: Stub
-
-    def do_GET(self) -> None:
-        self.server.seen.append(f"GET {self.path} {self.headers.get('Authorization')}")
-        self.server.get(self)
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.seen.append(f"POST {self.path} {self.headers.get('Authorization')}")
-        self.server.post(self)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def stub() -> Iterator[Callable[..., Stub]]:
     """``stub(get=..., post=...)``: a loopback server answering GET and POST with these replies."""
@@ -109,10 +67,6 @@ def stub() -> Iterator[Callable[..., Stub]]:
         server.stop.set()
         server.shutdown()
         server.server_close()
-
-
-def url(server: Stub) -> str:
-    return f"http://127.0.0.1:{server.server_address[1]}"
 
 
 @pytest.fixture

@@ -1,0 +1,56 @@
+"""A loopback HTTP server from the standard library that answers what a broken or hostile server would (each test
+gives the replies): for the probe's client and readers, never an engine."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+Reply = Callable[[http.server.BaseHTTPRequestHandler], None]
+
+
+def send(status: int, body: object, headers: dict[str, str] | None = None) -> Reply:
+    """A reply of ``status`` with ``body`` (bytes as they are, else JSON, NaN written as NaN)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+
+    def reply(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(status)
+        for k, v in {"Content-Type": "application/json", **(headers or {})}.items():
+            h.send_header(k, v)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    return reply
+
+
+class Stub(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    get: Reply
+    post: Reply
+    seen: list[str]
+    stop: threading.Event
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    server: Stub
+
+    def do_GET(self) -> None:
+        self.server.seen.append(f"GET {self.path} {self.headers.get('Authorization')}")
+        self.server.get(self)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.seen.append(f"POST {self.path} {self.headers.get('Authorization')}")
+        self.server.post(self)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def url(server: Stub) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
