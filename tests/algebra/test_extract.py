@@ -129,3 +129,66 @@ def test_extract_says_a_grown_vocabulary(pair: tuple[Any, Any, Path, Path], tmp_
     body = json.loads(res.stdout)
     assert [m["module"] for m in body["modules"]] == [Q0]
     assert "AD961" in {f["code"] for f in body["findings"]}
+
+
+def _low_rank_plus_noise(rows: int, cols: int, noise: float, seed: int) -> np.ndarray:
+    """Singular values 10, 8, 6, 5, 2, 1 plus Gaussian noise."""
+    gen = np.random.default_rng(seed)
+    u = np.linalg.qr(gen.standard_normal((rows, 6)))[0]
+    v = np.linalg.qr(gen.standard_normal((cols, 6)))[0]
+    return (u * np.array([10.0, 8, 6, 5, 2, 1])) @ v.T + noise * gen.standard_normal((rows, cols))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_leading_error_is_measured_and_meets_the_optimum(dtype: Any):
+    """A large module under --rank: subspace iteration, the reported error equal to the measured one on the full
+    matrix (float64) and, with a gap in the spectrum, to the Eckart–Young optimum (numpy's SVD)."""
+    from adapterdoc.algebra.extract import leading
+
+    delta = _low_rank_plus_noise(300, 500, 0.01, 1).astype(dtype)
+    b, a, energy, error = leading(delta, 4)
+    exact = delta.astype(np.float64)
+    measured = np.linalg.norm(exact - b @ a)
+    assert b.shape == (300, 4) and a.shape == (4, 500)
+    assert abs(energy - np.linalg.norm(exact) ** 2) <= 1e-9 * energy
+    assert abs(error - measured) / math.sqrt(energy) <= 1e-6
+    s = np.linalg.svd(exact, compute_uv=False)
+    assert abs(error - math.sqrt((s[4:] ** 2).sum())) / math.sqrt(energy) <= 1e-6
+    assert np.allclose(np.linalg.svd(b, compute_uv=False), np.linalg.svd(a, compute_uv=False))  # split evenly
+
+
+def test_extract_bf16_large_module_uses_the_iteration_and_skips_equal_tensors(tmp_path: Path):
+    """A bfloat16 Llama pair whose only change is one projection large enough for the iteration: its row has no
+    effective rank, its error is the one measured on the exact float64 delta, and no other tensor (equal bytes)
+    makes a row or a finding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from adapterdoc.algebra.extract import extract
+
+    config = LlamaConfig(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=300,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "base")
+    weight = model.model.layers[0].self_attn.q_proj.weight
+    before = weight.detach().double().clone()
+    change = _low_rank_plus_noise(256, 256, 0.01, 2) * 0.01
+    with torch.no_grad():
+        weight.copy_((weight.double() + torch.from_numpy(change)).to(torch.bfloat16))
+    model.save_pretrained(tmp_path / "tuned")
+    full = (weight.detach().double() - before).numpy()
+    report = extract(str(tmp_path / "base"), str(tmp_path / "tuned"), str(tmp_path / "out"), rank=3)
+    (row,) = report.modules
+    assert row.module == Q0 and row.rank_out == 3 and row.effective_rank is None
+    got = _adapter_delta(tmp_path / "out", Q0, False)
+    measured = np.linalg.norm(full - got) / np.linalg.norm(full)
+    assert abs(row.rel_error - measured) <= 1e-6
+    s = np.linalg.svd(full, compute_uv=False)
+    assert abs(row.rel_error - math.sqrt((s[3:] ** 2).sum()) / np.linalg.norm(full)) <= 1e-6
+    assert not [f for f in report.findings if f.code in ("AD960", "AD961")]
