@@ -92,7 +92,7 @@ def check_canaries(canaries: Canaries, source: str) -> None:
     """Refuse canaries the fit cannot use: none, an expected value or a scale that is no finite number, scales
     that do not rise."""
     scales = list(canaries.scales)
-    values = [v for c in canaries.canaries for p in c.positions for v in p.logprobs]
+    values = [v for c in canaries.canaries for p in c.positions for v in (*p.logprobs, *p.same)]
     values += [v for c in canaries.canaries for vs in c.next.values() for v in vs]
     if not canaries.canaries or not values:
         raise ProbeError(source, "the canaries file holds no canaries (make it again: probe --make-canaries)")

@@ -403,6 +403,16 @@ def _canary(**change: object) -> dict[str, object]:
             ["nan, not a"],
         ),
         (_raw(canaries=[_canary(next={"9": [math.inf] * 7})]), ["inf, not a number"]),
+        (
+            _raw(
+                canaries=[
+                    _canary(
+                        positions=[{"pos": 1, "token": 6, "logprobs": [-1.0] * 7, "same": [math.nan] * 7}]
+                    )
+                ]
+            ),
+            ["nan, not a number"],
+        ),
         (_raw(canaries=[_canary(next={"x": [0.0] * 7})]), ["not a canaries file"]),
         (_raw(canaries=[_canary(next={"9": [-1e308] + [1e308] * 6})]), ["-1e+308, not a number"]),
         (
