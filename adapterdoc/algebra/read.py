@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import AdapterConfig, fused_expert_owner, parse_key
+from adapterdoc.audit import require_numpy
 from adapterdoc.audit.read import Reader, factor_pairs
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
 from adapterdoc.errors import RefusedError, UnsupportedInputError
@@ -88,8 +89,12 @@ class Source:
 
 
 def open_source(spec: str | os.PathLike[str], *, dora: bool = False) -> tuple[Checkpoint, AdapterConfig]:
-    """Open ``spec`` (an adapter folder) header-only and refuse what the algebra cannot hold (``dora``: but DoRA)."""
+    """Open ``spec`` (an adapter folder) header-only and refuse what the algebra cannot hold (``dora``: but DoRA).
+    numpy is imported here, with one BLAS thread unless ``OPENBLAS_NUM_THREADS`` says otherwise
+    (:func:`~adapterdoc.audit.require_numpy`): ``resize`` computes modules on threads of its own, and BLAS threads
+    spinning beside them made a 1 GiB resize on 2 cores take 115 s instead of 7."""
     s = os.fspath(spec)
+    require_numpy(s)
     ckpt = open_checkpoint(s)
     cfg = ckpt.adapter_config
     if cfg is None:
@@ -127,9 +132,9 @@ def read_full(ckpt: Checkpoint, reader: Reader) -> dict[str, NDArray]:
 def read_source(spec: str | os.PathLike[str]) -> Source:
     """Open ``spec``, refuse what the algebra cannot hold, and list its modules from the headers; the whole saved
     weights are read now, the factors when asked for (:meth:`Source.read`)."""
+    ckpt, cfg = open_source(spec)
     import numpy as np
 
-    ckpt, cfg = open_source(spec)
     factors: dict[str, Factors] = {}
     for g in factor_pairs(ckpt).values():
         if g.a is None or g.b is None:
