@@ -6,6 +6,9 @@ gives each one's median run (the machine's load average is printed beside it: on
 times move with it, the CPU times much less).
 
     python benchmarks/algebra_resize.py [--gib 1.0] [--rank 128] [--to 16] [--threads N] [--repeat 3]
+
+Without ``--threads`` the BLAS thread variables are unset, as a user runs it (``resize`` then gives OpenBLAS one
+thread itself: it computes modules on two threads of its own).
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=128)
     ap.add_argument("--to", type=int, default=16)
     ap.add_argument(
-        "--threads", type=int, default=1, help="BLAS threads of the resize (OPENBLAS/OMP_NUM_THREADS)"
+        "--threads",
+        type=int,
+        default=None,
+        help="BLAS threads (OPENBLAS/OMP/MKL_NUM_THREADS); default: unset, as a user runs it",
     )
     ap.add_argument("--repeat", type=int, default=3, help="runs of each (the median is shown)")
     args = ap.parse_args()
@@ -53,7 +59,10 @@ def main() -> None:
         path, size, _, modules = json.loads(made.stdout)
         print(f"adapter: {modules} modules, r={args.rank}, {size / 2**30:.2f} GiB BF16 → r={args.to}")
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = str(args.threads)
+            if args.threads is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = str(args.threads)
         load_cmd = [sys.executable, "-c", LOAD_CHILD, path]
         resize_cmd = [sys.executable, "-m", "adapterdoc", "resize", folder, "--rank", str(args.to), "--json"]
         out = os.path.join(work, "out")
@@ -68,7 +77,8 @@ def main() -> None:
                 runs[name].append((wall, cpu, rss))
                 shutil.rmtree(out, ignore_errors=True)
         print(
-            f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after; median of {args.repeat} runs each"
+            f"BLAS threads {args.threads or 'unset'}; load average {load:.2f} before, {os.getloadavg()[0]:.2f} "
+            f"after; median of {args.repeat} runs each"
         )
         results = [(name, *sorted(r)[len(r) // 2]) for name, r in runs.items()]
         anchor, anchor_cpu = results[0][1], results[0][2]
