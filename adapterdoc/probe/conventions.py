@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from adapterdoc.probe.canaries import Canary
 from adapterdoc.probe.fit import Observation
@@ -40,6 +41,16 @@ class Ask:
     extra: Mapping[str, object] | None = None
 
 
+class Alignment(NamedTuple):
+    """How a served list of prompt logprobs lines up with the canaries' positions: the value for position ``p`` is
+    at index ``p + offset``, and it is compared with the position's ``logprobs`` (the logprob of its token given the
+    tokens before it) or, with ``same``, its ``same`` values (the logprob of its token in the distribution after it:
+    llama-cpp-python's echo on a prompt without BOS scores the logits row of each token at that token itself)."""
+
+    offset: int = 0
+    same: bool = False
+
+
 @dataclass(frozen=True)
 class Convention:
     """One engine's request builder and response reader."""
@@ -48,10 +59,10 @@ class Convention:
     describe: Callable[[Ask], str]
     """How the adapter is named in the request (for the report)."""
     build: Callable[[Ask, Canary], dict[str, object]]
-    read: Callable[[object, Canary, int], list[Observation]]
-    """(response body, canary, position offset) → observations; offset shifts the served list (llama.cpp)."""
-    offsets: tuple[int, ...] = (0,)
-    """The position offsets to try (the one whose observations fit best is kept)."""
+    read: Callable[[object, Canary, Alignment], list[Observation]]
+    """(response body, canary, alignment) → observations."""
+    alignments: tuple[Alignment, ...] = (Alignment(),)
+    """The alignments to try (the one whose observations fit best is kept): detected from the answers, not assumed."""
 
 
 def _with(ask: Ask, body: dict[str, object]) -> dict[str, object]:
@@ -73,14 +84,14 @@ def vllm_request(ask: Ask, canary: Canary) -> dict[str, object]:
     return _with(ask, body)
 
 
-def read_vllm(body: object, canary: Canary, offset: int) -> list[Observation]:
+def read_vllm(body: object, canary: Canary, alignment: Alignment) -> list[Observation]:
     """``choices[0].prompt_logprobs``: per prompt position (the first is null) ``{token id: {"logprob": x}}``."""
     rows = _first_choice(body).get("prompt_logprobs")
     if not isinstance(rows, list):
         return []
     out = []
     for p in canary.positions:
-        i = p.pos + offset
+        i = p.pos + alignment.offset
         row = rows[i] if 0 <= i < len(rows) else None
         entry = row.get(str(p.token)) if isinstance(row, dict) else None
         value = _logprob(entry.get("logprob")) if isinstance(entry, dict) else None
@@ -134,7 +145,7 @@ def llama_cpp_request(ask: Ask, canary: Canary) -> dict[str, object]:
     return _with(ask, body)
 
 
-def read_echo(body: object, canary: Canary, offset: int) -> list[Observation]:
+def read_echo(body: object, canary: Canary, alignment: Alignment) -> list[Observation]:
     """OpenAI's legacy ``logprobs``: ``token_logprobs[i]`` of the echoed prompt's token ``i`` (llama.cpp, SGLang)."""
     logprobs = _first_choice(body).get("logprobs")
     values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
@@ -142,10 +153,11 @@ def read_echo(body: object, canary: Canary, offset: int) -> list[Observation]:
         return []
     out = []
     for p in canary.positions:
-        i = p.pos + offset
+        i = p.pos + alignment.offset
         value = _logprob(values[i]) if 0 <= i < len(values) else None
-        if value is not None:
-            out.append(Observation(value, p.logprobs))
+        expected = p.same if alignment.same else p.logprobs
+        if value is not None and expected:
+            out.append(Observation(value, expected))
     return out
 
 
@@ -164,7 +176,7 @@ def mlx_request(ask: Ask, canary: Canary) -> dict[str, object]:
     return _with(ask, body)
 
 
-def read_mlx(body: object, canary: Canary, offset: int) -> list[Observation]:
+def read_mlx(body: object, canary: Canary, alignment: Alignment) -> list[Observation]:
     """``choices[0].logprobs.content[0].top_logprobs``: ``{id, logprob}`` after the prompt, matched to the canary's
     next-token candidates."""
     logprobs = _first_choice(body).get("logprobs")
@@ -204,7 +216,11 @@ CONVENTIONS: dict[str, Convention] = {
         Convention("vllm", lambda a: f"model={a.adapter!r}", vllm_request, read_vllm),
         Convention("sglang", sglang_naming, sglang_request, read_echo),
         Convention(
-            "llama.cpp", lambda a: f"model={a.adapter!r} (alias)", llama_cpp_request, read_echo, (0, -1, 1)
+            "llama.cpp",
+            lambda a: f"model={a.adapter!r} (alias)",
+            llama_cpp_request,
+            read_echo,
+            (Alignment(0), Alignment(-1), Alignment(1), Alignment(0, same=True)),
         ),
         Convention(
             "mlx-lm",

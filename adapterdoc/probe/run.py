@@ -116,7 +116,7 @@ def _finite(value: object) -> bool:
 def _observe(
     client: Client, convention: Convention, ask: Ask, canaries: Sequence[Canary], given: bool
 ) -> list[Observation]:
-    """One request per canary; the served logprobs at the offset that fits best."""
+    """One request per canary; the served logprobs at the alignment that fits best."""
     bodies = []
     for canary in canaries:
         r = client.post("/v1/completions", convention.build(ask, canary))
@@ -128,8 +128,10 @@ def _observe(
             )
         bodies.append(r.body)
     best: list[Observation] = []
-    for offset in convention.offsets:
-        seen = [o for body, c in zip(bodies, canaries, strict=True) for o in convention.read(body, c, offset)]
+    for alignment in convention.alignments:
+        seen = [
+            o for body, c in zip(bodies, canaries, strict=True) for o in convention.read(body, c, alignment)
+        ]
         _check_served(seen, client.url + "/v1/completions")
         if seen and (not best or _closeness(seen) < _closeness(best)):
             best = seen

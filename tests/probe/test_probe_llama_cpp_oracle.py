@@ -150,3 +150,73 @@ def test_a_trained_adapter_converted_to_gguf(llama: dict[str, Any], cli: Any, tm
             out = json.loads(r.stdout)
             assert (r.exit_code, out["verdict"], out["canaries"]) == (0, "applied", str(can)), out
             assert out["separation"] > 20
+
+
+def test_a_vocabulary_without_bos(llama: dict[str, Any], cli: Any, tmp_path: Path) -> None:
+    """The same base with a tokenizer that adds no BOS (``add_bos_token`` false, written into the GGUF by llama.cpp's
+    converter). llama-cpp-python's echo then scores the logits row of each prompt token at that token itself (its
+    ``all_logprobs[idx]`` for ``all_tokens[idx]``, right only when a BOS was dropped from the front): no shift of
+    positions matches it, the canaries' ``same`` values do. The probe finds that alignment from the answers (it
+    tries each and keeps the one that fits), and the verdicts are the same: applied, and the base for an unknown
+    alias."""
+    import shutil
+
+    python, tmp = llama["python"], llama["tmp"]
+    base = tmp_path / "base"
+    shutil.copytree(tmp / "base", base)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (base / name).unlink(missing_ok=True)
+    _run(python, SERVER, "tokenizer", base, "no-bos", cwd=tmp_path)
+    _run(python, CONVERTERS, "base", base, tmp_path / "base.gguf", cwd=tmp_path)
+    meta = subprocess.run(
+        [str(python), "-c", "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); "
+         "f = r.fields['tokenizer.ggml.add_bos_token']; print(bool(f.parts[f.data[0]][0]))", tmp_path / "base.gguf"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert meta.stdout.strip() == "False", meta.stderr[-2000:]
+    can = tmp_path / "canaries.json"
+    prompts = tmp / "prompts.jsonl"
+    r = cli("probe", "--make-canaries", tmp / "peft", "--base", base, "--out", can, "--prompts", prompts)
+    assert r.exit_code == 0, r.output
+    assert json.loads(can.read_text())["bos"] is False
+    model = json.loads(llama["tuned"].read_text())[0]
+    config = tmp_path / "models.json"
+    config.write_text(
+        json.dumps(
+            [
+                {**model, "model": str(tmp_path / "base.gguf"), "model_alias": "base", "lora_path": None},
+                {**model, "model": str(tmp_path / "base.gguf"), "model_alias": "tuned"},
+            ]
+        )
+    )
+    with _serve(llama, config) as url:
+        got = {}
+        for alias in ("tuned", "tunde"):
+            r = cli("probe", url, "--adapter", alias, "--canaries", can, "--json")
+            got[alias] = (r.exit_code, json.loads(r.stdout)["verdict"])
+    assert got == {"tuned": (0, "applied"), "tunde": (1, "base")}
+
+
+def test_the_actions_probe_step_against_the_server(llama: dict[str, Any], tmp_path: Path) -> None:
+    """The Action's post-deploy step (action.yml, scripts/action/probe.sh) run as the runner runs it, against the real
+    server: annotations on the log, a JUnit file beside them; exit 0 for the adapter's alias, 1 for a typo."""
+    import xml.etree.ElementTree as ET
+
+    from tests.commands.test_action import _probe_step
+
+    with _serve(llama, llama["config"]) as url:
+        results = {}
+        for alias in ("tuned", "tunde"):
+            junit = tmp_path / f"{alias}.xml"
+            res = _probe_step(
+                tmp_path,
+                probe_url=url,
+                probe_adapter=alias,
+                probe_canaries=str(llama["canaries"]),
+                junit_file=str(junit),
+            )
+            suite = ET.parse(junit).getroot().find("testsuite")
+            results[alias] = (res.returncode, suite is not None and suite.get("failures"), res.stdout)
+    assert results["tuned"][:2] == (0, "0"), results["tuned"]
+    assert results["tunde"][:2] == (1, "1"), results["tunde"]
+    assert "::error" in results["tunde"][2] and "AD901" in results["tunde"][2]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from adapterdoc.probe.canaries import Canaries, Canary, Position, load, save, scale_grid
-from adapterdoc.probe.conventions import CONVENTIONS, Ask
+from adapterdoc.probe.conventions import CONVENTIONS, Alignment, Ask
 from adapterdoc.probe.fit import Observation, fit
 
 SCALES = scale_grid(4)
@@ -107,19 +107,25 @@ def test_each_engine_answer_is_read() -> None:
     vllm = {
         "choices": [{"prompt_logprobs": [None, {"6": {"logprob": -1.1}}, {"7": {"logprob": -2.1}, "8": {}}]}]
     }
-    assert [o.served for o in CONVENTIONS["vllm"].read(vllm, CANARY, 0)] == [-1.1, -2.1]
+    assert [o.served for o in CONVENTIONS["vllm"].read(vllm, CANARY, Alignment())] == [-1.1, -2.1]
     echo = {"choices": [{"logprobs": {"token_logprobs": [None, -1.2, -2.2]}}]}
-    assert [o.served for o in CONVENTIONS["llama.cpp"].read(echo, CANARY, 0)] == [-1.2, -2.2]
-    assert [o.served for o in CONVENTIONS["llama.cpp"].read(echo, CANARY, -1)] == [
+    assert [o.served for o in CONVENTIONS["llama.cpp"].read(echo, CANARY, Alignment())] == [-1.2, -2.2]
+    assert [o.served for o in CONVENTIONS["llama.cpp"].read(echo, CANARY, Alignment(-1))] == [
         -1.2
-    ]  # pos 2 read at index 1
+    ]  # pos 2 at 1
+    # llama-cpp-python without BOS: the value at a position's own index, against its `same` values
+    same = Canary(
+        CANARY.text, CANARY.ids, [Position(1, 6, [-1.0] * 7, [-4.0] * 7), Position(2, 7, [-2.0] * 7)]
+    )
+    got = CONVENTIONS["llama.cpp"].read(echo, same, Alignment(0, same=True))
+    assert [(o.served, o.expected[0]) for o in got] == [(-1.2, -4.0)]  # a position without same values: none
     top = [{"id": 9, "logprob": -0.6}, {"id": 10, "logprob": -0.9}, {"id": 11, "logprob": -3.1}]
     mlx = {"choices": [{"logprobs": {"content": [{"id": 9, "top_logprobs": top}]}}]}
-    assert [(o.served, o.expected[0]) for o in CONVENTIONS["mlx-lm"].read(mlx, CANARY, 0)] == [
+    assert [(o.served, o.expected[0]) for o in CONVENTIONS["mlx-lm"].read(mlx, CANARY, Alignment())] == [
         (-0.6, -0.5),
         (-3.1, -3.0),
     ]
-    assert CONVENTIONS["vllm"].read({"error": "x"}, CANARY, 0) == []
+    assert CONVENTIONS["vllm"].read({"error": "x"}, CANARY, Alignment()) == []
 
 
 def test_the_engine_choices_are_the_conventions() -> None:
