@@ -96,16 +96,21 @@ def load(path: str | Path) -> Canaries:
     if not p.is_file():
         raise InputNotFoundError(str(p), "no canaries file here (make one: adapterdoc probe --make-canaries)")
     try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UnsupportedInputError(str(p), f"cannot read it ({e.strerror or e})") from e
+    try:
+        raw = json.loads(text)
         if raw.get("version") != VERSION:
             raise UnsupportedInputError(
                 str(p), f"canaries version {raw.get('version')!r}; this adapterdoc reads version {VERSION}"
             )
         return _from_dict(raw)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         if isinstance(e, UnsupportedInputError):
             raise
-        raise UnsupportedInputError(str(p), f"not a canaries file: {e}") from e
+        why = "nested too deep" if isinstance(e, RecursionError) else e
+        raise UnsupportedInputError(str(p), f"not a canaries file: {why}") from e
 
 
 def _position(raw: Any) -> Position:
@@ -115,7 +120,8 @@ def _position(raw: Any) -> Position:
 
 def _from_dict(raw: dict[str, object]) -> Canaries:
     rows = raw["canaries"]
-    assert isinstance(rows, list)
+    if not isinstance(rows, list):
+        raise ValueError("its canaries are no list")
     canaries = [
         Canary(
             text=str(c["text"]),
@@ -126,7 +132,8 @@ def _from_dict(raw: dict[str, object]) -> Canaries:
         for c in rows
     ]
     scales = raw["scales"]
-    assert isinstance(scales, list)
+    if not isinstance(scales, list):
+        raise ValueError("its scales are no list")
     if 0.0 not in scales or 1.0 not in scales:
         raise ValueError("its scales must hold 0 (the base) and 1 (the adapter)")
     lengths = {len(p.logprobs) for c in canaries for p in c.positions} | {

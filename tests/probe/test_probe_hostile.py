@@ -349,16 +349,6 @@ def test_the_wrong_engine_given_says_so(cli: Any, stub: Any, canaries: Path) -> 
 # --------------------------------------------------------------------------------------------- the canaries file
 
 
-LOAD_ASSERTS = pytest.mark.xfail(
-    strict=True,
-    reason="canaries.load asserts the shape (AssertionError: exit 4); a ValueError would be exit 3",
-)
-LOAD_RECURSES = pytest.mark.xfail(
-    strict=True,
-    reason="canaries.load lets json's RecursionError through (exit 4); it should catch it as ValueError",
-)
-
-
 def _raw(**change: object) -> dict[str, object]:
     raw = Canaries("a", "b", 4, "float32", list(SCALES), [CANARY]).to_dict()
     raw.update(change)
@@ -382,7 +372,7 @@ def _canary(**change: object) -> dict[str, object]:
         (_raw(version=99), ["version 99"]),
         (_raw(version="1"), ["version '1'"]),
         ({"version": 1}, ["not a canaries file"]),
-        pytest.param(_raw(canaries={"a": 1}), ["not a canaries file"], marks=LOAD_ASSERTS),
+        (_raw(canaries={"a": 1}), ["not a canaries file", "canaries are no list"]),
         (_raw(canaries=[]), ["holds no canaries"]),
         (_raw(canaries=[_canary(positions=[], next={})]), ["holds no canaries"]),
         (_raw(canaries=[_canary()] * 12), ["12 canaries; the probe sends at most 11"]),
@@ -424,8 +414,8 @@ def _canary(**change: object) -> dict[str, object]:
         (_raw(scales=[1.0, 0.0, 0.5, 0.25, 0.75, 1.5, 2.0]), ["not finite numbers in rising order"]),
         (_raw(scales=[0.0, 0.25, 0.5, 0.75, 1.0, 1.5, math.nan]), ["not finite numbers in rising order"]),
         (_raw(scales=[0.0, "x"]), ["not a canaries file"]),
-        pytest.param(_raw(scales="01"), ["not a canaries file"], marks=LOAD_ASSERTS),
-        pytest.param("[" * 100_000, ["not a canaries file"], marks=LOAD_RECURSES),
+        (_raw(scales="01"), ["not a canaries file", "scales are no list"]),
+        ("[" * 100_000, ["not a canaries file", "nested too deep"]),
         (_raw(rank="four"), ["not a canaries file"]),
     ],
 )

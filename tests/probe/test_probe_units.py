@@ -295,3 +295,9 @@ def test_a_404_for_the_adapter_names_the_request_that_loads_it(cli: Any, tmp_pat
     assert r.exit_code == 3, r.output
     assert "HTTP 404 for model='customer-a': The model `customer-a` does not exist." in r.stderr
     assert "--lora-modules customer-a=PATH" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_canaries_file_that_cannot_be_read_is_one_line(cli: Any) -> None:
+    """A path that is a file but whose read fails (here /proc/self/mem, an I/O error at offset 0, even for root)."""
+    r = cli("probe", "http://127.0.0.1:9", "--adapter", "a", "--canaries", "/proc/self/mem")
+    assert r.exit_code == 3 and "cannot read it" in r.stderr and r.stderr.count("\n") == 1, r.stderr
