@@ -9,6 +9,7 @@
 #   ADAPTERDOC_PROBE_BASE_MODEL    --base-model: what your clients send as the base's model (empty: not sent)
 #   ADAPTERDOC_PROBE_ENGINE        --engine (empty: detected from /v1/models)
 #   ADAPTERDOC_PROBE_EXTRA_BODY    --extra-body: other request fields, a JSON object (empty: none)
+#   ADAPTERDOC_PROBE_TIMEOUT       --timeout: seconds each request may take (empty: 60)
 #   ADAPTERDOC_PROBE_API_KEY_ENV   --api-key-env: the NAME of the variable holding the key (never printed)
 #   ADAPTERDOC_FORMAT              --format on stdout (default github: annotations)
 #   ADAPTERDOC_OUTPUT_FILE         --output-file: the --format report goes to this file INSTEAD of stdout
@@ -28,6 +29,7 @@ args=(probe "$ADAPTERDOC_PROBE_URL" --adapter "$ADAPTERDOC_PROBE_ADAPTER" --cana
 if [ -n "${ADAPTERDOC_PROBE_BASE_MODEL-}" ]; then args+=(--base-model "$ADAPTERDOC_PROBE_BASE_MODEL"); fi
 if [ -n "${ADAPTERDOC_PROBE_ENGINE-}" ]; then args+=(--engine "$ADAPTERDOC_PROBE_ENGINE"); fi
 if [ -n "${ADAPTERDOC_PROBE_EXTRA_BODY-}" ]; then args+=(--extra-body "$ADAPTERDOC_PROBE_EXTRA_BODY"); fi
+if [ -n "${ADAPTERDOC_PROBE_TIMEOUT-}" ]; then args+=(--timeout "$ADAPTERDOC_PROBE_TIMEOUT"); fi
 if [ -n "${ADAPTERDOC_PROBE_API_KEY_ENV-}" ]; then args+=(--api-key-env "$ADAPTERDOC_PROBE_API_KEY_ENV"); fi
 if [ -n "${ADAPTERDOC_OUTPUT_FILE-}" ]; then args+=(--output-file "$ADAPTERDOC_OUTPUT_FILE"); fi
 if [ -n "${ADAPTERDOC_JUNIT_FILE-}" ]; then args+=(--junit-file "$ADAPTERDOC_JUNIT_FILE"); fi

@@ -376,6 +376,18 @@ def test_probe_step_against_a_server_that_is_down(tmp_path: Path, canaries: Path
     assert "cannot connect" in res.stderr and res.stdout.startswith("::error")
 
 
+def test_probe_step_passes_the_timeout(tmp_path: Path, canaries: Path) -> None:
+    res = _probe_step(
+        tmp_path,
+        probe_url="http://127.0.0.1:9",
+        probe_adapter="a",
+        probe_canaries=str(canaries),
+        probe_timeout="0",
+    )
+    # the value reached probe's own check of --timeout
+    assert res.returncode == 3 and "--timeout: 0 is not a number of seconds" in res.stderr, res.stderr
+
+
 def test_probe_step_needs_the_adapter_and_the_canaries(tmp_path: Path) -> None:
     res = _probe_step(tmp_path, probe_url="http://127.0.0.1:9", probe_canaries="c.json")
     assert res.returncode == 3 and res.stderr.strip().splitlines() == [
