@@ -33,6 +33,9 @@ class Stub(http.server.ThreadingHTTPServer):
     get: Reply
     post: Reply
     seen: list[str]
+    """``METHOD path Authorization`` of each request."""
+    bodies: list[object]
+    """The JSON body of each POST."""
     stop: threading.Event
 
 
@@ -44,12 +47,39 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.server.get(self)
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
+        data = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.bodies.append(json.loads(data))
         self.server.seen.append(f"POST {self.path} {self.headers.get('Authorization')}")
         self.server.post(self)
 
     def log_message(self, *args: Any) -> None:
         pass
+
+
+def start(get: Reply, post: Reply) -> Stub:
+    """A stub on a free loopback port answering GET and POST with these replies, serving in a daemon thread."""
+    server = Stub(("127.0.0.1", 0), Handler)
+    server.get, server.post, server.seen, server.bodies = get, post, [], []
+    server.stop = threading.Event()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server
+
+
+def close(server: Stub) -> None:
+    server.stop.set()
+    server.shutdown()
+    server.server_close()
+
+
+def echo_key(status: int) -> Reply:
+    """A reply of ``status`` whose body and a header echo the request's Authorization header (a server that shows
+    what it was sent)."""
+
+    def reply(h: http.server.BaseHTTPRequestHandler) -> None:
+        sent = str(h.headers.get("Authorization"))
+        send(status, {"error": {"message": f"bad request; headers: Authorization: {sent}"}})(h)
+
+    return reply
 
 
 def url(server: Stub) -> str:

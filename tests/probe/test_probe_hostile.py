@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.server
 import json
 import math
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from adapterdoc.probe.canaries import Canaries, Canary, Position, save, scale_grid
-from tests.probe.stub_server import Handler, Reply, Stub, send, url
+from tests.probe.stub_server import Reply, Stub, close, send, start, url
 
 SCALES = scale_grid(4)
 POSITIONS = [(1, 6), (2, 7), (3, 8)]
@@ -55,18 +54,13 @@ def stub() -> Iterator[Callable[..., Stub]]:
     """``stub(get=..., post=...)``: a loopback server answering GET and POST with these replies."""
     servers: list[Stub] = []
 
-    def start(get: Reply = send(200, VLLM_MODELS), post: Reply = send(200, _vllm_answer())) -> Stub:
-        server = Stub(("127.0.0.1", 0), Handler)
-        server.get, server.post, server.seen, server.stop = get, post, [], threading.Event()
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(server)
-        return server
+    def run(get: Reply = send(200, VLLM_MODELS), post: Reply = send(200, _vllm_answer())) -> Stub:
+        servers.append(start(get, post))
+        return servers[-1]
 
-    yield start
+    yield run
     for server in servers:
-        server.stop.set()
-        server.shutdown()
-        server.server_close()
+        close(server)
 
 
 @pytest.fixture
@@ -470,9 +464,10 @@ def test_a_bad_extra_body_is_one_line(
 
 
 def test_the_users_own_extra_fields_are_sent(cli: Any, stub: Any, canaries: Path) -> None:
+    server = stub()
     r = cli(
         "probe",
-        url(stub()),
+        url(server),
         "--adapter",
         "a",
         "--canaries",
@@ -481,6 +476,10 @@ def test_the_users_own_extra_fields_are_sent(cli: Any, stub: Any, canaries: Path
         '{"user": "ci", "seed": 1}',
     )
     assert r.exit_code == 0, r.output
+    assert server.bodies and all(
+        isinstance(b, dict) and b["user"] == "ci" and b["seed"] == 1 and b["model"] == "a"
+        for b in server.bodies
+    ), server.bodies
 
 
 def test_an_empty_api_key_variable_is_one_line(cli: Any, stub: Any, canaries: Path) -> None:
