@@ -238,4 +238,19 @@ CODES = [
         "fits, with rows of the training data as `--prompts`: "
         "`adapterdoc probe --make-canaries ADAPTER --base BASE --out FILE`.",
     ),
+    Code(
+        "AD630",
+        "canaries-weak-at-bfloat16",
+        "warning",
+        "`adapterdoc train` wrote `canaries.json`, but the adapter moves their logprobs by fewer than 4 tolerances of "
+        "bfloat16: `adapterdoc probe` can judge a server that computes in the run's dtype (llama.cpp's f32 GGUF, "
+        "mlx-lm), not one that serves in bfloat16 (vLLM's and SGLang's default).",
+        "Against a bfloat16 server such canaries cannot tell the adapter from the base: the probe refuses them "
+        "(exit 3) instead of giving a verdict.",
+        "canaries.json moves the logprobs by 2.1 tolerances of bfloat16 at most (the probe needs 4): it can judge a "
+        "server that computes in float32, not one in bfloat16",
+        "Train longer or at a higher `--lr`, or make canaries from prompts where the adapter matters more "
+        "(`adapterdoc probe --make-canaries ... --prompts FILE`); or serve in float32 and probe with "
+        "`--served-dtype float32`.",
+    ),
 ]

@@ -1,7 +1,9 @@
 """The canaries file `adapterdoc train` leaves in its run folder (``OUT/canaries.json``) for `adapterdoc probe`:
 made by :func:`adapterdoc.probe.make.canaries_of` (what ``probe --make-canaries`` runs) with PEFT on the saved
 adapter, reloaded on the base the run used (its dtype, a ``tiny:`` base's seed), with rows of the run's own data as
-the prompts. A causal LM's run only; when none can be made the run still succeeds, with AD629 saying why."""
+the prompts. A causal LM's run only; when none can be made the run still succeeds, with AD629 saying why. The file
+is checked at bfloat16's tolerance too (vLLM and SGLang serve in bfloat16): when it separates the adapter from the
+base by too few of those, it is written and AD630 says so."""
 
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ PROMPT_ROWS = 6
 def write_run_canaries(
     base: Base, result: TrainResult, rows: Sequence[R.UserRow], target: str, *, wanted: bool = True
 ) -> tuple[str | None, Finding | None]:
-    """Write ``target/canaries.json`` for the finished run: (its path, None), or (None, the AD629 warning) when
-    none can be made; (None, None) for an encoder's run or when not ``wanted``. An earlier run's file is removed
+    """Write ``target/canaries.json`` for the finished run: (its path, None or the AD630 warning), or (None, the
+    AD629 warning) when none can be made; (None, None) for an encoder's run or when not ``wanted``. An earlier run's file is removed
     first (a resumed run's adapter is another)."""
     path = os.path.join(target, CANARIES)
     _remove(path)
@@ -53,7 +55,24 @@ def write_run_canaries(
 
     with writing(path):
         save(canaries, path)
-    return path, None
+    return path, coarse_warning(canaries, path)
+
+
+def coarse_warning(canaries: Canaries, path: str) -> Finding | None:
+    """AD630 when ``canaries`` separate the adapter from the base by fewer than the probe's tolerances at bfloat16
+    (what vLLM and SGLang serve by default), else None."""
+    from adapterdoc.probe.fit import SEPARATION
+    from adapterdoc.probe.make import separation
+
+    moved = separation(canaries, "bfloat16")
+    if moved >= SEPARATION or canaries.dtype == "bfloat16":
+        return None
+    return make(
+        "AD630",
+        f"canaries.json moves the logprobs by {moved:.1f} tolerances of bfloat16 at most (the probe needs "
+        f"{SEPARATION:g}): it can judge a server that computes in {canaries.dtype}, not one in bfloat16",
+        path=path,
+    )
 
 
 def run_canaries(base: Base, result: TrainResult, prompts: Sequence[str]) -> Canaries:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.probe.fit import TOLERANCES
 
 VERSION = 1
 """The canaries file's format version (``"version"``); a file of another version is refused."""
@@ -142,11 +143,14 @@ def _from_dict(raw: dict[str, object]) -> Canaries:
     lengths |= {len(p.same) for c in canaries for p in c.positions if p.same}
     if lengths - {len(scales)}:
         raise ValueError(f"every expected value needs {len(scales)} entries, one per scale")
+    dtype = str(raw["dtype"])
+    if dtype not in TOLERANCES:
+        raise ValueError(f"its dtype {dtype[:40]!r} is none of {', '.join(TOLERANCES)}")
     return Canaries(
         adapter=str(raw["adapter"]),
         base=str(raw["base"]),
         rank=int(str(raw["rank"])),
-        dtype=str(raw["dtype"]),
+        dtype=dtype,
         scales=[float(s) for s in scales],
         canaries=canaries,
         bos=bool(raw.get("bos", False)),

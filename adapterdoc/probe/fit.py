@@ -3,6 +3,11 @@
 The adapter's effect is not linear in its scale, so the factor is read off the expected curve itself: between two
 neighbouring scales of the grid the curve is taken as a straight segment, the served vector is projected on each
 segment (least squares), and the segment point with the smallest worst-case deviation gives the factor.
+
+The verdict: within tolerance of scale 1 is ``applied``, of scale 0 ``base``; else, when the curve explains the served
+values (the best fit within max(1, 5% of the separation) tolerances), the factor decides: within :data:`NEAR` of 1
+``applied``, of 0 ``base`` (then only the precision differs, e.g. a bfloat16 server against float32 canaries:
+:attr:`Fit.off` says by how much), otherwise ``scale``; a curve that explains nothing is ``differs``.
 """
 
 from __future__ import annotations
@@ -11,15 +16,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 TOLERANCES = {
+    "float64": (2e-3, 1e-4),
     "float32": (2e-3, 1e-4),
     "float16": (1e-2, 2e-3),
     "bfloat16": (3e-2, 8e-3),
 }
 """dtype → (absolute, relative) tolerance on one logprob: a served value ``y`` matches ``e`` when
 ``|y - e| <= abs + rel * |e|``. float32 covers another runtime's kernels (llama.cpp's f32 GGUF, mlx) against
-torch's (~1e-4 measured); bfloat16 covers its rounding (2⁻⁸ relative) and kernel order."""
+torch's (~1e-4 measured; float64 canaries get float32's: the server computes in float32 at best); bfloat16 covers its
+rounding (2⁻⁸ relative) and kernel order."""
 SEPARATION = 4.0
 """The canaries must move the adapter away from the base by this many tolerances, or the probe cannot decide."""
+NEAR = 0.05
+"""A fitted factor within this of 1 (or 0) is the adapter (or the base) when the served values are off by more than
+the tolerance everywhere: the factor is read to 5%, so a closer one is no other scale."""
+LEEWAY = 0.05
+"""The expected curve explains the served values when its best fit is within max(1, this × the separation)
+tolerances."""
 
 Verdict = str
 """``applied`` | ``base`` | ``scale`` | ``differs``."""
@@ -48,9 +61,16 @@ class Fit:
     """How far the adapter moves the canaries from the base, in tolerances (the largest over observations)."""
     count: int
 
+    @property
+    def off(self) -> bool:
+        """Whether the served values are farther than the tolerance from every point of the expected curve (the
+        verdict then rests on the factor alone: another served dtype, or another computation)."""
+        return self.best > 1.0
+
 
 def tolerance(dtype: str, expected: float) -> float:
-    absolute, relative = TOLERANCES.get(dtype, TOLERANCES["bfloat16"])
+    """The tolerance on one logprob ``expected`` computed in ``dtype`` (a key of :data:`TOLERANCES`)."""
+    absolute, relative = TOLERANCES[dtype]
     return absolute + relative * abs(expected)
 
 
@@ -65,11 +85,12 @@ def fit(observations: Sequence[Observation], scales: Sequence[float], dtype: str
         abs(o.expected[unit] - o.expected[zero]) / t for o, t in zip(observations, tols, strict=True)
     )
     factor, best = _along_curve(observations, tols, scales)
-    if deviation[1.0] <= 1.0:
+    explained = best <= max(1.0, LEEWAY * separation)
+    if deviation[1.0] <= 1.0 or (explained and abs(factor - 1.0) <= NEAR):
         verdict, factor = "applied", 1.0
-    elif deviation[0.0] <= 1.0:
+    elif deviation[0.0] <= 1.0 or (explained and abs(factor) <= NEAR):
         verdict, factor = "base", 0.0
-    elif best <= max(1.0, 0.05 * separation):
+    elif explained:
         verdict = "scale"
     else:
         verdict = "differs"

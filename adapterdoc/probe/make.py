@@ -108,13 +108,14 @@ def adapter_rank(adapter: str) -> int:
     return int(json.loads(config.read_text(encoding="utf-8")).get("r", 8))
 
 
-def separation(canaries: Canaries) -> float:
+def separation(canaries: Canaries, dtype: str | None = None) -> float:
     """How far the adapter moves the canaries from the base: the largest |scale 1 - scale 0| over every stored
-    value, in tolerances of the canaries' dtype (the probe cannot decide below :data:`~adapterdoc.probe.fit.SEPARATION`)."""
+    value, in tolerances of ``dtype`` (default the canaries' own; the probe cannot decide below
+    :data:`~adapterdoc.probe.fit.SEPARATION`)."""
     from adapterdoc.probe.fit import tolerance
 
-    unit, zero = canaries.unit(), canaries.zero()
-    return max(abs(v[unit] - v[zero]) / tolerance(canaries.dtype, v[unit]) for v in _values(canaries))
+    unit, zero, dt = canaries.unit(), canaries.zero(), dtype or canaries.dtype
+    return max(abs(v[unit] - v[zero]) / tolerance(dt, v[unit]) for v in _values(canaries))
 
 
 def _values(canaries: Canaries) -> list[Sequence[float]]:

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from adapterdoc.probe.canaries import Canaries, Canary
 from adapterdoc.probe.client import MAX_REQUESTS, TIMEOUT, Client, ProbeError, Response, printable
 from adapterdoc.probe.conventions import CONVENTIONS, NAMED_BY_OPTIONS, SET_BY_PROBE, Ask, Convention
-from adapterdoc.probe.fit import SEPARATION, Fit, Observation, fit
+from adapterdoc.probe.fit import SEPARATION, TOLERANCES, Fit, Observation, fit
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.report.probe_report import ProbeReport
 
 OWNERS = {"vllm": "vllm", "sglang": "sglang", "me": "llama.cpp"}
 """``/v1/models``' ``owned_by`` → engine (llama-cpp-python's server says ``me``)."""
+BF16_ENGINES = ("vllm", "sglang")
+"""Engines whose default tolerance is bfloat16's (:func:`served_dtype`)."""
 LOGPROB_RANGE = (-1e6, 1.0)
 """A served logprob outside this range is no logprob (vLLM writes -inf as -9999; a float's rounding may put the
 likeliest token a little above 0)."""
@@ -31,7 +33,7 @@ class Target:
     engine: str | None = None
     api_key_env: str | None = None
     dtype: str | None = None
-    """The served dtype (its tolerance); default: the canaries' (the base's) dtype."""
+    """The served dtype (its tolerance); default: :func:`served_dtype`."""
     timeout: float = TIMEOUT
     """Seconds one request may take."""
 
@@ -45,7 +47,7 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
     engine = target.engine or detect(models)
     convention = CONVENTIONS[engine]
     observations = _observe(client, convention, target.ask, canaries.canaries, target.engine is not None)
-    dtype = target.dtype or canaries.dtype
+    dtype = target.dtype or served_dtype(engine, canaries.dtype)
     result = fit(observations, canaries.scales, dtype)
     if result.separation < SEPARATION:
         raise ProbeError(
@@ -54,7 +56,10 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
             f"(at least {SEPARATION:g} are needed to tell it from the base); make canaries from prompts where it "
             "matters (--prompts)",
         )
-    findings = [*convention_findings(engine, target.ask, models), verdict_finding(result, engine, target.ask)]
+    findings = [
+        *convention_findings(engine, target.ask, models),
+        verdict_finding(result, engine, target.ask, dtype),
+    ]
     return ProbeReport(
         url=client.url,
         engine=engine,
@@ -71,6 +76,13 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
         canaries=source,
         findings=findings,
     )
+
+
+def served_dtype(engine: str, canaries_dtype: str) -> str:
+    """The dtype whose tolerance the fit uses when ``--served-dtype`` is not given: bfloat16 for vLLM and SGLang
+    (their ``--dtype auto`` serves a float32 checkpoint in bfloat16, and bfloat16's tolerance is the widest), else
+    the canaries' dtype (llama.cpp and mlx-lm serve the converted file's precision)."""
+    return "bfloat16" if engine in BF16_ENGINES else canaries_dtype
 
 
 def detect(models: Response) -> str:
@@ -101,6 +113,8 @@ def check_canaries(canaries: Canaries, source: str) -> None:
             source,
             f"{len(canaries.canaries)} canaries; the probe sends at most {MAX_REQUESTS - 1} (one request each)",
         )
+    if canaries.dtype not in TOLERANCES:
+        raise ProbeError(source, f"its dtype {canaries.dtype!r} is none of {', '.join(TOLERANCES)}")
     if not all(_finite(s) for s in scales) or scales != sorted(set(scales)):
         raise ProbeError(source, f"its scales {scales} are not finite numbers in rising order")
     low, high = LOGPROB_RANGE
@@ -172,11 +186,17 @@ def _short(r: Response) -> str:
     return printable(str(text))
 
 
-def verdict_finding(result: Fit, engine: str, ask: Ask) -> Finding:
-    """The verdict as a finding (AD900 applied, AD901 base, AD902 other scale, AD903 differs)."""
+def verdict_finding(result: Fit, engine: str, ask: Ask, dtype: str) -> Finding:
+    """The verdict as a finding (AD900 applied, AD901 base, AD902 other scale, AD903 differs); when the served
+    values are off the expected curve by more than the tolerance, the message says by how much."""
     numbers = (
         f"{result.count} logprobs; best fit {result.best:.2f}, separation {result.separation:.1f} tolerances"
     )
+    if result.off and result.verdict != "differs":
+        numbers += (
+            f"; the served values differ from PEFT's by {result.best:.1f} tolerances of {dtype}: if the server "
+            "computes in another dtype, pass --served-dtype"
+        )
     if result.verdict == "applied":
         return make("AD900", f"the adapter is applied as PEFT applies it ({numbers})")
     if result.verdict == "base":
