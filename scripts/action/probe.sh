@@ -10,7 +10,9 @@
 #   ADAPTERDOC_PROBE_ENGINE        --engine (empty: detected from /v1/models)
 #   ADAPTERDOC_PROBE_EXTRA_BODY    --extra-body: other request fields, a JSON object (empty: none)
 #   ADAPTERDOC_PROBE_TIMEOUT       --timeout: seconds each request may take (empty: 60)
+#   ADAPTERDOC_PROBE_SERVED_DTYPE  --served-dtype (empty: bfloat16 for vLLM and SGLang, else the canaries' dtype)
 #   ADAPTERDOC_PROBE_API_KEY_ENV   --api-key-env: the NAME of the variable holding the key (never printed)
+#   ADAPTERDOC_ADAPTERS            the verify step's adapters: with a report file, refused (both write the same file)
 #   ADAPTERDOC_FORMAT              --format on stdout (default github: annotations)
 #   ADAPTERDOC_OUTPUT_FILE         --output-file: the --format report goes to this file INSTEAD of stdout
 #   ADAPTERDOC_JUNIT_FILE          --junit-file: also a JUnit XML here, beside the annotations
@@ -25,11 +27,17 @@ for required in ADAPTERDOC_PROBE_ADAPTER ADAPTERDOC_PROBE_CANARIES; do
     fi
 done
 
+if [ -n "${ADAPTERDOC_ADAPTERS-}" ] && [ -n "${ADAPTERDOC_OUTPUT_FILE-}${ADAPTERDOC_JUNIT_FILE-}" ]; then
+    echo "adapterdoc: error: the action's 'adapters' and 'probe-url' inputs would both write 'output-file'/'junit-file'; run the probe in its own step" >&2
+    exit 3
+fi
+
 args=(probe "$ADAPTERDOC_PROBE_URL" --adapter "$ADAPTERDOC_PROBE_ADAPTER" --canaries "$ADAPTERDOC_PROBE_CANARIES")
 if [ -n "${ADAPTERDOC_PROBE_BASE_MODEL-}" ]; then args+=(--base-model "$ADAPTERDOC_PROBE_BASE_MODEL"); fi
 if [ -n "${ADAPTERDOC_PROBE_ENGINE-}" ]; then args+=(--engine "$ADAPTERDOC_PROBE_ENGINE"); fi
 if [ -n "${ADAPTERDOC_PROBE_EXTRA_BODY-}" ]; then args+=(--extra-body "$ADAPTERDOC_PROBE_EXTRA_BODY"); fi
 if [ -n "${ADAPTERDOC_PROBE_TIMEOUT-}" ]; then args+=(--timeout "$ADAPTERDOC_PROBE_TIMEOUT"); fi
+if [ -n "${ADAPTERDOC_PROBE_SERVED_DTYPE-}" ]; then args+=(--served-dtype "$ADAPTERDOC_PROBE_SERVED_DTYPE"); fi
 if [ -n "${ADAPTERDOC_PROBE_API_KEY_ENV-}" ]; then args+=(--api-key-env "$ADAPTERDOC_PROBE_API_KEY_ENV"); fi
 if [ -n "${ADAPTERDOC_OUTPUT_FILE-}" ]; then args+=(--output-file "$ADAPTERDOC_OUTPUT_FILE"); fi
 if [ -n "${ADAPTERDOC_JUNIT_FILE-}" ]; then args+=(--junit-file "$ADAPTERDOC_JUNIT_FILE"); fi

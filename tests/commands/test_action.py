@@ -388,6 +388,43 @@ def test_probe_step_passes_the_timeout(tmp_path: Path, canaries: Path) -> None:
     assert res.returncode == 3 and "--timeout: 0 is not a number of seconds" in res.stderr, res.stderr
 
 
+def test_probe_step_passes_the_served_dtype(tmp_path: Path, canaries: Path) -> None:
+    res = _probe_step(
+        tmp_path,
+        probe_url="http://127.0.0.1:9",
+        probe_adapter="a",
+        probe_canaries=str(canaries),
+        probe_served_dtype="x",
+    )
+    # the value reached probe's own choice of --served-dtype
+    assert res.returncode == 2 and "--served-dtype" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("report", ["output_file", "junit_file"])
+def test_probe_step_refuses_to_overwrite_verifys_report(tmp_path: Path, canaries: Path, report: str) -> None:
+    """verify and the probe in one step would write the same report file: one line, exit 3, nothing probed."""
+    res = _probe_step(
+        tmp_path,
+        adapters="adapter",
+        probe_url="http://127.0.0.1:9",
+        probe_adapter="a",
+        probe_canaries=str(canaries),
+        **{report: "report.out"},
+    )
+    assert res.returncode == 3 and res.stderr.strip().splitlines() == [
+        "adapterdoc: error: the action's 'adapters' and 'probe-url' inputs would both write "
+        "'output-file'/'junit-file'; run the probe in its own step"
+    ], res.stderr
+    res = _probe_step(
+        tmp_path,
+        adapters="adapter",
+        probe_url="http://127.0.0.1:9",
+        probe_adapter="a",
+        probe_canaries=str(canaries),
+    )
+    assert "cannot connect" in res.stderr  # without a report file, both write annotations: allowed
+
+
 def test_probe_step_needs_the_adapter_and_the_canaries(tmp_path: Path) -> None:
     res = _probe_step(tmp_path, probe_url="http://127.0.0.1:9", probe_canaries="c.json")
     assert res.returncode == 3 and res.stderr.strip().splitlines() == [
