@@ -68,7 +68,9 @@ def dora_to_lora(
     finally:
         reader.close()
         b_reader.close()
-    paths = write_adapter(out, cfg.raw, written, full, command="resize", force=force)
+    paths = write_adapter(
+        out, cfg.raw, written, full, command="resize", inputs=[os.fspath(adapter), base], force=force
+    )
     method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
     return AlgebraReport(
         command="resize",

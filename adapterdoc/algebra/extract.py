@@ -115,7 +115,7 @@ def extract(
         )
     template = _template(base, _base_config(b_ckpt), written, kinds.tied)
     written += _tied_heads(written, kinds.tied)
-    paths = write_adapter(out, template, written, {}, command="extract", force=force)
+    paths = write_adapter(out, template, written, {}, command="extract", inputs=[base, tuned], force=force)
     method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
     report = AlgebraReport(
         command="extract",

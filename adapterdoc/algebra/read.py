@@ -170,6 +170,13 @@ def _read(reader: Reader, name: str, spec: str, slot: int) -> NDArray:
         raise UnsupportedInputError(
             spec, f"`{name}` is stored as {reader.ckpt.tensors[name].dtype}, not a float"
         )
+    if not reader.np.isfinite(arr).all():
+        raise UnsupportedInputError(
+            spec,
+            f"`{name}` holds NaN or infinite values, so its module has no delta to sum or truncate "
+            "(adapterdoc inspect ADAPTER --weights shows where)",
+            key=name,
+        )
     return arr
 
 
@@ -196,6 +203,12 @@ def refuse_unsupported(spec: str, cfg: AdapterConfig, keys: list[str], *, dora: 
     if "tokens" in roles:
         raise RefusedError(
             spec, "AD954: trainable tokens have no factors; merge the adapter with `adapterdoc merge` instead"
+        )
+    if cfg.raw.get("kasa_config") or any("lora_diag" in k.split(".") for k in keys):
+        raise RefusedError(
+            spec,
+            "AD962: a KaSA adapter's lora_diag sits between its factors (s·B diag(d) A on a base KaSA changed), "
+            "which no sum or truncation of B and A holds; merge it into its base with `adapterdoc merge`",
         )
 
 

@@ -60,7 +60,15 @@ def combine(
         sources = [stack_.enter_context(read_source(a)) for a in adapters]
         rows, written = _combine_modules(sources, ws, method, rank, density, seed)
     full_saved = {k: v for s in sources for k, v in s.full.items()}
-    paths = write_adapter(out, _template(sources), written, full_saved, command="combine", force=force)
+    paths = write_adapter(
+        out,
+        _template(sources),
+        written,
+        full_saved,
+        command="combine",
+        inputs=[s.spec for s in sources],
+        force=force,
+    )
     notes = _notes(full_saved)
     if method in ELEMENTWISE:
         notes.append(f"{method} at density {density:g}" + (f", seed {seed}" if method == "dare" else ""))
@@ -124,12 +132,16 @@ def resize(
     with read_source(adapter) as src:
         results = _resized_in_order(src, rank, energy, max_error, rows)
         if rank is None:  # the ranks are known once every module is computed
-            paths = write_adapter(out, src.config.raw, list(results), src.full, command="resize", force=force)
+            paths = write_adapter(
+                out, src.config.raw, list(results), src.full, command="resize", inputs=[src.spec], force=force
+            )
         else:  # every module's rank is known now: each is written as soon as it is computed
             plan = [
                 Planned(f.name, kept_rank(rank, f.rank), f.shape, f.embedding) for f in src.factors.values()
             ]
-            paths = write_stream(out, src.config.raw, plan, results, src.full, command="resize", force=force)
+            paths = write_stream(
+                out, src.config.raw, plan, results, src.full, command="resize", inputs=[src.spec], force=force
+            )
     method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
     report = AlgebraReport(
         command="resize",

@@ -83,12 +83,14 @@ def write_adapter(
     full: Mapping[str, NDArray],
     *,
     command: str,
+    inputs: Sequence[str],
     force: bool = False,
 ) -> list[str]:
-    """Write the adapter into ``out`` (checked by the output-folder rule; built beside it and renamed into place);
-    ``full``: whole saved weights (``modules_to_save``) by tensor name, written as float32. The files written."""
+    """Write the adapter into ``out`` (checked by the output-folder rule, and never one of ``inputs``, the
+    command's input folders, or inside or around one; built beside it and renamed into place); ``full``: whole
+    saved weights (``modules_to_save``) by tensor name, written as float32. The files written."""
     plan = [m.planned for m in modules]
-    return write_stream(out, template, plan, modules, full, command=command, force=force)
+    return write_stream(out, template, plan, modules, full, command=command, inputs=inputs, force=force)
 
 
 def write_stream(
@@ -99,6 +101,7 @@ def write_stream(
     full: Mapping[str, NDArray],
     *,
     command: str,
+    inputs: Sequence[str],
     force: bool = False,
 ) -> list[str]:
     """:func:`write_adapter` with the modules written as ``modules`` yields them (each as soon as it comes, so the
@@ -107,7 +110,9 @@ def write_stream(
     from adapterdoc.formats.peft import METADATA, config_bytes
     from adapterdoc.st.atomic import atomic_folder, check_output_folder, write_marker
     from adapterdoc.st.compose import Spec, compose
+    from adapterdoc.st.paths import check_not_an_input
 
+    check_not_an_input(out, out, [("the input", i) for i in inputs], command)
     check_output_folder(out, force=force)
     specs: list[Spec] = []
     for p in plan:

@@ -120,4 +120,16 @@ CODES = [
         "model.embed_tokens.weight grew from [32000, 4096] to [32002, 4096]",
         "Resize the base's embeddings to the tuned vocabulary and save the embedding whole (modules_to_save).",
     ),
+    Code(
+        "AD962",
+        "algebra-kasa",
+        "error",
+        "A KaSA adapter (kasa_config) puts a learned diagonal between its factors, ΔW = s·B diag(lora_diag) A, on "
+        "a base whose smallest singular directions KaSA removes: no sum or truncation of B and A holds it.",
+        "Reading lora_diag as a whole saved weight and dropping it from the product writes an adapter whose "
+        "outputs are far from the KaSA adapter's (a relative 1.5 on the logits at full rank, measured), without "
+        "a word; PEFT's own add_weighted_adapter is wrong on it too (peft#3761).",
+        "kasa_config set, lora_diag tensors beside lora_A / lora_B",
+        "Merge the adapter into its base with `adapterdoc merge` (or PEFT's merge_and_unload).",
+    ),
 ]

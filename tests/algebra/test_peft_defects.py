@@ -301,14 +301,11 @@ def test_dora_fix_at_a_lower_rank_is_within_the_reported_error(llama: tuple[Any,
 # ------------------------------------------------------------------------------------------ peft#3761: KaSA
 
 
-@pytest.mark.xfail(
-    strict=True, reason="algebra.read does not refuse KaSA yet: lora_diag is read as a whole saved weight"
-)
 def test_kasa_is_refused(llama: tuple[Any, Path], tmp_path: Path, cli: Any):
     """peft#3761 lists KaSA too (``kasa_config``: ``ΔW = s·B diag(lora_diag) A`` on a base whose ``r`` smallest
-    singular values KaSA drops): no sum of factors holds it. adapterdoc should refuse it with exit 3 like DoRA;
-    today it reads ``lora_diag`` as a whole saved weight, keeps ``kasa_config`` and drops the diagonal from the
-    product, so ``resize --rank 4`` (full rank) of a KaSA adapter gives logits a relative 1.5 away from PEFT's
+    singular values KaSA drops): no sum of factors holds it. adapterdoc refuses it with exit 3 (AD962), like DoRA;
+    before, it read ``lora_diag`` as a whole saved weight, kept ``kasa_config`` and dropped the diagonal from the
+    product, so ``resize --rank 4`` (full rank) of a KaSA adapter gave logits a relative 1.5 away from PEFT's
     (measured on this model), without a word."""
     from peft import LoraConfig, get_peft_model
     from peft.tuners.lora.config import KasaConfig
@@ -322,5 +319,9 @@ def test_kasa_is_refused(llama: tuple[Any, Path], tmp_path: Path, cli: Any):
             if "lora_" in name:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
     pm.save_pretrained(tmp_path / "kasa")
-    res = cli("resize", tmp_path / "kasa", "--rank", "4", "--out", tmp_path / "out")
-    assert res.exit_code == 3 and not (tmp_path / "out").exists()
+    for args in (
+        ("resize", tmp_path / "kasa", "--rank", "4"),
+        ("combine", tmp_path / "kasa", tmp_path / "kasa", "--method", "cat"),
+    ):
+        res = cli(*args, "--out", tmp_path / "out")
+        assert res.exit_code == 3 and "AD962" in res.stderr and not (tmp_path / "out").exists(), res.output

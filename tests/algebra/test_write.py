@@ -33,9 +33,9 @@ def _modules() -> list[OutModule]:
 def test_streamed_equals_written_at_once(tmp_path: Path) -> None:
     modules = _modules()
     full = {"base_model.model.lm_head.weight": np.ones((9, 4))}
-    write_adapter(str(tmp_path / "once"), TEMPLATE, modules, full, command="resize")
+    write_adapter(str(tmp_path / "once"), TEMPLATE, modules, full, command="resize", inputs=[])
     plan = [m.planned for m in modules]
-    write_stream(str(tmp_path / "streamed"), TEMPLATE, plan, iter(modules), full, command="resize")
+    write_stream(str(tmp_path / "streamed"), TEMPLATE, plan, iter(modules), full, command="resize", inputs=[])
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         assert (tmp_path / "once" / name).read_bytes() == (tmp_path / "streamed" / name).read_bytes()
 
@@ -45,7 +45,7 @@ def test_a_module_off_its_plan_fails_the_write(tmp_path: Path) -> None:
     plan = [m.planned for m in modules]
     plan[1] = Planned(plan[1].name, 2, plan[1].shape)
     with pytest.raises(AssertionError, match="out of its plan"):
-        write_stream(str(tmp_path / "out"), TEMPLATE, plan, iter(modules), {}, command="resize")
+        write_stream(str(tmp_path / "out"), TEMPLATE, plan, iter(modules), {}, command="resize", inputs=[])
     assert list(tmp_path.iterdir()) == []  # nor its temporary folder
     with pytest.raises(AssertionError, match="2 of 3 planned"):
         write_stream(
@@ -55,5 +55,6 @@ def test_a_module_off_its_plan_fails_the_write(tmp_path: Path) -> None:
             iter(modules[:2]),
             {},
             command="resize",
+            inputs=[],
         )
     assert not (tmp_path / "out").exists()
