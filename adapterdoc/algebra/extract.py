@@ -73,7 +73,7 @@ def extract(
     if sum(x is not None for x in (rank, energy, max_error)) != 1:
         raise RefusedError(None, "give exactly one of --rank, --energy, --max-error")
     b_ckpt, t_ckpt = _open(base), _open(tuned)
-    kinds = module_kinds(base)
+    kinds = module_kinds(base, {n: tuple(t.shape) for n, t in b_ckpt.tensors.items()})
     b_read, t_read = Reader(b_ckpt, np), Reader(t_ckpt, np)
     sources: dict[str, TensorSource] = {}
     rows: list[ModuleRow] = []
@@ -88,7 +88,7 @@ def extract(
             if b_info is None or tuple(b_info.shape) != tuple(info.shape):
                 left.grown.append((name, tuple(b_info.shape) if b_info else (), tuple(info.shape)))
                 continue
-            module, _, leaf = name.rpartition(".")
+            module, _, leaf = kinds.memory.get(name, name).rpartition(".")
             if _same_bytes(b_ckpt, t_ckpt, name, sources):
                 continue
             delta = _delta(b_read, t_read, name)
@@ -144,17 +144,27 @@ class Kinds:
 
     kinds: dict[str, str]
     tied: dict[str, str]
+    memory: dict[str, str] = field(default_factory=dict)
+    """On-disk tensor name → the parameter transformers loads it into, where it renames at load (Mistral3's
+    ``language_model.model.*`` → ``model.language_model.*``); a name not here loads under itself."""
 
 
-def module_kinds(base: str) -> Kinds:
+def module_kinds(base: str, disk_shapes: dict[str, tuple[int, ...]] | None = None) -> Kinds:
     """The base's ``nn.Linear`` / ``nn.Embedding`` modules and tied head, from its class built on the meta device
-    from its config.json."""
+    from its config.json; with ``disk_shapes`` (the checkpoint's tensors), the load-time renames of those names
+    (transformers' own conversion, :func:`adapterdoc.ml.names.build_name_map`; a tensor split or fused at load,
+    such as per-expert weights, keeps its name and is reported as held by no module)."""
     import torch
 
     from adapterdoc.bases import resolve_base
     from adapterdoc.ml.build import build_meta_model
+    from adapterdoc.ml.names import build_name_map
 
     model = build_meta_model(resolve_base(base))
+    memory: dict[str, str] = {}
+    if disk_shapes:
+        placed = build_name_map(model, disk_shapes).by_disk
+        memory = {d: p.param for d, p in placed.items() if p.whole and p.param != d}
     kinds: dict[str, str] = {}
     names = {id(mod): name for name, mod in model.named_modules()}
     for name, mod in model.named_modules():
@@ -168,7 +178,7 @@ def module_kinds(base: str) -> Kinds:
     outp = model.get_output_embeddings()  # type: ignore[no-untyped-call]  # unannotated in transformers
     if getattr(text, "tie_word_embeddings", False) and id(inp) in names and id(outp) in names:
         tied[names[id(inp)]] = names[id(outp)]
-    return Kinds(kinds, tied)
+    return Kinds(kinds, tied, memory)
 
 
 def _file_order(ckpt: Checkpoint) -> list[str]:
