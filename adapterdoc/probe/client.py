@@ -1,12 +1,14 @@
 """A tiny HTTP client for one OpenAI-compatible server: only the URL the user gives (redirects are refused, never
 followed), a bounded number of requests, a time limit and a size limit on each answer, and an API key read from an
-environment variable that is never printed (standard library only)."""
+environment variable that is never printed: wherever a server echoes it (an error body, a header, a status line), its
+value is replaced by ``***`` before anything the server wrote is read (standard library only)."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -104,6 +106,15 @@ class Client:
                 "which an HTTP header cannot carry",
             )
 
+    def redact(self, text: str) -> str:
+        """``text`` with the API key's value (as sent, and as JSON writes it) replaced by ``***``."""
+        key = os.environ.get(self.api_key_env or "", "")
+        if not key:
+            return text
+        for form in dict.fromkeys((key, json.dumps(key)[1:-1], key.replace("/", "\\/"))):
+            text = text.replace(form, "***")
+        return text
+
     def get(self, path: str) -> Response:
         return self._send("GET", path, None)
 
@@ -120,7 +131,28 @@ class Client:
         data = None if body is None else json.dumps(body).encode("utf-8")
         request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         where = self.url + path
-        deadline = time.monotonic() + self.timeout
+        outcome: list[Response | BaseException] = []
+        worker = threading.Thread(target=self._attempt, args=(request, where, outcome), daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if not outcome:  # a server that drips its headers: each socket read is quick, the whole is not
+            raise ProbeError(where, self._late())
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    def _attempt(
+        self, request: urllib.request.Request, where: str, outcome: list[Response | BaseException]
+    ) -> None:
+        """One request in a daemon thread that the caller waits for at most ``timeout`` (one deadline for the
+        connection, the headers and the body; a thread left behind ends with the process): its response or its
+        error appended to ``outcome``."""
+        try:
+            outcome.append(self._request(request, where, time.monotonic() + self.timeout))
+        except BaseException as e:  # handed to the caller's thread, which raises it
+            outcome.append(e)
+
+    def _request(self, request: urllib.request.Request, where: str, deadline: float) -> Response:
         try:
             return self._answer(request, where, deadline)
         except TimeoutError:
@@ -128,11 +160,13 @@ class Client:
         except urllib.error.URLError as e:
             if isinstance(e.reason, TimeoutError):
                 raise ProbeError(where, self._late()) from None
-            raise ProbeError(self.url, f"cannot connect ({e.reason})") from e
+            raise ProbeError(self.url, f"cannot connect ({self.redact(str(e.reason))})") from None
         except OSError as e:
-            raise ProbeError(where, f"the connection failed ({e})") from e
+            raise ProbeError(where, f"the connection failed ({self.redact(str(e))})") from None
         except (ValueError, http.client.HTTPException) as e:  # InvalidURL; a reply that is no HTTP
-            raise ProbeError(self.url, f"no HTTP answer ({type(e).__name__}: {e})") from e
+            raise ProbeError(
+                self.url, f"no HTTP answer ({type(e).__name__}: {self.redact(str(e))})"
+            ) from None
 
     def _answer(self, request: urllib.request.Request, where: str, deadline: float) -> Response:
         opener = urllib.request.build_opener(_NoRedirect)
@@ -143,7 +177,8 @@ class Client:
             answer, status = e, e.code
         with answer:
             if 300 <= status < 400:
-                to = printable(answer.headers.get("Location", "nowhere"))  # type: ignore[attr-defined]
+                location = answer.headers.get("Location", "nowhere")  # type: ignore[attr-defined]
+                to = printable(self.redact(str(location)))
                 raise ProbeError(
                     where,
                     f"HTTP {status}: the server redirects to {to}; the probe contacts only the URL given "
@@ -151,7 +186,9 @@ class Client:
                 )
             if status in (401, 403):
                 raise ProbeError(where, f"HTTP {status}: {self._refused()}")
-            return _response(status, self._read(answer, where, deadline))
+            return _response(
+                status, self.redact(self._read(answer, where, deadline).decode("utf-8", "replace"))
+            )
 
     def _read(self, answer: IO[bytes], where: str, deadline: float) -> bytes:
         """The body, at most :data:`MAX_BYTES`, read before ``deadline`` (a server that drips its answer)."""
@@ -183,8 +220,7 @@ def printable(text: str, limit: int = 200) -> str:
     return "".join(c if c.isprintable() else "?" for c in one_line)
 
 
-def _response(status: int, raw: bytes) -> Response:
-    text = raw.decode("utf-8", errors="replace")
+def _response(status: int, text: str) -> Response:
     try:
         body: object = json.loads(text)
     except (ValueError, RecursionError):  # not JSON; JSON nested too deep to parse
