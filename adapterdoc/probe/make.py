@@ -34,27 +34,49 @@ BATCH = 8
 
 
 def read_prompts(path: str) -> list[str]:
-    """The prompts of a JSONL file: each row's ``prompt``, ``text``, or its messages' contents joined."""
+    """The prompts of a JSONL file: each row's ``prompt``, ``text``, or its messages' contents joined (strings)."""
     p = Path(path)
     if not p.is_file():
         raise InputNotFoundError(path, "no prompts file here")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise UnsupportedInputError(path, f"not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise UnsupportedInputError(path, f"cannot read it ({e.strerror or e})") from None
     out: list[str] = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except ValueError as e:
-            raise UnsupportedInputError(path, f"line {n} is not JSON: {e}") from e
-        text = row.get("prompt") or row.get("text") if isinstance(row, dict) else None
-        if not text and isinstance(row, dict) and isinstance(row.get("messages"), list):
-            text = "\n".join(str(m.get("content", "")) for m in row["messages"])
-        if not isinstance(text, str) or not text:
-            raise UnsupportedInputError(path, f"line {n} has no prompt, text or messages")
+        except (ValueError, RecursionError) as e:
+            why = "nested too deep" if isinstance(e, RecursionError) else e
+            raise UnsupportedInputError(path, f"line {n} is not JSON: {why}") from None
+        text = _prompt_of(row)
+        if not text:
+            raise UnsupportedInputError(
+                path, f"line {n} has no prompt or text string, nor messages with a string content"
+            )
         out.append(text)
     if not out:
         raise UnsupportedInputError(path, "the prompts file has no rows")
     return out
+
+
+def _prompt_of(row: object) -> str | None:
+    """A row's ``prompt`` or ``text`` string, else the string contents of its ``messages`` (objects) joined, one per
+    line; None when it has none."""
+    if not isinstance(row, dict):
+        return None
+    for key in ("prompt", "text"):
+        if isinstance(row.get(key), str) and row[key]:
+            return str(row[key])
+    messages = row.get("messages")
+    if not isinstance(messages, list):
+        return None
+    contents = [m["content"] for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str)]
+    return "\n".join(contents) or None
 
 
 def make_canaries(adapter: str, base: str, prompts: Sequence[str] | None = None) -> Canaries:
@@ -99,13 +121,23 @@ def canaries_of(
 
 
 def adapter_rank(adapter: str) -> int:
-    """The ``r`` of a PEFT adapter folder's config (8 when it has none); a folder without one is exit 3."""
+    """The ``r`` of a PEFT adapter folder's config (8 when it has none); a folder without one, a config that is no
+    JSON object, or an ``r`` that is no positive integer is exit 3."""
     config = Path(adapter) / "adapter_config.json"
     if not config.is_file():
         raise UnsupportedInputError(
             adapter, "canaries need a PEFT adapter folder (convert others: adapterdoc convert --to peft)"
         )
-    return int(json.loads(config.read_text(encoding="utf-8")).get("r", 8))
+    try:
+        raw = json.loads(config.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError, OSError) as e:  # UnicodeDecodeError is a ValueError
+        raise UnsupportedInputError(str(config), f"not a readable JSON file ({type(e).__name__})") from None
+    if not isinstance(raw, dict):
+        raise UnsupportedInputError(str(config), "not a JSON object")
+    rank = raw.get("r", 8)
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise UnsupportedInputError(str(config), f"its r is {str(rank)[:40]!r}, not a positive integer")
+    return rank
 
 
 def separation(canaries: Canaries, dtype: str | None = None) -> float:
