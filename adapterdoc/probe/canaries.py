@@ -24,10 +24,21 @@ VERSION = 1
 
 
 def scale_grid(rank: int) -> tuple[float, ...]:
-    """The factors canaries are computed at: 0, ½, 1/√r, 1, 2, √r, and ¼, ¾, 1½ between them so that the
-    expected curve is close to straight between neighbours (sorted, duplicates dropped)."""
+    """The factors canaries are computed at: 0, ½, 1/√r, 1, 2, √r, and ¼, ¾, 1½ between them, and steps of ×√2 from 2
+    up to √r and from 1/√r up to ¼ (a large rank's √r is far from 2), so that the expected curve is close to straight
+    between neighbours (sorted, duplicates dropped; 13 factors for r = 64)."""
     root = math.sqrt(rank)
-    return tuple(sorted({0.0, 0.25, 0.5, 0.75, 1.0 / root, 1.0, 1.5, 2.0, root}))
+    grid = {0.0, 0.25, 0.5, 0.75, 1.0 / root, 1.0, 1.5, 2.0, root}
+    return tuple(sorted(grid | _steps(2.0, root) | _steps(1.0 / root, 0.25)))
+
+
+def _steps(low: float, high: float) -> set[float]:
+    """``low`` times √2, 2, 2√2, ... below ``high``."""
+    out, k = set(), 1
+    while low * 2 ** (k / 2) < high:
+        out.add(low * 2 ** (k / 2))
+        k += 1
+    return out
 
 
 @dataclass(frozen=True)
