@@ -6,8 +6,9 @@ vLLM 0.33, SGLang 0.5.23.
 - vLLM: ``model=NAME``; ``prompt_logprobs`` gives the teacher-forced logprob of every prompt token.
 - SGLang: ``model="BASE:ADAPTER"``, or ``lora_path`` beside the base's ``model``; ``echo`` + ``logprobs`` give the
   prompt's logprobs (``logprob_start_len=0``).
-- llama.cpp (llama-cpp-python's server): ``model=ALIAS``; ``echo`` + ``logprobs`` give the prompt's logprobs, shifted
-  by one position on a vocabulary without BOS (detected from the fit, not assumed). Token-id prompts are refused.
+- llama.cpp (llama-cpp-python's server): ``model=ALIAS``; ``echo`` + ``logprobs`` give the prompt's logprobs; how
+  they line up with the canaries' positions (with a BOS, or without one, when llama-cpp-python scores each token's
+  own logits row) is read from the fit of each :class:`Alignment`, not assumed. Token-id prompts are refused.
 - mlx-lm: ``adapters=PATH`` beside ``model``; only generated tokens have logprobs, so the probe reads the top
   logprobs of the first generated token, after the whole prompt, and matches them to the canary's candidates.
 """
@@ -50,6 +51,10 @@ class Alignment(NamedTuple):
     offset: int = 0
     same: bool = False
 
+    def label(self) -> str:
+        """How the report names it: ``offset +0``, ``offset -1``, ``offset +0, each token's own row``."""
+        return f"offset {self.offset:+d}" + (", each token's own row" if self.same else "")
+
 
 @dataclass(frozen=True)
 class Convention:
@@ -62,7 +67,7 @@ class Convention:
     read: Callable[[object, Canary, Alignment], list[Observation]]
     """(response body, canary, alignment) → observations."""
     alignments: tuple[Alignment, ...] = (Alignment(),)
-    """The alignments to try (the one whose observations fit best is kept): detected from the answers, not assumed."""
+    """The alignments to try: each is fitted and the best fit is kept (:func:`adapterdoc.probe.run.choose_alignment`)."""
 
 
 def _with(ask: Ask, body: dict[str, object]) -> dict[str, object]:

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 
 from adapterdoc.probe.canaries import Canaries, Canary
 from adapterdoc.probe.client import MAX_REQUESTS, TIMEOUT, Client, ProbeError, Response, printable
-from adapterdoc.probe.conventions import CONVENTIONS, NAMED_BY_OPTIONS, SET_BY_PROBE, Ask, Convention
+from adapterdoc.probe.conventions import (
+    CONVENTIONS,
+    NAMED_BY_OPTIONS,
+    SET_BY_PROBE,
+    Alignment,
+    Ask,
+    Convention,
+)
 from adapterdoc.probe.fit import SEPARATION, TOLERANCES, Fit, Observation, fit
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.report.probe_report import ProbeReport
@@ -46,9 +53,9 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
     models = client.get("/v1/models")
     engine = target.engine or detect(models)
     convention = CONVENTIONS[engine]
-    observations = _observe(client, convention, target.ask, canaries.canaries, target.engine is not None)
+    observed = _observe(client, convention, target.ask, canaries.canaries, target.engine is not None)
     dtype = target.dtype or served_dtype(engine, canaries.dtype)
-    result = fit(observations, canaries.scales, dtype)
+    alignment, result = choose_alignment(observed, canaries.scales, dtype, client.url + "/v1/completions")
     if result.separation < SEPARATION:
         raise ProbeError(
             source or "the canaries",
@@ -65,6 +72,7 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
         engine=engine,
         engine_detected=target.engine is None,
         request=convention.describe(target.ask),
+        alignment=alignment.label() if len(convention.alignments) > 1 else None,
         verdict=result.verdict,
         factor=result.factor,
         dtype=dtype,
@@ -129,8 +137,8 @@ def _finite(value: object) -> bool:
 
 def _observe(
     client: Client, convention: Convention, ask: Ask, canaries: Sequence[Canary], given: bool
-) -> list[Observation]:
-    """One request per canary; the served logprobs at the alignment that fits best."""
+) -> dict[Alignment, list[Observation]]:
+    """One request per canary; the served logprobs read at each alignment of the convention that reads any."""
     bodies = []
     for canary in canaries:
         r = client.post("/v1/completions", convention.build(ask, canary))
@@ -141,21 +149,48 @@ def _observe(
                 f"HTTP {r.status} for {convention.describe(ask)}: {_short(r)}{fix}",
             )
         bodies.append(r.body)
-    best: list[Observation] = []
+    observed = {}
     for alignment in convention.alignments:
         seen = [
             o for body, c in zip(bodies, canaries, strict=True) for o in convention.read(body, c, alignment)
         ]
         _check_served(seen, client.url + "/v1/completions")
-        if seen and (not best or _closeness(seen) < _closeness(best)):
-            best = seen
-    if not best:
+        if seen:
+            observed[alignment] = seen
+    if not observed:
         objects = any(isinstance(b, dict) for b in bodies)
         why = "no logprobs the canaries hold" if objects else "no JSON object"
         raise ProbeError(
             client.url, f"the {convention.name} server returned {why}{_engine_hint(convention, given)}"
         )
-    return best
+    return observed
+
+
+def choose_alignment(
+    observed: Mapping[Alignment, Sequence[Observation]], scales: Sequence[float], dtype: str, where: str
+) -> tuple[Alignment, Fit]:
+    """The alignment whose fit is best (the smallest :attr:`Fit.best`) and its fit; a :class:`ProbeError` when
+    another one fits about as well (within max(1, 2× the best) tolerances) with another verdict."""
+    fits = {a: fit(seen, scales, dtype) for a, seen in observed.items()}
+    chosen = min(fits, key=lambda a: fits[a].best)
+    best = fits[chosen]
+    for other, result in fits.items():
+        rival = result.verdict != "differs" and result.best <= max(1.0, 2.0 * best.best)
+        if other != chosen and rival and _judged(result) != _judged(best):
+            raise ProbeError(
+                where,
+                "cannot tell how the answer lines up with the canaries' positions: read at "
+                f"{chosen.label()} it is {_judged(best)}, at {other.label()} {_judged(result)} (best fits "
+                f"{best.best:.2f} and {result.best:.2f} tolerances)",
+            )
+    return chosen, best
+
+
+def _judged(result: Fit) -> str:
+    """The verdict in words, with a scale's factor to 5%."""
+    if result.verdict == "scale" and result.factor is not None:
+        return f"scale {round(result.factor * 20) / 20:g}"
+    return result.verdict
 
 
 def _check_served(seen: Sequence[Observation], where: str) -> None:
@@ -170,12 +205,6 @@ def _check_served(seen: Sequence[Observation], where: str) -> None:
 
 def _engine_hint(convention: Convention, given: bool) -> str:
     return f" (--engine {convention.name} was given: is the server {convention.name}?)" if given else ""
-
-
-def _closeness(seen: Sequence[Observation]) -> float:
-    """The smallest mean distance to any expected scale (how well one alignment of positions fits at all)."""
-    scales = range(len(seen[0].expected))
-    return min(sum(abs(o.served - o.expected[i]) for o in seen) / len(seen) for i in scales)
 
 
 def _short(r: Response) -> str:

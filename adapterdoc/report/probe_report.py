@@ -18,6 +18,9 @@ class ProbeReport(FrozenReport):
     engine_detected: bool
     request: str
     """How the request named the adapter (``model='my-adapter'``)."""
+    alignment: str | None = None
+    """How the served prompt logprobs were lined up with the canaries' positions (``offset +0``), for a convention
+    that has several ways (llama.cpp); None otherwise."""
     verdict: str
     factor: float | None
     dtype: str
@@ -31,7 +34,9 @@ class ProbeReport(FrozenReport):
     canaries: str = ""
 
     def body(self) -> dict[str, object]:
-        body = pick(self, ("url", "engine", "engine_detected", "request", "verdict", "factor", "dtype"))
+        body = pick(
+            self, ("url", "engine", "engine_detected", "request", "alignment", "verdict", "factor", "dtype")
+        )
         numbers = pick(self, ("observations", "separation", "best"))
         deviation = {str(k): v for k, v in self.deviation.items()}
         return {

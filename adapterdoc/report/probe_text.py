@@ -23,7 +23,10 @@ VERDICTS = {
 def render_probe(report: ProbeReport, *, width: int | None = None) -> str:
     w = Writer(width)
     how = "detected" if report.engine_detected else "given"
-    w.para(("probe", "bold"), report.url, f"({report.engine}, {how}; request: {report.request})", hang=2)
+    read = f"; read at {report.alignment}" if report.alignment else ""
+    w.para(
+        ("probe", "bold"), report.url, f"({report.engine}, {how}; request: {report.request}{read})", hang=2
+    )
     verdict = VERDICTS.get(report.verdict, report.verdict)
     if report.verdict == "scale" and report.factor is not None:
         verdict += f": {report.factor:.3g}× PEFT's scaling"
