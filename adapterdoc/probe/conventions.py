@@ -31,6 +31,11 @@ NAMED_BY_OPTIONS = {"model": "--adapter or --base-model", "adapters": "--adapter
 SET_BY_PROBE = ("prompt", "max_tokens", "temperature", "echo", "logprobs", "top_logprobs", "prompt_logprobs",
                 "logprob_start_len", "stream")  # fmt: skip
 """The request fields the probe sets to have the canaries' logprobs back, which ``--extra-body`` may not change."""
+CHANGE_LOGPROBS = ("logit_bias", "repetition_penalty", "presence_penalty", "frequency_penalty")
+"""Request fields that change the logprobs a server returns, which ``--extra-body`` may not set: mlx-lm 0.32 applies
+them as logits processors before it computes the logprobs it reports (``generate_step``); its sampler's fields
+(``top_p``, ``top_k``, ``min_p``, ``xtc_*``) act after, and vLLM's prompt logprobs and llama-cpp-python's echoed ones
+are the model's own, so those are left to the user."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from adapterdoc.probe.canaries import Canaries, Canary
 from adapterdoc.probe.client import MAX_REQUESTS, TIMEOUT, Client, ProbeError, Response, printable
 from adapterdoc.probe.conventions import (
+    CHANGE_LOGPROBS,
     CONVENTIONS,
     NAMED_BY_OPTIONS,
     SET_BY_PROBE,
@@ -312,5 +313,11 @@ def parse_extra_body(text: str | None) -> Mapping[str, object] | None:
         if key in SET_BY_PROBE:
             raise ProbeError(
                 "--extra-body", f"the probe sets {key!r} itself, to have the canaries' logprobs back"
+            )
+        if key in CHANGE_LOGPROBS:
+            raise ProbeError(
+                "--extra-body",
+                f"{key!r} changes the logprobs the server returns (mlx-lm applies it before them); the probe "
+                "compares the model's own",
             )
     return value

@@ -453,6 +453,10 @@ def test_a_folder_or_a_huge_file_as_canaries(cli: Any, stub: Any, tmp_path: Path
         ('{"prompt": "x"}', ["the probe sets 'prompt' itself"]),
         ('{"stream": true}', ["the probe sets 'stream' itself"]),
         ('{"logprobs": 5}', ["the probe sets 'logprobs' itself"]),
+        ('{"repetition_penalty": 1.1}', ["'repetition_penalty' changes the logprobs the server returns"]),
+        ('{"presence_penalty": 0.5}', ["'presence_penalty' changes the logprobs"]),
+        ('{"frequency_penalty": 0.5}', ["'frequency_penalty' changes the logprobs"]),
+        ('{"logit_bias": {"5": 10}}', ["'logit_bias' changes the logprobs"]),
     ],
 )
 def test_a_bad_extra_body_is_one_line(
