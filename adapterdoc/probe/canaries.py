@@ -3,7 +3,8 @@
 A canary is one prompt (its text and the token ids the local tokenizer gives) and the logprobs PEFT computes on it:
 ``positions`` the teacher-forced logprob of the prompt's own token at chosen positions (for servers that return
 prompt logprobs), ``next`` the logprobs of a few candidate tokens after the whole prompt (for servers that return
-only generated tokens' top logprobs). Every expected value is a list with one entry per scale of ``scales``: the
+only generated tokens' top logprobs); ``same``, beside each position, the logprob of its token in the distribution
+after it (what llama-cpp-python reports for a prompt without BOS). Every expected value is a list with one entry per scale of ``scales``: the
 adapter's LoRA scaling multiplied by that factor (0 is the base, 1 the adapter as PEFT applies it).
 """
 
@@ -78,7 +79,8 @@ class Canaries:
     scales: Sequence[float]
     canaries: Sequence[Canary]
     bos: bool = False
-    """Whether the local tokenizer starts a prompt with a BOS token (``ids[0]``)."""
+    """Whether the local tokenizer starts a prompt with a BOS token (``ids[0]``): recorded for the reader; the probe
+    reads how an answer lines up from the fit of each alignment, not from this."""
 
     def to_dict(self) -> dict[str, object]:
         return {"version": VERSION, **asdict(self)}

@@ -54,6 +54,7 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
     models = client.get("/v1/models")
     engine = target.engine or detect(models)
     convention = CONVENTIONS[engine]
+    check_base_model(engine, target.ask)
     observed = _observe(client, convention, target.ask, canaries.canaries, target.engine is not None)
     dtype = target.dtype or served_dtype(engine, canaries.dtype)
     alignment, result = choose_alignment(observed, canaries.scales, dtype, client.url + "/v1/completions")
@@ -84,6 +85,20 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
         requests=list(client.sent),
         canaries=source,
         findings=findings,
+    )
+
+
+def check_base_model(engine: str, ask: Ask) -> None:
+    """Refuse ``--base-model`` where the engine's request has no place for it (vLLM and llama.cpp name the adapter
+    in ``model``; SGLang's ``model="BASE:ADAPTER"`` holds the base already): it would not be sent."""
+    if ask.base_model is None or engine == "mlx-lm" or (engine == "sglang" and ":" not in ask.adapter):
+        return
+    where = (
+        "model=BASE:ADAPTER names the base already" if engine == "sglang" else "its model field is --adapter"
+    )
+    raise ProbeError(
+        "--base-model",
+        f"a {engine} request has no place for it ({where}); drop it, nothing else would be sent",
     )
 
 

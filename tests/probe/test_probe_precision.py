@@ -129,3 +129,24 @@ def test_canaries_too_weak_for_bfloat16_are_said_so(tmp_path: Path) -> None:
     finding = coarse_warning(Canaries("a", "b", 4, "float32", list(SCALES), [weak]), "c.json")
     assert finding is not None and finding.code == "AD630" and "bfloat16" in finding.message
     assert coarse_warning(Canaries("a", "b", 4, "float32", list(SCALES), [CANARY]), "c.json") is None
+
+
+# ------------------------------------------------------------------------- --base-model where no request sends it
+
+
+@pytest.mark.parametrize(
+    ("owner", "adapter", "words"),
+    [
+        ("vllm", "a", "a vllm request has no place for it (its model field is --adapter)"),
+        ("me", "a", "a llama.cpp request has no place for it"),
+        ("sglang", "base:a", "model=BASE:ADAPTER names the base already"),
+    ],
+)
+def test_a_base_model_no_request_sends_is_refused(
+    cli: Any, stub: Any, canaries: Path, owner: str, adapter: str, words: str
+) -> None:
+    """Was: silently not sent (the report named a request the server never saw)."""
+    server = stub(1.0, {"data": [{"id": "a", "owned_by": owner}]})
+    r = cli("probe", url(server), "--adapter", adapter, "--base-model", "b", "--canaries", canaries)
+    assert r.exit_code == 3 and "--base-model" in r.stderr and words in r.stderr, r.output
+    assert server.bodies == []
