@@ -56,7 +56,8 @@ Only URL is contacted; the API key (--api-key-env) is never printed."""
 @click.option(
     "--served-dtype",
     type=click.Choice(DTYPES),
-    help="The served dtype, for the tolerance (default: the base's).",
+    help="The dtype the server computes in, for the tolerance (default: bfloat16 for vLLM and SGLang, else the "
+    "canaries' dtype).",
 )
 @click.option(
     "--make-canaries", "make", metavar="ADAPTER", help="Write canaries for this PEFT adapter to --out."

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from adapterdoc.probe.canaries import Canaries, Canary, Position, save, scale_grid
-from tests.probe.stub_server import Reply, Stub, close, send, start, url
+from tests.probe.stub_server import Reply, Stub, close, echo_key, send, start, url
 
 SCALES = scale_grid(4)
 POSITIONS = [(1, 6), (2, 7), (3, 8)]
@@ -181,7 +181,7 @@ def test_an_http_error_is_one_line(
 def test_a_refused_api_key_names_the_option(
     cli: Any, stub: Any, canaries: Path, status: int, where: str
 ) -> None:
-    refuse = send(status, {"error": {"message": "Invalid API key sekret-123"}})
+    refuse = echo_key(status)  # a server that shows what it was sent
     server = stub(**{where: refuse})
     args = ["probe", url(server), "--adapter", "a", "--canaries", canaries, "--engine", "vllm"]
     one_line(cli(*args), f"HTTP {status}", "wants an API key", "--api-key-env")
