@@ -5,9 +5,10 @@ neighbouring scales of the grid the curve is taken as a straight segment, the se
 segment (least squares), and the segment point with the smallest worst-case deviation gives the factor.
 
 The verdict: within tolerance of scale 1 is ``applied``, of scale 0 ``base``; else, when the curve explains the served
-values (the best fit within max(1, 5% of the separation) tolerances), the factor decides: within :data:`NEAR` of 1
-``applied``, of 0 ``base`` (then only the precision differs, e.g. a bfloat16 server against float32 canaries:
-:attr:`Fit.off` says by how much), otherwise ``scale``; a curve that explains nothing is ``differs``.
+values (the best fit within max(1, 5% of the separation) tolerances), ``scale`` at the fitted factor, except where
+no point of the curve is within tolerance (:attr:`Fit.off`: the served precision is coarser than the tolerance, e.g. a
+bfloat16 server against float32 canaries): there the factor cannot be read finer than :data:`NEAR`, and one within it
+of 1 is ``applied``, of 0 ``base``. A curve that explains nothing is ``differs``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ SEPARATION = 4.0
 """The canaries must move the adapter away from the base by this many tolerances, or the probe cannot decide."""
 NEAR = 0.05
 """A fitted factor within this of 1 (or 0) is the adapter (or the base) when the served values are off by more than
-the tolerance everywhere: the factor is read to 5%, so a closer one is no other scale."""
+the tolerance everywhere: the factor is then read to 5% at best, so a closer one is no other scale."""
 LEEWAY = 0.05
 """The expected curve explains the served values when its best fit is within max(1, this × the separation)
 tolerances."""
@@ -86,9 +87,12 @@ def fit(observations: Sequence[Observation], scales: Sequence[float], dtype: str
     )
     factor, best = _along_curve(observations, tols, scales)
     explained = best <= max(1.0, LEEWAY * separation)
-    if deviation[1.0] <= 1.0 or (explained and abs(factor - 1.0) <= NEAR):
+    imprecise = (
+        explained and best > 1.0
+    )  # the curve explains the values, but none of its points is within tolerance
+    if deviation[1.0] <= 1.0 or (imprecise and abs(factor - 1.0) <= NEAR):
         verdict, factor = "applied", 1.0
-    elif deviation[0.0] <= 1.0 or (explained and abs(factor) <= NEAR):
+    elif deviation[0.0] <= 1.0 or (imprecise and abs(factor) <= NEAR):
         verdict, factor = "base", 0.0
     elif explained:
         verdict = "scale"

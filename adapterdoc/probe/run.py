@@ -19,7 +19,7 @@ from adapterdoc.probe.conventions import (
     Ask,
     Convention,
 )
-from adapterdoc.probe.fit import SEPARATION, TOLERANCES, Fit, Observation, fit
+from adapterdoc.probe.fit import NEAR, SEPARATION, TOLERANCES, Fit, Observation, fit
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.report.probe_report import ProbeReport
 
@@ -192,7 +192,7 @@ def choose_alignment(
     best = fits[chosen]
     for other, result in fits.items():
         rival = result.verdict != "differs" and result.best <= max(1.0, 2.0 * best.best)
-        if other != chosen and rival and _judged(result) != _judged(best):
+        if other != chosen and rival and not _agree(result, best):
             raise ProbeError(
                 where,
                 "cannot tell how the answer lines up with the canaries' positions: read at "
@@ -202,10 +202,16 @@ def choose_alignment(
     return chosen, best
 
 
+def _agree(a: Fit, b: Fit) -> bool:
+    """Whether two fits give the same answer: factors within :data:`~adapterdoc.probe.fit.NEAR` of each other (the
+    adapter is factor 1, the base 0)."""
+    return a.factor is not None and b.factor is not None and abs(a.factor - b.factor) <= NEAR
+
+
 def _judged(result: Fit) -> str:
-    """The verdict in words, with a scale's factor to 5%."""
+    """The verdict in words, with a scale's factor."""
     if result.verdict == "scale" and result.factor is not None:
-        return f"scale {round(result.factor * 20) / 20:g}"
+        return f"scale {result.factor:.3g}"
     return result.verdict
 
 
