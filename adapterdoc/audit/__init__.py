@@ -54,7 +54,7 @@ from adapterdoc.audit.measure import (
 )
 from adapterdoc.audit.read import DTYPES, FactorPair, Reader, factor_pairs, fp8_value
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
-from adapterdoc.errors import UnsupportedInputError
+from adapterdoc.errors import MissingExtraError, UnsupportedInputError
 from adapterdoc.report.audit_report import ENERGY, INERT_RELATIVE, Audit, ModuleDelta, TensorRead, leaves
 from adapterdoc.report.findings import sort_findings
 
@@ -255,7 +255,5 @@ def require_numpy(what: str | None) -> ModuleType:
     try:
         import numpy
     except ImportError:
-        raise UnsupportedInputError(
-            what, "--weights needs numpy, which is not installed: pip install 'adapterdoc[weights]'"
-        ) from None
+        raise MissingExtraError(what, "numpy", extra="weights") from None
     return numpy
