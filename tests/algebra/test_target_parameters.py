@@ -57,3 +57,18 @@ def test_fused_expert_parameters_are_refused(base: Any, tmp_path: Path, cli: Any
     )
     res = cli("resize", str(src), "--rank", "2", "--out", str(tmp_path / "out"))
     assert res.exit_code == 3 and "AD953" in res.stderr and "--experts per-expert" in res.stderr
+
+
+def test_a_parameters_rank_pattern_is_applied_by_peft(base: Any, tmp_path: Path):
+    """PEFT (0.21) warns that `module.PARAM` rank/alpha pattern keys "did not match any targeted module and were
+    ignored", for its own adapters too, yet applies them: an exact resize (--max-error 0) of a source with a
+    per-parameter rank_pattern reloads to the source's logits (so the written patterns are read as meant)."""
+    from adapterdoc.algebra import resize
+
+    pattern = {"model.layers.0.mlp.gate.weight": 4, "model.layers.1.mlp.gate.weight": 4}
+    src = make_adapter(base, tmp_path / "src", 3, **ROUTER, r=8, rank_pattern=pattern)
+    resize(src, str(tmp_path / "out"), max_error=0.0)
+    cfg = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
+    assert all(cfg["rank_pattern"][k] == v and cfg["alpha_pattern"][k] == v for k, v in pattern.items())
+    got, want = peft_logits(base, tmp_path / "out"), peft_logits(base, src)
+    assert (got - want).abs().max() <= 1e-5 * want.abs().max()
