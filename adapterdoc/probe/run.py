@@ -67,7 +67,7 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
         )
     findings = [
         *convention_findings(engine, target.ask, models),
-        verdict_finding(result, engine, target.ask, dtype),
+        verdict_finding(result, engine, target.ask, dtype, canaries.rank),
     ]
     return ProbeReport(
         url=client.url,
@@ -237,9 +237,10 @@ def _short(r: Response) -> str:
     return printable(str(text))
 
 
-def verdict_finding(result: Fit, engine: str, ask: Ask, dtype: str) -> Finding:
-    """The verdict as a finding (AD900 applied, AD901 base, AD902 other scale, AD903 differs); when the served
-    values are off the expected curve by more than the tolerance, the message says by how much."""
+def verdict_finding(result: Fit, engine: str, ask: Ask, dtype: str, rank: int = 0) -> Finding:
+    """The verdict as a finding (AD900 applied, AD901 base, AD902 other scale with what may cause that factor,
+    AD903 differs); when the served values are off the expected curve by more than the tolerance, the message says
+    by how much."""
     numbers = (
         f"{result.count} logprobs; best fit {result.best:.2f}, separation {result.separation:.1f} tolerances"
     )
@@ -262,8 +263,26 @@ def verdict_finding(result: Fit, engine: str, ask: Ask, dtype: str) -> Finding:
             "AD902",
             f"the adapter is applied at {result.factor:.3g}× PEFT's scaling ({numbers})",
             key=ask.adapter,
+            hint=scale_hint(result.factor, rank, engine),
         )
     return make("AD903", f"the served logprobs fit neither the base nor the adapter at any scale ({numbers})")
+
+
+def scale_hint(factor: float, rank: int, engine: str) -> str:
+    """What may make an engine apply an adapter at ``factor`` × PEFT's scaling (``rank``: the canaries' ``r``)."""
+    other = (
+        "a scale setting on the server (llama.cpp's lora_scale, a scale in the adapter's config there), or only part "
+        "of the adapter's modules applied (targets outside the engine's --lora-target-modules: adapterdoc verify "
+        "ADAPTER --profile ENGINE names them)"
+    )
+    if rank > 1 and abs(factor * rank**0.5 - 1) <= 0.05:
+        fold = (
+            f"adapterdoc remap ADAPTER --for {engine} folds it"
+            if engine in ("vllm", "sglang")
+            else "set lora_alpha to lora_alpha · √r and use_rslora false"
+        )
+        return f"1/√r for r={rank}: if the adapter uses rsLoRA, the engine ignores it ({fold}); else {other}"
+    return other
 
 
 def _works(engine: str, ask: Ask) -> str:

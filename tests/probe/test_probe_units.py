@@ -301,3 +301,17 @@ def test_a_canaries_file_that_cannot_be_read_is_one_line(cli: Any) -> None:
     """A path that is a file but whose read fails (here /proc/self/mem, an I/O error at offset 0, even for root)."""
     r = cli("probe", "http://127.0.0.1:9", "--adapter", "a", "--canaries", "/proc/self/mem")
     assert r.exit_code == 3 and "cannot read it" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_the_scale_hint_names_what_makes_that_factor() -> None:
+    from adapterdoc.probe.run import scale_hint
+
+    rslora = scale_hint(0.125, 64, "sglang")  # SGLang ignores use_rslora: lora_alpha / r instead of / sqrt(r)
+    assert (
+        rslora.startswith("1/√r for r=64: if the adapter uses rsLoRA")
+        and "remap ADAPTER --for sglang" in rslora
+    )
+    assert "lora_scale" in rslora  # 1/sqrt(r) may still be a server's scale: both are named
+    assert "use_rslora false" in scale_hint(0.5, 4, "llama.cpp")
+    other = scale_hint(0.6, 16, "vllm")
+    assert not other.startswith("1/√r") and "--lora-target-modules" in other and "lora_scale" in other
