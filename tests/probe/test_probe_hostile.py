@@ -577,5 +577,11 @@ def test_the_text_report_fits_80_columns(cli: Any, stub: Any, canaries: Path) ->
         env={"COLUMNS": "80"},
     )
     assert r.exit_code == 1, r.output
-    long = [line for line in r.stdout.splitlines() if len(line) > 80 and "http://" not in line]
+    # a URL or a path (the canaries file's, as long as the temporary folder makes it) is one word: no break in it
+    long = [
+        line
+        for line in r.stdout.splitlines()
+        if len(line) > 80
+        and not any(w.startswith("http://") or w.rstrip(";,") == str(canaries) for w in line.split())
+    ]
     assert long == [], r.stdout
