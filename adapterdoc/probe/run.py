@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from adapterdoc.probe.canaries import Canaries, Canary
 from adapterdoc.probe.client import MAX_REQUESTS, TIMEOUT, Client, ProbeError, Response, printable
@@ -55,7 +55,7 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
     engine = target.engine or detect(models)
     convention = CONVENTIONS[engine]
     check_base_model(engine, target.ask)
-    observed = _observe(client, convention, target.ask, canaries.canaries, target.engine is not None)
+    observed, bodies = _observe(client, convention, target.ask, canaries.canaries, target.engine is not None)
     dtype = target.dtype or served_dtype(engine, canaries.dtype)
     alignment, result = choose_alignment(observed, canaries.scales, dtype, client.url + "/v1/completions")
     if result.separation < SEPARATION:
@@ -69,6 +69,10 @@ def probe(target: Target, canaries: Canaries, source: str = "") -> ProbeReport:
         *convention_findings(engine, target.ask, models),
         verdict_finding(result, engine, target.ask, dtype, canaries.rank),
     ]
+    if result.verdict == "differs" and engine == "llama.cpp":
+        findings[-1] = replace(
+            findings[-1], message=findings[-1].message + tokenizer_note(bodies, canaries.canaries)
+        )
     return ProbeReport(
         url=client.url,
         engine=engine,
@@ -153,8 +157,9 @@ def _finite(value: object) -> bool:
 
 def _observe(
     client: Client, convention: Convention, ask: Ask, canaries: Sequence[Canary], given: bool
-) -> dict[Alignment, list[Observation]]:
-    """One request per canary; the served logprobs read at each alignment of the convention that reads any."""
+) -> tuple[dict[Alignment, list[Observation]], list[object]]:
+    """One request per canary; the served logprobs read at each alignment of the convention that reads any, and
+    the answers' bodies."""
     bodies = []
     for canary in canaries:
         r = client.post("/v1/completions", convention.build(ask, canary))
@@ -179,7 +184,25 @@ def _observe(
         raise ProbeError(
             client.url, f"the {convention.name} server returned {why}{_engine_hint(convention, given)}"
         )
-    return observed
+    return observed, bodies
+
+
+def tokenizer_note(bodies: Sequence[object], canaries: Sequence[Canary]) -> str:
+    """For a text prompt (llama.cpp): where the server's echo holds a number of tokens the canaries' tokenizer does
+    not explain (more than 2 away: a BOS and the generated token may differ), the served model tokenizes the
+    prompt otherwise, which alone makes every position differ; else nothing."""
+    for i, (body, canary) in enumerate(zip(bodies, canaries, strict=True), 1):
+        choices = body.get("choices") if isinstance(body, dict) else None
+        first = choices[0] if isinstance(choices, list) and choices else None
+        logprobs = first.get("logprobs") if isinstance(first, dict) else None
+        values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+        if isinstance(values, list) and abs(len(values) - len(canary.ids)) > 2:
+            return (
+                f"; the server split canary {i}'s text into {len(values)} tokens, the canaries' tokenizer into "
+                f"{len(canary.ids)}: the served model's tokenizer is not the base's (convert the base's own "
+                "tokenizer into the GGUF, or make the canaries with the served one)"
+            )
+    return ""
 
 
 def choose_alignment(
