@@ -29,6 +29,24 @@ def make_adapter(base: Any, folder: Path, seed: int, **lora: Any) -> Path:
     return folder
 
 
+def make_dora(base: Any, folder: Path, target_modules: list[str]) -> Path:
+    """A PEFT DoRA adapter (r=4, alpha 8) of ``base`` with random factors and magnitudes moved off the base's row
+    norms by about 20%, saved in ``folder``."""
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=target_modules, use_dora=True)
+    pm = get_peft_model(copy.deepcopy(base), cfg)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in pm.named_parameters():
+            if "lora_magnitude_vector" in name:
+                p.mul_(1 + 0.2 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+            elif "lora_" in name:
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    pm.save_pretrained(folder)
+    return folder
+
+
 def merged_state(base: Any, adapter: Path) -> dict[str, torch.Tensor]:
     """The base's state dict after PEFT loads ``adapter`` and merges it."""
     from peft import PeftModel

@@ -14,36 +14,18 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from tests.algebra.peft_helpers import IDS, LAYOUT  # noqa: E402
+from tests.algebra.peft_helpers import IDS, LAYOUT, make_dora, merged_state  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def dora(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, Path]:
-    from peft import LoraConfig, get_peft_model
-
     from adapterdoc.ml.tiny import build_tiny
 
     root = tmp_path_factory.mktemp("dora")
     base = build_tiny(LAYOUT, dtype=torch.float64)
     base.save_pretrained(root / "base")
-    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"], use_dora=True)
-    pm = get_peft_model(copy.deepcopy(base), cfg)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in pm.named_parameters():
-            if "lora_magnitude_vector" in name:
-                p.mul_(1 + 0.2 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-            elif "lora_" in name:
-                p.copy_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    pm.save_pretrained(root / "dora")
+    make_dora(base, root / "dora", ["q_proj", "down_proj"])
     return base, root / "base", root / "dora"
-
-
-def _merged(base: Any, adapter: Path) -> dict[str, Any]:
-    from peft import PeftModel
-
-    pm = PeftModel.from_pretrained(copy.deepcopy(base), adapter)
-    return {k: v.detach().clone() for k, v in pm.merge_and_unload().state_dict().items()}
 
 
 def test_full_rank_lora_equals_the_dora_adapter(dora: tuple[Any, Path, Path], tmp_path: Path):
@@ -69,7 +51,7 @@ def test_reported_error_is_the_distance_of_peft_merges(
     base, bdir, adir = dora
     report = resize(adir, str(tmp_path / "out"), base=str(bdir), to_lora=True, **how)
     start = base.state_dict()
-    want, got = _merged(base, adir), _merged(base, tmp_path / "out")
+    want, got = merged_state(base, adir), merged_state(base, tmp_path / "out")
     for row in report.modules:
         key = f"{row.module}.weight"
         delta = (want[key] - start[key]).numpy()

@@ -17,36 +17,18 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from tests.algebra.llama_helpers import tiny_llama  # noqa: E402
-from tests.algebra.peft_helpers import IDS  # noqa: E402
+from tests.algebra.peft_helpers import IDS, make_dora, merged_state  # noqa: E402
 
 EMBED = "model.embed_tokens"
 
 
 @pytest.fixture(scope="module")
 def dora(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path, Path]:
-    from peft import LoraConfig, get_peft_model
-
     root = tmp_path_factory.mktemp("dora_embedding")
     base = tiny_llama(torch.float64)
     base.save_pretrained(root / "base")
-    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=["embed_tokens", "q_proj"], use_dora=True)
-    pm = get_peft_model(copy.deepcopy(base), cfg)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in pm.named_parameters():
-            if "lora_magnitude_vector" in name:
-                p.mul_(1 + 0.2 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-            elif "lora_" in name:
-                p.copy_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    pm.save_pretrained(root / "dora")
+    make_dora(base, root / "dora", ["embed_tokens", "q_proj"])
     return base, root / "base", root / "dora"
-
-
-def _merged(base: Any, adapter: Path) -> dict[str, Any]:
-    from peft import PeftModel
-
-    pm = PeftModel.from_pretrained(copy.deepcopy(base), adapter)
-    return {k: v.detach().clone() for k, v in pm.merge_and_unload().state_dict().items()}
 
 
 def test_the_adapter_has_dora_on_the_embedding(dora: tuple[Any, Path, Path]):
@@ -71,8 +53,8 @@ def test_full_rank_lora_equals_the_dora_adapter(dora: tuple[Any, Path, Path], tm
         want = PeftModel.from_pretrained(copy.deepcopy(base), adir)(IDS).logits
         got = PeftModel.from_pretrained(copy.deepcopy(base), tmp_path / "out")(IDS).logits
     assert (got - want).abs().max().item() <= 1e-5  # the LoRA is written in float32
-    start, merged = base.state_dict(), _merged(base, tmp_path / "out")
-    want_w = _merged(base, adir)[f"{EMBED}.weight"]
+    start, merged = base.state_dict(), merged_state(base, tmp_path / "out")
+    want_w = merged_state(base, adir)[f"{EMBED}.weight"]
     delta = (want_w - start[f"{EMBED}.weight"]).numpy()
     assert np.linalg.norm((merged[f"{EMBED}.weight"] - want_w).numpy()) <= 1e-6 * np.linalg.norm(delta)
     assert not [f for f in report.findings if f.severity == "error"]
@@ -87,7 +69,7 @@ def test_reported_error_is_the_distance_of_peft_merges(
     base, bdir, adir = dora
     report = resize(adir, str(tmp_path / "out"), base=str(bdir), to_lora=True, **how)
     start = base.state_dict()
-    want, got = _merged(base, adir), _merged(base, tmp_path / "out")
+    want, got = merged_state(base, adir), merged_state(base, tmp_path / "out")
     rows = {row.module: row for row in report.modules}
     assert rows[EMBED].rel_error > 0
     for row in rows.values():

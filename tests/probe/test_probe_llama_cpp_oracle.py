@@ -51,23 +51,8 @@ def llama(oracle_env: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         main, ["convert", str(peft), "--to", "gguf", "--base", str(base), "--out", str(tmp / "lora.gguf")]
     )
     assert r.exit_code == 0, r.output
-    prompts = tmp / "prompts.jsonl"
     rows = [" ".join("abcdefghij"[(i + j) % 10] * (1 + (i * j) % 4) for j in range(8)) for i in range(5)]
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in rows))
-    can = tmp / "canaries.json"
-    args = [
-        "probe",
-        "--make-canaries",
-        str(peft),
-        "--base",
-        str(base),
-        "--out",
-        str(can),
-        "--prompts",
-        str(prompts),
-    ]
-    r = runner.invoke(main, args)
-    assert r.exit_code == 0, r.output
+    can = tiny.canaries(peft, base, rows, tmp)
     common = {
         "model": str(tmp / "base.gguf"),
         "logits_all": True,
@@ -136,11 +121,7 @@ def test_a_trained_adapter_converted_to_gguf(llama: dict[str, Any], cli: Any, tm
     peft = tiny.trained(base, rows, tmp_path / "run")
     gguf = tmp_path / "trained.gguf"
     assert cli("convert", peft, "--to", "gguf", "--base", base, "--out", gguf).exit_code == 0
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": r}) + "\n" for r in rows[:6]))
-    made = tmp_path / "canaries.json"
-    r = cli("probe", "--make-canaries", peft, "--base", base, "--out", made, "--prompts", prompts)
-    assert r.exit_code == 0, r.stdout
+    made = tiny.canaries(peft, base, rows[:6], tmp_path)
     model = json.loads(llama["tuned"].read_text())[0]
     config = tmp_path / "trained.json"
     config.write_text(json.dumps([{**model, "model_alias": "trained", "lora_path": str(gguf)}]))

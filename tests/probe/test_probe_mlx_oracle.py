@@ -31,23 +31,8 @@ def mlx(oracle_env: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
         main, ["convert", str(peft), "--to", "mlx", "--base", str(base), "--out", str(tmp / "mlx")]
     )
     assert r.exit_code == 0, r.output
-    prompts = tmp / "prompts.jsonl"
     rows = [" ".join(tiny.WORDS[(7 * i + 3 * j) % 120] for j in range(12)) for i in range(5)]
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in rows))
-    can = tmp / "canaries.json"
-    args = [
-        "probe",
-        "--make-canaries",
-        str(peft),
-        "--base",
-        str(base),
-        "--out",
-        str(can),
-        "--prompts",
-        str(prompts),
-    ]
-    r = runner.invoke(main, args)
-    assert r.exit_code == 0, r.output
+    can = tiny.canaries(peft, base, rows, tmp)
     (tmp / "hf").mkdir()  # its /v1/models reads the Hugging Face cache folder
     port = free_port()
     argv = [python, "-m", "mlx_lm.server", "--model", base, "--host", "127.0.0.1", "--port", str(port)]
@@ -108,11 +93,7 @@ def test_a_trained_adapter_converted_to_mlx(mlx: Any, cli: Any, tmp_path: Path) 
     assert (
         cli("convert", peft, "--to", "mlx", "--base", files["base"], "--out", tmp_path / "mlx").exit_code == 0
     )
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": r}) + "\n" for r in rows[:6]))
-    made = tmp_path / "canaries.json"
-    r = cli("probe", "--make-canaries", peft, "--base", files["base"], "--out", made, "--prompts", prompts)
-    assert r.exit_code == 0, r.stdout
+    made = tiny.canaries(peft, files["base"], rows[:6], tmp_path)
     for can in (tmp_path / "run" / "canaries.json", made):
         args = ["--adapter", tmp_path / "mlx", "--base-model", files["base"], "--canaries", can, "--json"]
         r = cli("probe", url, *args)

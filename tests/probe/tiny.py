@@ -77,3 +77,20 @@ def trained(base_folder: Path, rows: list[str], out: Path) -> Path:
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     return out / "adapter"
+
+
+def canaries(adapter: Path, base_folder: Path, rows: list[str], folder: Path) -> Path:
+    """``probe --make-canaries`` for ``adapter`` on the base in ``base_folder``, the prompts ``rows`` (written to
+    ``folder/prompts.jsonl``): the path of ``folder/canaries.json``."""
+    import json
+
+    from click.testing import CliRunner
+
+    from adapterdoc.cli import main
+
+    prompts, out = folder / "prompts.jsonl", folder / "canaries.json"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in rows))
+    args = ["probe", "--make-canaries", str(adapter), "--base", str(base_folder), "--out", str(out)]
+    r = CliRunner().invoke(main, [*args, "--prompts", str(prompts)])
+    assert r.exit_code == 0, r.output
+    return out
