@@ -5,7 +5,7 @@ alignments that fit about as well with different verdicts are exit 3; the chosen
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from adapterdoc.probe.client import ProbeError
 from adapterdoc.probe.conventions import Alignment
 from adapterdoc.probe.fit import Observation
 from adapterdoc.probe.run import choose_alignment
-from tests.probe.stub_server import Stub, close, send, start, url
+from tests.probe.stub_server import Reply, Stub, send, url
 
 SCALES = scale_grid(4)
 LLAMA_MODELS = {"data": [{"id": "a", "owned_by": "me"}]}
@@ -52,17 +52,12 @@ def test_two_alignments_that_fit_alike_with_other_verdicts_are_refused() -> None
 
 
 @pytest.fixture
-def stub() -> Iterator[Callable[..., Stub]]:
-    servers: list[Stub] = []
-
+def stub(stubs: Callable[[Reply, Reply], Stub]) -> Callable[..., Stub]:
     def run(values: list[object]) -> Stub:
         answer = {"choices": [{"logprobs": {"token_logprobs": values}}]}
-        servers.append(start(send(200, LLAMA_MODELS), send(200, answer)))
-        return servers[-1]
+        return stubs(send(200, LLAMA_MODELS), send(200, answer))
 
-    yield run
-    for server in servers:
-        close(server)
+    return run
 
 
 def _canaries(tmp_path: Path, curves: list[list[float]]) -> Path:

@@ -8,14 +8,14 @@ import http.server
 import json
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from adapterdoc.probe.canaries import Canaries, Canary, Position, save, scale_grid
-from tests.probe.stub_server import Reply, Stub, close, echo_key, send, start, url
+from tests.probe.stub_server import Reply, Stub, echo_key, send, url
 
 SCALES = scale_grid(4)
 POSITIONS = [(1, 6), (2, 7), (3, 8)]
@@ -52,17 +52,13 @@ def _echo_answer(values: list[object]) -> dict[str, object]:
 
 
 @pytest.fixture
-def stub() -> Iterator[Callable[..., Stub]]:
+def stub(stubs: Callable[[Reply, Reply], Stub]) -> Callable[..., Stub]:
     """``stub(get=..., post=...)``: a loopback server answering GET and POST with these replies."""
-    servers: list[Stub] = []
 
     def run(get: Reply = send(200, VLLM_MODELS), post: Reply = send(200, _vllm_answer())) -> Stub:
-        servers.append(start(get, post))
-        return servers[-1]
+        return stubs(get, post)
 
-    yield run
-    for server in servers:
-        close(server)
+    return run
 
 
 @pytest.fixture

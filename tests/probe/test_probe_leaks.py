@@ -8,14 +8,14 @@ import http.server
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from adapterdoc.probe.canaries import Canaries, Canary, Position, save, scale_grid
-from tests.probe.stub_server import Reply, Stub, close, echo_key, send, start, url
+from tests.probe.stub_server import Reply, Stub, echo_key, send, url
 
 KEY = "sekret-123/abc"
 SCALES = scale_grid(4)
@@ -24,16 +24,11 @@ VLLM_MODELS = {"data": [{"id": "a", "owned_by": "vllm"}]}
 
 
 @pytest.fixture
-def stub() -> Iterator[Callable[..., Stub]]:
-    servers: list[Stub] = []
-
+def stub(stubs: Callable[[Reply, Reply], Stub]) -> Callable[..., Stub]:
     def run(get: Reply = send(200, VLLM_MODELS), post: Reply = send(200, {})) -> Stub:
-        servers.append(start(get, post))
-        return servers[-1]
+        return stubs(get, post)
 
-    yield run
-    for server in servers:
-        close(server)
+    return run
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ SGLang are judged at bfloat16's tolerance unless --served-dtype says otherwise. 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from adapterdoc.fit.canaries import coarse_warning
 from adapterdoc.probe.canaries import Canaries, Canary, Position, load, save, scale_grid
 from adapterdoc.probe.fit import Observation, fit
 from adapterdoc.probe.run import served_dtype
-from tests.probe.stub_server import Stub, close, send, start, url
+from tests.probe.stub_server import Reply, Stub, send, url
 
 SCALES = scale_grid(4)
 POSITIONS = [(1, 6), (2, 7), (3, 8)]
@@ -48,16 +48,11 @@ def _answer(scale: float) -> dict[str, object]:
 
 
 @pytest.fixture
-def stub() -> Iterator[Callable[..., Stub]]:
-    servers: list[Stub] = []
-
+def stub(stubs: Callable[[Reply, Reply], Stub]) -> Callable[..., Stub]:
     def run(scale: float, models: object = MODELS) -> Stub:
-        servers.append(start(send(200, models), send(200, _answer(scale))))
-        return servers[-1]
+        return stubs(send(200, models), send(200, _answer(scale)))
 
-    yield run
-    for server in servers:
-        close(server)
+    return run
 
 
 @pytest.fixture
