@@ -317,10 +317,10 @@ def test_the_scale_hint_names_what_makes_that_factor() -> None:
     assert not other.startswith("1/√r") and "--lora-target-modules" in other and "lora_scale" in other
 
 
-def test_a_server_that_tokenizes_otherwise_is_said(cli: Any, tmp_path: Path) -> None:
+def test_a_server_that_tokenizes_otherwise_is_said(cli: Any, stubs: Any, tmp_path: Path) -> None:
     """llama.cpp echoing 9 tokens for a canary of 3 ids (the GGUF's tokenizer is not the base's): "differs" says so;
     with a count the canaries explain (3 + the generated one) nothing is said."""
-    from tests.probe.stub_server import close, send, start, url
+    from tests.probe.stub_server import send, url
 
     moving = [Position(1, 6, [-2.0 - 0.5 * s for s in SCALES]), Position(2, 7, [-5.0 - s for s in SCALES])]
     save(
@@ -333,13 +333,10 @@ def test_a_server_that_tokenizes_otherwise_is_said(cli: Any, tmp_path: Path) -> 
         ([None] + [-20.0 - i for i in range(8)], True),
         ([None, -20.0, -21.0, -22.0], False),
     ):
-        server = start(
-            models, send(200, {"choices": [{"text": "x", "logprobs": {"token_logprobs": served}}]})
+        answer = send(200, {"choices": [{"text": "x", "logprobs": {"token_logprobs": served}}]})
+        r = cli(
+            "probe", url(stubs(models, answer)), "--adapter", "a", "--canaries", tmp_path / "c.json", "--json"
         )
-        try:
-            r = cli("probe", url(server), "--adapter", "a", "--canaries", tmp_path / "c.json", "--json")
-        finally:
-            close(server)
         out = json.loads(r.stdout)
         assert (r.exit_code, out["verdict"]) == (1, "differs"), r.output
         assert (words in out["findings"][-1]["message"]) == said, out["findings"]
