@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from adapterdoc.commands import options as opt
@@ -11,9 +13,6 @@ ENGINES = ("vllm", "sglang", "llama.cpp", "mlx-lm")
 """The request conventions ``--engine`` names (:data:`adapterdoc.probe.conventions.CONVENTIONS`; a test keeps the
 two equal)."""
 DTYPES = ("float32", "float16", "bfloat16")
-MAX_CANARIES_BYTES = 16 * 2**20
-"""The largest canaries file read (make-canaries writes a few tens of kB)."""
-
 EPILOG = """\b
 Exit codes: 0 the adapter is applied as PEFT applies it; 1 the server
 answers with the base, at another scale, or with something else; 3 the
@@ -91,11 +90,17 @@ def command(
     """Ask a running server whether it applies the adapter as PEFT does (exit 0), or serves the base, another
     scale or something else (exit 1); exit 3 when it cannot be probed."""
     if make:
-        if url or not base or not out:
-            raise click.UsageError("--make-canaries ADAPTER takes --base BASE and --out FILE, and no URL")
+        if url or not base or not out or junit_file:
+            raise click.UsageError(
+                "--make-canaries ADAPTER takes --base BASE and --out FILE, and no URL or --junit-file"
+            )
         from adapterdoc.probe.make import write_canaries
 
         output.check(make, base, prompts)
+        inputs = [make, base, *([prompts] if prompts else [])]
+        opt.check_output_file(out, inputs, "--out")  # never an input or inside one, --force or not
+        if output.file and os.path.realpath(output.file) == os.path.realpath(out):
+            raise click.BadParameter("--out and --output-file name the same file", param_hint="--out")
         opt.finish(write_canaries(make, base, out, prompts, force=force), output)
     if not url or not adapter:
         raise click.UsageError("give URL and --adapter NAME (or --make-canaries ADAPTER)")
@@ -110,7 +115,6 @@ def command(
     if canaries_file:
         from adapterdoc.probe.canaries import load
 
-        _check_size(canaries_file)
         canaries, source = load(canaries_file), canaries_file
     else:
         from adapterdoc.probe.make import make_canaries
@@ -124,13 +128,3 @@ def command(
 
         opt.write_report(junit_file, render(report, "junit"))
     opt.finish(report, output)
-
-
-def _check_size(path: str) -> None:
-    """Refuse a canaries file too large to be one (before reading it)."""
-    import os
-
-    from adapterdoc.probe.client import ProbeError
-
-    if os.path.isfile(path) and os.path.getsize(path) > MAX_CANARIES_BYTES:
-        raise ProbeError(path, f"larger than {MAX_CANARIES_BYTES // 2**20} MiB: not a canaries file")

@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 
 from adapterdoc.errors import AdapterdocError
+from adapterdoc.ml.build import first_line
 from adapterdoc.probe.canaries import Canaries
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.train import rows as R
@@ -39,7 +40,7 @@ def write_run_canaries(
     try:
         canaries = run_canaries(base, result, prompts_of(rows))
     except (AdapterdocError, OSError, RuntimeError, ValueError) as e:
-        return None, _no_canaries(_first_line(e), result.adapter_dir)
+        return None, _no_canaries(first_line(e), result.adapter_dir)
     from adapterdoc.probe.fit import SEPARATION
     from adapterdoc.probe.make import separation
 
@@ -121,8 +122,3 @@ def _remove(path: str) -> None:
 
 def _no_canaries(why: str, adapter: str) -> Finding:
     return make("AD629", f"no canaries: {why}", path=adapter)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

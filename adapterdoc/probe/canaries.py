@@ -20,6 +20,8 @@ from typing import Any
 from adapterdoc.errors import UnsupportedInputError
 from adapterdoc.probe.fit import TOLERANCES
 
+MAX_BYTES = 16 * 2**20
+"""The largest canaries file read (make-canaries writes a few tens of kB)."""
 VERSION = 1
 """The canaries file's format version (``"version"``); a file of another version is refused."""
 
@@ -85,14 +87,6 @@ class Canaries:
     def to_dict(self) -> dict[str, object]:
         return {"version": VERSION, **asdict(self)}
 
-    def unit(self) -> int:
-        """The index of scale 1 (the adapter as PEFT applies it) in :attr:`scales`."""
-        return list(self.scales).index(1.0)
-
-    def zero(self) -> int:
-        """The index of scale 0 (the base) in :attr:`scales`."""
-        return list(self.scales).index(0.0)
-
 
 def save(canaries: Canaries, path: str | Path) -> None:
     """Write ``canaries`` as JSON, atomically."""
@@ -109,6 +103,8 @@ def load(path: str | Path) -> Canaries:
     p = Path(path)
     if not p.is_file():
         raise InputNotFoundError(str(p), "no canaries file here (make one: adapterdoc probe --make-canaries)")
+    if p.stat().st_size > MAX_BYTES:
+        raise UnsupportedInputError(str(p), f"larger than {MAX_BYTES // 2**20} MiB: not a canaries file")
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:

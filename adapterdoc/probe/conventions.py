@@ -155,11 +155,17 @@ def llama_cpp_request(ask: Ask, canary: Canary) -> dict[str, object]:
     return _with(ask, body)
 
 
-def read_echo(body: object, canary: Canary, alignment: Alignment) -> list[Observation]:
-    """OpenAI's legacy ``logprobs``: ``token_logprobs[i]`` of the echoed prompt's token ``i`` (llama.cpp, SGLang)."""
+def echo_values(body: object) -> list[object] | None:
+    """OpenAI's legacy ``logprobs``: the ``token_logprobs`` list of an echoed prompt (llama.cpp, SGLang), if any."""
     logprobs = _first_choice(body).get("logprobs")
     values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
-    if not isinstance(values, list):
+    return values if isinstance(values, list) else None
+
+
+def read_echo(body: object, canary: Canary, alignment: Alignment) -> list[Observation]:
+    """``token_logprobs[i]`` of the echoed prompt's token ``i`` (:func:`echo_values`)."""
+    values = echo_values(body)
+    if values is None:
         return []
     out = []
     for p in canary.positions:

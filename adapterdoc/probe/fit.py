@@ -75,16 +75,27 @@ def tolerance(dtype: str, expected: float) -> float:
     return absolute + relative * abs(expected)
 
 
+def anchors(scales: Sequence[float]) -> tuple[int, int]:
+    """The indices of scale 1 (the adapter as PEFT applies it) and scale 0 (the base) in ``scales``."""
+    values = list(scales)
+    return values.index(1.0), values.index(0.0)
+
+
+def separation_of(expected: Sequence[Sequence[float]], scales: Sequence[float], dtype: str) -> float:
+    """How far the adapter moves ``expected`` (one value per scale each) from the base: the largest
+    |scale 1 − scale 0|, in tolerances of ``dtype``."""
+    unit, zero = anchors(scales)
+    return max(abs(e[unit] - e[zero]) / tolerance(dtype, e[unit]) for e in expected)
+
+
 def fit(observations: Sequence[Observation], scales: Sequence[float], dtype: str) -> Fit:
     """The verdict of ``observations`` against the expected curve over ``scales`` (which hold 0 and 1)."""
-    unit, zero = list(scales).index(1.0), list(scales).index(0.0)
+    unit, _ = anchors(scales)
     tols = [tolerance(dtype, o.expected[unit]) for o in observations]
     deviation = {
         s: _deviation(observations, tols, [o.expected[i] for o in observations]) for i, s in enumerate(scales)
     }
-    separation = max(
-        abs(o.expected[unit] - o.expected[zero]) / t for o, t in zip(observations, tols, strict=True)
-    )
+    separation = separation_of([o.expected for o in observations], scales, dtype)
     factor, best = _along_curve(observations, tols, scales)
     explained = best <= max(1.0, LEEWAY * separation)
     imprecise = (

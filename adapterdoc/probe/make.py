@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from adapterdoc.errors import InputNotFoundError, UnsupportedInputError
 from adapterdoc.probe.canaries import Canaries, Canary, Position, scale_grid
+from adapterdoc.probe.fit import anchors, separation_of
 
 BUILT_IN_PROMPTS = (
     "The quick brown fox jumps over the lazy dog.",
@@ -144,10 +145,7 @@ def separation(canaries: Canaries, dtype: str | None = None) -> float:
     """How far the adapter moves the canaries from the base: the largest |scale 1 - scale 0| over every stored
     value, in tolerances of ``dtype`` (default the canaries' own; the probe cannot decide below
     :data:`~adapterdoc.probe.fit.SEPARATION`)."""
-    from adapterdoc.probe.fit import tolerance
-
-    unit, zero, dt = canaries.unit(), canaries.zero(), dtype or canaries.dtype
-    return max(abs(v[unit] - v[zero]) / tolerance(dt, v[unit]) for v in _values(canaries))
+    return separation_of(_values(canaries), canaries.scales, dtype or canaries.dtype)
 
 
 def _values(canaries: Canaries) -> list[Sequence[float]]:
@@ -225,7 +223,7 @@ def _scaled(model: Any, scale: float) -> Iterator[None]:
 def _canary(text: str, ids: list[int], seen: list[_Seen], scales: Sequence[float]) -> tuple[float, Canary]:
     """The canary of one prompt (its most-moved positions and next-token candidates) and how much it moves;
     ``seen`` has one entry per scale."""
-    unit, zero = list(scales).index(1.0), list(scales).index(0.0)
+    unit, zero = anchors(scales)
     moved = [(abs(seen[unit].own[p - 1] - seen[zero].own[p - 1]), p) for p in range(1, len(ids))]
     moved.sort(key=lambda m: -m[0])
     positions = [
@@ -255,7 +253,7 @@ def write_canaries(
         raise RefusedError(out, "exists; choose another --out or pass --force")
     canaries = make_canaries(adapter, base, read_prompts(prompts_file) if prompts_file else None)
     save(canaries, out)
-    unit, zero = canaries.unit(), canaries.zero()
+    unit, zero = anchors(canaries.scales)
     return CanariesReport(
         out=out,
         adapter=adapter,

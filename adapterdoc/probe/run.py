@@ -18,8 +18,9 @@ from adapterdoc.probe.conventions import (
     Alignment,
     Ask,
     Convention,
+    echo_values,
 )
-from adapterdoc.probe.fit import NEAR, SEPARATION, TOLERANCES, Fit, Observation, fit
+from adapterdoc.probe.fit import NEAR, SEPARATION, Fit, Observation, fit
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.report.probe_report import ProbeReport
 
@@ -141,8 +142,6 @@ def check_canaries(canaries: Canaries, source: str) -> None:
             source,
             f"{len(canaries.canaries)} canaries; the probe sends at most {MAX_REQUESTS - 1} (one request each)",
         )
-    if canaries.dtype not in TOLERANCES:
-        raise ProbeError(source, f"its dtype {canaries.dtype!r} is none of {', '.join(TOLERANCES)}")
     if not all(_finite(s) for s in scales) or scales != sorted(set(scales)):
         raise ProbeError(source, f"its scales {scales} are not finite numbers in rising order")
     low, high = LOGPROB_RANGE
@@ -192,11 +191,8 @@ def tokenizer_note(bodies: Sequence[object], canaries: Sequence[Canary]) -> str:
     not explain (more than 2 away: a BOS and the generated token may differ), the served model tokenizes the
     prompt otherwise, which alone makes every position differ; else nothing."""
     for i, (body, canary) in enumerate(zip(bodies, canaries, strict=True), 1):
-        choices = body.get("choices") if isinstance(body, dict) else None
-        first = choices[0] if isinstance(choices, list) and choices else None
-        logprobs = first.get("logprobs") if isinstance(first, dict) else None
-        values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
-        if isinstance(values, list) and abs(len(values) - len(canary.ids)) > 2:
+        values = echo_values(body)
+        if values is not None and abs(len(values) - len(canary.ids)) > 2:
             return (
                 f"; the server split canary {i}'s text into {len(values)} tokens, the canaries' tokenizer into "
                 f"{len(canary.ids)}: the served model's tokenizer is not the base's (convert the base's own "

@@ -76,3 +76,21 @@ def test_a_bad_adapter_config_is_one_line(
     else:
         r = cli("probe", "http://127.0.0.1:9", "--adapter", "a", "--local", adapter, "--base", base)
     _one_line(r, "adapter_config.json", *words)
+
+
+def test_the_out_file_is_never_an_input(cli: Any, tmp_path: Path) -> None:
+    """``--out`` inside the adapter (even with --force) or the same file as --output-file is refused before any
+    model is loaded, and the input is unchanged (it was overwritten after the forwards); a missing folder is said
+    first too."""
+    adapter = _adapter(tmp_path, {"r": 4, "peft_type": "LORA"})
+    config = adapter / "adapter_config.json"
+    before = config.read_bytes()
+    base = tmp_path / "base"
+    base.mkdir()
+    args = ["probe", "--make-canaries", adapter, "--base", base]
+    _one_line(cli(*args, "--out", config, "--force"), "--out would overwrite or sit inside the input")
+    assert config.read_bytes() == before
+    _one_line(cli(*args, "--out", tmp_path / "nowhere" / "c.json"), "the folder for --out does not exist")
+    same = cli(*args, "--out", tmp_path / "c.json", "--output-file", tmp_path / "c.json")
+    assert same.exit_code == 2 and "same file" in same.stderr
+    assert cli(*args, "--out", tmp_path / "c.json", "--junit-file", tmp_path / "j.xml").exit_code == 2
