@@ -348,7 +348,7 @@ def canaries(tmp_path: Path) -> Path:
 
 
 def test_probe_step_against_a_server_that_is_down(tmp_path: Path, canaries: Path) -> None:
-    """Exit 3, one line on stderr, the annotation on the log; the API key's variable is named, its value never shown."""
+    """Exit 3, one line on stderr, the annotation on the log; an API key variable that is not set is named."""
     from tests.probe.servers import free_port
 
     res = _probe_step(
@@ -360,7 +360,7 @@ def test_probe_step_against_a_server_that_is_down(tmp_path: Path, canaries: Path
     )
     assert res.returncode == 3, res.stdout + res.stderr
     assert "STAGING_KEY" in res.stderr  # not set in this environment: said, before any request
-    os.environ["STAGING_KEY"] = "sekret-42"  # as the workflow step's env sets it from a secret
+    os.environ["STAGING_KEY"] = "sekret-42"
     try:
         res = _probe_step(
             tmp_path,
@@ -371,9 +371,31 @@ def test_probe_step_against_a_server_that_is_down(tmp_path: Path, canaries: Path
         )
     finally:
         del os.environ["STAGING_KEY"]
-    assert res.returncode == 3 and "sekret" not in res.stdout + res.stderr
+    assert res.returncode == 3
     assert [line for line in res.stderr.splitlines() if line] == [res.stderr.strip()]
     assert "cannot connect" in res.stderr and res.stdout.startswith("::error")
+
+
+def test_probe_step_never_shows_the_key(tmp_path: Path, canaries: Path) -> None:
+    """The key set from a secret reaches the probe (the server gets it) and a server echoing it in its error shows
+    *** on the log and in stderr, never the key."""
+    from tests.probe.stub_server import close, echo_key, send, start, url
+
+    server = start(send(200, {"data": [{"id": "a", "owned_by": "vllm"}]}), echo_key(400))
+    os.environ["STAGING_KEY"] = "sekret-42"  # as the workflow step's env sets it from a secret
+    try:
+        res = _probe_step(
+            tmp_path,
+            probe_url=url(server),
+            probe_adapter="customer-a",
+            probe_canaries="run dir/canaries.json",
+            probe_api_key_env="STAGING_KEY",
+        )
+    finally:
+        del os.environ["STAGING_KEY"]
+        close(server)
+    assert res.returncode == 3 and "Bearer ***" in res.stderr, res.stdout + res.stderr
+    assert "sekret" not in res.stdout + res.stderr and res.stdout.startswith("::error")
 
 
 def test_probe_step_passes_the_timeout(tmp_path: Path, canaries: Path) -> None:

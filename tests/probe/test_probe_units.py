@@ -153,12 +153,16 @@ def test_usage(cli: Any, tmp_path: Path) -> None:
     assert cli("probe", "--make-canaries", "x", "--base", "y").exit_code == 2  # no --out
 
 
-def test_the_api_key_is_never_printed(cli: Any, tmp_path: Path) -> None:
+def test_the_api_key_is_never_printed(cli: Any, stubs: Any, tmp_path: Path) -> None:
+    """A server whose error echoes the Authorization header it got: the line shows *** where the key was."""
+    from tests.probe.stub_server import echo_key, send, url
+
     c = Canaries("a", "b", 4, "float32", list(SCALES), [CANARY])
     save(c, tmp_path / "c.json")
-    args = ["probe", "http://127.0.0.1:9", "--adapter", "a", "--canaries", tmp_path / "c.json"]
+    server = stubs(send(200, {"data": [{"id": "a", "owned_by": "vllm"}]}), echo_key(400))
+    args = ["probe", url(server), "--adapter", "a", "--canaries", tmp_path / "c.json"]
     r = cli(*args, "--api-key-env", "PROBE_KEY", env={"PROBE_KEY": "sekret-123"})
-    assert r.exit_code == 3 and "sekret" not in r.stdout + r.stderr
+    assert r.exit_code == 3 and "Bearer ***" in r.stderr and "sekret" not in r.stdout + r.stderr, r.output
     r = cli(*args, "--api-key-env", "PROBE_UNSET_KEY")
     assert r.exit_code == 3 and "PROBE_UNSET_KEY" in r.stderr
 
