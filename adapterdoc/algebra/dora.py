@@ -12,8 +12,8 @@ import os
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import parse_key
-from adapterdoc.algebra.factors import chosen_rank, full_spectrum, spectrum, truncate
-from adapterdoc.algebra.read import open_source, read_full, stream_modules
+from adapterdoc.algebra.factors import chosen_rank, full_spectrum, method_name, spectrum, truncate
+from adapterdoc.algebra.read import open_source, read_array, read_full, stream_modules
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
 from adapterdoc.checkpoint import open_checkpoint
@@ -54,8 +54,8 @@ def dora_to_lora(
                 sp = spectrum(m.b, m.a, m.scaling)
             else:
                 weight = _base_weight(b_reader, b_ckpt.spec, m.name, m.shape, m.embedding)
-                magnitude = reader.read(magnitudes[m.name], 2)
-                if magnitude is None or magnitude.shape != (m.shape[0],):
+                magnitude = read_array(reader, magnitudes[m.name], ckpt.spec, 2)
+                if magnitude.shape != (m.shape[0],):
                     raise UnsupportedInputError(
                         ckpt.spec, f"`{magnitudes[m.name]}` is no float vector of {m.shape[0]}"
                     )
@@ -71,7 +71,7 @@ def dora_to_lora(
     paths = write_adapter(
         out, cfg.raw, written, full, command="resize", inputs=[os.fspath(adapter), base], force=force
     )
-    method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
+    method = method_name(rank, energy, max_error)
     return AlgebraReport(
         command="resize",
         inputs=[ckpt.spec],

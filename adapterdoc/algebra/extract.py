@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.algebra.doctor import finish
-from adapterdoc.algebra.factors import chosen_rank, full_spectrum, truncate
+from adapterdoc.algebra.factors import chosen_rank, full_spectrum, method_name, truncate
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
@@ -116,7 +116,7 @@ def extract(
     template = _template(base, _base_config(b_ckpt), written, kinds.tied)
     written += _tied_heads(written, kinds.tied)
     paths = write_adapter(out, template, written, {}, command="extract", inputs=[base, tuned], force=force)
-    method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
+    method = method_name(rank, energy, max_error)
     report = AlgebraReport(
         command="extract",
         inputs=[base, tuned],

@@ -168,6 +168,11 @@ def kept_rank(rank: int, rank_in: int) -> int:
     return max(1, min(rank, rank_in))
 
 
+def method_name(rank: int | None, energy: float | None, max_error: float | None) -> str:
+    """How the rank is chosen, as the report names it: ``rank``, ``energy`` or ``max-error``."""
+    return "rank" if rank is not None else "energy" if energy is not None else "max-error"
+
+
 def chosen_rank(sp: Spectrum, rank: int | None, energy: float | None, max_error: float | None) -> int:
     """The rank asked for: ``rank`` itself, else the smallest keeping ``energy`` of ``‖ΔW‖_F²``, else the smallest
     within ``max_error``."""

@@ -74,8 +74,8 @@ class Source:
         """Module ``name``'s factors as float64, in this source's reader buffers ``2·slot`` (A) and ``2·slot + 1``
         (B): valid until the next read into the same ``slot``."""
         f = self.factors[name]
-        a = _read(self.reader, f.a, self.spec, 2 * slot)
-        b = _read(self.reader, f.b, self.spec, 2 * slot + 1)
+        a = read_array(self.reader, f.a, self.spec, 2 * slot)
+        b = read_array(self.reader, f.b, self.spec, 2 * slot + 1)
         return Module(name, a, b, f.scaling, f.embedding)
 
     def close(self) -> None:
@@ -116,7 +116,7 @@ def stream_modules(
                 ckpt.spec, f"module `{g.module}` has only one LoRA factor; the adapter is incomplete"
             )
         slot = 2 * (i % ring)
-        a, b = _read(reader, g.a, ckpt.spec, slot), _read(reader, g.b, ckpt.spec, slot + 1)
+        a, b = read_array(reader, g.a, ckpt.spec, slot), read_array(reader, g.b, ckpt.spec, slot + 1)
         if copy:
             a, b = a.copy(), b.copy()
         yield Module(
@@ -126,7 +126,9 @@ def stream_modules(
 
 def read_full(ckpt: Checkpoint, reader: Reader) -> dict[str, NDArray]:
     """The whole saved weights (``modules_to_save``, saved embedding layers) by tensor name, as float64 copies."""
-    return {n: _read(reader, n, ckpt.spec, 0).copy() for n in ckpt.tensors if parse_key(n).role == "full"}
+    return {
+        n: read_array(reader, n, ckpt.spec, 0).copy() for n in ckpt.tensors if parse_key(n).role == "full"
+    }
 
 
 def read_source(spec: str | os.PathLike[str]) -> Source:
@@ -164,7 +166,9 @@ def read_source(spec: str | os.PathLike[str]) -> Source:
     return Source(ckpt.spec, cfg, factors, reader, full)
 
 
-def _read(reader: Reader, name: str, spec: str, slot: int) -> NDArray:
+def read_array(reader: Reader, name: str, spec: str, slot: int) -> NDArray:
+    """Tensor ``name`` as float64 in ``reader``'s buffer ``slot``; one exit-3 line when it is no float or holds NaN
+    or infinite values."""
     arr = reader.read(name, slot)
     if arr is None:
         raise UnsupportedInputError(
@@ -253,6 +257,7 @@ __all__ = [
     "Source",
     "open_source",
     "pattern_name",
+    "read_array",
     "read_full",
     "read_source",
     "refuse_stacked_experts",

@@ -18,6 +18,7 @@ from adapterdoc.algebra.factors import (
     chosen_rank,
     full_spectrum,
     kept_rank,
+    method_name,
     spectrum,
     stack,
     truncate,
@@ -142,7 +143,7 @@ def resize(
             paths = write_stream(
                 out, src.config.raw, plan, results, src.full, command="resize", inputs=[src.spec], force=force
             )
-    method = "rank" if rank is not None else "energy" if energy is not None else "max-error"
+    method = method_name(rank, energy, max_error)
     report = AlgebraReport(
         command="resize",
         inputs=[src.spec],

@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from adapterdoc.adapter import WRAPPER
 from adapterdoc.algebra.read import pattern_name
+from adapterdoc.formats.peft import CONFIG, WEIGHTS
 
 if TYPE_CHECKING:
     from numpy import ndarray as NDArray
 
-CONFIG = "adapter_config.json"
-WEIGHTS = "adapter_model.safetensors"
 _DROPPED = ("rank_pattern", "alpha_pattern", "use_rslora", "use_dora", "lora_bias", "revision")
 """Config fields the written adapter does not take over from its template (its scaling is folded, its patterns
 are its own)."""

@@ -73,15 +73,18 @@ class AlgebraReport(FrozenReport):
         return sum(m.energy for m in self.modules)
 
     @property
+    def total_error(self) -> float:
+        """``sqrt(Σ error²)``: ‖ΔW − ΔŴ‖_F over every module together."""
+        return math.sqrt(sum(m.error**2 for m in self.modules))
+
+    @property
     def total_rel_error(self) -> float:
         """``sqrt(Σ error²) / sqrt(Σ ‖ΔW‖²)`` over every module."""
-        energy = self.total_energy
-        return 0.0 if energy == 0 else math.sqrt(sum(m.error**2 for m in self.modules) / energy)
+        return relative_error(self.total_energy, self.total_error)
 
     @property
     def total_kept_energy(self) -> float:
-        energy = self.total_energy
-        return 1.0 if energy == 0 else 1.0 - sum(m.error**2 for m in self.modules) / energy
+        return kept_share(self.total_energy, self.total_error)
 
     @property
     def exact(self) -> bool:
