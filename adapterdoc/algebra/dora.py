@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.algebra.factors import chosen_rank, full_spectrum, method_name, spectrum, truncate
-from adapterdoc.algebra.read import open_source, read_array, read_full, stream_modules
+from adapterdoc.algebra.read import read_array, read_source
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
 from adapterdoc.checkpoint import open_checkpoint
@@ -38,43 +38,44 @@ def dora_to_lora(
     ``base``; modules without a magnitude are resized as plain LoRA."""
     import numpy as np
 
-    ckpt, cfg = open_source(adapter, dora=True)
-    magnitudes = {parse_key(k).module: k for k in ckpt.tensors if parse_key(k).role == "magnitude"}
-    if not magnitudes:
-        raise RefusedError(
-            ckpt.spec, "is no DoRA adapter (no magnitude vectors); resize it without --to-lora"
-        )
-    b_ckpt = open_checkpoint(base)
-    reader, b_reader = Reader(ckpt, np), Reader(b_ckpt, np)
     rows: list[ModuleRow] = []
     written: list[OutModule] = []
-    try:
-        for m in stream_modules(ckpt, cfg, reader, copy=False):
-            if m.name not in magnitudes:
-                sp = spectrum(m.b, m.a, m.scaling)
-            else:
-                weight = _base_weight(b_reader, b_ckpt.spec, m.name, m.shape, m.embedding)
-                magnitude = read_array(reader, magnitudes[m.name], ckpt.spec, 2)
-                if magnitude.shape != (m.shape[0],):
-                    raise UnsupportedInputError(
-                        ckpt.spec, f"`{magnitudes[m.name]}` is no float vector of {m.shape[0]}"
-                    )
-                sp = full_spectrum(effective_delta(weight, m.b, m.a, m.scaling, magnitude))
-            r = chosen_rank(sp, rank, energy, max_error)
-            t = truncate(sp, r)
-            rows.append(ModuleRow(m.name, m.rank, t.rank, t.effective_rank, t.energy, t.error))
-            written.append(OutModule(m.name, t.b, t.a, m.embedding))
-        full = read_full(ckpt, reader)
-    finally:
-        reader.close()
-        b_reader.close()
+    with read_source(adapter, dora=True) as src:
+        tensors = src.reader.ckpt.tensors
+        magnitudes = {parse_key(k).module: k for k in tensors if parse_key(k).role == "magnitude"}
+        if not magnitudes:
+            raise RefusedError(
+                src.spec, "is no DoRA adapter (no magnitude vectors); resize it without --to-lora"
+            )
+        b_ckpt = open_checkpoint(base)
+        b_reader = Reader(b_ckpt, np)
+        try:
+            for name in src.factors:
+                m = src.read(name)
+                if name not in magnitudes:
+                    sp = spectrum(m.b, m.a, m.scaling)
+                else:
+                    weight = _base_weight(b_reader, b_ckpt.spec, name, m.shape, m.embedding)
+                    magnitude = read_array(src.reader, magnitudes[name], src.spec, 2)
+                    if magnitude.shape != (m.shape[0],):
+                        raise UnsupportedInputError(
+                            src.spec, f"`{magnitudes[name]}` is no float vector of {m.shape[0]}"
+                        )
+                    sp = full_spectrum(effective_delta(weight, m.b, m.a, m.scaling, magnitude))
+                r = chosen_rank(sp, rank, energy, max_error)
+                t = truncate(sp, r)
+                rows.append(ModuleRow(name, m.rank, t.rank, t.effective_rank, t.energy, t.error))
+                written.append(OutModule(name, t.b, t.a, m.embedding))
+        finally:
+            b_reader.close()
+        cfg, full, spec = src.config, src.full, src.spec
     paths = write_adapter(
         out, cfg.raw, written, full, command="resize", inputs=[os.fspath(adapter), base], force=force
     )
     method = method_name(rank, energy, max_error)
     return AlgebraReport(
         command="resize",
-        inputs=[ckpt.spec],
+        inputs=[spec],
         method=f"to-lora, {method}",
         out=out,
         modules=rows,

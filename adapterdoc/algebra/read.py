@@ -6,7 +6,6 @@ with the fix: DoRA magnitudes, ``lora_bias``, LoRA on fused expert parameters, t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -104,26 +103,6 @@ def open_source(spec: str | os.PathLike[str], *, dora: bool = False) -> tuple[Ch
     return ckpt, cfg
 
 
-def stream_modules(
-    ckpt: Checkpoint, cfg: AdapterConfig, reader: Reader, *, copy: bool, ring: int = 1
-) -> Iterator[Module]:
-    """Each LoRA module in file order, its factors read as float64 (exact for every float dtype). Without ``copy``
-    the arrays are the reader's buffers: the i-th module's A in slot ``2 (i mod ring)``, B in the next, valid until
-    ``ring`` more modules are read."""
-    for i, g in enumerate(factor_pairs(ckpt).values()):
-        if g.a is None or g.b is None:
-            raise RefusedError(
-                ckpt.spec, f"module `{g.module}` has only one LoRA factor; the adapter is incomplete"
-            )
-        slot = 2 * (i % ring)
-        a, b = read_array(reader, g.a, ckpt.spec, slot), read_array(reader, g.b, ckpt.spec, slot + 1)
-        if copy:
-            a, b = a.copy(), b.copy()
-        yield Module(
-            g.module, a, b, cfg.scaling_for(pattern_name(cfg.target_parameters, g.module)), g.embedding
-        )
-
-
 def read_full(ckpt: Checkpoint, reader: Reader) -> dict[str, NDArray]:
     """The whole saved weights (``modules_to_save``, saved embedding layers) by tensor name, as float64 copies."""
     return {
@@ -131,10 +110,10 @@ def read_full(ckpt: Checkpoint, reader: Reader) -> dict[str, NDArray]:
     }
 
 
-def read_source(spec: str | os.PathLike[str]) -> Source:
-    """Open ``spec``, refuse what the algebra cannot hold, and list its modules from the headers; the whole saved
-    weights are read now, the factors when asked for (:meth:`Source.read`)."""
-    ckpt, cfg = open_source(spec)
+def read_source(spec: str | os.PathLike[str], *, dora: bool = False) -> Source:
+    """Open ``spec``, refuse what the algebra cannot hold (``dora``: but DoRA), and list its modules from the
+    headers; the whole saved weights are read now, the factors when asked for (:meth:`Source.read`)."""
+    ckpt, cfg = open_source(spec, dora=dora)
     import numpy as np
 
     factors: dict[str, Factors] = {}
@@ -262,5 +241,4 @@ __all__ = [
     "read_source",
     "refuse_stacked_experts",
     "refuse_unsupported",
-    "stream_modules",
 ]
