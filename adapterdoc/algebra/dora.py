@@ -64,7 +64,7 @@ def dora_to_lora(
                     sp = full_spectrum(effective_delta(weight, m.b, m.a, m.scaling, magnitude))
                 r = chosen_rank(sp, rank, energy, max_error)
                 t = truncate(sp, r)
-                rows.append(ModuleRow(name, m.rank, t.rank, t.effective_rank, t.energy, t.error))
+                rows.append(t.row(name, m.rank))
                 written.append(OutModule(name, t.b, t.a, m.embedding))
         finally:
             b_reader.close()

@@ -244,7 +244,7 @@ def _factorise(
         return row, OutModule(module, b, a, embedding)
     sp = full_spectrum(np.asarray(delta, dtype=np.float64))
     t = truncate(sp, chosen_rank(sp, rank, energy, max_error))
-    row = ModuleRow(module, int(min(delta.shape)), t.rank, t.effective_rank, t.energy, t.error)
+    row = t.row(module, int(min(delta.shape)))
     return row, OutModule(module, t.b, t.a, embedding)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from adapterdoc.report.algebra_report import kept_share, relative_error
+from adapterdoc.report.algebra_report import ModuleRow, kept_share, relative_error
 
 if TYPE_CHECKING:
     from numpy import ndarray as NDArray
@@ -147,6 +147,10 @@ class Truncated:
     def rel_error(self) -> float:
         """``‖ΔW − ΔŴ‖_F / ‖ΔW‖_F`` (0 for a zero delta)."""
         return relative_error(self.energy, self.error)
+
+    def row(self, module: str, rank_in: int) -> ModuleRow:
+        """The report's row of ``module`` (its factors' rank ``rank_in`` before)."""
+        return ModuleRow(module, rank_in, self.rank, self.effective_rank, self.energy, self.error)
 
 
 def truncate(sp: Spectrum, rank: int) -> Truncated:

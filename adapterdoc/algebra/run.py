@@ -188,9 +188,7 @@ def _resized(
     sp = spectrum(m.b, m.a, m.scaling)
     t = truncate(sp, chosen_rank(sp, rank, energy, max_error))
     b, a = t.b.astype(np.float32), t.a.astype(np.float32)
-    return ModuleRow(m.name, m.rank, t.rank, t.effective_rank, t.energy, t.error), OutModule(
-        m.name, b, a, m.embedding
-    )
+    return t.row(m.name, m.rank), OutModule(m.name, b, a, m.embedding)
 
 
 def _collected(done: Future[tuple[ModuleRow, OutModule]], rows: list[ModuleRow]) -> OutModule:
@@ -220,7 +218,7 @@ def _combined(
 def _truncated(name: str, b: NDArray, a: NDArray, rank: int, embedding: bool) -> tuple[ModuleRow, OutModule]:
     """The best rank-``rank`` factorisation of ``b @ a`` and its row."""
     t = truncate(spectrum(b, a), rank)
-    row = ModuleRow(name, int(a.shape[0]), t.rank, t.effective_rank, t.energy, t.error)
+    row = t.row(name, int(a.shape[0]))
     return row, OutModule(name, t.b, t.a, embedding)
 
 
@@ -229,9 +227,7 @@ def _full_truncated(
 ) -> tuple[ModuleRow, OutModule]:
     """The best rank-``rank`` factorisation of a full delta (numpy's SVD) and its row."""
     t = truncate(full_spectrum(full), rank)
-    return ModuleRow(name, rank_in, t.rank, t.effective_rank, t.energy, t.error), OutModule(
-        name, t.b, t.a, embedding
-    )
+    return t.row(name, rank_in), OutModule(name, t.b, t.a, embedding)
 
 
 def _energy(b: NDArray, a: NDArray) -> float:
