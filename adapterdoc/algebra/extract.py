@@ -27,10 +27,12 @@ from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.report.algebra_report import AlgebraReport, ModuleRow
 from adapterdoc.report.findings import Finding, make
 from adapterdoc.st.dtypes import FLOAT_DTYPES
-from adapterdoc.st.tensors import TensorSource
+from adapterdoc.st.tensors import same_bytes
 
 if TYPE_CHECKING:
     from numpy import ndarray as NDArray
+
+    from adapterdoc.st.header import Header
 
 _OVERSAMPLE = 16
 """Directions beyond the rank asked for that :func:`leading` carries (Halko, Martinsson and Tropp's ``p``)."""
@@ -75,7 +77,6 @@ def extract(
     b_ckpt, t_ckpt = _open(base), _open(tuned)
     kinds = module_kinds(base, {n: tuple(t.shape) for n, t in b_ckpt.tensors.items()})
     b_read, t_read = Reader(b_ckpt, np), Reader(t_ckpt, np)
-    sources: dict[str, TensorSource] = {}
     rows: list[ModuleRow] = []
     written: list[OutModule] = []
     left = _Left()
@@ -89,7 +90,7 @@ def extract(
                 left.grown.append((name, tuple(b_info.shape) if b_info else (), tuple(info.shape)))
                 continue
             module, _, leaf = kinds.memory.get(name, name).rpartition(".")
-            if _same_bytes(b_ckpt, t_ckpt, name, sources):
+            if _same_bytes(b_ckpt, t_ckpt, name):
                 continue
             delta = _delta(b_read, t_read, name)
             if delta is None:
@@ -104,8 +105,6 @@ def extract(
     finally:
         b_read.close()
         t_read.close()
-        for src in sources.values():
-            src.close()
     if not written:
         grown = "".join(
             f"; AD961: `{n}` is {list(now)} here, {list(was)} in the base" for n, was, now in left.grown
@@ -189,27 +188,17 @@ def _file_order(ckpt: Checkpoint) -> list[str]:
     )
 
 
-def _same_bytes(b_ckpt: Checkpoint, t_ckpt: Checkpoint, name: str, sources: dict[str, TensorSource]) -> bool:
-    """Whether tensor ``name`` has the same dtype and bytes in both safetensors checkpoints, compared through two
-    1 MiB windows (nothing decoded, no memory that grows with the tensor)."""
+def _same_bytes(b_ckpt: Checkpoint, t_ckpt: Checkpoint, name: str) -> bool:
+    """Whether tensor ``name`` has the same dtype and bytes in both safetensors checkpoints (nothing decoded)."""
     if "bin" in (b_ckpt.weights_format, t_ckpt.weights_format):
         return False
-    if b_ckpt.tensors[name].dtype != t_ckpt.tensors[name].dtype:
-        return False
-    b_src, t_src = _source(b_ckpt, name, sources), _source(t_ckpt, name, sources)
-    b_buf, t_buf = bytearray(1 << 20), bytearray(1 << 20)
-    pairs = zip(b_src.windows_into(name, b_buf), t_src.windows_into(name, t_buf), strict=True)
-    return all(bw.tobytes() == tw.tobytes() for (_, bw), (_, tw) in pairs)
+    b, t = b_ckpt.tensors[name], t_ckpt.tensors[name]
+    return b.dtype == t.dtype and same_bytes(_header(b_ckpt, name), b, _header(t_ckpt, name), t)
 
 
-def _source(ckpt: Checkpoint, name: str, sources: dict[str, TensorSource]) -> TensorSource:
-    """The open source of the file holding ``name`` (opened once)."""
-    path = ckpt.tensor_file[name]
-    src = sources.get(path)
-    if src is None:
-        header = next(h for h in ckpt.headers if h.path == path)
-        src = sources[path] = TensorSource(header)
-    return src
+def _header(ckpt: Checkpoint, name: str) -> Header:
+    """The header of the file holding ``name``."""
+    return next(h for h in ckpt.headers if h.path == ckpt.tensor_file[name])
 
 
 def _delta(b_read: Reader, t_read: Reader, name: str) -> NDArray | None:

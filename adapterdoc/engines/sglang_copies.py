@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapterdoc.adapter import LoraKey
 from adapterdoc.engines.base import CopyCheck
+from adapterdoc.st.tensors import same_bytes
 
 if TYPE_CHECKING:
     from adapterdoc.bases import BaseSpec
@@ -29,7 +30,6 @@ Raw = Mapping[str, object]
 """A base's config.json (or a sub-config of it), as read."""
 
 HEADS = ("embed_tokens", "lm_head")
-CHUNK = 8 * 1024 * 1024
 
 
 def copy_keys(keys: list[LoraKey]) -> list[LoraKey]:
@@ -186,21 +186,8 @@ def _compare_folder(
         )
     if bt.dtype != t.dtype:
         return CopyCheck(key, head, "unchecked", f"dtype {t.dtype}, the base's `{bt.name}` is {bt.dtype}")
-    same = _same_bytes(header, t, bh, bt)
+    same = same_bytes(header, t, bh, bt)
     return CopyCheck(key, head, "equal" if same else "differs", f"compared with the base's `{bt.name}`")
-
-
-def _same_bytes(ha: Header, ta: TensorInfo, hb: Header, tb: TensorInfo) -> bool:
-    with open(ha.path, "rb") as fa, open(hb.path, "rb") as fb:
-        fa.seek(ha.data_start + ta.begin)
-        fb.seek(hb.data_start + tb.begin)
-        left = ta.nbytes
-        while left > 0:
-            n = min(CHUNK, left)
-            if fa.read(n) != fb.read(n):
-                return False
-            left -= n
-    return True
 
 
 def _compare_tiny(key: str, head: str, header: Header, layout: str) -> CopyCheck:

@@ -244,6 +244,27 @@ class TensorSource:
             pos += n
 
 
+SAME_BYTES_CHUNK = 8 * 1024 * 1024
+"""Bytes compared at a time by :func:`same_bytes`."""
+
+
+def same_bytes(ha: Header, ta: TensorInfo, hb: Header, tb: TensorInfo) -> bool:
+    """Whether tensor ``ta`` of ``ha``'s file and ``tb`` of ``hb``'s hold the same bytes (read a chunk at a time,
+    nothing decoded; the dtypes are the caller's to compare)."""
+    if ta.nbytes != tb.nbytes:
+        return False
+    with open(ha.path, "rb") as fa, open(hb.path, "rb") as fb:
+        fa.seek(ha.data_start + ta.begin)
+        fb.seek(hb.data_start + tb.begin)
+        left = ta.nbytes
+        while left > 0:
+            n = min(SAME_BYTES_CHUNK, left)
+            if fa.read(n) != fb.read(n):
+                return False
+            left -= n
+    return True
+
+
 def tensor_windows(header: Header, name: str) -> Iterator[tuple[int, memoryview]]:
     """(byte offset inside the tensor, bytes) windows over tensor ``name``, at most :data:`CHUNK_BYTES` each and
     a whole number of elements; each view is valid only until the next one is taken (release what you derive)."""
