@@ -330,10 +330,9 @@ def inside(path: str, folder: str) -> bool:
 
 
 def check_not_an_input(dest: str, shown: str, inputs: Sequence[tuple[str, str | None]], command: str) -> None:
-    """Refuse (exit 3, ``--force`` or not) an existing ``dest`` that is one of the command's inputs, lies inside one
-    or holds one; ``inputs``: (label, path) pairs, a None path skipped. A new path is not an input."""
-    if not os.path.lexists(dest):
-        return
+    """Refuse (exit 3, ``--force`` or not) a ``dest`` that is one of the command's inputs, lies inside one (new or
+    not: an output is never written into an input's folder) or holds one; ``inputs``: (label, path) pairs, a None
+    path skipped."""
     for label, root in inputs:
         if root is None:
             continue

@@ -93,3 +93,11 @@ def test_an_input_is_never_the_output_even_with_force(
         r = cli(*args)
         assert r.exit_code == 3 and "never replaces an input" in r.stderr, r.output
         assert _digest(first) == before
+
+
+def test_a_new_output_inside_an_input_is_refused(cli: Any, adapters: dict[str, Path]) -> None:
+    """A new --out inside the input adapter's folder (merge and convert refuse it too): exit 3, nothing added."""
+    before = sorted(p.name for p in adapters["good"].iterdir())
+    r = cli("resize", adapters["good"], "--rank", "2", "--out", adapters["good"] / "sub")
+    assert r.exit_code == 3 and "is inside the input" in r.stderr, r.output
+    assert sorted(p.name for p in adapters["good"].iterdir()) == before
