@@ -5,7 +5,8 @@ the memory anchor's).
 The pair is generated without torch: a Llama-shaped decoder (hidden 2048, 32 heads, 4 KV heads, MLP 5632, vocab
 32000, untied head; TinyLlama's shapes) with as many layers as it takes to reach ``--gb``, in two safetensors
 shards with an index and a config.json. The tuned copy differs on the seven linear projections of every layer by
-a rank-8 change plus small noise (then rounded to bfloat16); embeddings, head and norms are the base's bytes.
+a rank-8 change plus small noise (then rounded to bfloat16), the embeddings and the head too, as a full fine-tune
+changes them; the norms' gains move by about 1%.
 Each row runs in its own fresh process with both checkpoints in the page cache (read once before each run); peak
 RSS and CPU time (user + system) come from ``os.wait4``, wall time from the parent. The rows:
 
@@ -15,7 +16,7 @@ RSS and CPU time (user + system) come from ``os.wait4``, wall time from the pare
 - the memory anchor: ``mergekit-extract-lora --max-rank R`` (mergekit's own, run from a throwaway venv under /tmp
   that sees this environment's CPU torch and holds only ``mergekit`` and ``immutables``, installed with
   ``--no-deps``) where it installs, else ``torch full SVD``: what a PEFT/torch user writes (both state dicts
-  loaded, ``torch.linalg.svd`` of every projection's float32 delta, truncated to R, saved).
+  loaded, ``torch.linalg.svd`` of every matrix's float32 delta, truncated to R, saved).
 
     python benchmarks/algebra_extract.py [--gb 1.1] [--rank 16] [--anchor auto|mergekit|torch] [--quick]
 """
@@ -69,7 +70,7 @@ def state(folder):
 b, t = state(base), state(tuned)
 lora = {}
 for name, w in t.items():
-    if name.endswith("_proj.weight"):
+    if w.dim() == 2:
         u, s, vh = torch.linalg.svd(w.float() - b[name].float(), full_matrices=False)
         root = s[:rank].sqrt()
         key = "base_model.model." + name[: -len(".weight")]
@@ -186,13 +187,13 @@ def build(work: str, dims: dict[str, int], gb: float) -> dict[str, object]:
         "files": files,
         "bytes": size,
         "layers": layers,
-        "modules": 7 * layers,
+        "modules": 7 * layers + 2,
     }
 
 
 def _pair(name: str, shape: list[int], pool, rng) -> tuple[bytes, bytes]:  # type: ignore[no-untyped-def]
-    """One tensor's base and tuned bytes: norms 1, weights a window of ``pool`` × 0.02; a projection's tuned value
-    adds a rank-8 change and noise (both about 2e-4 an entry, above bfloat16's step at 0.02)."""
+    """One tensor's base and tuned bytes: norms 1, weights a window of ``pool`` × 0.02; a matrix's tuned value adds a
+    rank-8 change and noise (both about 2e-4 an entry, above bfloat16's step at 0.02), a norm's about 1%."""
     import numpy as np
 
     n = _count(shape)
@@ -202,8 +203,9 @@ def _pair(name: str, shape: list[int], pool, rng) -> tuple[bytes, bytes]:  # typ
         if len(shape) == 1
         else np.resize(pool[start : start + n], n) * np.float32(0.02)
     )
-    tuned = base
-    if name.endswith("_proj.weight"):
+    if len(shape) == 1:  # a norm's gains, moved above bfloat16's step at 1 (2⁻⁷)
+        tuned = base + np.resize(pool[(start + 104729) % (pool.size - 1) :][:n], n) * np.float32(0.01)
+    else:  # every matrix, as a full fine-tune changes them: projections, embeddings, the head
         rows, cols = shape
         low = rng.standard_normal((rows, 8), dtype=np.float32) @ (
             rng.standard_normal((8, cols), dtype=np.float32) * np.float32(2e-4)
@@ -299,7 +301,7 @@ def main() -> None:
         pair = json.loads(made.stdout)
         paths = pair["files"]["base"] + pair["files"]["tuned"]
         print(
-            f"pair: {pair['layers']} layers, {pair['modules']} changed projections, "
+            f"pair: {pair['layers']} layers, {pair['modules']} changed matrices, "
             f"{pair['bytes'] / 1e9:.2f} GB BF16 each (built in {time.perf_counter() - t0:.1f} s)"
         )
         import adapterdoc
