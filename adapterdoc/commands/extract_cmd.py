@@ -14,17 +14,7 @@ from adapterdoc.commands import options as opt
 @click.option(
     "--tuned", required=True, metavar="TUNED", help="The fully fine-tuned model (same layout as --base)."
 )
-@click.option("--rank", type=click.IntRange(min=1), help="Every module's rank.")
-@click.option(
-    "--energy",
-    type=click.FloatRange(0, 1, min_open=True),
-    help="Per module, the smallest rank keeping this share of ‖ΔW‖² (written as rank_pattern).",
-)
-@click.option(
-    "--max-error",
-    type=click.FloatRange(min=0),
-    help="Per module, the smallest rank whose relative error ‖ΔW − ΔŴ‖/‖ΔW‖ is at most this.",
-)
+@opt.rank_choice_options("Every module's rank.")
 @opt.out_option("Folder to write the extracted adapter to: a new or empty folder.", required=True)
 @opt.force_option(
     "Replace a non-empty --out that holds a previous adapterdoc output; never any other folder."

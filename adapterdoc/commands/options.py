@@ -256,6 +256,32 @@ def steps_option(help: str) -> Callable[[F], F]:
     return click.option("--steps", type=click.IntRange(min=1), default=None, help=help)
 
 
+def rank_choice_options(rank_help: str) -> Callable[[F], F]:
+    """``--rank R`` (``rank_help``), ``--energy F``, ``--max-error E``: how resize and extract choose each module's
+    rank (the commands ask for exactly one)."""
+
+    def decorate(func: F) -> F:
+        for option in reversed(
+            [
+                click.option("--rank", type=click.IntRange(min=1), help=rank_help),
+                click.option(
+                    "--energy",
+                    type=click.FloatRange(0, 1, min_open=True),
+                    help="Per module, the smallest rank keeping this share of ‖ΔW‖² (written as rank_pattern).",
+                ),
+                click.option(
+                    "--max-error",
+                    type=click.FloatRange(min=0),
+                    help="Per module, the smallest rank whose relative error ‖ΔW − ΔŴ‖/‖ΔW‖ is at most this.",
+                ),
+            ]
+        ):
+            func = option(func)
+        return func
+
+    return decorate
+
+
 def seed_option(help: str | None = None) -> Callable[[F], F]:
     return click.option("--seed", type=int, default=0, show_default=True, help=help)
 

@@ -9,21 +9,7 @@ from adapterdoc.commands import options as opt
 
 @click.command("resize", epilog=opt.INPUT_FORMS)
 @opt.adapter_argument()
-@click.option(
-    "--rank",
-    type=click.IntRange(min=1),
-    help="Every module's rank (exact where it is at least the module's effective rank).",
-)
-@click.option(
-    "--energy",
-    type=click.FloatRange(0, 1, min_open=True),
-    help="Per module, the smallest rank keeping this share of ‖ΔW‖² (written as rank_pattern).",
-)
-@click.option(
-    "--max-error",
-    type=click.FloatRange(min=0),
-    help="Per module, the smallest rank whose relative error ‖ΔW − ΔŴ‖/‖ΔW‖ is at most this.",
-)
+@opt.rank_choice_options("Every module's rank (exact where it is at least the module's effective rank).")
 @click.option(
     "--to-lora",
     is_flag=True,
