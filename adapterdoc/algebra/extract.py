@@ -1,7 +1,8 @@
 """``adapterdoc extract``: a LoRA from a full fine-tune. Each weight of a Linear or Embedding module of the base
 (PEFT's own layer types, read off the base's meta-device model) whose tuned value differs is read with its base
 value, one tensor pair at a time in file order (a pair whose bytes are equal is compared through two small
-windows and never decoded; memory: two copies of the largest changed tensor), and its delta is factorised at the
+windows and never decoded; memory: one copy of the largest changed tensor, the tuned values subtracted from the
+base's window by window), and its delta is factorised at the
 rank asked for (``--rank``, ``--energy``, ``--max-error``).
 
 A small module, and every module under ``--energy`` / ``--max-error`` (whose rank choice needs the whole spectrum),
@@ -43,8 +44,8 @@ _SWEEPS = 4
 decaying spectrum, four leave the error within 0.02 % of the optimum; with a gap after the rank, one suffices)."""
 _SETTLED = 1e-3
 """:func:`leading` stops when a sweep raises the kept energy by less than this share of the energy left out."""
-_COLUMNS = 1024
-"""Columns of the delta widened to float64 at a time for the exact projection and norm."""
+_BLOCK = 1 << 18
+"""Values of the delta (whole rows) widened to float64 at a time for the exact projection and norm (2 MiB)."""
 _WIDEN = ("BF16", "F16")
 """Dtypes read as float32: the difference of two such values is exact in float32 (others are read as float64)."""
 
@@ -203,16 +204,15 @@ def _header(ckpt: Checkpoint, name: str) -> Header:
 
 def _delta(b_read: Reader, t_read: Reader, name: str) -> NDArray | None:
     """``tuned − base`` (float32 for BF16/F16, where the difference is exact; else float64), or None where they
-    are equal. Computed in place in the tuned reader's buffer: valid until its next read."""
+    are equal. The base is read into its reader's buffer and the tuned values are subtracted from it window by
+    window (one copy of the tensor in memory): valid until the base reader's next read."""
     import numpy as np
 
     narrow = t_read.ckpt.tensors[name].dtype in _WIDEN and b_read.ckpt.tensors[name].dtype in _WIDEN
-    t = t_read.read(name, narrow=narrow)
-    b = b_read.read(name, narrow=narrow)
-    if t is None or b is None:
+    delta = b_read.read(name, narrow=narrow)
+    if delta is None or not t_read.subtract_from(name, delta):
         return None
-    delta: NDArray = np.subtract(t, b, out=t)
-    return None if not np.any(delta) else delta
+    return delta if np.any(delta) else None
 
 
 def _factorise(
@@ -243,9 +243,14 @@ def leading(delta: NDArray, rank: int) -> tuple[NDArray, NDArray, float, float]:
     the kept energy settles, at most :data:`_SWEEPS`). The sweeps run in ``delta``'s dtype; the projection
     ``a₀ = Uᵀ delta`` and ``‖delta‖²`` are computed in float64, and as ``U`` has orthonormal columns the error is
     exactly ``sqrt(‖delta‖² − ‖a₀‖²)``: the error of the factors written, measured, not estimated. The singular
-    values of ``a₀`` are split evenly between ``b`` and ``a`` (as :func:`~adapterdoc.algebra.factors.truncate`)."""
+    values of ``a₀`` are split evenly between ``b`` and ``a`` (as :func:`~adapterdoc.algebra.factors.truncate`).
+    A transposed view (an embedding's ``delta.T``) is worked on as the array it views, and the factors swapped:
+    the float64 projection then widens contiguous rows (:data:`_BLOCK` values at a time)."""
     import numpy as np
 
+    if not delta.flags.c_contiguous and delta.T.flags.c_contiguous:
+        b, a, total, error = leading(delta.T, rank)
+        return np.ascontiguousarray(a.T), np.ascontiguousarray(b.T), total, error
     m, n = delta.shape
     width = min(rank + _OVERSAMPLE, m, n)
     start = np.random.default_rng(0).standard_normal((n, width)).astype(delta.dtype)
@@ -261,12 +266,14 @@ def leading(delta: NDArray, rank: int) -> tuple[NDArray, NDArray, float, float]:
             break
         kept = now
     basis = u[:, :rank]
-    proj = np.empty((basis.shape[1], n))
+    proj = np.zeros((basis.shape[1], n))
     total = 0.0
-    for c in range(0, n, _COLUMNS):
-        block = np.asarray(delta[:, c : c + _COLUMNS], dtype=np.float64)
-        total += float(np.einsum("ij,ij->", block, block))
-        proj[:, c : c + _COLUMNS] = basis.T @ block
+    step = max(1, _BLOCK // max(n, 1))
+    for r in range(0, m, step):
+        block = np.asarray(delta[r : r + step], dtype=np.float64)
+        flat = block.reshape(-1)
+        total += float(flat @ flat)
+        proj += basis[r : r + step].T @ block
     error = math.sqrt(max(total - float(np.einsum("ij,ij->", proj, proj)), 0.0))
     p, s, vt = np.linalg.svd(proj, full_matrices=False)
     root = np.sqrt(s)

@@ -160,6 +160,32 @@ class Reader:
             self.bytes_read += raw.size * width
         return out.reshape(info.shape)
 
+    def subtract_from(self, name: str, other: NDArray) -> bool:
+        """``other`` ← tensor ``name`` − ``other``, in place, one read window at a time (the tensor is never decoded
+        whole beside ``other``: ``extract`` holds one copy of a tensor, not two). ``other`` is a C-contiguous array of
+        the tensor's size; the difference is exact where its dtype holds it (float32 for two BF16/F16 tensors, as
+        ``read(..., narrow=True)`` gives them). False, with ``other`` untouched, when the dtype is not one the audit
+        decodes."""
+        np = self.np
+        flat = other.reshape(-1)
+        if self.ckpt.weights_format == "bin":
+            mine = self._read_bin(name)
+            if mine is None:
+                return False
+            np.subtract(mine.reshape(-1), flat, out=flat)
+            return True
+        info = self.ckpt.tensors[name]
+        if info.dtype not in DTYPES:
+            return False
+        width = _WIDTH[info.dtype]
+        for offset, window in self._source(self.ckpt.tensor_file[name]).windows_into(name, self._window):
+            start = offset // width
+            raw = np.frombuffer(window, dtype=_RAW[info.dtype])
+            part = flat[start : start + raw.size]
+            np.subtract(_decode(np, raw, info.dtype), part, out=part)
+            self.bytes_read += raw.size * width
+        return True
+
     def _read_bin(self, name: str) -> NDArray | None:
         if self._bin is None:
             self._bin = load_bin(self.ckpt.weights_path or self.ckpt.root)

@@ -244,8 +244,8 @@ class TensorSource:
             pos += n
 
 
-SAME_BYTES_CHUNK = 8 * 1024 * 1024
-"""Bytes compared at a time by :func:`same_bytes`."""
+SAME_BYTES_CHUNK = 1024 * 1024
+"""Bytes compared at a time by :func:`same_bytes` (two such chunks live at once: small beside the tensors)."""
 
 
 def same_bytes(ha: Header, ta: TensorInfo, hb: Header, tb: TensorInfo) -> bool:

@@ -157,6 +157,22 @@ def test_leading_error_is_measured_and_meets_the_optimum(dtype: Any):
     assert np.allclose(np.linalg.svd(b, compute_uv=False), np.linalg.svd(a, compute_uv=False))  # split evenly
 
 
+def test_leading_of_a_transposed_view_is_the_transposed_result():
+    """An embedding's delta reaches :func:`leading` as ``delta.T`` (a Fortran-ordered view): it is worked on as the
+    array it views (float64 rows widened contiguously) and gives the transposed factors: the same product, energy
+    and error as a C-ordered copy, within rounding."""
+    from adapterdoc.algebra.extract import leading
+
+    stored = _low_rank_plus_noise(500, 300, 0.01, 2).astype(np.float32)  # (vocab, hidden) as stored
+    b, a, energy, error = leading(stored.T, 4)
+    b2, a2, energy2, error2 = leading(np.ascontiguousarray(stored.T), 4)
+    assert b.shape == (300, 4) and a.shape == (4, 500) and b.flags.c_contiguous and a.flags.c_contiguous
+    exact = stored.T.astype(np.float64)
+    assert abs(error - np.linalg.norm(exact - b @ a)) / math.sqrt(energy) <= 1e-6
+    assert abs(energy - energy2) <= 1e-9 * energy and abs(error - error2) / math.sqrt(energy) <= 1e-6
+    assert np.allclose(b @ a, b2 @ a2, atol=1e-6 * math.sqrt(energy))
+
+
 def test_extract_bf16_large_module_uses_the_iteration_and_skips_equal_tensors(tmp_path: Path):
     """A bfloat16 Llama pair whose only change is one projection large enough for the iteration: its row has no
     effective rank, its error is the one measured on the exact float64 delta, and no other tensor (equal bytes)
@@ -192,3 +208,48 @@ def test_extract_bf16_large_module_uses_the_iteration_and_skips_equal_tensors(tm
     s = np.linalg.svd(full, compute_uv=False)
     assert abs(row.rel_error - math.sqrt((s[3:] ** 2).sum()) / np.linalg.norm(full)) <= 1e-6
     assert not [f for f in report.findings if f.code in ("AD960", "AD961")]
+
+
+def test_extract_holds_one_copy_of_the_largest_delta(tmp_path: Path):
+    """Memory: the largest changed tensor (a bf16 embedding and an untied head, 8M values each) is held once, as its
+    float32 delta (the base read into a buffer, the tuned values subtracted window by window), and its float64 work
+    goes a few rows at a time. numpy reports its buffers to ``tracemalloc``: the peak traced during a second extract
+    (the first warms the imports and the meta model) stays under two float32 copies of the embedding
+    (one, plus the iteration's few (rows × (rank + 16)) float64 arrays); two copies
+    (base and tuned decoded whole), 8 MiB compare chunks and float64 column blocks of the head went well above it."""
+    import tracemalloc
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from adapterdoc.algebra.extract import extract
+
+    config = LlamaConfig(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=32768,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "base")
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for w in (model.model.embed_tokens.weight, model.lm_head.weight):
+            w += (0.05 * torch.randn(w.shape[0], 2, generator=gen) @ torch.randn(2, 256, generator=gen)).to(
+                w.dtype
+            )
+    model.save_pretrained(tmp_path / "tuned")
+    extract(str(tmp_path / "base"), str(tmp_path / "tuned"), str(tmp_path / "warm"), rank=4)
+    tracemalloc.start()
+    try:
+        report = extract(str(tmp_path / "base"), str(tmp_path / "tuned"), str(tmp_path / "out"), rank=4)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert {m.module for m in report.modules} == {EMB, "lm_head"}
+    assert max(m.rel_error for m in report.modules) < 0.02
+    one_copy = 32768 * 256 * 4
+    assert peak < 2 * one_copy, f"peak {peak / 2**20:.1f} MiB against {one_copy / 2**20:.1f} MiB for one copy"

@@ -111,6 +111,38 @@ def test_every_decode_equals_the_plain_one_bitwise(
     assert reader.bytes_read == 2 * sum(raw.nbytes for _, raw in tensors.values())
 
 
+@pytest.mark.parametrize("window", [10, 64, 1 << 20])
+@pytest.mark.parametrize("narrow", [False, True])
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # NaN payloads and Inf − Inf, either route
+def test_subtract_from_equals_the_plain_difference_bitwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int, narrow: bool
+) -> None:
+    """``subtract_from`` (extract's tuned − base, one window at a time into the base's buffer) equals numpy's
+    difference of the two plain decodes bit for bit, across windows that end inside a tensor, for every dtype the
+    reader decodes; a dtype it does not decode leaves the buffer untouched and says so."""
+    monkeypatch.setattr(read_mod, "_WINDOW", window)
+    tensors = _tensors()
+    rng = np.random.default_rng(3)
+    other = {n: (d, rng.permutation(raw.reshape(-1)).reshape(raw.shape)) for n, (d, raw) in tensors.items()}
+    base = read_mod.Reader(open_checkpoint(str(_write(tmp_path / "base", tensors).parent)), np)
+    tuned = read_mod.Reader(open_checkpoint(str(_write(tmp_path / "tuned", other).parent)), np)
+    try:
+        for name, (dtype, raw) in tensors.items():
+            wide = narrow and dtype in read_mod.NARROW_DTYPES
+            got = base.read(name, 0, narrow=narrow)
+            assert tuned.subtract_from(name, got), name
+            want = _expected(dtype, other[name][1], wide) - _expected(dtype, raw, wide)
+            bits = {4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+            assert got.dtype == want.dtype and np.array_equal(got.view(bits), want.view(bits)), (name, window)
+        kept = np.arange(4.0)
+        tuned.ckpt.tensors["one.lora_A.weight"] = tuned.ckpt.tensors["one.lora_A.weight"]._replace(dtype="I8")
+        assert not tuned.subtract_from("one.lora_A.weight", kept[:1])
+        assert kept.tolist() == [0.0, 1.0, 2.0, 3.0]
+    finally:
+        base.close()
+        tuned.close()
+
+
 def test_windows_into_gives_the_mapped_windows_bytes(tmp_path: Path) -> None:
     header = read_header(str(_write(tmp_path / "ad", _tensors())))
     with TensorSource(header) as src:
