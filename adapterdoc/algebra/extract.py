@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.algebra.doctor import finish
-from adapterdoc.algebra.factors import chosen_rank, full_spectrum, method_name, truncate
+from adapterdoc.algebra.factors import RANK_TOL, chosen_rank, full_spectrum, method_name, truncate
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
@@ -254,23 +254,24 @@ def leading(delta: NDArray, rank: int) -> tuple[NDArray, NDArray, float, float]:
     m, n = delta.shape
     width = min(rank + _OVERSAMPLE, m, n)
     start = np.random.default_rng(0).standard_normal((n, width)).astype(delta.dtype)
-    q = np.linalg.qr(delta @ start)[0]
+    q, _ = _span(delta @ start)
     scale = float(np.linalg.norm(delta)) ** 2
     kept = -1.0
     for _ in range(_SWEEPS):
-        z = np.linalg.qr(delta.T @ q)[0]
-        u, s, _ = np.linalg.svd((delta @ z).astype(np.float64), full_matrices=False)
-        q = u.astype(delta.dtype)
-        now = float((s[:rank] ** 2).sum())
+        y = delta @ _span(delta.T @ q)[0]
+        q, energies = _span(y)
+        now = float(energies[:rank].sum())
         if now - kept <= _SETTLED * max(scale - now, 0.0):
             break
         kept = now
-    basis = u[:, :rank]
+    basis = np.linalg.svd(y.astype(np.float64), full_matrices=False)[0][:, :rank]
     proj = np.zeros((basis.shape[1], n))
     total = 0.0
     step = max(1, _BLOCK // max(n, 1))
+    wide = np.empty((min(step, m), n))
     for r in range(0, m, step):
-        block = np.asarray(delta[r : r + step], dtype=np.float64)
+        block = wide[: min(step, m - r)]
+        block[...] = delta[r : r + step]
         flat = block.reshape(-1)
         total += float(flat @ flat)
         proj += basis[r : r + step].T @ block
@@ -278,6 +279,23 @@ def leading(delta: NDArray, rank: int) -> tuple[NDArray, NDArray, float, float]:
     p, s, vt = np.linalg.svd(proj, full_matrices=False)
     root = np.sqrt(s)
     return (basis @ p) * root, root[:, None] * vt, total, error
+
+
+def _span(y: NDArray) -> tuple[NDArray, NDArray]:
+    """Orthonormal columns (in ``y``'s dtype) spanning ``y``'s, and the squared singular values of ``y`` (largest
+    first), from the eigendecomposition of its float64 Gram matrix ``yᵀy = V Λ Vᵀ``: ``y V Λ^{-1/2}``, with a zero
+    column for a direction below :data:`~adapterdoc.algebra.factors.RANK_TOL`² of the largest. Cheaper than a QR
+    of a tall ``y`` and orthonormal to about float32 rounding where the columns are well apart: enough for the
+    sweeps of :func:`leading`, whose final basis comes from numpy's SVD (exactly orthonormal)."""
+    import numpy as np
+
+    tall = y.astype(np.float64)
+    lam, v = np.linalg.eigh(tall.T @ tall)
+    lam, v = np.clip(lam[::-1], 0.0, None), v[:, ::-1]
+    inv = np.zeros_like(lam)
+    live = lam > lam[0] * RANK_TOL**2 if lam.size and lam[0] > 0 else np.zeros(lam.shape, dtype=bool)
+    inv[live] = 1.0 / np.sqrt(lam[live])
+    return ((tall @ v) * inv[None, :]).astype(y.dtype), lam
 
 
 def _base_config(base: Checkpoint) -> dict[str, object]:
