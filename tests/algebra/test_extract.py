@@ -157,6 +157,23 @@ def test_leading_error_is_measured_and_meets_the_optimum(dtype: Any):
     assert np.allclose(np.linalg.svd(b, compute_uv=False), np.linalg.svd(a, compute_uv=False))  # split evenly
 
 
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_leading_of_a_delta_of_lower_rank_than_asked_is_exact_at_the_rank_asked(dtype: Any):
+    """A delta of exact rank 3 asked for rank 8: the sweeps' basis has directions with no energy (zero columns,
+    never divided by), the final basis is still orthonormal, the factors have the rank asked for, and the error
+    measured on the full matrix is zero to rounding, as reported."""
+    from adapterdoc.algebra.extract import leading
+
+    gen = np.random.default_rng(5)
+    delta = (gen.standard_normal((400, 3)) @ gen.standard_normal((3, 600))).astype(dtype)
+    b, a, energy, error = leading(delta, 8)
+    assert b.shape == (400, 8) and a.shape == (8, 600)
+    exact = delta.astype(np.float64)
+    assert np.isfinite(b).all() and np.isfinite(a).all()
+    assert error / math.sqrt(energy) <= 1e-6
+    assert np.linalg.norm(exact - b @ a) / math.sqrt(energy) <= 1e-6
+
 def test_leading_of_a_transposed_view_is_the_transposed_result():
     """An embedding's delta reaches :func:`leading` as ``delta.T`` (a Fortran-ordered view): it is worked on as the
     array it views (float64 rows widened contiguously) and gives the transposed factors: the same product, energy
