@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import parse_key
 from adapterdoc.algebra.factors import chosen_rank, full_spectrum, method_name, spectrum, truncate
+from adapterdoc.algebra.progress import Progress, reported
 from adapterdoc.algebra.read import read_array, read_source
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
@@ -33,9 +34,11 @@ def dora_to_lora(
     energy: float | None = None,
     max_error: float | None = None,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> AlgebraReport:
     """The plain LoRA adapter nearest (per module, at the rank asked for) to the DoRA adapter ``adapter`` on
-    ``base``; modules without a magnitude are resized as plain LoRA."""
+    ``base``; modules without a magnitude are resized as plain LoRA. ``progress``: the adapter's factor bytes
+    read, as each module is."""
     import numpy as np
 
     rows: list[ModuleRow] = []
@@ -50,7 +53,7 @@ def dora_to_lora(
         b_ckpt = open_checkpoint(base)
         b_reader = Reader(b_ckpt, np)
         try:
-            for name in src.factors:
+            for name in reported(src.factors, src.nbytes, progress):
                 m = src.read(name)
                 if name not in magnitudes:
                     sp = spectrum(m.b, m.a, m.scaling)

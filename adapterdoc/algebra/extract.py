@@ -1,9 +1,9 @@
 """``adapterdoc extract``: a LoRA from a full fine-tune. Each weight of a Linear or Embedding module of the base
 (PEFT's own layer types, read off the base's meta-device model) whose tuned value differs is read with its base
 value, one tensor pair at a time in file order (a pair whose bytes are equal is compared through two small
-windows and never decoded; memory: one copy of the largest changed tensor, the tuned values subtracted from the
-base's window by window), and its delta is factorised at the
-rank asked for (``--rank``, ``--energy``, ``--max-error``).
+windows and never decoded; memory: one copy of the largest changed tensor, as the tuned values are subtracted from
+the base's window by window), and its delta is factorised at the rank asked for (``--rank``, ``--energy``,
+``--max-error``).
 
 A small module, and every module under ``--energy`` / ``--max-error`` (whose rank choice needs the whole spectrum),
 gets numpy's full SVD: the Eckart–Young optimum, its error exact from the dropped singular values. A large module
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from adapterdoc.algebra.doctor import finish
 from adapterdoc.algebra.factors import RANK_TOL, chosen_rank, full_spectrum, method_name, truncate
+from adapterdoc.algebra.progress import Progress, reported
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
@@ -69,8 +70,10 @@ def extract(
     energy: float | None = None,
     max_error: float | None = None,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> AlgebraReport:
-    """The LoRA adapter whose every module is the best factorisation of ``tuned − base`` at the rank asked for."""
+    """The LoRA adapter whose every module is the best factorisation of ``tuned − base`` at the rank asked for
+    (``progress``: the tuned checkpoint's bytes done, as each tensor is)."""
     import numpy as np
 
     if sum(x is not None for x in (rank, energy, max_error)) != 1:
@@ -82,7 +85,7 @@ def extract(
     written: list[OutModule] = []
     left = _Left()
     try:
-        for name in _file_order(t_ckpt):
+        for name in reported(_file_order(t_ckpt), lambda n: t_ckpt.tensors[n].nbytes, progress):
             info = t_ckpt.tensors[name]
             if info.dtype not in FLOAT_DTYPES:
                 continue

@@ -77,6 +77,12 @@ class Source:
         b = read_array(self.reader, f.b, self.spec, 2 * slot + 1)
         return Module(name, a, b, f.scaling, f.embedding)
 
+    def nbytes(self, name: str) -> int:
+        """The stored bytes of module ``name``'s two factors (0 for a module this source does not hold)."""
+        f = self.factors.get(name)
+        tensors = self.reader.ckpt.tensors
+        return 0 if f is None else tensors[f.a].nbytes + tensors[f.b].nbytes
+
     def close(self) -> None:
         self.reader.close()
 

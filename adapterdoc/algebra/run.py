@@ -23,6 +23,7 @@ from adapterdoc.algebra.factors import (
     stack,
     truncate,
 )
+from adapterdoc.algebra.progress import Progress, reported
 from adapterdoc.algebra.read import Module, Source, read_source
 from adapterdoc.algebra.write import OutModule, Planned, write_adapter, write_stream
 from adapterdoc.errors import RefusedError
@@ -46,10 +47,12 @@ def combine(
     seed: int = 0,
     base: str | None = None,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> AlgebraReport:
     """``Σ wᵢ · scalingᵢ · Bᵢ Aᵢ`` per module: exactly (``cat``, rank ``Σ rᵢ``) or its best rank-``rank``
     factorisation (``svd``; default rank: the largest source rank); ``ties`` / ``dare`` (PEFT's, at ``density``,
-    ``dare`` seeded) of the sources' full deltas, factorised like ``svd``."""
+    ``dare`` seeded) of the sources' full deltas, factorised like ``svd``. ``progress``: the sources' factor bytes
+    read, as each module is."""
     if method not in METHODS:
         raise RefusedError(None, f"--method {method} is not built yet; use one of {', '.join(METHODS)}")
     if (density is None) != (method not in ELEMENTWISE):
@@ -59,7 +62,7 @@ def combine(
         raise RefusedError(None, f"--weights gives {len(ws)} weights for {len(adapters)} adapters")
     with ExitStack() as stack_:
         sources = [stack_.enter_context(read_source(a)) for a in adapters]
-        rows, written = _combine_modules(sources, ws, method, rank, density, seed)
+        rows, written = _combine_modules(sources, ws, method, rank, density, seed, progress)
     full_saved = {k: v for s in sources for k, v in s.full.items()}
     paths = write_adapter(
         out,
@@ -87,7 +90,13 @@ def combine(
 
 
 def _combine_modules(
-    sources: list[Source], ws: list[float], method: str, rank: int | None, density: float | None, seed: int
+    sources: list[Source],
+    ws: list[float],
+    method: str,
+    rank: int | None,
+    density: float | None,
+    seed: int,
+    progress: Progress | None = None,
 ) -> tuple[list[ModuleRow], list[OutModule]]:
     """Every module of the union, in order of first appearance, one at a time (each source's factors read for it
     alone: memory is one module of each source plus the results)."""
@@ -98,7 +107,7 @@ def _combine_modules(
     target = rank if rank is not None else max(f.rank for s in sources for f in s.factors.values())
     rows: list[ModuleRow] = []
     written: list[OutModule] = []
-    for index, name in enumerate(names):
+    for index, name in enumerate(reported(names, lambda n: sum(s.nbytes(n) for s in sources), progress)):
         held = [(s.read(name), w) for s, w in zip(sources, ws, strict=True) if name in s.factors]
         row, module = _combined(name, held, method, target, density, seed + index)
         rows.append(row)
@@ -116,9 +125,11 @@ def resize(
     base: str | None = None,
     to_lora: bool = False,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> AlgebraReport:
     """Each module's best factorisation at ``rank``, or at the smallest rank per module keeping ``energy`` of
-    ``‖ΔW‖_F²`` or within relative error ``max_error`` (written as ``rank_pattern``)."""
+    ``‖ΔW‖_F²`` or within relative error ``max_error`` (written as ``rank_pattern``). ``progress``: the adapter's
+    factor bytes read, as each module is."""
     chosen = [x for x in (rank, energy, max_error) if x is not None]
     if len(chosen) != 1:
         raise RefusedError(None, "give exactly one of --rank, --energy, --max-error")
@@ -127,11 +138,13 @@ def resize(
             raise RefusedError(None, "--to-lora needs --base BASE (the weights DoRA normalises)")
         from adapterdoc.algebra.dora import dora_to_lora
 
-        done = dora_to_lora(adapter, base, out, rank=rank, energy=energy, max_error=max_error, force=force)
+        done = dora_to_lora(
+            adapter, base, out, rank=rank, energy=energy, max_error=max_error, force=force, progress=progress
+        )
         return finish(done, [], base)
     rows: list[ModuleRow] = []
     with read_source(adapter) as src:
-        results = _resized_in_order(src, rank, energy, max_error, rows)
+        results = _resized_in_order(src, rank, energy, max_error, rows, progress)
         if rank is None:  # the ranks are known once every module is computed
             paths = write_adapter(
                 out, src.config.raw, list(results), src.full, command="resize", inputs=[src.spec], force=force
@@ -162,7 +175,12 @@ calling thread, in file order)."""
 
 
 def _resized_in_order(
-    src: Source, rank: int | None, energy: float | None, max_error: float | None, rows: list[ModuleRow]
+    src: Source,
+    rank: int | None,
+    energy: float | None,
+    max_error: float | None,
+    rows: list[ModuleRow],
+    progress: Progress | None = None,
 ) -> Iterator[OutModule]:
     """Each module of ``src`` resized, in file order, its row appended to ``rows``: read on the calling thread,
     computed on :data:`WORKERS` threads. The reads go into a ring of ``WORKERS + 1`` buffer pairs: a module is read
@@ -170,7 +188,7 @@ def _resized_in_order(
     computed."""
     pending: deque[Future[tuple[ModuleRow, OutModule]]] = deque()
     with ThreadPoolExecutor(WORKERS) as pool:
-        for i, name in enumerate(src.factors):
+        for i, name in enumerate(reported(src.factors, src.nbytes, progress)):
             m = src.read(name, i % (WORKERS + 1))
             pending.append(pool.submit(_resized, m, rank, energy, max_error))
             while len(pending) >= WORKERS:

@@ -69,15 +69,17 @@ def command(
         raise click.UsageError("--rank goes with --method svd, ties or dare.")
     if (density is None) == (method in ("ties", "dare")):
         raise click.UsageError("--density goes with --method ties or dare, and they need it.")
-    report = combine(
-        list(adapters),
-        out,
-        method=method,
-        weights=weights,
-        rank=rank,
-        density=density,
-        seed=seed,
-        base=base,
-        force=force,
-    )
+    with opt.BytesBar("combining") as progress:
+        report = combine(
+            list(adapters),
+            out,
+            method=method,
+            weights=weights,
+            rank=rank,
+            density=density,
+            seed=seed,
+            base=base,
+            force=force,
+            progress=progress,
+        )
     opt.finish(report, output, text=lambda: render_algebra(report))

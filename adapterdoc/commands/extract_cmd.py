@@ -41,5 +41,8 @@ def command(
     from adapterdoc.algebra.extract import extract
     from adapterdoc.report.algebra_text import render_algebra
 
-    report = extract(base, tuned, out, rank=rank, energy=energy, max_error=max_error, force=force)
+    with opt.BytesBar("extracting") as progress:
+        report = extract(
+            base, tuned, out, rank=rank, energy=energy, max_error=max_error, force=force, progress=progress
+        )
     opt.finish(report, output, text=lambda: render_algebra(report))

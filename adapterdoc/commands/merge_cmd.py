@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-
 import click
 
 from adapterdoc.commands import options as opt
@@ -53,7 +50,7 @@ def command(
 
     if out is None and not dry_run:
         raise click.UsageError("Missing option '--out' (needed unless --dry-run).")
-    with _progress(enabled=not opt.is_quiet() and not dry_run) as progress:
+    with opt.BytesBar("merging", enabled=not dry_run) as progress:
         report = merge(
             adapter,
             base,
@@ -65,22 +62,3 @@ def command(
             requantize=requantize,
         )
     opt.finish(report, output)
-
-
-class _progress(opt.LiveBar):
-    """A rich progress bar by bytes on stderr, only when stderr is a terminal; entering it gives the merge its
-    ``progress(done, total)`` callback (None without a bar)."""
-
-    def __init__(self, *, enabled: bool) -> None:
-        columns = ("[progress.description]{task.description}", "bar", "bytes", "speed", "remaining")
-        super().__init__(columns, "merging", live=enabled and sys.stderr.isatty())
-
-    def __enter__(self) -> Callable[[int, int], None] | None:  # type: ignore[override]
-        super().__enter__()
-        if self.progress is None:
-            return None
-
-        def update(done: int, total: int) -> None:
-            self.update(completed=done, total=total)
-
-        return update

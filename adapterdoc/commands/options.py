@@ -511,6 +511,26 @@ class LiveBar:
             self.progress.advance(self.task)
 
 
+class BytesBar(LiveBar):
+    """A rich progress bar by bytes on stderr, drawn only when stderr is a terminal and the command is not
+    ``--quiet`` (and ``enabled``); entering it gives the library its ``progress(done, total)`` callback (None
+    without a bar)."""
+
+    def __init__(self, description: str, *, enabled: bool = True) -> None:
+        columns = ("[progress.description]{task.description}", "bar", "bytes", "speed", "remaining")
+        super().__init__(columns, description, live=enabled and not is_quiet() and sys.stderr.isatty())
+
+    def __enter__(self) -> Callable[[int, int], None] | None:  # type: ignore[override]
+        super().__enter__()
+        if self.progress is None:
+            return None
+
+        def update(done: int, total: int) -> None:
+            self.update(completed=done, total=total)
+
+        return update
+
+
 def stderr_bar(
     columns: Sequence[str], description: str, total: float | None = None
 ) -> tuple[Progress, TaskID]:

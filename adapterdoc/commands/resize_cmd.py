@@ -43,7 +43,16 @@ def command(
 
     if sum(x is not None for x in (rank, energy, max_error)) != 1:
         raise click.UsageError("Give exactly one of --rank, --energy, --max-error.")
-    report = resize(
-        adapter, out, rank=rank, energy=energy, max_error=max_error, base=base, to_lora=to_lora, force=force
-    )
+    with opt.BytesBar("resizing") as progress:
+        report = resize(
+            adapter,
+            out,
+            rank=rank,
+            energy=energy,
+            max_error=max_error,
+            base=base,
+            to_lora=to_lora,
+            force=force,
+            progress=progress,
+        )
     opt.finish(report, output, text=lambda: render_algebra(report))
