@@ -65,7 +65,7 @@ def dora_to_lora(
                             src.spec, f"`{magnitudes[name]}` is no float vector of {m.shape[0]}"
                         )
                     sp = full_spectrum(effective_delta(weight, m.b, m.a, m.scaling, magnitude))
-                r = chosen_rank(sp, rank, energy, max_error)
+                r = chosen_rank(sp.s, rank, energy, max_error)
                 t = truncate(sp, r)
                 rows.append(t.row(name, m.rank))
                 written.append(OutModule(name, t.b, t.a, m.embedding))

@@ -5,22 +5,20 @@ windows and never decoded; memory: one copy of the largest changed tensor, as th
 the base's window by window), and its delta is factorised at the rank asked for (``--rank``, ``--energy``,
 ``--max-error``).
 
-A small module, and every module under ``--energy`` / ``--max-error`` (whose rank choice needs the whole spectrum),
-gets numpy's full SVD: the Eckart–Young optimum, its error exact from the dropped singular values. A large module
-under ``--rank`` (smaller side above :data:`_FULL_SVD_FACTOR` × (rank + :data:`_OVERSAMPLE`)) gets its leading
-singular subspace by seeded subspace iteration (:func:`leading`): a few passes over the delta instead of a full SVD,
-its error measured exactly (the written factors are the delta projected onto orthonormal columns). What a LoRA
+A large module is factorised by :mod:`adapterdoc.algebra.large` (seeded subspace iteration under ``--rank``, the
+eigendecomposition of the Gram matrix of its shorter side under ``--energy`` / ``--max-error``), a small one by
+numpy's full SVD; either way the error reported is the exact error of the factors written. What a LoRA
 cannot hold (a norm or bias that changed, a vocabulary that grew) is said plainly."""
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.algebra.doctor import finish
-from adapterdoc.algebra.factors import RANK_TOL, chosen_rank, full_spectrum, method_name, truncate
+from adapterdoc.algebra.factors import chosen_rank, full_spectrum, method_name, truncate
+from adapterdoc.algebra.large import by_gram, leading, route
 from adapterdoc.algebra.progress import Progress, reported
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
@@ -36,17 +34,6 @@ if TYPE_CHECKING:
 
     from adapterdoc.st.header import Header
 
-_OVERSAMPLE = 16
-"""Directions beyond the rank asked for that :func:`leading` carries (Halko, Martinsson and Tropp's ``p``)."""
-_FULL_SVD_FACTOR = 4
-"""A module whose smaller side is at most this many times ``rank + _OVERSAMPLE`` gets the full SVD."""
-_SWEEPS = 4
-"""At most this many power sweeps (``Δᵀ`` then ``Δ``) in :func:`leading` (on a 2048 × 5632 delta with a slowly
-decaying spectrum, four leave the error within 0.02 % of the optimum; with a gap after the rank, one suffices)."""
-_SETTLED = 1e-3
-""":func:`leading` stops when a sweep raises the kept energy by less than this share of the energy left out."""
-_BLOCK = 1 << 18
-"""Values of the delta (whole rows) widened to float64 at a time for the exact projection and norm (2 MiB)."""
 _WIDEN = ("BF16", "F16")
 """Dtypes read as float32: the difference of two such values is exact in float32 (others are read as float64)."""
 
@@ -226,79 +213,21 @@ def _factorise(
     energy: float | None,
     max_error: float | None,
 ) -> tuple[ModuleRow, OutModule]:
-    """The best factorisation of ``delta`` at the rank asked for: :func:`leading` for a large module under
-    ``--rank``, else from numpy's full SVD (in float64)."""
+    """The best factorisation of ``delta`` at the rank asked for, by the route
+    :func:`~adapterdoc.algebra.large.route` picks (numpy's full SVD in float64 for a small delta)."""
     import numpy as np
 
-    if rank is not None and min(delta.shape) > _FULL_SVD_FACTOR * (rank + _OVERSAMPLE):
-        b, a, total, error = leading(delta, rank)
-        row = ModuleRow(module, int(min(delta.shape)), rank, None, total, error)
-        return row, OutModule(module, b, a, embedding)
+    how = route(delta.shape, rank)
+    if how != "svd":
+        done = leading(delta, rank) if how == "leading" and rank else by_gram(delta, rank, energy, max_error)
+        row = ModuleRow(
+            module, int(min(delta.shape)), int(done.a.shape[0]), done.effective_rank, done.energy, done.error
+        )
+        return row, OutModule(module, done.b, done.a, embedding)
     sp = full_spectrum(np.asarray(delta, dtype=np.float64))
-    t = truncate(sp, chosen_rank(sp, rank, energy, max_error))
+    t = truncate(sp, chosen_rank(sp.s, rank, energy, max_error))
     row = t.row(module, int(min(delta.shape)))
     return row, OutModule(module, t.b, t.a, embedding)
-
-
-def leading(delta: NDArray, rank: int) -> tuple[NDArray, NDArray, float, float]:
-    """``(b, a, ‖delta‖², ‖delta − b a‖)``: ``delta`` projected onto its leading ``rank`` left singular vectors,
-    found by subspace iteration (a seeded random start of ``rank + _OVERSAMPLE`` directions, power sweeps until
-    the kept energy settles, at most :data:`_SWEEPS`). The sweeps run in ``delta``'s dtype; the projection
-    ``a₀ = Uᵀ delta`` and ``‖delta‖²`` are computed in float64, and as ``U`` has orthonormal columns the error is
-    exactly ``sqrt(‖delta‖² − ‖a₀‖²)``: the error of the factors written, measured, not estimated. The singular
-    values of ``a₀`` are split evenly between ``b`` and ``a`` (as :func:`~adapterdoc.algebra.factors.truncate`).
-    A transposed view (an embedding's ``delta.T``) is worked on as the array it views, and the factors swapped:
-    the float64 projection then widens contiguous rows (:data:`_BLOCK` values at a time)."""
-    import numpy as np
-
-    if not delta.flags.c_contiguous and delta.T.flags.c_contiguous:
-        b, a, total, error = leading(delta.T, rank)
-        return np.ascontiguousarray(a.T), np.ascontiguousarray(b.T), total, error
-    m, n = delta.shape
-    width = min(rank + _OVERSAMPLE, m, n)
-    start = np.random.default_rng(0).standard_normal((n, width)).astype(delta.dtype)
-    q, _ = _span(delta @ start)
-    scale = float(np.linalg.norm(delta)) ** 2
-    kept = -1.0
-    for _ in range(_SWEEPS):
-        y = delta @ _span(delta.T @ q)[0]
-        q, energies = _span(y)
-        now = float(energies[:rank].sum())
-        if now - kept <= _SETTLED * max(scale - now, 0.0):
-            break
-        kept = now
-    basis = np.linalg.svd(y.astype(np.float64), full_matrices=False)[0][:, :rank]
-    proj = np.zeros((basis.shape[1], n))
-    total = 0.0
-    step = max(1, _BLOCK // max(n, 1))
-    wide = np.empty((min(step, m), n))
-    for r in range(0, m, step):
-        block = wide[: min(step, m - r)]
-        block[...] = delta[r : r + step]
-        flat = block.reshape(-1)
-        total += float(flat @ flat)
-        proj += basis[r : r + step].T @ block
-    error = math.sqrt(max(total - float(np.einsum("ij,ij->", proj, proj)), 0.0))
-    p, s, vt = np.linalg.svd(proj, full_matrices=False)
-    root = np.sqrt(s)
-    return (basis @ p) * root, root[:, None] * vt, total, error
-
-
-def _span(y: NDArray) -> tuple[NDArray, NDArray]:
-    """Orthonormal columns (in ``y``'s dtype) spanning ``y``'s, and the squared singular values of ``y`` (largest
-    first), from the eigendecomposition of its float64 Gram matrix ``yᵀy = V Λ Vᵀ``: ``y V Λ^{-1/2}``, with a zero
-    column for a direction below :data:`~adapterdoc.algebra.factors.RANK_TOL`² of the largest. Cheaper than a QR
-    of a tall ``y`` and orthonormal to about float32 rounding where the columns are well apart: enough for the
-    sweeps of :func:`leading`, whose final basis comes from numpy's SVD (exactly orthonormal)."""
-    import numpy as np
-
-    tall = y.astype(np.float64)
-    lam, v = np.linalg.eigh(tall.T @ tall)
-    lam, v = np.clip(lam[::-1], 0.0, None), v[:, ::-1]
-    inv = np.zeros_like(lam)
-    live = lam > lam[0] * RANK_TOL**2 if lam.size and lam[0] > 0 else np.zeros(lam.shape, dtype=bool)
-    inv[live] = 1.0 / np.sqrt(lam[live])
-    return ((tall @ v) * inv[None, :]).astype(y.dtype), lam
 
 
 def _base_config(base: Checkpoint) -> dict[str, object]:

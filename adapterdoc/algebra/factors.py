@@ -177,41 +177,41 @@ def method_name(rank: int | None, energy: float | None, max_error: float | None)
     return "rank" if rank is not None else "energy" if energy is not None else "max-error"
 
 
-def chosen_rank(sp: Spectrum, rank: int | None, energy: float | None, max_error: float | None) -> int:
-    """The rank asked for: ``rank`` itself, else the smallest keeping ``energy`` of ``‖ΔW‖_F²``, else the smallest
-    within ``max_error``."""
+def chosen_rank(s: NDArray, rank: int | None, energy: float | None, max_error: float | None) -> int:
+    """The rank asked for, given the singular values ``s`` (largest first): ``rank`` itself, else the smallest
+    keeping ``energy`` of ``‖ΔW‖_F² = Σ s²``, else the smallest within ``max_error``."""
     if rank is not None:
         return rank
     if energy is not None:
-        return rank_for_energy(sp, energy)
+        return rank_for_energy(s, energy)
     assert max_error is not None
-    return rank_for_error(sp, max_error)
+    return rank_for_error(s, max_error)
 
 
-def rank_for_energy(sp: Spectrum, fraction: float) -> int:
-    """The smallest rank keeping at least ``fraction`` of ``‖ΔW‖_F²``."""
-    total = sp.energy
+def rank_for_energy(s: NDArray, fraction: float) -> int:
+    """The smallest rank keeping at least ``fraction`` of ``Σ s²`` (``s``: the singular values, largest first)."""
+    total = float((s**2).sum())
     if total == 0:
         return 1
     kept = 0.0
-    for i, s in enumerate(sp.s.tolist()):
-        kept += s * s
+    for i, x in enumerate(s.tolist()):
+        kept += x * x
         if kept >= fraction * total * (1 - 1e-12):
             return i + 1
-    return int(sp.s.size)
+    return int(s.size)
 
 
-def rank_for_error(sp: Spectrum, max_error: float) -> int:
-    """The smallest rank whose relative error ``‖ΔW − ΔŴ‖_F / ‖ΔW‖_F`` is at most ``max_error``."""
-    total = sp.energy
+def rank_for_error(s: NDArray, max_error: float) -> int:
+    """The smallest rank whose relative error ``sqrt(Σ_{i ≥ rank} s_i² / Σ s²)`` is at most ``max_error``."""
+    total = float((s**2).sum())
     if total == 0:
         return 1
-    tail = [float(x) for x in (sp.s**2)[::-1].cumsum()[::-1]]  # tail[i] = Σ_{j ≥ i} s_j²
-    for r in range(1, sp.s.size + 1):
+    tail = [float(x) for x in (s**2)[::-1].cumsum()[::-1]]  # tail[i] = Σ_{j ≥ i} s_j²
+    for r in range(1, s.size + 1):
         dropped = tail[r] if r < len(tail) else 0.0
         if math.sqrt(max(dropped, 0.0) / total) <= max_error:
             return r
-    return int(sp.s.size)
+    return int(s.size)
 
 
 __all__ = [

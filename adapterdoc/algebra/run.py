@@ -204,7 +204,7 @@ def _resized(
     import numpy as np
 
     sp = spectrum(m.b, m.a, m.scaling)
-    t = truncate(sp, chosen_rank(sp, rank, energy, max_error))
+    t = truncate(sp, chosen_rank(sp.s, rank, energy, max_error))
     b, a = t.b.astype(np.float32), t.a.astype(np.float32)
     return t.row(m.name, m.rank), OutModule(m.name, b, a, m.embedding)
 

@@ -139,71 +139,23 @@ def _low_rank_plus_noise(rows: int, cols: int, noise: float, seed: int) -> np.nd
     return (u * np.array([10.0, 8, 6, 5, 2, 1])) @ v.T + noise * gen.standard_normal((rows, cols))
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_leading_error_is_measured_and_meets_the_optimum(dtype: Any):
-    """A large module under --rank: subspace iteration, the reported error equal to the measured one on the full
-    matrix (float64) and, with a gap in the spectrum, to the Eckart–Young optimum (numpy's SVD)."""
-    from adapterdoc.algebra.extract import leading
-
-    delta = _low_rank_plus_noise(300, 500, 0.01, 1).astype(dtype)
-    b, a, energy, error = leading(delta, 4)
-    exact = delta.astype(np.float64)
-    measured = np.linalg.norm(exact - b @ a)
-    assert b.shape == (300, 4) and a.shape == (4, 500)
-    assert abs(energy - np.linalg.norm(exact) ** 2) <= 1e-9 * energy
-    assert abs(error - measured) / math.sqrt(energy) <= 1e-6
-    s = np.linalg.svd(exact, compute_uv=False)
-    assert abs(error - math.sqrt((s[4:] ** 2).sum())) / math.sqrt(energy) <= 1e-6
-    assert np.allclose(np.linalg.svd(b, compute_uv=False), np.linalg.svd(a, compute_uv=False))  # split evenly
-
-
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_leading_of_a_delta_of_lower_rank_than_asked_is_exact_at_the_rank_asked(dtype: Any):
-    """A delta of exact rank 3 asked for rank 8: the sweeps' basis has directions with no energy (zero columns,
-    never divided by), the final basis is still orthonormal, the factors have the rank asked for, and the error
-    measured on the full matrix is zero to rounding, as reported."""
-    from adapterdoc.algebra.extract import leading
-
-    gen = np.random.default_rng(5)
-    delta = (gen.standard_normal((400, 3)) @ gen.standard_normal((3, 600))).astype(dtype)
-    b, a, energy, error = leading(delta, 8)
-    assert b.shape == (400, 8) and a.shape == (8, 600)
-    exact = delta.astype(np.float64)
-    assert np.isfinite(b).all() and np.isfinite(a).all()
-    assert error / math.sqrt(energy) <= 1e-6
-    assert np.linalg.norm(exact - b @ a) / math.sqrt(energy) <= 1e-6
-
-def test_leading_of_a_transposed_view_is_the_transposed_result():
-    """An embedding's delta reaches :func:`leading` as ``delta.T`` (a Fortran-ordered view): it is worked on as the
-    array it views (float64 rows widened contiguously) and gives the transposed factors: the same product, energy
-    and error as a C-ordered copy, within rounding."""
-    from adapterdoc.algebra.extract import leading
-
-    stored = _low_rank_plus_noise(500, 300, 0.01, 2).astype(np.float32)  # (vocab, hidden) as stored
-    b, a, energy, error = leading(stored.T, 4)
-    b2, a2, energy2, error2 = leading(np.ascontiguousarray(stored.T), 4)
-    assert b.shape == (300, 4) and a.shape == (4, 500) and b.flags.c_contiguous and a.flags.c_contiguous
-    exact = stored.T.astype(np.float64)
-    assert abs(error - np.linalg.norm(exact - b @ a)) / math.sqrt(energy) <= 1e-6
-    assert abs(energy - energy2) <= 1e-9 * energy and abs(error - error2) / math.sqrt(energy) <= 1e-6
-    assert np.allclose(b @ a, b2 @ a2, atol=1e-6 * math.sqrt(energy))
-
-
-def test_extract_bf16_large_module_uses_the_iteration_and_skips_equal_tensors(tmp_path: Path):
-    """A bfloat16 Llama pair whose only change is one projection large enough for the iteration: its row has no
-    effective rank, its error is the one measured on the exact float64 delta, and no other tensor (equal bytes)
-    makes a row or a finding."""
+@pytest.mark.parametrize("ask", [{"rank": 3}, {"energy": 0.999}])
+def test_extract_bf16_large_module_and_skips_equal_tensors(tmp_path: Path, ask: dict[str, Any]):
+    """A bfloat16 Llama pair whose only change is one projection large enough (1280 × 1280) to skip numpy's full
+    SVD: under --rank the iteration (no effective rank in its row), under --energy the Gram route (numpy's rank
+    for the same energy, every singular value counted); either way the error is the one measured on the exact
+    float64 delta and the optimum, and no other tensor (equal bytes) makes a row or a finding."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from adapterdoc.algebra.extract import extract
+    from adapterdoc.algebra.factors import rank_for_energy
 
     config = LlamaConfig(
-        hidden_size=256,
+        hidden_size=1280,
         intermediate_size=512,
         num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        num_attention_heads=10,
+        num_key_value_heads=2,
         vocab_size=300,
     )
     torch.manual_seed(0)
@@ -211,26 +163,30 @@ def test_extract_bf16_large_module_uses_the_iteration_and_skips_equal_tensors(tm
     model.save_pretrained(tmp_path / "base")
     weight = model.model.layers[0].self_attn.q_proj.weight
     before = weight.detach().double().clone()
-    change = _low_rank_plus_noise(256, 256, 0.01, 2) * 0.01
+    change = _low_rank_plus_noise(1280, 1280, 0.01, 2) * 0.01
     with torch.no_grad():
         weight.copy_((weight.double() + torch.from_numpy(change)).to(torch.bfloat16))
     model.save_pretrained(tmp_path / "tuned")
     full = (weight.detach().double() - before).numpy()
-    report = extract(str(tmp_path / "base"), str(tmp_path / "tuned"), str(tmp_path / "out"), rank=3)
+    report = extract(str(tmp_path / "base"), str(tmp_path / "tuned"), str(tmp_path / "out"), **ask)
     (row,) = report.modules
-    assert row.module == Q0 and row.rank_out == 3 and row.effective_rank is None
+    s = np.linalg.svd(full, compute_uv=False)
+    want = ask.get("rank") or rank_for_energy(s, ask["energy"])
+    assert row.module == Q0 and row.rank_out == want
+    assert row.effective_rank == (None if "rank" in ask else int((s > s[0] * 1e-6).sum()))
     got = _adapter_delta(tmp_path / "out", Q0, False)
     measured = np.linalg.norm(full - got) / np.linalg.norm(full)
     assert abs(row.rel_error - measured) <= 1e-6
-    s = np.linalg.svd(full, compute_uv=False)
-    assert abs(row.rel_error - math.sqrt((s[3:] ** 2).sum()) / np.linalg.norm(full)) <= 1e-6
+    assert abs(row.rel_error - math.sqrt((s[want:] ** 2).sum()) / np.linalg.norm(full)) <= 1e-6
     assert not [f for f in report.findings if f.code in ("AD960", "AD961")]
 
 
-def test_extract_holds_one_copy_of_the_largest_delta(tmp_path: Path):
+@pytest.mark.parametrize("ask", [{"rank": 4}, {"energy": 0.99}])
+def test_extract_holds_one_copy_of_the_largest_delta(tmp_path: Path, ask: dict[str, Any]):
     """Memory: the largest changed tensor (a bf16 embedding and an untied head, 8M values each) is held once, as its
     float32 delta (the base read into a buffer, the tuned values subtracted window by window), and its float64 work
-    goes a few rows at a time. numpy reports its buffers to ``tracemalloc``: the peak traced during a second extract
+    goes a few rows at a time, under ``--rank`` (subspace iteration) and ``--energy`` (the Gram route; numpy's full
+    SVD held a float64 copy, U and its workspace: 5 copies and more). numpy reports its buffers to ``tracemalloc``: the peak traced during a second extract
     (the first warms the imports and the meta model) stays under two float32 copies of the embedding
     (one, plus the iteration's few (rows × (rank + 16)) float64 arrays); two copies
     (base and tuned decoded whole), 8 MiB compare chunks and float64 column blocks of the head went well above it."""
@@ -259,10 +215,10 @@ def test_extract_holds_one_copy_of_the_largest_delta(tmp_path: Path):
                 w.dtype
             )
     model.save_pretrained(tmp_path / "tuned")
-    extract(str(tmp_path / "base"), str(tmp_path / "tuned"), str(tmp_path / "warm"), rank=4)
+    extract(str(tmp_path / "base"), str(tmp_path / "tuned"), str(tmp_path / "warm"), **ask)
     tracemalloc.start()
     try:
-        report = extract(str(tmp_path / "base"), str(tmp_path / "tuned"), str(tmp_path / "out"), rank=4)
+        report = extract(str(tmp_path / "base"), str(tmp_path / "tuned"), str(tmp_path / "out"), **ask)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -68,11 +68,11 @@ def test_rank_choice_for_energy_and_error():
     sp = spectrum(b, a)
     s2 = sp.s**2
     for fraction in (0.5, 0.9, 0.99, 1.0):
-        r = rank_for_energy(sp, fraction)
+        r = rank_for_energy(sp.s, fraction)
         assert s2[:r].sum() >= fraction * s2.sum() * (1 - 1e-12)
         assert r == 1 or s2[: r - 1].sum() < fraction * s2.sum()
     for e in (0.0, 0.05, 0.3, 0.9):
-        r = rank_for_error(sp, e)
+        r = rank_for_error(sp.s, e)
         assert truncate(sp, r).rel_error <= e + 1e-12
         assert r == 1 or truncate(sp, r - 1).rel_error > e
 
@@ -81,4 +81,4 @@ def test_zero_delta():
     sp = spectrum(np.zeros((8, 2)), np.zeros((2, 5)))
     t = truncate(sp, 4)
     assert t.rank == 2 and t.rel_error == 0 and t.kept_energy == 1
-    assert rank_for_energy(sp, 0.9) == 1 and rank_for_error(sp, 0.1) == 1
+    assert rank_for_energy(sp.s, 0.9) == 1 and rank_for_error(sp.s, 0.1) == 1
