@@ -12,7 +12,8 @@ import os
 from typing import TYPE_CHECKING
 
 from adapterdoc.adapter import parse_key
-from adapterdoc.algebra.factors import chosen_rank, full_spectrum, method_name, spectrum, truncate
+from adapterdoc.algebra.factors import chosen_rank, method_name, spectrum, truncate
+from adapterdoc.algebra.large import optimal
 from adapterdoc.algebra.progress import Progress, reported
 from adapterdoc.algebra.read import read_array, read_source
 from adapterdoc.algebra.write import OutModule, write_adapter
@@ -57,18 +58,22 @@ def dora_to_lora(
                 m = src.read(name)
                 if name not in magnitudes:
                     sp = spectrum(m.b, m.a, m.scaling)
-                else:
-                    weight = _base_weight(b_reader, b_ckpt.spec, name, m.shape, m.embedding)
-                    magnitude = read_array(src.reader, magnitudes[name], src.spec, 2)
-                    if magnitude.shape != (m.shape[0],):
-                        raise UnsupportedInputError(
-                            src.spec, f"`{magnitudes[name]}` is no float vector of {m.shape[0]}"
-                        )
-                    sp = full_spectrum(effective_delta(weight, m.b, m.a, m.scaling, magnitude))
-                r = chosen_rank(sp.s, rank, energy, max_error)
-                t = truncate(sp, r)
-                rows.append(t.row(name, m.rank))
-                written.append(OutModule(name, t.b, t.a, m.embedding))
+                    t = truncate(sp, chosen_rank(sp.s, rank, energy, max_error))
+                    rows.append(t.row(name, m.rank))
+                    written.append(OutModule(name, t.b, t.a, m.embedding))
+                    continue
+                weight = _base_weight(b_reader, b_ckpt.spec, name, m.shape, m.embedding)
+                magnitude = read_array(src.reader, magnitudes[name], src.spec, 2)
+                if magnitude.shape != (m.shape[0],):
+                    raise UnsupportedInputError(
+                        src.spec, f"`{magnitudes[name]}` is no float vector of {m.shape[0]}"
+                    )
+                done = optimal(
+                    effective_delta(weight, m.b, m.a, m.scaling, magnitude), rank, energy, max_error
+                )
+                rank_out = int(done.a.shape[0])
+                rows.append(ModuleRow(name, m.rank, rank_out, done.effective_rank, done.energy, done.error))
+                written.append(OutModule(name, done.b, done.a, m.embedding))
         finally:
             b_reader.close()
         cfg, full, spec = src.config, src.full, src.spec

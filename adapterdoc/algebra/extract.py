@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from adapterdoc.algebra.doctor import finish
-from adapterdoc.algebra.factors import chosen_rank, full_spectrum, method_name, truncate
-from adapterdoc.algebra.large import by_gram, leading, route
+from adapterdoc.algebra.factors import method_name
+from adapterdoc.algebra.large import factorised
 from adapterdoc.algebra.progress import Progress, reported
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
@@ -213,21 +213,12 @@ def _factorise(
     energy: float | None,
     max_error: float | None,
 ) -> tuple[ModuleRow, OutModule]:
-    """The best factorisation of ``delta`` at the rank asked for, by the route
-    :func:`~adapterdoc.algebra.large.route` picks (numpy's full SVD in float64 for a small delta)."""
-    import numpy as np
-
-    how = route(delta.shape, rank)
-    if how != "svd":
-        done = leading(delta, rank) if how == "leading" and rank else by_gram(delta, rank, energy, max_error)
-        row = ModuleRow(
-            module, int(min(delta.shape)), int(done.a.shape[0]), done.effective_rank, done.energy, done.error
-        )
-        return row, OutModule(module, done.b, done.a, embedding)
-    sp = full_spectrum(np.asarray(delta, dtype=np.float64))
-    t = truncate(sp, chosen_rank(sp.s, rank, energy, max_error))
-    row = t.row(module, int(min(delta.shape)))
-    return row, OutModule(module, t.b, t.a, embedding)
+    """The factorisation of ``delta`` at the rank asked for (:func:`~adapterdoc.algebra.large.factorised`) and its
+    row."""
+    done = factorised(delta, rank, energy, max_error)
+    rank_out = int(done.a.shape[0])
+    row = ModuleRow(module, int(min(delta.shape)), rank_out, done.effective_rank, done.energy, done.error)
+    return row, OutModule(module, done.b, done.a, embedding)
 
 
 def _base_config(base: Checkpoint) -> dict[str, object]:
@@ -295,4 +286,4 @@ def _left_findings(left: _Left, tuned: str) -> list[Finding]:
     return out
 
 
-__all__ = ["Kinds", "extract", "leading", "module_kinds"]
+__all__ = ["Kinds", "extract", "module_kinds"]

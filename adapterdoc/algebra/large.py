@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
-from adapterdoc.algebra.factors import RANK_TOL, chosen_rank, kept_rank
+from adapterdoc.algebra.factors import RANK_TOL, chosen_rank, full_spectrum, kept_rank, truncate
 
 if TYPE_CHECKING:
     from numpy import ndarray as NDArray
@@ -64,6 +64,26 @@ def route(shape: tuple[int, ...], rank: int | None) -> str:
     if rank is not None and min(shape) > LEADING_FACTOR * (rank + OVERSAMPLE):
         return "leading"
     return "gram"
+
+
+def optimal(delta: NDArray, rank: int | None, energy: float | None, max_error: float | None) -> Projected:
+    """The best factorisation of a full delta at the rank asked for: numpy's full SVD of a small one (in float64),
+    :func:`by_gram` of a large one; both the Eckart–Young optimum (to rounding), their error exact."""
+    import numpy as np
+
+    if math.prod(delta.shape) > FULL_SVD_VALUES:
+        return by_gram(delta, rank, energy, max_error)
+    sp = full_spectrum(np.asarray(delta, dtype=np.float64))
+    t = truncate(sp, chosen_rank(sp.s, rank, energy, max_error))
+    return Projected(t.b, t.a, t.energy, t.error, t.effective_rank)
+
+
+def factorised(delta: NDArray, rank: int | None, energy: float | None, max_error: float | None) -> Projected:
+    """``extract``'s factorisation of a delta, by the :func:`route` its shape and rank take: :func:`leading` for a
+    rank well below its smaller side, else :func:`optimal`."""
+    if rank is not None and route(delta.shape, rank) == "leading":
+        return leading(delta, rank)
+    return optimal(delta, rank, energy, max_error)
 
 
 def leading(delta: NDArray, rank: int) -> Projected:
@@ -207,4 +227,14 @@ def _swapped(p: Projected) -> Projected:
     return p._replace(b=np.ascontiguousarray(p.a.T), a=np.ascontiguousarray(p.b.T))
 
 
-__all__ = ["FULL_SVD_VALUES", "LEADING_FACTOR", "OVERSAMPLE", "Projected", "by_gram", "leading", "route"]
+__all__ = [
+    "FULL_SVD_VALUES",
+    "LEADING_FACTOR",
+    "OVERSAMPLE",
+    "Projected",
+    "by_gram",
+    "factorised",
+    "leading",
+    "optimal",
+    "route",
+]

@@ -16,13 +16,13 @@ from adapterdoc.algebra.elementwise import ELEMENTWISE, merged_delta
 from adapterdoc.algebra.factors import (
     Term,
     chosen_rank,
-    full_spectrum,
     kept_rank,
     method_name,
     spectrum,
     stack,
     truncate,
 )
+from adapterdoc.algebra.large import optimal
 from adapterdoc.algebra.progress import Progress, reported
 from adapterdoc.algebra.read import Module, Source, read_source
 from adapterdoc.algebra.write import OutModule, Planned, write_adapter, write_stream
@@ -243,9 +243,11 @@ def _truncated(name: str, b: NDArray, a: NDArray, rank: int, embedding: bool) ->
 def _full_truncated(
     name: str, full: NDArray, rank_in: int, rank: int, embedding: bool
 ) -> tuple[ModuleRow, OutModule]:
-    """The best rank-``rank`` factorisation of a full delta (numpy's SVD) and its row."""
-    t = truncate(full_spectrum(full), rank)
-    return t.row(name, rank_in), OutModule(name, t.b, t.a, embedding)
+    """The best rank-``rank`` factorisation of a full delta (:func:`~adapterdoc.algebra.large.optimal`) and its
+    row."""
+    done = optimal(full, rank, None, None)
+    row = ModuleRow(name, rank_in, int(done.a.shape[0]), done.effective_rank, done.energy, done.error)
+    return row, OutModule(name, done.b, done.a, embedding)
 
 
 def _energy(b: NDArray, a: NDArray) -> float:
