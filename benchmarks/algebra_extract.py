@@ -12,13 +12,14 @@ RSS and CPU time (user + system) come from ``os.wait4``, wall time from the pare
 
 - ``read both (anchor)``: ``safetensors.torch.load_file`` of every shard of both checkpoints (torch imported,
   every tensor materialised, each shard dropped before the next: the time anchor);
-- ``adapterdoc extract``: ``python -m adapterdoc extract --base B --tuned T --rank R --out O --json``;
+- ``adapterdoc extract``: ``python -m adapterdoc extract --base B --tuned T --rank R --out O --json``, and the same
+  with ``--energy F`` (every module's whole spectrum: the Gram route of :mod:`adapterdoc.algebra.large`);
 - the memory anchor: ``mergekit-extract-lora --max-rank R`` (mergekit's own, run from a throwaway venv under /tmp
   that sees this environment's CPU torch and holds only ``mergekit`` and ``immutables``, installed with
   ``--no-deps``) where it installs, else ``torch full SVD``: what a PEFT/torch user writes (both state dicts
   loaded, ``torch.linalg.svd`` of every matrix's float32 delta, truncated to R, saved).
 
-    python benchmarks/algebra_extract.py [--gb 1.1] [--rank 16] [--anchor auto|mergekit|torch] [--quick]
+    python benchmarks/algebra_extract.py [--gb 1.1] [--rank 16] [--energy 0.9] [--anchor auto|mergekit|torch] [--quick]
 """
 
 from __future__ import annotations
@@ -277,6 +278,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, default=1.1, help="size of each checkpoint, 10⁹ bytes")
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument(
+        "--energy",
+        type=float,
+        default=0.9,
+        help="the second extract row's --energy (the whole-spectrum route)",
+    )
     ap.add_argument("--anchor", choices=("auto", "mergekit", "torch"), default="auto")
     ap.add_argument(
         "--quick", action="store_true", help="tiny shapes (a smoke run; torch anchor unless told)"
@@ -350,6 +357,24 @@ def main() -> None:
                     "--json",
                 ],
             ),
+            (
+                f"adapterdoc extract --energy {args.energy:g}",
+                [
+                    py,
+                    "-m",
+                    "adapterdoc",
+                    "extract",
+                    "--base",
+                    base,
+                    "--tuned",
+                    tuned,
+                    "--energy",
+                    str(args.energy),
+                    "--out",
+                    os.path.join(work, "ours-energy"),
+                    "--json",
+                ],
+            ),
             ("  its imports + meta model", [py, "-c", KINDS_CHILD, base]),
             (f"{anchor_name} (anchor)", anchor),
         ]
@@ -363,7 +388,7 @@ def main() -> None:
         )
         print(f"|{'-' * 34}|{'-' * 9}|{'-' * 9}|{'-' * 14}|{'-' * 24}|")
         for name, (wall, cpu, rss, _) in results.items():
-            if name == "adapterdoc extract":
+            if name.startswith("adapterdoc extract"):
                 ratio = f"{wall / read[0]:.2f}× wall, {rss / mem[2]:.3f}× RSS"
             else:
                 ratio = "-"

@@ -32,6 +32,7 @@ def test_quick_run_prints_every_row_and_the_ratios(tmp_path: Path) -> None:
         "run",
         "read both (anchor)",
         "adapterdoc extract",
+        "adapterdoc extract --energy 0.9",
         "its imports + meta model",
         "torch full SVD (anchor)",
     ], r.stdout
