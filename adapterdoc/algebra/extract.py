@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 
 from adapterdoc.algebra.doctor import finish
 from adapterdoc.algebra.factors import method_name
-from adapterdoc.algebra.large import factorised
+from adapterdoc.algebra.large import Projected, factorised
 from adapterdoc.algebra.progress import Progress, reported
 from adapterdoc.algebra.write import OutModule, write_adapter
 from adapterdoc.audit.read import Reader
+from adapterdoc.bases import resolve_base
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
 from adapterdoc.errors import RefusedError, UnsupportedInputError
 from adapterdoc.report.algebra_report import AlgebraReport, ModuleRow
@@ -60,42 +61,34 @@ def extract(
     progress: Progress | None = None,
 ) -> AlgebraReport:
     """The LoRA adapter whose every module is the best factorisation of ``tuned − base`` at the rank asked for
-    (``progress``: the tuned checkpoint's bytes done, as each tensor is)."""
-    import numpy as np
-
+    (``progress``: the tuned checkpoint's bytes done, as each tensor is). Every changed 2-D weight is factorised
+    first, with numpy alone; the base's class (torch, transformers) is built on the meta device once the tensors
+    are released, and says which of them are Linear or Embedding weights (the others are reported, AD960): torch's
+    memory and the largest delta are never held at once."""
     if sum(x is not None for x in (rank, energy, max_error)) != 1:
         raise RefusedError(None, "give exactly one of --rank, --energy, --max-error")
+    resolve_base(base)  # a base that is no model folder fails before a tensor is read
     b_ckpt, t_ckpt = _open(base), _open(tuned)
+    found, left = _factorised_changes(b_ckpt, t_ckpt, rank, energy, max_error, progress)
     kinds = module_kinds(base, {n: tuple(t.shape) for n, t in b_ckpt.tensors.items()})
-    b_read, t_read = Reader(b_ckpt, np), Reader(t_ckpt, np)
     rows: list[ModuleRow] = []
     written: list[OutModule] = []
-    left = _Left()
-    try:
-        for name in reported(_file_order(t_ckpt), lambda n: t_ckpt.tensors[n].nbytes, progress):
-            info = t_ckpt.tensors[name]
-            if info.dtype not in FLOAT_DTYPES:
-                continue
-            b_info = b_ckpt.tensors.get(name)
-            if b_info is None or tuple(b_info.shape) != tuple(info.shape):
-                left.grown.append((name, tuple(b_info.shape) if b_info else (), tuple(info.shape)))
-                continue
-            module, _, leaf = kinds.memory.get(name, name).rpartition(".")
-            if _same_bytes(b_ckpt, t_ckpt, name):
-                continue
-            delta = _delta(b_read, t_read, name)
-            if delta is None:
-                continue
-            if leaf != "weight" or module not in kinds.kinds or delta.ndim != 2:
-                left.other.append((name, float(np.abs(delta).max())))
-                continue
-            embedding = kinds.kinds[module] == "embedding"
-            row, mod = _factorise(module, delta.T if embedding else delta, embedding, rank, energy, max_error)
-            rows.append(row)
-            written.append(mod)
-    finally:
-        b_read.close()
-        t_read.close()
+    for change in found:
+        module, _, leaf = kinds.memory.get(change.name, change.name).rpartition(".")
+        if leaf != "weight" or module not in kinds.kinds:
+            left.other.append((change.name, change.largest))
+            continue
+        embedding = kinds.kinds[module] == "embedding"
+        done = change.done
+        b, a = (
+            (done.a.T, done.b.T) if embedding else (done.b, done.a)
+        )  # PEFT keeps an embedding's delta transposed
+        rows.append(
+            ModuleRow(
+                module, min(change.shape), int(a.shape[0]), done.effective_rank, done.energy, done.error
+            )
+        )
+        written.append(OutModule(module, b, a, embedding))
     if not written:
         grown = "".join(
             f"; AD961: `{n}` is {list(now)} here, {list(was)} in the base" for n, was, now in left.grown
@@ -116,6 +109,60 @@ def extract(
         written=paths,
     )
     return finish(report, _left_findings(left, tuned), base)
+
+
+@dataclass(frozen=True)
+class _Change:
+    """A changed 2-D tensor of the tuned checkpoint, factorised as stored (``(out, in)`` for a Linear weight,
+    ``(num, dim)`` for an Embedding's)."""
+
+    name: str
+    shape: tuple[int, int]
+    done: Projected
+    largest: float
+    """Its largest absolute change (reported if it turns out to be no Linear or Embedding weight)."""
+
+
+def _factorised_changes(
+    b_ckpt: Checkpoint,
+    t_ckpt: Checkpoint,
+    rank: int | None,
+    energy: float | None,
+    max_error: float | None,
+    progress: Progress | None,
+) -> tuple[list[_Change], _Left]:
+    """Every float tensor of the tuned checkpoint whose bytes differ from the base's, read one pair at a time in
+    file order: a 2-D one factorised at the rank asked for (:func:`~adapterdoc.algebra.large.factorised`), any
+    other noted with its largest change, one of another shape (or missing from the base) noted as grown."""
+    import numpy as np
+
+    found: list[_Change] = []
+    left = _Left()
+    b_read, t_read = Reader(b_ckpt, np), Reader(t_ckpt, np)
+    try:
+        for name in reported(_file_order(t_ckpt), lambda n: t_ckpt.tensors[n].nbytes, progress):
+            info = t_ckpt.tensors[name]
+            if info.dtype not in FLOAT_DTYPES:
+                continue
+            b_info = b_ckpt.tensors.get(name)
+            if b_info is None or tuple(b_info.shape) != tuple(info.shape):
+                left.grown.append((name, tuple(b_info.shape) if b_info else (), tuple(info.shape)))
+                continue
+            if _same_bytes(b_ckpt, t_ckpt, name):
+                continue
+            delta = _delta(b_read, t_read, name)
+            if delta is None:
+                continue
+            largest = float(max(delta.max(), -delta.min()))  # two passes, no temporary copy
+            if delta.ndim != 2:
+                left.other.append((name, largest))
+                continue
+            done = factorised(delta, rank, energy, max_error)
+            found.append(_Change(name, (int(delta.shape[0]), int(delta.shape[1])), done, largest))
+    finally:
+        b_read.close()
+        t_read.close()
+    return found, left
 
 
 def _open(spec: str) -> Checkpoint:
@@ -146,7 +193,6 @@ def module_kinds(base: str, disk_shapes: dict[str, tuple[int, ...]] | None = Non
     such as per-expert weights, keeps its name and is reported as held by no module)."""
     import torch
 
-    from adapterdoc.bases import resolve_base
     from adapterdoc.ml.build import build_meta_model
     from adapterdoc.ml.names import build_name_map
 
@@ -203,22 +249,6 @@ def _delta(b_read: Reader, t_read: Reader, name: str) -> NDArray | None:
     if delta is None or not t_read.subtract_from(name, delta):
         return None
     return delta if np.any(delta) else None
-
-
-def _factorise(
-    module: str,
-    delta: NDArray,
-    embedding: bool,
-    rank: int | None,
-    energy: float | None,
-    max_error: float | None,
-) -> tuple[ModuleRow, OutModule]:
-    """The factorisation of ``delta`` at the rank asked for (:func:`~adapterdoc.algebra.large.factorised`) and its
-    row."""
-    done = factorised(delta, rank, energy, max_error)
-    rank_out = int(done.a.shape[0])
-    row = ModuleRow(module, int(min(delta.shape)), rank_out, done.effective_rank, done.energy, done.error)
-    return row, OutModule(module, done.b, done.a, embedding)
 
 
 def _base_config(base: Checkpoint) -> dict[str, object]:

@@ -37,7 +37,7 @@ def command(
 
     if sum(x is not None for x in (rank, energy, max_error)) != 1:
         raise click.UsageError("Give exactly one of --rank, --energy, --max-error.")
-    require_ml("extract (the base's Linear and Embedding modules)")
+    require_ml("extract (the base's Linear and Embedding modules)", load=False)  # imported after the reads
     from adapterdoc.algebra.extract import extract
     from adapterdoc.report.algebra_text import render_algebra
 

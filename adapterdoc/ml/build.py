@@ -28,9 +28,17 @@ def first_line(e: BaseException | None) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def require_ml(what: str | None = None) -> None:
-    """Raise :class:`MissingExtraError` (exit 3) unless torch, transformers and peft import."""
+def require_ml(what: str | None = None, *, load: bool = True) -> None:
+    """Raise :class:`MissingExtraError` (exit 3) unless torch, transformers and peft import (``load`` False: are
+    installed, found without importing them, for a command that imports them later and should not hold their
+    memory before)."""
+    import importlib.util
+
     for pkg in ("torch", "transformers", "peft"):
+        if not load:
+            if importlib.util.find_spec(pkg) is None:
+                raise MissingExtraError(what, pkg)
+            continue
         try:
             __import__(pkg)
         except ImportError as e:

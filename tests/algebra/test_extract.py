@@ -226,3 +226,31 @@ def test_extract_holds_one_copy_of_the_largest_delta(tmp_path: Path, ask: dict[s
     assert max(m.rel_error for m in report.modules) < 0.02
     one_copy = 32768 * 256 * 4
     assert peak < 2 * one_copy, f"peak {peak / 2**20:.1f} MiB against {one_copy / 2**20:.1f} MiB for one copy"
+
+
+def test_the_cli_reads_every_tensor_before_it_imports_torch(pair: tuple[Any, Any, Path, Path], tmp_path: Path):
+    """``adapterdoc extract`` factorises with numpy alone and imports torch (the base's class on the meta device,
+    then verify) only once the tensors are released, so the largest delta and torch's memory are never held at
+    once: a child process running the CLI observes ``sys.modules`` when the reads end."""
+    import subprocess
+    import sys
+
+    _, _, base_dir, tuned_dir = pair
+    child = (
+        "import sys\n"
+        "import adapterdoc.algebra.extract as X\n"
+        "reads = X._factorised_changes\n"
+        "def observed(*a, **k):\n"
+        "    out = reads(*a, **k)\n"
+        "    print('torch during the reads:', 'torch' in sys.modules, file=sys.stderr)\n"
+        "    return out\n"
+        "X._factorised_changes = observed\n"
+        "from adapterdoc.cli import main\n"
+        "main(sys.argv[1:])\n"
+    )
+    out = tmp_path / "out"
+    args = ["extract", "--base", str(base_dir), "--tuned", str(tuned_dir), "--rank", "2", "--out", str(out)]
+    r = subprocess.run([sys.executable, "-c", child, *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    assert "torch during the reads: False" in r.stderr, r.stderr[-2000:]
+    assert (out / "adapter_model.safetensors").is_file()
