@@ -228,7 +228,9 @@ def test_extract_holds_one_copy_of_the_largest_delta(tmp_path: Path, ask: dict[s
     assert peak < 2 * one_copy, f"peak {peak / 2**20:.1f} MiB against {one_copy / 2**20:.1f} MiB for one copy"
 
 
-def test_the_cli_reads_every_tensor_before_it_imports_torch(pair: tuple[Any, Any, Path, Path], tmp_path: Path):
+def test_the_cli_reads_every_tensor_before_it_imports_torch(
+    pair: tuple[Any, Any, Path, Path], tmp_path: Path
+):
     """``adapterdoc extract`` factorises with numpy alone and imports torch (the base's class on the meta device,
     then verify) only once the tensors are released, so the largest delta and torch's memory are never held at
     once: a child process running the CLI observes ``sys.modules`` when the reads end."""
