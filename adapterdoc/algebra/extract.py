@@ -12,6 +12,7 @@ cannot hold (a norm or bias that changed, a vocabulary that grew) is said plainl
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -80,9 +81,8 @@ def extract(
             continue
         embedding = kinds.kinds[module] == "embedding"
         done = change.done
-        b, a = (
-            (done.a.T, done.b.T) if embedding else (done.b, done.a)
-        )  # PEFT keeps an embedding's delta transposed
+        # PEFT keeps an embedding's delta transposed: (b a)ᵀ = aᵀ bᵀ
+        b, a = (done.a.T, done.b.T) if embedding else (done.b, done.a)
         rows.append(
             ModuleRow(
                 module, min(change.shape), int(a.shape[0]), done.effective_rank, done.energy, done.error
@@ -154,6 +154,13 @@ def _factorised_changes(
             if delta is None:
                 continue
             largest = float(max(delta.max(), -delta.min()))  # two passes, no temporary copy
+            if not math.isfinite(largest):
+                raise UnsupportedInputError(
+                    t_ckpt.spec,
+                    "changed by NaN or infinite values (this model or the base stores them), so the change "
+                    "has no factorisation",
+                    key=name,
+                )
             if delta.ndim != 2:
                 left.other.append((name, largest))
                 continue

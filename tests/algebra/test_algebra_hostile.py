@@ -101,3 +101,34 @@ def test_a_new_output_inside_an_input_is_refused(cli: Any, adapters: dict[str, P
     r = cli("resize", adapters["good"], "--rank", "2", "--out", adapters["good"] / "sub")
     assert r.exit_code == 3 and "is inside the input" in r.stderr, r.output
     assert sorted(p.name for p in adapters["good"].iterdir()) == before
+
+
+@pytest.mark.parametrize(("where", "value"), [("tuned", "nan"), ("tuned", "inf"), ("base", "nan")])
+def test_extract_of_a_non_finite_change_is_one_line(cli: Any, tmp_path: Path, where: str, value: str) -> None:
+    """A NaN or infinite value in either checkpoint of ``extract``: one exit-3 line naming the tensor, found before
+    any factorisation (every route), nothing written (it was exit 4, numpy's ``SVD did not converge``)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=100,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    folders = {"base": tmp_path / "base", "tuned": tmp_path / "tuned"}
+    model.save_pretrained(folders["base"] if where == "tuned" else folders["tuned"])
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_proj.weight[0, 0] = float(value)
+    model.save_pretrained(folders[where])
+    out = tmp_path / "out"
+    r = cli("extract", "--base", folders["base"], "--tuned", folders["tuned"], "--rank", "2", "--out", out)
+    assert r.exit_code == 3, r.output
+    assert "q_proj.weight" in r.stderr and "NaN or infinite" in r.stderr and r.stderr.count("\n") == 1, (
+        r.stderr
+    )
+    assert not out.exists()
