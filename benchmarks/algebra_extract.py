@@ -337,43 +337,13 @@ def main() -> None:
         else:
             anchor_name = "torch full SVD"
             anchor = [py, "-c", TORCH_CHILD, base, tuned, os.path.join(work, "torch"), r]
+        extract = [py, "-m", "adapterdoc", "extract", "--base", base, "--tuned", tuned]
         rows = [
             ("read both (anchor)", [py, "-c", READ_CHILD, *paths]),
-            (
-                "adapterdoc extract",
-                [
-                    py,
-                    "-m",
-                    "adapterdoc",
-                    "extract",
-                    "--base",
-                    base,
-                    "--tuned",
-                    tuned,
-                    "--rank",
-                    r,
-                    "--out",
-                    os.path.join(work, "ours"),
-                    "--json",
-                ],
-            ),
+            ("adapterdoc extract", [*extract, "--rank", r, "--out", os.path.join(work, "ours"), "--json"]),
             (
                 f"adapterdoc extract --energy {args.energy:g}",
-                [
-                    py,
-                    "-m",
-                    "adapterdoc",
-                    "extract",
-                    "--base",
-                    base,
-                    "--tuned",
-                    tuned,
-                    "--energy",
-                    str(args.energy),
-                    "--out",
-                    os.path.join(work, "ours-energy"),
-                    "--json",
-                ],
+                [*extract, "--energy", str(args.energy), "--out", os.path.join(work, "ours-e"), "--json"],
             ),
             ("  its imports + meta model", [py, "-c", KINDS_CHILD, base]),
             (f"{anchor_name} (anchor)", anchor),

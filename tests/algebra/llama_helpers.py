@@ -6,19 +6,30 @@ from __future__ import annotations
 from typing import Any
 
 
-def tiny_llama(dtype: Any = None, *, bias: bool = False, seed: int = 0) -> Any:
-    """A two-layer ``LlamaForCausalLM`` (vocabulary 256, hidden 32, untied head) in eval mode; ``bias``: biases on
-    the attention projections (``lora_bias`` needs a base bias to merge into)."""
+def tiny_llama(
+    dtype: Any = None,
+    *,
+    bias: bool = False,
+    seed: int = 0,
+    hidden: int = 32,
+    vocab: int = 256,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 64,
+) -> Any:
+    """A ``LlamaForCausalLM`` (by default two layers, vocabulary 256, hidden 32; untied head) in eval mode; ``bias``:
+    biases on the attention projections (``lora_bias`` needs a base bias to merge into)."""
     import torch
     import transformers as tf
 
     cfg = tf.LlamaConfig(
-        vocab_size=256,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         attention_bias=bias,
         tie_word_embeddings=False,
     )

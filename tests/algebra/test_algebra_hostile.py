@@ -108,18 +108,10 @@ def test_extract_of_a_non_finite_change_is_one_line(cli: Any, tmp_path: Path, wh
     """A NaN or infinite value in either checkpoint of ``extract``: one exit-3 line naming the tensor, found before
     any factorisation (every route), nothing written (it was exit 4, numpy's ``SVD did not converge``)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        vocab_size=100,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
+    from tests.algebra.llama_helpers import tiny_llama
+
+    model = tiny_llama(hidden=64, vocab=100, layers=1, intermediate=128)
     folders = {"base": tmp_path / "base", "tuned": tmp_path / "tuned"}
     model.save_pretrained(folders["base"] if where == "tuned" else folders["tuned"])
     with torch.no_grad():

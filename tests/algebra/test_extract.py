@@ -145,21 +145,11 @@ def test_extract_bf16_large_module_and_skips_equal_tensors(tmp_path: Path, ask: 
     SVD: under --rank the iteration (no effective rank in its row), under --energy the Gram route (numpy's rank
     for the same energy, every singular value counted); either way the error is the one measured on the exact
     float64 delta and the optimum, and no other tensor (equal bytes) makes a row or a finding."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from adapterdoc.algebra.extract import extract
     from adapterdoc.algebra.factors import rank_for_energy
+    from tests.algebra.llama_helpers import tiny_llama
 
-    config = LlamaConfig(
-        hidden_size=1280,
-        intermediate_size=512,
-        num_hidden_layers=1,
-        num_attention_heads=10,
-        num_key_value_heads=2,
-        vocab_size=300,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = tiny_llama(torch.bfloat16, hidden=1280, vocab=300, layers=1, heads=10, intermediate=512)
     model.save_pretrained(tmp_path / "base")
     weight = model.model.layers[0].self_attn.q_proj.weight
     before = weight.detach().double().clone()
@@ -192,21 +182,10 @@ def test_extract_holds_one_copy_of_the_largest_delta(tmp_path: Path, ask: dict[s
     (base and tuned decoded whole), 8 MiB compare chunks and float64 column blocks of the head went well above it."""
     import tracemalloc
 
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from adapterdoc.algebra.extract import extract
+    from tests.algebra.llama_helpers import tiny_llama
 
-    config = LlamaConfig(
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        vocab_size=32768,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = tiny_llama(torch.bfloat16, hidden=256, vocab=32768, layers=1, intermediate=512)
     model.save_pretrained(tmp_path / "base")
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
