@@ -139,7 +139,7 @@ def _low_rank_plus_noise(rows: int, cols: int, noise: float, seed: int) -> np.nd
     return (u * np.array([10.0, 8, 6, 5, 2, 1])) @ v.T + noise * gen.standard_normal((rows, cols))
 
 
-@pytest.mark.parametrize("ask", [{"rank": 3}, {"energy": 0.999}])
+@pytest.mark.parametrize("ask", [{"rank": 3}, pytest.param({"energy": 0.999}, marks=pytest.mark.slow)])
 def test_extract_bf16_large_module_and_skips_equal_tensors(tmp_path: Path, ask: dict[str, Any]):
     """A bfloat16 Llama pair whose only change is one projection large enough (1280 × 1280) to skip numpy's full
     SVD: under --rank the iteration (no effective rank in its row), under --energy the Gram route (numpy's rank
@@ -207,6 +207,7 @@ def test_extract_holds_one_copy_of_the_largest_delta(tmp_path: Path, ask: dict[s
     assert peak < 2 * one_copy, f"peak {peak / 2**20:.1f} MiB against {one_copy / 2**20:.1f} MiB for one copy"
 
 
+@pytest.mark.slow
 def test_the_cli_reads_every_tensor_before_it_imports_torch(
     pair: tuple[Any, Any, Path, Path], tmp_path: Path
 ):

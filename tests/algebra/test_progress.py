@@ -121,6 +121,7 @@ def _on_a_terminal(args: list[str]) -> tuple[int, str]:
     return p.returncode, shown.decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_the_bar_is_drawn_on_a_terminal_and_not_under_quiet(base: Any, tmp_path: Path) -> None:
     ad = make_adapter(base, tmp_path / "a", 0)
     code, shown = _on_a_terminal(["resize", str(ad), "--rank", "2", "--out", str(tmp_path / "o1")])
