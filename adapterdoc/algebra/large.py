@@ -127,18 +127,15 @@ def by_gram(delta: NDArray, rank: int | None, energy: float | None, max_error: f
         return _swapped(by_gram(delta.T, rank, energy, max_error))
     m, n = delta.shape
     axis = 0 if n <= m else 1  # blocks along the longer side: the Gram of the shorter one (ΔᵀΔ or ΔΔᵀ)
-    short = min(m, n)
-    gram = np.zeros((short, short))
-    for _, block in _blocks(delta, axis, at_least=short):
-        gram += block.T @ block if axis == 0 else block @ block.T
-    lam, vectors = np.linalg.eigh(gram)
+    lam, vectors = np.linalg.eigh(_gram(delta, axis))
     s = np.sqrt(np.clip(lam[::-1], 0.0, None))
     keep = kept_rank(chosen_rank(s, rank, energy, max_error), s.size)
-    basis = vectors[:, ::-1][:, :keep]  # V (n × keep) for axis 0, else U (m × keep)
+    basis = np.ascontiguousarray(vectors[:, ::-1][:, :keep])  # V (n × keep) for axis 0, else U (m × keep)
+    del vectors
     parts = np.empty((m, keep) if axis == 0 else (keep, n), dtype=np.float32)
     norms = np.zeros(keep)  # ‖p_j‖²
     total = 0.0
-    for sl, block in _blocks(delta, axis, at_least=short):
+    for sl, block in _blocks(delta, axis):
         flat = block.reshape(-1)
         total += float(flat @ flat)
         if axis == 0:
@@ -151,13 +148,26 @@ def by_gram(delta: NDArray, rank: int | None, energy: float | None, max_error: f
             parts[:, sl] = part
     error = math.sqrt(max(total - float(norms.sum()), 0.0))
     root = np.sqrt(np.sqrt(norms))
-    inv = np.divide(1.0, root, out=np.zeros_like(root), where=root > 0)
+    inv = np.divide(1.0, root, out=np.zeros_like(root), where=root > 0).astype(np.float32)
     effective = int((s > s[0] * RANK_TOL).sum()) if s.size and s[0] > 0 else 0
     if axis == 0:  # Δ V Vᵀ = Σ p_j v_jᵀ
-        b, a = parts * inv[None, :].astype(np.float32), root[:, None] * basis.T
-    else:  # U Uᵀ Δ = Σ u_j p_j
-        b, a = basis * root[None, :], parts * inv[:, None].astype(np.float32)
-    return Projected(b, a, total, error, effective)
+        parts *= inv[None, :]
+        return Projected(parts, root[:, None] * basis.T, total, error, effective)
+    parts *= inv[:, None]  # U Uᵀ Δ = Σ u_j p_j
+    return Projected(basis * root[None, :], parts, total, error, effective)
+
+
+def _gram(delta: NDArray, axis: int) -> NDArray:
+    """The float64 Gram matrix of ``delta``'s shorter side (``ΔᵀΔ`` from blocks of rows, ``axis`` 0, else ``ΔΔᵀ``
+    from blocks of columns), each block at least a quarter of that side long (so an update's arithmetic outweighs
+    its pass over the Gram matrix)."""
+    import numpy as np
+
+    short = delta.shape[1 - axis]
+    gram = np.zeros((short, short))
+    for _, block in _blocks(delta, axis, at_least=max(1, short // 4)):
+        gram += block.T @ block if axis == 0 else block @ block.T
+    return gram
 
 
 def _left_projected(delta: NDArray, basis: NDArray) -> Projected:
