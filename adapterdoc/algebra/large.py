@@ -3,14 +3,15 @@ float64 buffer, whole rows are widened to float64 a block at a time, and the fac
 projected onto orthonormal columns, so their error is measured exactly:
 ``‖Δ − U Uᵀ Δ‖_F² = ‖Δ‖_F² − ‖Uᵀ Δ‖_F²`` (and the same for ``Δ V Vᵀ``).
 
-- :func:`leading` (``--rank`` R well below the smaller side): the leading R singular directions by seeded subspace iteration, a few passes
-  over the delta; its error can sit a little above the Eckart–Young optimum where the spectrum has no gap after R.
+- :func:`leading` (``--rank`` R well below the smaller side): the leading R singular directions by seeded subspace
+  iteration, a few passes over the delta; its error can sit a little above the Eckart–Young optimum where the
+  spectrum has no gap after R.
 - :func:`by_gram` (``--energy`` / ``--max-error``, whose rank needs the whole spectrum, or a rank near the smaller
-  side): the Gram matrix of the
-  shorter side in float64 (``ΔᵀΔ`` or ``ΔΔᵀ``, a block of the longer side at a time) and its eigendecomposition give
-  every singular value and the singular vectors of that side; the rank is chosen from them and the delta projected
-  onto the kept vectors (the Eckart–Young optimum, to the eigensolver's rounding). Memory: the delta, the
-  ``short × short`` Gram matrix and the projection; numpy's SVD held a float64 copy, ``U`` and its workspace.
+  side): the Gram matrix of the shorter side in float64 (``ΔᵀΔ`` or ``ΔΔᵀ``, a block of the longer side at a time)
+  and its eigendecomposition give every singular value and the singular vectors of that side; the rank is chosen
+  from them and the delta projected onto the kept vectors (the Eckart–Young optimum, to the eigensolver's
+  rounding). Memory: the delta, the ``short × short`` Gram matrix and the projection; numpy's SVD held a float64
+  copy, ``U`` and its workspace.
 """
 
 from __future__ import annotations
@@ -55,11 +56,16 @@ class Projected(NamedTuple):
     was computed (:func:`by_gram`)."""
 
 
+def _small(shape: tuple[int, ...]) -> bool:
+    """Whether a delta of ``shape`` gets numpy's full SVD: at most :data:`FULL_SVD_VALUES` values."""
+    return math.prod(shape) <= FULL_SVD_VALUES
+
+
 def route(shape: tuple[int, ...], rank: int | None) -> str:
     """How a delta of ``shape`` is factorised: ``svd`` (numpy's full SVD: at most :data:`FULL_SVD_VALUES` values),
     ``leading`` (``--rank`` well below its smaller side) or ``gram`` (``--energy`` / ``--max-error``, or a rank
     near the smaller side)."""
-    if math.prod(shape) <= FULL_SVD_VALUES:
+    if _small(shape):
         return "svd"
     if rank is not None and min(shape) > LEADING_FACTOR * (rank + OVERSAMPLE):
         return "leading"
@@ -71,7 +77,7 @@ def optimal(delta: NDArray, rank: int | None, energy: float | None, max_error: f
     :func:`by_gram` of a large one; both the Eckart–Young optimum (to rounding), their error exact."""
     import numpy as np
 
-    if math.prod(delta.shape) > FULL_SVD_VALUES:
+    if not _small(delta.shape):
         return by_gram(delta, rank, energy, max_error)
     sp = full_spectrum(np.asarray(delta, dtype=np.float64))
     t = truncate(sp, chosen_rank(sp.s, rank, energy, max_error))
