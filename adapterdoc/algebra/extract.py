@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from adapterdoc.algebra.doctor import finish
 from adapterdoc.algebra.factors import method_name
@@ -71,6 +71,8 @@ def extract(
     resolve_base(base)  # a base that is no model folder fails before a tensor is read
     b_ckpt, t_ckpt = _open(base), _open(tuned)
     found, left = _factorised_changes(b_ckpt, t_ckpt, rank, energy, max_error, progress)
+    if not found:  # said before torch is imported for the base's class
+        _nothing_to_extract(tuned, left)
     kinds = module_kinds(base, {n: tuple(t.shape) for n, t in b_ckpt.tensors.items()})
     rows: list[ModuleRow] = []
     written: list[OutModule] = []
@@ -90,12 +92,7 @@ def extract(
         )
         written.append(OutModule(module, b, a, embedding))
     if not written:
-        grown = "".join(
-            f"; AD961: `{n}` is {list(now)} here, {list(was)} in the base" for n, was, now in left.grown
-        )
-        raise RefusedError(
-            tuned, f"no Linear or Embedding weight of the base's shape differs: nothing to extract{grown}"
-        )
+        _nothing_to_extract(tuned, left)
     template = _template(base, _base_config(b_ckpt), written, kinds.tied)
     written += _tied_heads(written, kinds.tied)
     paths = write_adapter(out, template, written, {}, command="extract", inputs=[base, tuned], force=force)
@@ -109,6 +106,16 @@ def extract(
         written=paths,
     )
     return finish(report, _left_findings(left, tuned), base)
+
+
+def _nothing_to_extract(tuned: str, left: _Left) -> NoReturn:
+    """Exit 3: no Linear or Embedding weight of the base's shape changed (with the tensors whose shape grew)."""
+    grown = "".join(
+        f"; AD961: `{n}` is {list(now)} here, {list(was)} in the base" for n, was, now in left.grown
+    )
+    raise RefusedError(
+        tuned, f"no Linear or Embedding weight of the base's shape differs: nothing to extract{grown}"
+    )
 
 
 @dataclass(frozen=True)
