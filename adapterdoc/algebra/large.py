@@ -17,7 +17,7 @@ projected onto orthonormal columns, so their error is measured exactly:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from adapterdoc.algebra.factors import RANK_TOL, chosen_rank, full_spectrum, kept_rank, truncate
@@ -40,6 +40,10 @@ _SETTLED = 1e-3
 """:func:`leading` stops when a sweep raises the kept energy by less than this share of the energy left out."""
 _BLOCK = 1 << 18
 """Values of the delta widened to float64 at a time (2 MiB)."""
+_CANCELS = 1e-8
+"""Where ``‖Δ‖² − ‖projection‖²`` is under this share of ``‖Δ‖²``, :func:`_error` measures the residual instead of
+subtracting (the difference of two float64 sums would be rounding at ~1e-16 of them: an exact factorisation would
+read as ~1e-8 off)."""
 
 
 class Projected(NamedTuple):
@@ -126,7 +130,7 @@ def by_gram(delta: NDArray, rank: int | None, energy: float | None, max_error: f
     the largest, below :data:`~adapterdoc.algebra.factors.RANK_TOL`). The delta is then projected onto the kept
     eigenvectors (orthonormal to rounding), so the error is the projection's, measured: each kept direction's part
     ``p_j`` (a column of ``Δ V`` or a row of ``Uᵀ Δ``) is written beside its unit vector, both scaled to
-    ``sqrt(‖p_j‖)``, and the projection is held in float32 (as it is written)."""
+    ``sqrt(‖p_j‖)``, and the projection is held in the delta's dtype."""
     import numpy as np
 
     if _transposed(delta):
@@ -138,7 +142,7 @@ def by_gram(delta: NDArray, rank: int | None, energy: float | None, max_error: f
     keep = kept_rank(chosen_rank(s, rank, energy, max_error), s.size)
     basis = np.ascontiguousarray(vectors[:, ::-1][:, :keep])  # V (n × keep) for axis 0, else U (m × keep)
     del vectors
-    parts = np.empty((m, keep) if axis == 0 else (keep, n), dtype=np.float32)
+    parts = np.empty((m, keep) if axis == 0 else (keep, n), dtype=delta.dtype)
     norms = np.zeros(keep)  # ‖p_j‖²
     total = 0.0
     for sl, block in _blocks(delta, axis):
@@ -152,15 +156,40 @@ def by_gram(delta: NDArray, rank: int | None, energy: float | None, max_error: f
             part = basis.T @ block
             norms += np.einsum("ij,ij->i", part, part)
             parts[:, sl] = part
-    error = math.sqrt(max(total - float(norms.sum()), 0.0))
+    error = _error(delta, axis, total, float(norms.sum()), lambda _, x: _onto(basis, x, axis))
     root = np.sqrt(np.sqrt(norms))
-    inv = np.divide(1.0, root, out=np.zeros_like(root), where=root > 0).astype(np.float32)
+    inv = np.divide(1.0, root, out=np.zeros_like(root), where=root > 0).astype(parts.dtype)
     effective = int((s > s[0] * RANK_TOL).sum()) if s.size and s[0] > 0 else 0
     if axis == 0:  # Δ V Vᵀ = Σ p_j v_jᵀ
         parts *= inv[None, :]
         return Projected(parts, root[:, None] * basis.T, total, error, effective)
     parts *= inv[:, None]  # U Uᵀ Δ = Σ u_j p_j
     return Projected(basis * root[None, :], parts, total, error, effective)
+
+
+def _onto(basis: NDArray, block: NDArray, axis: int) -> NDArray:
+    """``block`` projected onto ``basis``'s orthonormal columns: ``block V Vᵀ`` for a block of rows (``axis`` 0),
+    ``U Uᵀ block`` for a block of columns."""
+    projected: NDArray = (block @ basis) @ basis.T if axis == 0 else basis @ (basis.T @ block)
+    return projected
+
+
+def _error(
+    delta: NDArray, axis: int, total: float, kept: float, projection: Callable[[slice, NDArray], NDArray]
+) -> float:
+    """``‖Δ − P‖_F`` for ``P`` the projection of ``delta`` onto orthonormal columns (``kept = ‖P‖²``,
+    ``total = ‖Δ‖²``): ``sqrt(total − kept)``, unless that difference is under :data:`_CANCELS` of ``total``,
+    where it would be mostly rounding (a delta the factors hold to 1e-4 or better); then the residual is measured
+    directly, ``Σ ‖block − P_block‖²`` over a second float64 pass (``projection(slice, block)`` gives ``P``'s block)."""
+    left = total - kept
+    if left > _CANCELS * total:
+        return math.sqrt(left)
+    out = 0.0
+    for sl, block in _blocks(delta, axis):
+        block -= projection(sl, block)
+        flat = block.reshape(-1)
+        out += float(flat @ flat)
+    return math.sqrt(out)
 
 
 def _gram(delta: NDArray, axis: int) -> NDArray:
@@ -188,7 +217,8 @@ def _left_projected(delta: NDArray, basis: NDArray) -> Projected:
         flat = block.reshape(-1)
         total += float(flat @ flat)
         proj += basis[sl].T @ block
-    error = math.sqrt(max(total - float(np.einsum("ij,ij->", proj, proj)), 0.0))
+    kept = float(np.einsum("ij,ij->", proj, proj))
+    error = _error(delta, 0, total, kept, lambda sl, _: basis[sl] @ proj)
     p, s, vt = np.linalg.svd(proj, full_matrices=False)
     root = np.sqrt(s)
     return Projected((basis @ p) * root, root[:, None] * vt, total, error)  # U · proj = (U p) s vt

@@ -167,6 +167,8 @@ class Reader:
         ``read(..., narrow=True)`` gives them). False, with ``other`` untouched, when the dtype is not one the audit
         decodes."""
         np = self.np
+        if not other.flags.c_contiguous:
+            raise ValueError("subtract_from needs a C-contiguous array (a reshape of any other is a copy)")
         flat = other.reshape(-1)
         if self.ckpt.weights_format == "bin":
             mine = self._read_bin(name)
@@ -191,7 +193,12 @@ class Reader:
             self._bin = load_bin(self.ckpt.weights_path or self.ckpt.root)
         t = self._bin[name].detach()
         self.bytes_read += t.numel() * t.element_size()
-        return t.double().numpy() if t.is_floating_point() else None
+        if not t.is_floating_point():
+            return None
+        # a copy, C-ordered: the caller may change it in place, and a float64 tensor's own memory (or a tied
+        # weight's) must stay as loaded
+        copied: NDArray = self.np.array(t.double().numpy(), copy=True, order="C")
+        return copied
 
 
 _WINDOW = 1 << 20

@@ -117,3 +117,33 @@ def test_the_route_of_each_delta():
     assert route((4096, 4096), 16) == "leading" and route((4096, 4096), None) == "gram"
     assert route((32000, 256), 16) == "leading" and route((32000, 256), 64) == "gram"
     assert route((32000, 64), 4) == "gram"
+
+
+@pytest.mark.parametrize("shape", [(2000, 600), (600, 2000)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_factorisation_that_keeps_everything_reports_no_error(shape: tuple[int, int], dtype: Any):
+    """The Gram route at the full rank (``--energy 1``, ``--max-error 0``, a rank at the smaller side): the error is
+    measured from the residual where ‖Δ‖² − ‖projection‖² would be rounding, so it reads as float64 rounding
+    (≤ 1e-12 relative: no AD959), not as the ~6e-8 the subtraction of two sums gave."""
+    delta = (np.random.default_rng(6).standard_normal(shape) * 0.01).astype(dtype)
+    for ask in (
+        {"rank": 600, "energy": None, "max_error": None},
+        {"rank": None, "energy": 1.0, "max_error": None},
+    ):
+        done = by_gram(delta, **ask)  # type: ignore[arg-type]
+        assert done.a.shape[0] == 600 and done.error / math.sqrt(done.energy) <= 1e-12, ask
+    exact = delta.astype(np.float64)
+    measured = np.linalg.norm(exact - done.b.astype(np.float64) @ done.a.astype(np.float64))
+    assert measured / math.sqrt(done.energy) <= (
+        1e-12 if dtype == np.float64 else 1e-7
+    )  # float32: as written
+
+
+def test_a_float64_delta_of_tiny_values_gives_finite_factors():
+    """Values of 1e-80 (a float64 checkpoint): the projection is held in float64, so no part underflows and no
+    scale overflows (in float32 they gave NaN factors)."""
+    delta = np.random.default_rng(7).standard_normal((2000, 600)) * 1e-80
+    done = by_gram(delta, 4, None, None)
+    assert np.isfinite(done.b).all() and np.isfinite(done.a).all()
+    measured = np.linalg.norm(delta - done.b @ done.a)
+    assert abs(done.error - measured) <= 1e-6 * math.sqrt(done.energy)

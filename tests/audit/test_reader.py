@@ -172,3 +172,26 @@ def test_a_truncated_file_fails_as_the_mapped_read_does(tmp_path: Path) -> None:
     with TensorSource(header) as src, pytest.raises(HeaderError) as pread:
         list(src.windows_into("q.lora_A.weight", bytearray(64)))
     assert str(pread.value) == str(mapped.value)
+
+
+def test_a_bin_read_is_a_c_ordered_copy_the_caller_may_change(tmp_path: Path) -> None:
+    """A ``.bin`` adapter whose B is the transpose of its A (one storage, as a tied weight is saved): each read is a
+    C-ordered float64 copy, so ``extract``-style in-place arithmetic on one leaves the other, and the next read,
+    as loaded; ``subtract_from`` refuses an array it could only change through a copy."""
+    torch = pytest.importorskip("torch")
+    folder = tmp_path / "ad"
+    folder.mkdir()
+    a = torch.arange(6, dtype=torch.float64).reshape(2, 3)
+    torch.save(
+        {"base_model.model.m.lora_A.weight": a, "base_model.model.m.lora_B.weight": a.t()},
+        folder / "adapter_model.bin",
+    )
+    (folder / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 2, "lora_alpha": 2}))
+    reader = read_mod.Reader(open_checkpoint(str(folder)), np)
+    got = reader.read("base_model.model.m.lora_B.weight")
+    assert got is not None and got.flags.c_contiguous and got.tolist() == a.t().tolist()
+    got[...] = -1.0
+    assert reader.read("base_model.model.m.lora_A.weight").tolist() == a.tolist()
+    assert reader.read("base_model.model.m.lora_B.weight").tolist() == a.t().tolist()
+    with pytest.raises(ValueError, match="C-contiguous"):
+        reader.subtract_from("base_model.model.m.lora_B.weight", np.zeros((2, 3)).T)
