@@ -171,6 +171,7 @@ def test_extract_bf16_large_module_and_skips_equal_tensors(tmp_path: Path, ask: 
     assert not [f for f in report.findings if f.code in ("AD960", "AD961")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ask", [{"rank": 4}, {"energy": 0.99}])
 def test_extract_holds_one_copy_of_the_largest_delta(tmp_path: Path, ask: dict[str, Any]):
     """Memory: the largest changed tensor (a bf16 embedding and an untied head, 8M values each) is held once, as its
