@@ -21,7 +21,7 @@ from adapterdoc.algebra.doctor import finish
 from adapterdoc.algebra.factors import method_name
 from adapterdoc.algebra.large import Projected, factorised
 from adapterdoc.algebra.progress import Progress, reported
-from adapterdoc.algebra.write import OutModule, write_adapter
+from adapterdoc.algebra.write import OutModule, check_out, write_adapter
 from adapterdoc.audit.read import Reader
 from adapterdoc.bases import resolve_base
 from adapterdoc.checkpoint import Checkpoint, open_checkpoint
@@ -68,7 +68,10 @@ def extract(
     memory and the largest delta are never held at once."""
     if sum(x is not None for x in (rank, energy, max_error)) != 1:
         raise RefusedError(None, "give exactly one of --rank, --energy, --max-error")
-    resolve_base(base)  # a base that is no model folder fails before a tensor is read
+    resolve_base(
+        base
+    )  # a base that is no model folder, or an --out that may not be written, fails before a read
+    check_out(out, command="extract", inputs=[base, tuned], force=force)
     b_ckpt, t_ckpt = _open(base), _open(tuned)
     found, left = _factorised_changes(b_ckpt, t_ckpt, rank, energy, max_error, progress)
     if not found:  # said before torch is imported for the base's class

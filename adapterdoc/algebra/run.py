@@ -25,7 +25,7 @@ from adapterdoc.algebra.factors import (
 from adapterdoc.algebra.large import optimal
 from adapterdoc.algebra.progress import Progress, reported
 from adapterdoc.algebra.read import Module, Source, read_source
-from adapterdoc.algebra.write import OutModule, Planned, write_adapter, write_stream
+from adapterdoc.algebra.write import OutModule, Planned, check_out, write_adapter, write_stream
 from adapterdoc.errors import RefusedError
 from adapterdoc.report.algebra_report import AlgebraReport, ModuleRow
 
@@ -60,6 +60,7 @@ def combine(
     ws = [1.0] * len(adapters) if weights is None else [float(w) for w in weights]
     if len(ws) != len(adapters):
         raise RefusedError(None, f"--weights gives {len(ws)} weights for {len(adapters)} adapters")
+    check_out(out, command="combine", inputs=[os.fspath(a) for a in adapters], force=force)
     with ExitStack() as stack_:
         sources = [stack_.enter_context(read_source(a)) for a in adapters]
         rows, written = _combine_modules(sources, ws, method, rank, density, seed, progress)
@@ -133,9 +134,13 @@ def resize(
     chosen = [x for x in (rank, energy, max_error) if x is not None]
     if len(chosen) != 1:
         raise RefusedError(None, "give exactly one of --rank, --energy, --max-error")
+    if to_lora and base is None:
+        raise RefusedError(None, "--to-lora needs --base BASE (the weights DoRA normalises)")
+    check_out(
+        out, command="resize", inputs=[os.fspath(adapter), *([base] if to_lora and base else [])], force=force
+    )
     if to_lora:
-        if base is None:
-            raise RefusedError(None, "--to-lora needs --base BASE (the weights DoRA normalises)")
+        assert base is not None
         from adapterdoc.algebra.dora import dora_to_lora
 
         done = dora_to_lora(

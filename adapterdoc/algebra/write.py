@@ -92,6 +92,17 @@ def write_adapter(
     return write_stream(out, template, plan, modules, full, command=command, inputs=inputs, force=force)
 
 
+def check_out(out: str, *, command: str, inputs: Sequence[str], force: bool = False) -> None:
+    """Exit 3 unless ``out`` may be written: the output-folder rule, and never one of ``inputs`` or inside or
+    around one. :func:`write_stream` checks it before it writes; a command that computes for long first checks it
+    before it reads too, so a refused ``--out`` costs no time."""
+    from adapterdoc.st.atomic import check_output_folder
+    from adapterdoc.st.paths import check_not_an_input
+
+    check_not_an_input(out, out, [("the input", i) for i in inputs], command)
+    check_output_folder(out, force=force)
+
+
 def write_stream(
     out: str,
     template: Mapping[str, Any],
@@ -107,12 +118,10 @@ def write_stream(
     writing overlaps their computing): the config and header come from ``plan``, which the modules must follow in
     order, rank and shape."""
     from adapterdoc.formats.peft import METADATA, config_bytes
-    from adapterdoc.st.atomic import atomic_folder, check_output_folder, write_marker
+    from adapterdoc.st.atomic import atomic_folder, write_marker
     from adapterdoc.st.compose import Spec, compose
-    from adapterdoc.st.paths import check_not_an_input
 
-    check_not_an_input(out, out, [("the input", i) for i in inputs], command)
-    check_output_folder(out, force=force)
+    check_out(out, command=command, inputs=inputs, force=force)
     specs: list[Spec] = []
     for p in plan:
         a_name, b_name = tensor_names(p)
