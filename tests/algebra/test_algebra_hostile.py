@@ -126,38 +126,31 @@ def test_extract_of_a_non_finite_change_is_one_line(cli: Any, tmp_path: Path, wh
     assert not out.exists()
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("resize", "{nan}", "--rank", "2"),
-        ("resize", "{nan}", "--energy", "0.9"),
-        ("combine", "{good}", "{nan}", "--method", "cat"),
-        ("extract", "--base", "{base}", "--tuned", "{tuned}", "--rank", "2"),
-    ],
-)
+@pytest.mark.parametrize("command", ["resize", "combine", "extract"])
 def test_a_refused_out_is_said_before_anything_is_read(
-    cli: Any, adapters: dict[str, Path], tmp_path: Path, args: tuple[str, ...]
+    cli: Any, adapters: dict[str, Path], tmp_path: Path, command: str
 ) -> None:
     """A non-empty ``--out`` that is no adapterdoc output is refused before the inputs are read (a bad input, here
     a NaN the reads would find, would otherwise be said first, after all the reading and computing of a large
     input): the one line names the folder, which is left as it was."""
-    import torch
+    if command == "extract":
+        import torch
 
-    from tests.algebra.llama_helpers import tiny_llama
+        from tests.algebra.llama_helpers import tiny_llama
 
-    model = tiny_llama(hidden=64, vocab=100, layers=1, intermediate=128)
-    model.save_pretrained(tmp_path / "base")
-    with torch.no_grad():
-        model.model.layers[0].self_attn.q_proj.weight[0, 0] = float("nan")
-    model.save_pretrained(tmp_path / "tuned")
+        model = tiny_llama(hidden=64, vocab=100, layers=1, intermediate=128)
+        model.save_pretrained(tmp_path / "base")
+        with torch.no_grad():
+            model.model.layers[0].self_attn.q_proj.weight[0, 0] = float("nan")
+        model.save_pretrained(tmp_path / "tuned")
+        args: list[Any] = ["extract", "--base", tmp_path / "base", "--tuned", tmp_path / "tuned", "--rank", 2]
+    elif command == "combine":
+        args = ["combine", adapters["good"], adapters["nan"], "--method", "cat"]
+    else:
+        args = ["resize", adapters["nan"], "--energy", "0.9"]
     out = tmp_path / "taken"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    names = {
-        **{k: str(v) for k, v in adapters.items()},
-        "base": str(tmp_path / "base"),
-        "tuned": str(tmp_path / "tuned"),
-    }
-    r = cli(*[a.format(**names) for a in args], "--out", out)
+    r = cli(*[str(a) for a in args], "--out", out)
     assert r.exit_code == 3 and "not empty" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
