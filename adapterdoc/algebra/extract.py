@@ -164,6 +164,8 @@ def _factorised_changes(
             if delta is None:
                 continue
             largest = float(max(delta.max(), -delta.min()))  # two passes, no temporary copy
+            if largest == 0:  # bytes differ, values equal (±0)
+                continue
             if not math.isfinite(largest):
                 raise UnsupportedInputError(
                     t_ckpt.spec,
@@ -256,16 +258,14 @@ def _header(ckpt: Checkpoint, name: str) -> Header:
 
 
 def _delta(b_read: Reader, t_read: Reader, name: str) -> NDArray | None:
-    """``tuned − base`` (float32 for BF16/F16, where the difference is exact; else float64), or None where they
-    are equal. The base is read into its reader's buffer and the tuned values are subtracted from it window by
-    window (one copy of the tensor in memory): valid until the base reader's next read."""
-    import numpy as np
-
+    """``tuned − base`` (float32 for BF16/F16, where the difference is exact; else float64), or None where a dtype
+    is not one the reader decodes. The base is read into its reader's buffer and the tuned values are subtracted
+    from it window by window (one copy of the tensor in memory): valid until the base reader's next read."""
     narrow = t_read.ckpt.tensors[name].dtype in _WIDEN and b_read.ckpt.tensors[name].dtype in _WIDEN
     delta = b_read.read(name, narrow=narrow)
     if delta is None or not t_read.subtract_from(name, delta):
         return None
-    return delta if np.any(delta) else None
+    return delta
 
 
 def _base_config(base: Checkpoint) -> dict[str, object]:
